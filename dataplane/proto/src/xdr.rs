@@ -1,0 +1,394 @@
+//! XDR runtime (RFC 4506) used by the generated protocol code.
+//!
+//! Decoding borrows: variable-length opaques and strings come back as slices of
+//! the receive buffer, never copies. Encoding writes into a caller-provided
+//! buffer; every type also reports its exact encoded size so callers can size
+//! replies before writing them. Every length read from the wire is checked
+//! against both the declared maximum and the bytes actually left, so a hostile
+//! length can never make us allocate or read past the record.
+
+use core::fmt;
+
+/// Maximum nesting of optional/recursive data we follow while decoding.
+pub const DEPTH_MAX: u32 = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XdrError {
+    /// The record ended before the value did.
+    Short { needed: usize, left: usize },
+    /// A length on the wire exceeds the declared maximum.
+    TooLong { len: u32, max: u32 },
+    /// An enum value not in the specification.
+    BadEnum { name: &'static str, value: i32 },
+    /// A union discriminant with no arm and no default.
+    BadUnion { name: &'static str, value: i32 },
+    /// A boolean that is neither 0 nor 1.
+    BadBool(u32),
+    /// Recursion deeper than DEPTH_MAX.
+    TooDeep,
+    /// The encoder ran out of room in the caller's buffer.
+    Overflow { needed: usize, left: usize },
+}
+
+impl fmt::Display for XdrError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            XdrError::Short { needed, left } => write!(f, "xdr: need {needed} bytes, {left} left"),
+            XdrError::TooLong { len, max } => write!(f, "xdr: length {len} exceeds maximum {max}"),
+            XdrError::BadEnum { name, value } => write!(f, "xdr: {value} is not a valid {name}"),
+            XdrError::BadUnion { name, value } => write!(f, "xdr: {value} is not a valid arm of {name}"),
+            XdrError::BadBool(v) => write!(f, "xdr: {v} is not a boolean"),
+            XdrError::TooDeep => write!(f, "xdr: nesting deeper than {DEPTH_MAX}"),
+            XdrError::Overflow { needed, left } => {
+                write!(f, "xdr: encoder needs {needed} bytes, {left} left")
+            }
+        }
+    }
+}
+
+impl std::error::Error for XdrError {}
+
+pub type Result<T> = core::result::Result<T, XdrError>;
+
+/// Padding needed to bring `len` to a multiple of four.
+#[inline]
+pub const fn pad(len: usize) -> usize {
+    (4 - (len & 3)) & 3
+}
+
+/// Bytes a variable-length opaque/string of `len` bytes occupies on the wire.
+#[inline]
+pub const fn opaque_var_len(len: usize) -> usize {
+    4 + len + pad(len)
+}
+
+/// A cursor over a received buffer.
+#[derive(Debug, Clone)]
+pub struct Decoder<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    depth: u32,
+}
+
+impl<'a> Decoder<'a> {
+    pub fn new(buf: &'a [u8]) -> Self {
+        Decoder { buf, pos: 0, depth: 0 }
+    }
+
+    #[inline]
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    #[inline]
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// The bytes not yet consumed.
+    #[inline]
+    pub fn rest(&self) -> &'a [u8] {
+        &self.buf[self.pos..]
+    }
+
+    #[inline]
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let left = self.remaining();
+        if n > left {
+            return Err(XdrError::Short { needed: n, left });
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    #[inline]
+    pub fn skip(&mut self, n: usize) -> Result<()> {
+        self.take(n).map(|_| ())
+    }
+
+    #[inline]
+    pub fn u32(&mut self) -> Result<u32> {
+        let b = self.take(4)?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    #[inline]
+    pub fn i32(&mut self) -> Result<i32> {
+        Ok(self.u32()? as i32)
+    }
+
+    #[inline]
+    pub fn u64(&mut self) -> Result<u64> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_be_bytes(a))
+    }
+
+    #[inline]
+    pub fn i64(&mut self) -> Result<i64> {
+        Ok(self.u64()? as i64)
+    }
+
+    #[inline]
+    pub fn bool(&mut self) -> Result<bool> {
+        match self.u32()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            v => Err(XdrError::BadBool(v)),
+        }
+    }
+
+    /// Fixed-length opaque `opaque x[N]`, copied (these are small: verifiers, ids).
+    #[inline]
+    pub fn opaque_fixed<const N: usize>(&mut self) -> Result<[u8; N]> {
+        let b = self.take(N + pad(N))?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(&b[..N]);
+        Ok(a)
+    }
+
+    /// Variable-length opaque or string, borrowed from the buffer.
+    #[inline]
+    pub fn opaque_var(&mut self, max: u32) -> Result<&'a [u8]> {
+        let len = self.u32()?;
+        if len > max {
+            return Err(XdrError::TooLong { len, max });
+        }
+        let len = len as usize;
+        let b = self.take(len + pad(len))?;
+        Ok(&b[..len])
+    }
+
+    /// Count of a variable-length array. `elem_min_bytes` is the smallest
+    /// encoding of one element: a count that could not fit in what is left is
+    /// rejected before any allocation happens.
+    #[inline]
+    pub fn array_len(&mut self, max: u32, elem_min_bytes: usize) -> Result<usize> {
+        let len = self.u32()?;
+        if len > max {
+            return Err(XdrError::TooLong { len, max });
+        }
+        let need = (len as usize).saturating_mul(elem_min_bytes.max(1));
+        let left = self.remaining();
+        if need > left {
+            return Err(XdrError::Short { needed: need, left });
+        }
+        Ok(len as usize)
+    }
+
+    /// Enter one level of optional/recursive data.
+    #[inline]
+    pub fn enter(&mut self) -> Result<()> {
+        if self.depth >= DEPTH_MAX {
+            return Err(XdrError::TooDeep);
+        }
+        self.depth += 1;
+        Ok(())
+    }
+
+    #[inline]
+    pub fn leave(&mut self) {
+        debug_assert!(self.depth > 0);
+        self.depth -= 1;
+    }
+}
+
+/// A cursor writing into a caller-provided buffer.
+#[derive(Debug)]
+pub struct Encoder<'b> {
+    buf: &'b mut [u8],
+    pos: usize,
+}
+
+impl<'b> Encoder<'b> {
+    pub fn new(buf: &'b mut [u8]) -> Self {
+        Encoder { buf, pos: 0 }
+    }
+
+    #[inline]
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    #[inline]
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// Everything written so far.
+    #[inline]
+    pub fn written(&self) -> &[u8] {
+        &self.buf[..self.pos]
+    }
+
+    #[inline]
+    fn room(&mut self, n: usize) -> Result<&mut [u8]> {
+        let left = self.remaining();
+        if n > left {
+            return Err(XdrError::Overflow { needed: n, left });
+        }
+        let s = &mut self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    /// Reserve `n` bytes to be filled in later (e.g. a length or a status
+    /// known only after the body is written); returns their offset.
+    #[inline]
+    pub fn reserve(&mut self, n: usize) -> Result<usize> {
+        let at = self.pos;
+        self.room(n)?.fill(0);
+        Ok(at)
+    }
+
+    /// Overwrite a previously reserved word.
+    #[inline]
+    pub fn patch_u32(&mut self, at: usize, v: u32) {
+        assert!(at + 4 <= self.pos, "patch outside written region");
+        self.buf[at..at + 4].copy_from_slice(&v.to_be_bytes());
+    }
+
+    /// Roll back to an earlier position (drop a partially written item).
+    #[inline]
+    pub fn truncate(&mut self, at: usize) {
+        assert!(at <= self.pos);
+        self.pos = at;
+    }
+
+    #[inline]
+    pub fn u32(&mut self, v: u32) -> Result<()> {
+        self.room(4)?.copy_from_slice(&v.to_be_bytes());
+        Ok(())
+    }
+
+    #[inline]
+    pub fn i32(&mut self, v: i32) -> Result<()> {
+        self.u32(v as u32)
+    }
+
+    #[inline]
+    pub fn u64(&mut self, v: u64) -> Result<()> {
+        self.room(8)?.copy_from_slice(&v.to_be_bytes());
+        Ok(())
+    }
+
+    #[inline]
+    pub fn i64(&mut self, v: i64) -> Result<()> {
+        self.u64(v as u64)
+    }
+
+    #[inline]
+    pub fn bool(&mut self, v: bool) -> Result<()> {
+        self.u32(v as u32)
+    }
+
+    /// Raw bytes plus zero padding to four (fixed opaque).
+    #[inline]
+    pub fn opaque_fixed(&mut self, v: &[u8]) -> Result<()> {
+        let n = v.len();
+        let p = pad(n);
+        let s = self.room(n + p)?;
+        s[..n].copy_from_slice(v);
+        s[n..].fill(0);
+        Ok(())
+    }
+
+    /// Length word, bytes, zero padding (variable opaque / string).
+    #[inline]
+    pub fn opaque_var(&mut self, v: &[u8]) -> Result<()> {
+        if v.len() > u32::MAX as usize {
+            return Err(XdrError::TooLong { len: u32::MAX, max: u32::MAX });
+        }
+        self.u32(v.len() as u32)?;
+        self.opaque_fixed(v)
+    }
+}
+
+/// Implemented by every generated type (and the primitives).
+pub trait Xdr<'a>: Sized {
+    /// Smallest number of bytes any value of this type occupies on the wire;
+    /// used to reject hostile array counts before allocating.
+    const MIN_LEN: usize;
+    fn decode(d: &mut Decoder<'a>) -> Result<Self>;
+    fn encode(&self, e: &mut Encoder<'_>) -> Result<()>;
+    fn encoded_len(&self) -> usize;
+}
+
+macro_rules! prim {
+    ($t:ty, $get:ident, $n:expr) => {
+        impl<'a> Xdr<'a> for $t {
+            const MIN_LEN: usize = $n;
+            #[inline]
+            fn decode(d: &mut Decoder<'a>) -> Result<Self> {
+                d.$get()
+            }
+            #[inline]
+            fn encode(&self, e: &mut Encoder<'_>) -> Result<()> {
+                e.$get(*self)
+            }
+            #[inline]
+            fn encoded_len(&self) -> usize {
+                $n
+            }
+        }
+    };
+}
+prim!(u32, u32, 4);
+prim!(i32, i32, 4);
+prim!(u64, u64, 8);
+prim!(i64, i64, 8);
+prim!(bool, bool, 4);
+
+/// Decode a whole value from `buf`, requiring that nothing is left over.
+pub fn from_bytes<'a, T: Xdr<'a>>(buf: &'a [u8]) -> Result<T> {
+    let mut d = Decoder::new(buf);
+    let v = T::decode(&mut d)?;
+    Ok(v)
+}
+
+/// Encode a value into a fresh Vec (tests and control paths only).
+pub fn to_vec<'a, T: Xdr<'a>>(v: &T) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; v.encoded_len()];
+    let mut e = Encoder::new(&mut out);
+    v.encode(&mut e)?;
+    let n = e.position();
+    debug_assert_eq!(n, out.len(), "encoded_len disagrees with encode");
+    out.truncate(n);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opaque_roundtrip_and_padding() {
+        let mut buf = [0xffu8; 16];
+        let mut e = Encoder::new(&mut buf);
+        e.opaque_var(b"abcde").unwrap();
+        assert_eq!(e.position(), 12);
+        assert_eq!(&buf[..12], &[0, 0, 0, 5, b'a', b'b', b'c', b'd', b'e', 0, 0, 0]);
+        let mut d = Decoder::new(&buf[..12]);
+        assert_eq!(d.opaque_var(8).unwrap(), b"abcde");
+        assert_eq!(d.remaining(), 0);
+    }
+
+    #[test]
+    fn hostile_lengths_rejected() {
+        let buf = [0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0];
+        assert!(matches!(Decoder::new(&buf).opaque_var(1024), Err(XdrError::TooLong { .. })));
+        assert!(matches!(Decoder::new(&buf).opaque_var(u32::MAX), Err(XdrError::Short { .. })));
+        assert!(matches!(Decoder::new(&buf).array_len(u32::MAX, 4), Err(XdrError::Short { .. })));
+        assert!(matches!(Decoder::new(&[0, 0, 0, 2]).bool(), Err(XdrError::BadBool(2))));
+    }
+
+    #[test]
+    fn encoder_overflow_is_an_error() {
+        let mut buf = [0u8; 6];
+        let mut e = Encoder::new(&mut buf);
+        e.u32(1).unwrap();
+        assert!(matches!(e.u32(2), Err(XdrError::Overflow { needed: 4, left: 2 })));
+    }
+}

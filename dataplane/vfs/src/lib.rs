@@ -1,0 +1,410 @@
+//! The backend interface every protocol front end (NFSv3, NFSv4.1, later the
+//! pNFS data server) talks to, and the embedded memory backend.
+//!
+//! Knows nothing of NFS: errors, attributes and handles are backend terms that
+//! the protocol crates map to their wire forms. Handles are stable and
+//! restart-safe by construction (export id + inode number + generation): an
+//! inode number is never reused with the same generation, so a handle to a
+//! removed object is detected as stale rather than aliasing a new one.
+
+pub mod memfs;
+
+use core::fmt;
+
+/// Export (file system) identifier carried in every handle.
+pub type ExportId = u32;
+/// Inode number, unique within an export.
+pub type Ino = u64;
+
+/// Wire form of a handle: version byte, reserved, export, inode, generation.
+pub const HANDLE_LEN: usize = 24;
+const HANDLE_VERSION: u8 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileHandle {
+    pub export_id: ExportId,
+    pub ino: Ino,
+    pub generation: u64,
+}
+
+impl FileHandle {
+    pub fn to_bytes(&self) -> [u8; HANDLE_LEN] {
+        let mut b = [0u8; HANDLE_LEN];
+        b[0] = HANDLE_VERSION;
+        b[4..8].copy_from_slice(&self.export_id.to_be_bytes());
+        b[8..16].copy_from_slice(&self.ino.to_be_bytes());
+        b[16..24].copy_from_slice(&self.generation.to_be_bytes());
+        b
+    }
+
+    /// Parse a handle received from a client. Anything that is not exactly a
+    /// handle we issued in shape is `BadHandle`; whether it names a live object
+    /// is for the backend to say (`Stale`).
+    pub fn from_bytes(b: &[u8]) -> Result<Self, VfsError> {
+        if b.len() != HANDLE_LEN || b[0] != HANDLE_VERSION || b[1..4] != [0, 0, 0] {
+            return Err(VfsError::BadHandle);
+        }
+        let export_id = u32::from_be_bytes(b[4..8].try_into().unwrap());
+        let ino = u64::from_be_bytes(b[8..16].try_into().unwrap());
+        let generation = u64::from_be_bytes(b[16..24].try_into().unwrap());
+        Ok(FileHandle { export_id, ino, generation })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VfsError {
+    NoEnt,
+    Exist,
+    NotDir,
+    IsDir,
+    NotEmpty,
+    /// The backend as a whole is full.
+    NoSpace,
+    /// The volume (quota root) the object lives in is full.
+    QuotaExceeded,
+    /// The handle names an object that no longer exists.
+    Stale,
+    /// The handle is not one we could have issued.
+    BadHandle,
+    Inval,
+    NameTooLong,
+    /// Not the owner (EPERM).
+    Perm,
+    /// Permission bits deny it (EACCES).
+    Access,
+    FileTooBig,
+    ReadOnly,
+    TooManyLinks,
+    /// Cross-volume rename or link.
+    CrossDevice,
+    NotSupported,
+    /// Guarded SETATTR whose ctime guard did not match.
+    NotSync,
+    /// Exclusive create whose verifier differs from the stored one.
+    ExistVerifierMismatch,
+    Io,
+}
+
+impl fmt::Display for VfsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+impl std::error::Error for VfsError {}
+
+pub type VfsResult<T> = Result<T, VfsError>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileType {
+    Regular,
+    Directory,
+    Symlink,
+    BlockDevice,
+    CharDevice,
+    Socket,
+    Fifo,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Time {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl Time {
+    pub fn now() -> Time {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Time { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    pub ftype: FileType,
+    /// Permission bits (07777).
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    /// Bytes of storage charged to this object.
+    pub used: u64,
+    pub rdev: (u32, u32),
+    pub fsid: u64,
+    pub fileid: Ino,
+    pub atime: Time,
+    pub mtime: Time,
+    pub ctime: Time,
+    /// Increases on every change to data or attributes (NFSv4 change attribute).
+    pub change: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SetTime {
+    #[default]
+    DontChange,
+    ServerNow,
+    Client(Time),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: SetTime,
+    pub mtime: SetTime,
+}
+
+/// How durable a write must be before it is acknowledged (NFSv3 stable_how,
+/// NFSv4 stable_how4). The backend answers with what it actually achieved,
+/// which may be stronger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stability {
+    Unstable,
+    DataSync,
+    FileSync,
+}
+
+/// Caller identity (AUTH_SYS, or the anonymous identity for AUTH_NONE).
+#[derive(Debug, Clone, Copy)]
+pub struct Cred<'a> {
+    pub uid: u32,
+    pub gid: u32,
+    pub gids: &'a [u32],
+}
+
+impl Cred<'static> {
+    pub const ROOT: Cred<'static> = Cred { uid: 0, gid: 0, gids: &[] };
+    pub const NOBODY: Cred<'static> = Cred { uid: 65534, gid: 65534, gids: &[] };
+}
+
+/// Access bits, shared by NFSv3 ACCESS3_* and NFSv4 ACCESS4_* (same values).
+pub mod access {
+    pub const READ: u32 = 0x01;
+    pub const LOOKUP: u32 = 0x02;
+    pub const MODIFY: u32 = 0x04;
+    pub const EXTEND: u32 = 0x08;
+    pub const DELETE: u32 = 0x10;
+    pub const EXECUTE: u32 = 0x20;
+    pub const ALL: u32 = 0x3f;
+}
+
+/// What `access` grants `cred` on an object with attributes `a` (POSIX mode
+/// bits; root is granted everything except execute on non-executables).
+pub fn check_access(a: &Attr, cred: &Cred<'_>, requested: u32) -> u32 {
+    let perm = if cred.uid == 0 {
+        let any_x = a.mode & 0o111 != 0 || a.ftype == FileType::Directory;
+        7 & if any_x { 7 } else { 6 }
+    } else if cred.uid == a.uid {
+        (a.mode >> 6) & 7
+    } else if cred.gid == a.gid || cred.gids.contains(&a.gid) {
+        (a.mode >> 3) & 7
+    } else {
+        a.mode & 7
+    };
+    let mut granted = 0;
+    if perm & 4 != 0 {
+        granted |= access::READ;
+    }
+    if perm & 2 != 0 {
+        granted |= access::MODIFY | access::EXTEND;
+        if a.ftype == FileType::Directory {
+            granted |= access::DELETE;
+        }
+    }
+    if perm & 1 != 0 {
+        granted |= if a.ftype == FileType::Directory { access::LOOKUP } else { access::EXECUTE };
+    }
+    granted & requested
+}
+
+/// How CREATE treats an existing name (NFSv3 createmode3 / NFSv4 createmode4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateMode {
+    /// Succeed and return the existing file (its size may then be set).
+    Unchecked,
+    /// Fail with `Exist`.
+    Guarded,
+    /// Exactly-once create: a retry with the same verifier returns the file
+    /// created by the first attempt; a different verifier gets
+    /// `ExistVerifierMismatch`.
+    Exclusive([u8; 8]),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum NodeKind<'n> {
+    File,
+    Directory,
+    Symlink { target: &'n [u8] },
+    Device { ftype: FileType, rdev: (u32, u32) },
+}
+
+/// One directory entry handed to a `readdir` visitor.
+#[derive(Debug, Clone, Copy)]
+pub struct DirEntry<'n> {
+    /// Cookie that resumes the listing after this entry.
+    pub cookie: u64,
+    pub name: &'n [u8],
+    pub fh: FileHandle,
+    pub attr: Attr,
+}
+
+/// File system (or volume) space figures for FSSTAT / NFSv4 space attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsStat {
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+    pub avail_bytes: u64,
+    pub total_files: u64,
+    pub free_files: u64,
+    pub avail_files: u64,
+}
+
+/// A quota root (a volume) and what it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaUsage {
+    pub capacity_bytes: u64,
+    pub used_bytes: u64,
+}
+
+/// The backend trait. All methods may be called concurrently from every core.
+///
+/// Name arguments are raw bytes as received; the backend rejects "", ".",
+/// "..", names containing '/' or NUL (`Inval`) and names longer than
+/// `NAME_MAX` (`NameTooLong`).
+pub trait Vfs: Send + Sync {
+    /// Root handle of an export; `Stale` if the export is unknown.
+    fn root(&self, export_id: ExportId) -> VfsResult<FileHandle>;
+
+    fn getattr(&self, fh: &FileHandle) -> VfsResult<Attr>;
+
+    /// Apply `set`; with `guard_ctime`, fail with `NotSync` unless the
+    /// object's ctime equals it. Truncation/extension honour quotas.
+    fn setattr(&self, fh: &FileHandle, set: &SetAttr, guard_ctime: Option<Time>) -> VfsResult<Attr>;
+
+    fn lookup(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<(FileHandle, Attr)>;
+
+    /// The parent of a directory (the root is its own parent).
+    fn lookup_parent(&self, dir: &FileHandle) -> VfsResult<(FileHandle, Attr)>;
+
+    /// Read into `buf` from `offset`; returns bytes read and whether the read
+    /// reached end of file.
+    fn read(&self, fh: &FileHandle, offset: u64, buf: &mut [u8]) -> VfsResult<(usize, bool)>;
+
+    /// Write `data` at `offset`. Returns bytes written, the stability achieved
+    /// and the attributes after the write. Fails with `QuotaExceeded` or
+    /// `NoSpace` without writing anything when space is short.
+    fn write(
+        &self,
+        fh: &FileHandle,
+        offset: u64,
+        data: &[u8],
+        stable: Stability,
+    ) -> VfsResult<(usize, Stability, Attr)>;
+
+    /// Make earlier unstable writes in the range durable.
+    fn commit(&self, fh: &FileHandle, offset: u64, count: u64) -> VfsResult<()>;
+
+    /// Write verifier: changes whenever unstable data may have been lost
+    /// (every restart), so clients know to resend uncommitted writes.
+    fn write_verifier(&self) -> [u8; 8];
+
+    fn create(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        kind: NodeKind<'_>,
+        mode: u32,
+        cred: &Cred<'_>,
+        how: CreateMode,
+    ) -> VfsResult<(FileHandle, Attr)>;
+
+    /// Remove a non-directory.
+    fn remove(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()>;
+
+    /// Remove an empty directory.
+    fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()>;
+
+    fn rename(
+        &self,
+        from_dir: &FileHandle,
+        from_name: &[u8],
+        to_dir: &FileHandle,
+        to_name: &[u8],
+    ) -> VfsResult<()>;
+
+    fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> VfsResult<Attr>;
+
+    fn readlink(&self, fh: &FileHandle) -> VfsResult<Vec<u8>>;
+
+    /// Visit entries after `cookie` (0 = from the start; "." and ".." are not
+    /// listed). The visitor returns false to stop (reply buffer full).
+    /// Returns true when the listing reached the end.
+    fn readdir(
+        &self,
+        dir: &FileHandle,
+        cookie: u64,
+        visit: &mut dyn FnMut(DirEntry<'_>) -> bool,
+    ) -> VfsResult<bool>;
+
+    /// Cookie verifier of a directory: changes when cookies handed out
+    /// earlier may no longer resume correctly.
+    fn cookie_verifier(&self, dir: &FileHandle) -> VfsResult<[u8; 8]>;
+
+    /// Space figures as seen from `fh`: the volume's quota when `fh` lives in
+    /// one, otherwise the whole backend.
+    fn fsstat(&self, fh: &FileHandle) -> VfsResult<FsStat>;
+
+    /// Make directory `dir` a quota root (a volume) of `capacity_bytes`, or
+    /// change its capacity. Shrinking below what is used is `Inval`.
+    fn set_quota(&self, dir: &FileHandle, capacity_bytes: u64) -> VfsResult<()>;
+
+    /// The quota of the volume `fh` belongs to, if any.
+    fn quota(&self, fh: &FileHandle) -> VfsResult<Option<QuotaUsage>>;
+
+    /// Remove a directory and everything below it (volume deletion).
+    fn remove_tree(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()>;
+}
+
+/// Longest name component accepted.
+pub const NAME_MAX: usize = 255;
+
+/// Validate a name component (shared by backends).
+pub fn check_name(name: &[u8]) -> VfsResult<()> {
+    if name.is_empty() || name == b"." || name == b".." || name.iter().any(|&c| c == b'/' || c == 0)
+    {
+        return Err(VfsError::Inval);
+    }
+    if name.len() > NAME_MAX {
+        return Err(VfsError::NameTooLong);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_roundtrip_and_forgery() {
+        let fh = FileHandle { export_id: 7, ino: 42, generation: 9 };
+        assert_eq!(FileHandle::from_bytes(&fh.to_bytes()).unwrap(), fh);
+        let mut forged = fh.to_bytes();
+        forged[0] = 2;
+        assert_eq!(FileHandle::from_bytes(&forged), Err(VfsError::BadHandle));
+        assert_eq!(FileHandle::from_bytes(&forged[..10]), Err(VfsError::BadHandle));
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(check_name(b"a"), Ok(()));
+        for bad in [&b""[..], b".", b"..", b"a/b", b"a\0"] {
+            assert_eq!(check_name(bad), Err(VfsError::Inval));
+        }
+        assert_eq!(check_name(&[b'x'; 256]), Err(VfsError::NameTooLong));
+    }
+}
