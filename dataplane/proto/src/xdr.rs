@@ -243,6 +243,21 @@ impl<'b> Encoder<'b> {
         Ok(at)
     }
 
+    /// The unwritten rest of the buffer, for payloads written in place (READ
+    /// data goes straight from the backend into the reply this way); follow
+    /// with `advance`.
+    #[inline]
+    pub fn spare(&mut self) -> &mut [u8] {
+        &mut self.buf[self.pos..]
+    }
+
+    /// Commit `n` bytes written through `spare`.
+    #[inline]
+    pub fn advance(&mut self, n: usize) {
+        assert!(n <= self.remaining(), "advance past the end of the buffer");
+        self.pos += n;
+    }
+
     /// Overwrite a previously reserved word.
     #[inline]
     pub fn patch_u32(&mut self, at: usize, v: u32) {
