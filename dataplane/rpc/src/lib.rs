@@ -77,3 +77,10 @@ pub trait Program: Send + Sync {
     /// written result is discarded by the caller.
     fn call(&self, ctx: &CallContext<'_>, args: &[u8], reply: &mut Encoder<'_>) -> Result<(), CallError>;
 }
+
+pub mod drc;
+pub mod metrics;
+pub mod record;
+
+mod dispatch;
+pub use dispatch::{ConnInfo, Dispatcher, Limits, Outcome};

@@ -1,0 +1,325 @@
+//! Call-header processing and dispatch (RFC 5531 §8–§9): version and
+//! authentication checks, program/version/procedure lookup, the duplicate-
+//! request cache, reply headers, and per-procedure metrics.
+
+use crate::drc::{Drc, DrcKey};
+use crate::metrics::{self, OpId};
+use crate::record;
+use crate::{Auth, CallContext, CallError, Program};
+use proto::xdr::{Decoder, Encoder, XdrError};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+// RFC 5531 constants (msg_type, reply_stat, accept_stat, reject_stat,
+// auth_stat, auth_flavor).
+const CALL: u32 = 0;
+const REPLY: u32 = 1;
+const MSG_ACCEPTED: u32 = 0;
+const MSG_DENIED: u32 = 1;
+const SUCCESS: u32 = 0;
+const PROG_UNAVAIL: u32 = 1;
+const PROG_MISMATCH: u32 = 2;
+const PROC_UNAVAIL: u32 = 3;
+const GARBAGE_ARGS: u32 = 4;
+const SYSTEM_ERR: u32 = 5;
+const RPC_MISMATCH: u32 = 0;
+const AUTH_ERROR: u32 = 1;
+const AUTH_BADCRED: u32 = 1;
+const AUTH_TOOWEAK: u32 = 5;
+const AUTH_NONE: u32 = 0;
+const AUTH_SYS: u32 = 1;
+const RPC_VERSION: u32 = 2;
+/// RFC 5531: opaque_auth bodies are at most 400 bytes.
+const AUTH_BODY_MAX: u32 = 400;
+/// RFC 5531 appendix A: machinename<255>, gids<16>.
+const MACHINE_NAME_MAX: u32 = 255;
+const GIDS_MAX: u32 = 16;
+
+/// Enforced per-transport limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest record (all fragments) accepted; larger closes the connection.
+    pub record_bytes_max: usize,
+    /// Largest reply record produced (sizes reply buffers; READ counts are
+    /// capped below it).
+    pub reply_bytes_max: usize,
+    /// Calls decoded on one connection whose replies are not yet sent; the
+    /// transport stops reading the connection at this depth.
+    pub inflight_per_conn_max: usize,
+    /// Open connections across all cores; more are accepted and closed.
+    pub conns_max: usize,
+    /// Duplicate-request cache bounds.
+    pub drc_entries_max: usize,
+    pub drc_bytes_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            record_bytes_max: (1 << 20) + 4096,
+            reply_bytes_max: (1 << 20) + 4096,
+            inflight_per_conn_max: 128,
+            conns_max: 1024,
+            drc_entries_max: 8192,
+            drc_bytes_max: 16 << 20,
+        }
+    }
+}
+
+/// The transport's view of one connection.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnInfo {
+    pub conn_id: u64,
+    pub peer: SocketAddr,
+    pub core: usize,
+}
+
+/// What to do after handling one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A reply record (record mark included) of this many bytes was written.
+    Reply(usize),
+    /// Nothing to send (e.g. a REPLY message arriving on the fore channel).
+    Nothing,
+    /// The record is unusable beyond any reply (no xid): close the connection.
+    Close,
+}
+
+struct Registered {
+    prog: Arc<dyn Program>,
+    /// Metric ids for procedures 0..PROCS_MAX; beyond that, `other`.
+    proc_ops: Vec<OpId>,
+}
+
+const PROCS_MAX: u32 = 64;
+
+pub struct Dispatcher {
+    programs: Vec<Registered>,
+    drc: Drc,
+    pub limits: Limits,
+    op_garbage: OpId,
+}
+
+impl Dispatcher {
+    pub fn new(limits: Limits) -> Self {
+        assert!(limits.record_bytes_max >= 1024 && limits.reply_bytes_max >= 1024);
+        assert!(limits.inflight_per_conn_max >= 1 && limits.conns_max >= 1);
+        Dispatcher {
+            programs: Vec::new(),
+            drc: Drc::new(limits.drc_entries_max, limits.drc_bytes_max),
+            limits,
+            op_garbage: metrics::register_op("rpc", "rejected"),
+        }
+    }
+
+    /// Register a program version. Procedure names come from the program for
+    /// metrics.
+    pub fn register(&mut self, prog: Arc<dyn Program>, name: &'static str, proc_names: &[&'static str]) {
+        assert!(
+            !self.programs.iter().any(|r| r.prog.program() == prog.program() && r.prog.version() == prog.version()),
+            "program {} version {} registered twice",
+            prog.program(),
+            prog.version()
+        );
+        let proc_ops = (0..PROCS_MAX as usize)
+            .map(|i| metrics::register_op(name, proc_names.get(i).copied().unwrap_or("other")))
+            .collect();
+        self.programs.push(Registered { prog, proc_ops });
+    }
+
+    /// Handle one complete record; write the reply record into `out`.
+    pub fn handle(&self, conn: &ConnInfo, record: &[u8], out: &mut [u8]) -> Outcome {
+        let started = Instant::now();
+        assert!(out.len() >= 64, "reply buffer too small");
+        let mut d = Decoder::new(record);
+        let Ok(xid) = d.u32() else { return Outcome::Close };
+        let Ok(mtype) = d.u32() else { return Outcome::Close };
+        if mtype != CALL {
+            // Replies belong to the back channel (callbacks), not handled here.
+            return Outcome::Nothing;
+        }
+        let (body_at, mut e) = start_reply(out, xid);
+        let header = match parse_call(&mut d) {
+            Ok(h) => h,
+            Err(HeaderError::RpcVersion) => {
+                denied_rpc_mismatch(&mut e);
+                return self.finish_rejected(e, body_at, started, record.len());
+            }
+            Err(HeaderError::BadCred) => {
+                denied_auth(&mut e, AUTH_BADCRED);
+                return self.finish_rejected(e, body_at, started, record.len());
+            }
+            Err(HeaderError::Garbage) => {
+                accepted(&mut e, GARBAGE_ARGS);
+                return self.finish_rejected(e, body_at, started, record.len());
+            }
+        };
+        let args = d.rest();
+        let Some(reg) = self.programs.iter().find(|r| r.prog.program() == header.prog && r.prog.version() == header.vers)
+        else {
+            let versions = self.programs.iter().filter(|r| r.prog.program() == header.prog).map(|r| r.prog.version());
+            match (versions.clone().min(), versions.max()) {
+                (Some(low), Some(high)) => {
+                    accepted(&mut e, PROG_MISMATCH);
+                    let _ = e.u32(low);
+                    let _ = e.u32(high);
+                }
+                _ => accepted(&mut e, PROG_UNAVAIL),
+            }
+            return self.finish_rejected(e, body_at, started, record.len());
+        };
+        let op = reg.proc_ops[header.proc_num.min(PROCS_MAX - 1) as usize];
+        let ctx = CallContext {
+            xid,
+            prog: header.prog,
+            vers: header.vers,
+            proc_num: header.proc_num,
+            auth: header.auth,
+            conn_id: conn.conn_id,
+            peer: conn.peer,
+            core: conn.core,
+        };
+        let drc_key = (!reg.prog.idempotent(header.proc_num)).then(|| DrcKey {
+            addr: conn.peer.ip(),
+            xid,
+            prog: header.prog,
+            vers: header.vers,
+            proc_num: header.proc_num,
+            args_hash: DrcKey::hash_args(args),
+        });
+        let accept_at = e.position();
+        accepted(&mut e, SUCCESS);
+        let results_at = e.position();
+        if let Some(key) = &drc_key {
+            if let Some(n) = self.drc.lookup(key, e.spare()) {
+                // A retransmission: answer with the reply of the first execution.
+                e.advance(n);
+                return self.finish(e, body_at, op, started, record.len(), true);
+            }
+        }
+        let ok = match reg.prog.call(&ctx, args, &mut e) {
+            Ok(()) => true,
+            Err(err) => {
+                e.truncate(accept_at);
+                match err {
+                    CallError::ProcUnavail => accepted(&mut e, PROC_UNAVAIL),
+                    CallError::GarbageArgs => accepted(&mut e, GARBAGE_ARGS),
+                    CallError::SystemErr => accepted(&mut e, SYSTEM_ERR),
+                    CallError::AuthTooWeak => denied_auth(&mut e, AUTH_TOOWEAK),
+                }
+                false
+            }
+        };
+        if ok {
+            if let Some(key) = drc_key {
+                self.drc.insert(key, &e.written()[results_at..]);
+            }
+        }
+        self.finish(e, body_at, op, started, record.len(), ok)
+    }
+
+    fn finish_rejected(&self, e: Encoder<'_>, body_at: usize, started: Instant, bytes_in: usize) -> Outcome {
+        self.finish(e, body_at, self.op_garbage, started, bytes_in, false)
+    }
+
+    fn finish(
+        &self,
+        mut e: Encoder<'_>,
+        body_at: usize,
+        op: OpId,
+        started: Instant,
+        bytes_in: usize,
+        ok: bool,
+    ) -> Outcome {
+        let len = e.position();
+        let body = len - body_at;
+        e.patch_u32(0, u32::from_be_bytes(record::header(body)));
+        metrics::record(op, started.elapsed().as_nanos() as u64, bytes_in as u64, len as u64, ok);
+        Outcome::Reply(len)
+    }
+}
+
+struct CallHeader<'a> {
+    prog: u32,
+    vers: u32,
+    proc_num: u32,
+    auth: Auth<'a>,
+}
+
+enum HeaderError {
+    RpcVersion,
+    BadCred,
+    Garbage,
+}
+
+impl From<XdrError> for HeaderError {
+    fn from(_: XdrError) -> Self {
+        HeaderError::Garbage
+    }
+}
+
+/// call_body (RFC 5531 §9) after xid and msg_type.
+fn parse_call<'a>(d: &mut Decoder<'a>) -> Result<CallHeader<'a>, HeaderError> {
+    let rpcvers = d.u32()?;
+    if rpcvers != RPC_VERSION {
+        return Err(HeaderError::RpcVersion);
+    }
+    let prog = d.u32()?;
+    let vers = d.u32()?;
+    let proc_num = d.u32()?;
+    let flavor = d.u32()?;
+    let body = d.opaque_var(AUTH_BODY_MAX).map_err(|_| HeaderError::BadCred)?;
+    let auth = match flavor {
+        AUTH_NONE => Auth::None,
+        AUTH_SYS => parse_authsys(body).map_err(|_| HeaderError::BadCred)?,
+        _ => return Err(HeaderError::BadCred),
+    };
+    // Verifier: accepted and ignored for AUTH_NONE / AUTH_SYS.
+    let _verf_flavor = d.u32()?;
+    let _verf = d.opaque_var(AUTH_BODY_MAX)?;
+    Ok(CallHeader { prog, vers, proc_num, auth })
+}
+
+/// authsys_parms (RFC 5531 appendix A).
+fn parse_authsys(body: &[u8]) -> Result<Auth<'_>, XdrError> {
+    let mut d = Decoder::new(body);
+    let stamp = d.u32()?;
+    let machine_name = d.opaque_var(MACHINE_NAME_MAX)?;
+    let uid = d.u32()?;
+    let gid = d.u32()?;
+    let n = d.array_len(GIDS_MAX, 4)?;
+    let at = d.position();
+    d.skip(n * 4)?;
+    Ok(Auth::Sys { stamp, machine_name, uid, gid, gids: &body[at..at + n * 4] })
+}
+
+/// Write record mark placeholder + xid + REPLY; returns where the body starts.
+fn start_reply(out: &mut [u8], xid: u32) -> (usize, Encoder<'_>) {
+    let mut e = Encoder::new(out);
+    e.reserve(4).unwrap();
+    e.u32(xid).unwrap();
+    e.u32(REPLY).unwrap();
+    (4, e)
+}
+
+/// MSG_ACCEPTED with a null verifier and `stat` (the caller adds any body).
+fn accepted(e: &mut Encoder<'_>, stat: u32) {
+    let _ = e.u32(MSG_ACCEPTED);
+    let _ = e.u32(AUTH_NONE);
+    let _ = e.u32(0);
+    let _ = e.u32(stat);
+}
+
+fn denied_rpc_mismatch(e: &mut Encoder<'_>) {
+    let _ = e.u32(MSG_DENIED);
+    let _ = e.u32(RPC_MISMATCH);
+    let _ = e.u32(RPC_VERSION);
+    let _ = e.u32(RPC_VERSION);
+}
+
+fn denied_auth(e: &mut Encoder<'_>, stat: u32) {
+    let _ = e.u32(MSG_DENIED);
+    let _ = e.u32(AUTH_ERROR);
+    let _ = e.u32(stat);
+}
