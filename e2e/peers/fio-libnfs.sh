@@ -10,7 +10,8 @@
 # lists the libnfs engine. No change is made to /etc/apt: the deb-src line
 # lives in a private sources list with private package lists.
 #
-# The engine is used as ioengine=nfs with filename=nfs://127.0.0.1/<export>?nfsport=P&mountport=M
+# Use: ioengine=nfs nfs_url=nfs://127.0.0.1/<export>?nfsport=P&mountport=M filename=<file in export>
+# (nfs_url names the export to mount; filename is relative to it).
 #
 # Usage: e2e/peers/fio-libnfs.sh            -> prints e.g. ~/.cache/chimera-test/fio/bin/fio
 #        FIO_LIBNFS_REBUILD=1 e2e/peers/fio-libnfs.sh   -> rebuild from scratch
