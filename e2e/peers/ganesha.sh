@@ -125,12 +125,13 @@ start() {
   # namespace keeps ours apart from those, so they are left alone.
   "$here/netns.sh" up "$netns"
   mkdir -p "$state/vfs" "$state/recovery"
-  rm -f "$pid_file" "$state/rpcbind.pid"
+  rm -f "$pid_file" "$state/rpcbind.pid" "$state/wrapper.pid"
   write_config
   : >"$state/ganesha.log"
   # The inner shell: private /run (rpcbind's unix socket and lock live there),
-  # a size-limited tmpfs for the VFS export, rpcbind, then exec Ganesha in the
-  # foreground so the background pid is Ganesha's.
+  # a size-limited tmpfs for the VFS export, rpcbind, then Ganesha in the
+  # foreground. The shell stays as their parent and reaps both (the machine's
+  # pid 1 may not reap orphans), and stops rpcbind when Ganesha exits.
   setsid ip netns exec "$netns" unshare --mount --propagation private bash -c '
     set -e
     state="$1"; tmpfs_mib="$2"
@@ -138,17 +139,23 @@ start() {
     mkdir -p /run/rpcbind /run/ganesha
     mount -t tmpfs -o "size=${tmpfs_mib}m,mode=0777" chimera-vfs "$state/vfs"
     rpcbind -f &
-    echo $! >"$state/rpcbind.pid"
+    rpcbind_pid=$!
+    echo $rpcbind_pid >"$state/rpcbind.pid"
     for _ in $(seq 100); do [ -S /run/rpcbind.sock ] && break; sleep 0.05; done
-    [ -S /run/rpcbind.sock ] || { echo "rpcbind did not create its socket" >&2; exit 1; }
-    exec ganesha.nfsd -F -f "$state/ganesha.conf" -L "$state/ganesha.log" -p "$state/ganesha.pid.inner" -N NIV_EVENT
+    [ -S /run/rpcbind.sock ] || { echo "rpcbind did not create its socket" >&2; kill $rpcbind_pid; exit 1; }
+    ganesha.nfsd -F -f "$state/ganesha.conf" -L "$state/ganesha.log" -p "$state/ganesha.pid.inner" -N NIV_EVENT &
+    ganesha_pid=$!
+    echo $ganesha_pid >"$state/ganesha.pid"
+    set +e
+    wait $ganesha_pid; rc=$?
+    kill $rpcbind_pid 2>/dev/null; wait $rpcbind_pid
+    exit $rc
   ' chimera-ganesha "$state" "$tmpfs_mib" </dev/null >"$state/stdout.log" 2>&1 &
   local bg_pid=$!
-  echo "$bg_pid" >"$pid_file"
+  echo "$bg_pid" >"$state/wrapper.pid"
   log "starting in netns $netns (state $state)"
   local deadline=$((SECONDS + start_timeout_s))
   while [ $SECONDS -lt $deadline ]; do
-    # Until the inner shell execs Ganesha the pid's name is ip/unshare/bash.
     if ! kill -0 "$bg_pid" 2>/dev/null; then
       sleep 0.2 # let the log flush
       tail -n 20 "$state/stdout.log" "$state/ganesha.log" >&2 || true
@@ -172,13 +179,16 @@ stop() {
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null || true
   fi
+  # The inner shell stops rpcbind once Ganesha is gone; this covers a shell
+  # that was killed itself.
   if [ -f "$state/rpcbind.pid" ]; then
     rpcbind_pid="$(cat "$state/rpcbind.pid")"
+    for _ in $(seq 50); do [ "$(cat "/proc/$rpcbind_pid/comm" 2>/dev/null)" = rpcbind ] || break; sleep 0.1; done
     if [[ "$rpcbind_pid" =~ ^[0-9]+$ ]] && [ "$(cat "/proc/$rpcbind_pid/comm" 2>/dev/null)" = rpcbind ]; then
       kill -TERM "$rpcbind_pid" 2>/dev/null || true
     fi
   fi
-  rm -f "$pid_file" "$state/rpcbind.pid"
+  rm -f "$pid_file" "$state/rpcbind.pid" "$state/wrapper.pid"
   # The tmpfs mounts lived in the private mount namespace and went with it.
   "$here/netns.sh" down "$netns"
   log "stopped"
