@@ -1,1 +1,2 @@
-//! nfs4
+//! NFSv4.1 (RFC 8881) server: program 100003 version 4.
+pub mod state;

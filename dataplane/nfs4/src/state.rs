@@ -1,0 +1,1308 @@
+//! NFSv4.1 server state (RFC 8881 §2.4, §2.10, §8, §9): client records,
+//! sessions and their slot tables with the reply cache, stateids, open and
+//! lock owners, share reservations, the byte-range lock table, leases and the
+//! grace period.
+//!
+//! Pure: no I/O, no clock. Every method that depends on time takes `now_ms`
+//! (a monotonic millisecond count chosen by the caller), so tests drive time
+//! explicitly. Errors are [`StateError`]; the protocol layer maps them to
+//! nfsstat4 in one place. Every table is bounded by a named limit.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use vfs::FileHandle;
+
+/// Bounds and timers of the state machine. Every table is limited so a hostile
+/// or buggy client cannot grow server memory without bound.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub lease_time_s: u32,
+    pub grace_time_s: u32,
+    pub clients_max: usize,
+    pub sessions_per_client_max: usize,
+    /// Fore-channel slots granted per session at most (ca_maxrequests).
+    pub slots_per_session_max: u32,
+    /// Operations per COMPOUND granted at most (ca_maxoperations).
+    pub ops_per_compound_max: u32,
+    pub request_bytes_max: u32,
+    pub response_bytes_max: u32,
+    /// Largest reply kept in a slot's replay cache (ca_maxresponsesize_cached).
+    pub response_cached_bytes_max: u32,
+    /// Open and lock stateids, all clients together.
+    pub stateids_max: usize,
+    /// Byte-range locks, all files together.
+    pub locks_max: usize,
+    /// Stateids of expired clients remembered so they get NFS4ERR_EXPIRED.
+    pub expired_remembered_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            lease_time_s: 90,
+            grace_time_s: 90,
+            clients_max: 4096,
+            sessions_per_client_max: 16,
+            slots_per_session_max: 64,
+            ops_per_compound_max: 32,
+            request_bytes_max: 1024 * 1024 + 4096,
+            response_bytes_max: 1024 * 1024 + 4096,
+            response_cached_bytes_max: 8192,
+            stateids_max: 1 << 20,
+            locks_max: 1 << 20,
+            expired_remembered_max: 4096,
+        }
+    }
+}
+
+/// Why a state operation failed; each maps to exactly one nfsstat4.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateError {
+    BadSession,
+    BadSlot,
+    SeqMisordered,
+    /// The slot is executing the previous request.
+    Delay,
+    RetryUncachedRep,
+    StaleClientId,
+    ClientIdBusy,
+    BadStateid,
+    OldStateid,
+    StaleStateid,
+    Expired,
+    ShareDenied,
+    OpenMode,
+    LocksHeld,
+    Grace,
+    NoGrace,
+    CompleteAlready,
+    Inval,
+    /// Owner or state tables are full.
+    Resource,
+    NoEnt,
+    NotSame,
+    LockRange,
+}
+
+pub type StateResult<T> = Result<T, StateError>;
+
+pub type ClientId = u64;
+pub type SessionId = [u8; 16];
+
+/// stateid4 (RFC 8881 §8.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Stateid {
+    pub seqid: u32,
+    pub other: [u8; 12],
+}
+
+impl Stateid {
+    /// All zeros: the anonymous stateid (§8.2.3).
+    pub const ANONYMOUS: Stateid = Stateid { seqid: 0, other: [0; 12] };
+    /// All ones: READ bypass stateid.
+    pub const BYPASS: Stateid = Stateid { seqid: u32::MAX, other: [0xff; 12] };
+    /// seqid 1, other zero: "the current stateid" of the COMPOUND.
+    pub const CURRENT: Stateid = Stateid { seqid: 1, other: [0; 12] };
+    /// seqid all ones, other zero: the invalid stateid (returned by CLOSE).
+    pub const INVALID: Stateid = Stateid { seqid: u32::MAX, other: [0; 12] };
+
+    pub fn is_special(&self) -> bool {
+        self.other == [0; 12] || self.other == [0xff; 12]
+    }
+}
+
+/// OPEN4_SHARE_ACCESS_* / OPEN4_SHARE_DENY_* low bits.
+pub const SHARE_READ: u32 = 1;
+pub const SHARE_WRITE: u32 = 2;
+pub const SHARE_BOTH: u32 = 3;
+
+/// Negotiated channel attributes (channel_attrs4 without the RDMA list).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelAttrs {
+    pub headerpad_bytes: u32,
+    pub request_bytes_max: u32,
+    pub response_bytes_max: u32,
+    pub response_cached_bytes_max: u32,
+    pub ops_max: u32,
+    pub requests_max: u32,
+}
+
+#[derive(Debug)]
+struct Slot {
+    /// Sequence id of the last request executed in this slot (0 before any).
+    seqid: u32,
+    busy: bool,
+    /// `reply` holds the full reply of request `seqid`.
+    cached: bool,
+    /// Allocated once at session creation with the negotiated cache size.
+    reply: Vec<u8>,
+}
+
+#[derive(Debug)]
+pub struct Session {
+    pub id: SessionId,
+    pub clientid: ClientId,
+    pub fore: ChannelAttrs,
+    pub back: ChannelAttrs,
+    pub flags: u32,
+    pub cb_program: u32,
+    slots: Vec<Slot>,
+    conns: Vec<u64>,
+}
+
+/// What CREATE_SESSION returned, kept for its replay (§18.36.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreatedSession {
+    pub id: SessionId,
+    pub sequence: u32,
+    pub flags: u32,
+    pub fore: ChannelAttrs,
+    pub back: ChannelAttrs,
+}
+
+#[derive(Debug)]
+struct Client {
+    id: ClientId,
+    owner: Vec<u8>,
+    verifier: [u8; 8],
+    confirmed: bool,
+    /// csa_sequence of the last CREATE_SESSION executed.
+    cs_seq: u32,
+    cs_last: Option<CreatedSession>,
+    renewed_ms: u64,
+    sessions: Vec<SessionId>,
+    reclaim_complete: bool,
+}
+
+/// Result of EXCHANGE_ID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exchanged {
+    pub clientid: ClientId,
+    /// eir_sequenceid: what the first CREATE_SESSION must carry.
+    pub sequence: u32,
+    pub confirmed: bool,
+}
+
+/// Lock types (nfs_lock_type4): READ_LT/READW_LT are shared, WRITE_LT/WRITEW_LT exclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    Read,
+    Write,
+}
+
+/// A conflicting lock, reported as LOCK4denied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    pub offset: u64,
+    pub length: u64,
+    pub kind: LockKind,
+    pub clientid: ClientId,
+    pub owner: Vec<u8>,
+}
+
+#[derive(Debug)]
+pub enum LockError {
+    State(StateError),
+    Denied(Conflict),
+}
+
+impl From<StateError> for LockError {
+    fn from(e: StateError) -> Self {
+        LockError::State(e)
+    }
+}
+
+/// How a LOCK names its lock owner (locker4).
+#[derive(Debug, Clone, Copy)]
+pub enum Locker<'a> {
+    New { open_stateid: Stateid, owner: &'a [u8] },
+    Existing { lock_stateid: Stateid },
+}
+
+#[derive(Debug)]
+enum Kind {
+    Open { owner: Vec<u8>, access: u32, deny: u32 },
+    Lock { open: u64, owner: Vec<u8> },
+}
+
+#[derive(Debug)]
+struct StateRec {
+    clientid: ClientId,
+    fh: FileHandle,
+    seqid: u32,
+    kind: Kind,
+}
+
+#[derive(Debug, Clone)]
+struct LockRange {
+    state: u64,
+    kind: LockKind,
+    start: u64,
+    /// Inclusive last byte.
+    last: u64,
+}
+
+#[derive(Debug, Default)]
+struct FileState {
+    opens: Vec<u64>,
+    locks: Vec<LockRange>,
+}
+
+/// A validated stateid: which state it names and what the file was opened for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Validated {
+    /// None for the anonymous and bypass stateids.
+    pub key: Option<u64>,
+    pub access: u32,
+}
+
+pub struct State {
+    limits: Limits,
+    boot_epoch: u32,
+    started_ms: u64,
+    next_client: u32,
+    next_session: u32,
+    next_state: u64,
+    clients: HashMap<ClientId, Client>,
+    by_owner: HashMap<Vec<u8>, ClientId>,
+    sessions: HashMap<SessionId, Session>,
+    states: HashMap<u64, StateRec>,
+    files: HashMap<FileHandle, FileState>,
+    locks_total: usize,
+    expired: HashSet<u64>,
+    expired_order: VecDeque<u64>,
+}
+
+fn range_last(offset: u64, length: u64) -> StateResult<u64> {
+    if length == 0 {
+        return Err(StateError::Inval);
+    }
+    if length == u64::MAX {
+        return Ok(u64::MAX);
+    }
+    offset.checked_add(length - 1).ok_or(StateError::Inval)
+}
+
+fn range_length(start: u64, last: u64) -> u64 {
+    if last == u64::MAX {
+        u64::MAX
+    } else {
+        last - start + 1
+    }
+}
+
+impl State {
+    /// `boot_epoch` distinguishes this server instance's ids from an earlier
+    /// one's (seconds since the epoch at start is a good choice).
+    pub fn new(limits: Limits, boot_epoch: u32, now_ms: u64) -> Self {
+        assert!(limits.lease_time_s > 0, "lease_time_s must be positive");
+        assert!(limits.slots_per_session_max > 0 && limits.ops_per_compound_max > 0);
+        State {
+            limits,
+            boot_epoch,
+            started_ms: now_ms,
+            next_client: 1,
+            next_session: 1,
+            next_state: 1,
+            clients: HashMap::new(),
+            by_owner: HashMap::new(),
+            sessions: HashMap::new(),
+            states: HashMap::new(),
+            files: HashMap::new(),
+            locks_total: 0,
+            expired: HashSet::new(),
+            expired_order: VecDeque::new(),
+        }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    fn lease_ms(&self) -> u64 {
+        self.limits.lease_time_s as u64 * 1000
+    }
+
+    // ---- grace (§8.4.2) ----
+
+    pub fn in_grace(&self, now_ms: u64) -> bool {
+        now_ms < self.started_ms + self.limits.grace_time_s as u64 * 1000
+    }
+
+    /// May `clientid` reclaim now? Only during grace and before its RECLAIM_COMPLETE.
+    fn check_reclaim(&self, clientid: ClientId, now_ms: u64) -> StateResult<()> {
+        let c = self.clients.get(&clientid).ok_or(StateError::StaleClientId)?;
+        if !self.in_grace(now_ms) || c.reclaim_complete {
+            return Err(StateError::NoGrace);
+        }
+        Ok(())
+    }
+
+    fn check_not_grace(&self, now_ms: u64) -> StateResult<()> {
+        if self.in_grace(now_ms) {
+            Err(StateError::Grace)
+        } else {
+            Ok(())
+        }
+    }
+
+    // ---- clients (§18.35, §18.50, §18.51) ----
+
+    /// EXCHANGE_ID (RFC 8881 §18.35.4), for SP4_NONE.
+    pub fn exchange_id(
+        &mut self,
+        owner: &[u8],
+        verifier: [u8; 8],
+        update: bool,
+        now_ms: u64,
+    ) -> StateResult<Exchanged> {
+        if let Some(&id) = self.by_owner.get(owner) {
+            let c = self.clients.get_mut(&id).expect("owner index points at a live client");
+            if update {
+                // Case "update" of §18.35.4: only a confirmed record with the same verifier.
+                if !c.confirmed {
+                    return Err(StateError::NoEnt);
+                }
+                if c.verifier != verifier {
+                    return Err(StateError::NotSame);
+                }
+                c.renewed_ms = now_ms;
+                return Ok(Exchanged { clientid: id, sequence: c.cs_seq.wrapping_add(1), confirmed: true });
+            }
+            if c.confirmed && c.verifier == verifier {
+                // A retransmission or a trunked connection: same record.
+                c.renewed_ms = now_ms;
+                return Ok(Exchanged { clientid: id, sequence: c.cs_seq.wrapping_add(1), confirmed: true });
+            }
+            // The client rebooted (new verifier) or an unconfirmed record is
+            // being replaced: its old state goes, a new record starts.
+            self.expire_client(id, false);
+        } else if update {
+            return Err(StateError::NoEnt);
+        }
+        if self.clients.len() >= self.limits.clients_max {
+            return Err(StateError::Resource);
+        }
+        let id = ((self.boot_epoch as u64) << 32) | self.next_client as u64;
+        self.next_client = self.next_client.wrapping_add(1).max(1);
+        let c = Client {
+            id,
+            owner: owner.to_vec(),
+            verifier,
+            confirmed: false,
+            cs_seq: 0,
+            cs_last: None,
+            renewed_ms: now_ms,
+            sessions: Vec::new(),
+            reclaim_complete: false,
+        };
+        self.by_owner.insert(c.owner.clone(), id);
+        self.clients.insert(id, c);
+        Ok(Exchanged { clientid: id, sequence: 1, confirmed: false })
+    }
+
+    fn client_mut(&mut self, clientid: ClientId) -> StateResult<&mut Client> {
+        self.clients.get_mut(&clientid).ok_or(StateError::StaleClientId)
+    }
+
+    /// CREATE_SESSION (RFC 8881 §18.36.4): sequence check, replay, confirm,
+    /// negotiate, create.
+    pub fn create_session(
+        &mut self,
+        clientid: ClientId,
+        sequence: u32,
+        flags: u32,
+        fore_asked: ChannelAttrs,
+        back_asked: ChannelAttrs,
+        cb_program: u32,
+        now_ms: u64,
+    ) -> StateResult<CreatedSession> {
+        let sessions_max = self.limits.sessions_per_client_max;
+        let c = self.client_mut(clientid)?;
+        if sequence == c.cs_seq {
+            if let Some(last) = c.cs_last {
+                return Ok(last);
+            }
+        }
+        if sequence != c.cs_seq.wrapping_add(1) {
+            return Err(StateError::SeqMisordered);
+        }
+        if c.sessions.len() >= sessions_max {
+            return Err(StateError::Resource);
+        }
+        let fore = self.negotiate_fore(&fore_asked);
+        let back = negotiate_back(&back_asked);
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&clientid.to_be_bytes());
+        id[8..12].copy_from_slice(&self.next_session.to_be_bytes());
+        id[12..].copy_from_slice(&self.boot_epoch.to_be_bytes());
+        self.next_session = self.next_session.wrapping_add(1);
+        let slots = (0..fore.requests_max)
+            .map(|_| Slot {
+                seqid: 0,
+                busy: false,
+                cached: false,
+                reply: Vec::with_capacity(fore.response_cached_bytes_max as usize),
+            })
+            .collect();
+        let created = CreatedSession { id, sequence, flags, fore, back };
+        self.sessions.insert(
+            id,
+            Session { id, clientid, fore, back, flags, cb_program, slots, conns: Vec::new() },
+        );
+        let c = self.clients.get_mut(&clientid).expect("checked above");
+        c.cs_seq = sequence;
+        c.cs_last = Some(created);
+        c.sessions.push(id);
+        c.renewed_ms = now_ms;
+        c.confirmed = true;
+        Ok(created)
+    }
+
+    fn negotiate_fore(&self, a: &ChannelAttrs) -> ChannelAttrs {
+        let l = &self.limits;
+        ChannelAttrs {
+            headerpad_bytes: 0,
+            request_bytes_max: a.request_bytes_max.min(l.request_bytes_max),
+            response_bytes_max: a.response_bytes_max.min(l.response_bytes_max),
+            response_cached_bytes_max: a.response_cached_bytes_max.min(l.response_cached_bytes_max),
+            ops_max: a.ops_max.clamp(1, l.ops_per_compound_max),
+            requests_max: a.requests_max.clamp(1, l.slots_per_session_max),
+        }
+    }
+
+    /// DESTROY_SESSION (§18.37).
+    pub fn destroy_session(&mut self, id: &SessionId) -> StateResult<()> {
+        let s = self.sessions.remove(id).ok_or(StateError::BadSession)?;
+        if let Some(c) = self.clients.get_mut(&s.clientid) {
+            c.sessions.retain(|x| x != id);
+        }
+        Ok(())
+    }
+
+    /// DESTROY_CLIENTID (§18.50): only a client without sessions or state.
+    pub fn destroy_clientid(&mut self, clientid: ClientId) -> StateResult<()> {
+        let c = self.clients.get(&clientid).ok_or(StateError::StaleClientId)?;
+        if !c.sessions.is_empty() || self.states.values().any(|s| s.clientid == clientid) {
+            return Err(StateError::ClientIdBusy);
+        }
+        self.expire_client(clientid, false);
+        Ok(())
+    }
+
+    /// RECLAIM_COMPLETE (§18.51) for the whole client.
+    pub fn reclaim_complete(&mut self, clientid: ClientId) -> StateResult<()> {
+        let c = self.client_mut(clientid)?;
+        if c.reclaim_complete {
+            return Err(StateError::CompleteAlready);
+        }
+        c.reclaim_complete = true;
+        Ok(())
+    }
+
+    pub fn client_exists(&self, clientid: ClientId) -> bool {
+        self.clients.contains_key(&clientid)
+    }
+
+    // ---- sessions and slots (§2.10.6, §18.46) ----
+
+    pub fn session(&self, id: &SessionId) -> StateResult<&Session> {
+        self.sessions.get(id).ok_or(StateError::BadSession)
+    }
+
+    /// BIND_CONN_TO_SESSION (§18.34).
+    pub fn bind_conn(&mut self, id: &SessionId, conn: u64) -> StateResult<()> {
+        let s = self.sessions.get_mut(id).ok_or(StateError::BadSession)?;
+        if !s.conns.contains(&conn) {
+            // Bounded: one entry per connection of this session, capped at the slot count.
+            if s.conns.len() >= 64 {
+                s.conns.remove(0);
+            }
+            s.conns.push(conn);
+        }
+        Ok(())
+    }
+
+    /// The slot check of SEQUENCE (§2.10.6.1). `Ok(false)`: execute the
+    /// request (the slot is now busy; finish with `sequence_end`).
+    /// `Ok(true)`: a retransmission whose cached reply `cached_reply` returns.
+    pub fn sequence_begin(
+        &mut self,
+        id: &SessionId,
+        slotid: u32,
+        seqid: u32,
+        conn: u64,
+        now_ms: u64,
+    ) -> StateResult<bool> {
+        let s = self.sessions.get_mut(id).ok_or(StateError::BadSession)?;
+        let slot = s.slots.get_mut(slotid as usize).ok_or(StateError::BadSlot)?;
+        let replay = if seqid == slot.seqid.wrapping_add(1) {
+            slot.seqid = seqid;
+            slot.busy = true;
+            slot.cached = false;
+            slot.reply.clear();
+            false
+        } else if seqid == slot.seqid && slot.seqid != 0 {
+            if slot.busy {
+                return Err(StateError::Delay);
+            }
+            if !slot.cached {
+                return Err(StateError::RetryUncachedRep);
+            }
+            true
+        } else {
+            return Err(StateError::SeqMisordered);
+        };
+        // SP4_NONE: a connection is bound implicitly by using it (§2.10.3.1).
+        if !s.conns.contains(&conn) {
+            if s.conns.len() >= 64 {
+                s.conns.remove(0);
+            }
+            s.conns.push(conn);
+        }
+        let clientid = s.clientid;
+        if let Some(c) = self.clients.get_mut(&clientid) {
+            c.renewed_ms = now_ms;
+        }
+        Ok(replay)
+    }
+
+    /// The cached reply of a slot (valid after `sequence_begin` returned true).
+    pub fn cached_reply(&self, id: &SessionId, slotid: u32) -> Option<&[u8]> {
+        let s = self.sessions.get(id)?;
+        let slot = s.slots.get(slotid as usize)?;
+        slot.cached.then_some(&slot.reply[..])
+    }
+
+    /// Finish a request started by `sequence_begin`: free the slot and keep
+    /// `reply` for retransmissions if given (it must fit the negotiated cache
+    /// size; the caller has checked). Tolerates a session destroyed meanwhile.
+    pub fn sequence_end(&mut self, id: &SessionId, slotid: u32, reply: Option<&[u8]>) {
+        let Some(s) = self.sessions.get_mut(id) else { return };
+        let cache_max = s.fore.response_cached_bytes_max as usize;
+        let Some(slot) = s.slots.get_mut(slotid as usize) else { return };
+        slot.busy = false;
+        if let Some(r) = reply {
+            assert!(r.len() <= cache_max, "cached reply larger than negotiated");
+            slot.reply.clear();
+            slot.reply.extend_from_slice(r);
+            slot.cached = true;
+        }
+    }
+
+    // ---- leases (§8.3) ----
+
+    /// Expire every client whose lease ran out: its sessions, opens and locks
+    /// are freed and its stateids answer NFS4ERR_EXPIRED from now on.
+    /// Returns how many clients expired.
+    pub fn reap(&mut self, now_ms: u64) -> usize {
+        let lease = self.lease_ms();
+        let dead: Vec<ClientId> = self
+            .clients
+            .values()
+            .filter(|c| now_ms.saturating_sub(c.renewed_ms) > lease)
+            .map(|c| c.id)
+            .collect();
+        for id in &dead {
+            self.expire_client(*id, true);
+        }
+        dead.len()
+    }
+
+    fn expire_client(&mut self, clientid: ClientId, remember: bool) {
+        let Some(c) = self.clients.remove(&clientid) else { return };
+        self.by_owner.remove(&c.owner);
+        for sid in &c.sessions {
+            self.sessions.remove(sid);
+        }
+        let keys: Vec<u64> =
+            self.states.iter().filter(|(_, s)| s.clientid == clientid).map(|(k, _)| *k).collect();
+        for k in keys {
+            self.drop_state(k);
+            if remember {
+                self.remember_expired(k);
+            }
+        }
+    }
+
+    fn remember_expired(&mut self, key: u64) {
+        if self.limits.expired_remembered_max == 0 {
+            return;
+        }
+        while self.expired_order.len() >= self.limits.expired_remembered_max {
+            if let Some(old) = self.expired_order.pop_front() {
+                self.expired.remove(&old);
+            }
+        }
+        self.expired.insert(key);
+        self.expired_order.push_back(key);
+    }
+
+    // ---- stateids (§8.2) ----
+
+    fn stateid_of(&self, key: u64) -> Stateid {
+        let rec = &self.states[&key];
+        let mut other = [0u8; 12];
+        other[..4].copy_from_slice(&self.boot_epoch.to_be_bytes());
+        other[4..].copy_from_slice(&key.to_be_bytes());
+        Stateid { seqid: rec.seqid, other }
+    }
+
+    /// Find the state a non-special stateid names, checking its instance,
+    /// owner client and seqid (§8.2.2: seqid 0 means "the current one").
+    fn lookup(&self, clientid: ClientId, sid: &Stateid) -> StateResult<u64> {
+        if sid.is_special() {
+            return Err(StateError::BadStateid);
+        }
+        let epoch = u32::from_be_bytes(sid.other[..4].try_into().unwrap());
+        let key = u64::from_be_bytes(sid.other[4..].try_into().unwrap());
+        if epoch != self.boot_epoch {
+            return Err(StateError::StaleStateid);
+        }
+        let Some(rec) = self.states.get(&key) else {
+            return Err(if self.expired.contains(&key) {
+                StateError::Expired
+            } else {
+                StateError::BadStateid
+            });
+        };
+        if rec.clientid != clientid {
+            return Err(StateError::BadStateid);
+        }
+        if sid.seqid != 0 {
+            if sid.seqid > rec.seqid {
+                return Err(StateError::BadStateid);
+            }
+            if sid.seqid < rec.seqid {
+                return Err(StateError::OldStateid);
+            }
+        }
+        Ok(key)
+    }
+
+    fn new_state(&mut self, clientid: ClientId, fh: FileHandle, kind: Kind) -> StateResult<u64> {
+        if self.states.len() >= self.limits.stateids_max {
+            return Err(StateError::Resource);
+        }
+        let key = self.next_state;
+        self.next_state += 1;
+        let is_open = matches!(kind, Kind::Open { .. });
+        self.states.insert(key, StateRec { clientid, fh, seqid: 1, kind });
+        if is_open {
+            self.files.entry(fh).or_default().opens.push(key);
+        }
+        Ok(key)
+    }
+
+    fn bump(&mut self, key: u64) -> Stateid {
+        let rec = self.states.get_mut(&key).expect("bump of a live state");
+        // seqid 0 is reserved (§8.2.2): wrap from u32::MAX to 1.
+        rec.seqid = if rec.seqid == u32::MAX { 1 } else { rec.seqid + 1 };
+        self.stateid_of(key)
+    }
+
+    /// Remove a state and everything hanging off it (an open's lock states).
+    fn drop_state(&mut self, key: u64) {
+        let Some(rec) = self.states.remove(&key) else { return };
+        if let Kind::Open { .. } = rec.kind {
+            let children: Vec<u64> = self
+                .states
+                .iter()
+                .filter(|(_, s)| matches!(s.kind, Kind::Lock { open, .. } if open == key))
+                .map(|(k, _)| *k)
+                .collect();
+            for c in children {
+                self.drop_state(c);
+            }
+        }
+        if let Some(f) = self.files.get_mut(&rec.fh) {
+            f.opens.retain(|k| *k != key);
+            let before = f.locks.len();
+            f.locks.retain(|l| l.state != key);
+            self.locks_total -= before - f.locks.len();
+            if f.opens.is_empty() && f.locks.is_empty() {
+                self.files.remove(&rec.fh);
+            }
+        }
+    }
+
+    /// Validate a stateid used for I/O on `fh` (READ, WRITE, SETATTR size).
+    /// The anonymous and bypass stateids are accepted outside grace.
+    pub fn check_io(
+        &self,
+        clientid: Option<ClientId>,
+        sid: &Stateid,
+        fh: &FileHandle,
+        now_ms: u64,
+    ) -> StateResult<Validated> {
+        if *sid == Stateid::ANONYMOUS || *sid == Stateid::BYPASS {
+            // Anonymous I/O could conflict with state not yet reclaimed.
+            self.check_not_grace(now_ms)?;
+            return Ok(Validated { key: None, access: SHARE_BOTH });
+        }
+        let clientid = clientid.ok_or(StateError::BadStateid)?;
+        let key = self.lookup(clientid, sid)?;
+        let rec = &self.states[&key];
+        if rec.fh != *fh {
+            return Err(StateError::BadStateid);
+        }
+        let access = match &rec.kind {
+            Kind::Open { access, .. } => *access,
+            Kind::Lock { open, .. } => match self.states.get(open) {
+                Some(StateRec { kind: Kind::Open { access, .. }, .. }) => *access,
+                _ => return Err(StateError::BadStateid),
+            },
+        };
+        Ok(Validated { key: Some(key), access })
+    }
+
+    /// TEST_STATEID (§18.48) for one stateid.
+    pub fn test_stateid(&self, clientid: ClientId, sid: &Stateid) -> StateResult<()> {
+        self.lookup(clientid, sid).map(|_| ())
+    }
+
+    /// FREE_STATEID (§18.38): a lock stateid without locks; anything else is busy.
+    pub fn free_stateid(&mut self, clientid: ClientId, sid: &Stateid) -> StateResult<()> {
+        let key = self.lookup(clientid, sid)?;
+        let rec = &self.states[&key];
+        match rec.kind {
+            Kind::Open { .. } => Err(StateError::LocksHeld),
+            Kind::Lock { .. } => {
+                let held = self.files.get(&rec.fh).is_some_and(|f| f.locks.iter().any(|l| l.state == key));
+                if held {
+                    return Err(StateError::LocksHeld);
+                }
+                self.drop_state(key);
+                Ok(())
+            }
+        }
+    }
+
+    // ---- opens and share reservations (§9.7, §18.16) ----
+
+    /// OPEN: create or upgrade the open state of (`clientid`, `owner`) on
+    /// `fh`. `reclaim` is CLAIM_PREVIOUS, allowed only during grace; other
+    /// opens are refused during grace.
+    pub fn open(
+        &mut self,
+        clientid: ClientId,
+        owner: &[u8],
+        fh: FileHandle,
+        access: u32,
+        deny: u32,
+        reclaim: bool,
+        now_ms: u64,
+    ) -> StateResult<Stateid> {
+        if access == 0 || access > SHARE_BOTH || deny > SHARE_BOTH {
+            return Err(StateError::Inval);
+        }
+        if !self.clients.contains_key(&clientid) {
+            return Err(StateError::StaleClientId);
+        }
+        if reclaim {
+            self.check_reclaim(clientid, now_ms)?;
+        } else {
+            self.check_not_grace(now_ms)?;
+        }
+        let mut mine = None;
+        if let Some(f) = self.files.get(&fh) {
+            for k in &f.opens {
+                let rec = &self.states[k];
+                let Kind::Open { owner: o, access: a, deny: d } = &rec.kind else { continue };
+                if rec.clientid == clientid && o[..] == *owner {
+                    mine = Some(*k);
+                    continue;
+                }
+                if a & deny != 0 || d & access != 0 {
+                    return Err(StateError::ShareDenied);
+                }
+            }
+        }
+        let key = match mine {
+            Some(k) => {
+                if let Some(StateRec { kind: Kind::Open { access: a, deny: d, .. }, .. }) =
+                    self.states.get_mut(&k)
+                {
+                    *a |= access;
+                    *d |= deny;
+                }
+                return Ok(self.bump(k));
+            }
+            None => self.new_state(
+                clientid,
+                fh,
+                Kind::Open { owner: owner.to_vec(), access, deny },
+            )?,
+        };
+        Ok(self.stateid_of(key))
+    }
+
+    /// OPEN_DOWNGRADE (§18.18): the new modes must be a subset of the current.
+    pub fn open_downgrade(
+        &mut self,
+        clientid: ClientId,
+        sid: &Stateid,
+        access: u32,
+        deny: u32,
+    ) -> StateResult<Stateid> {
+        let key = self.lookup(clientid, sid)?;
+        let Some(StateRec { kind: Kind::Open { access: a, deny: d, .. }, .. }) = self.states.get_mut(&key)
+        else {
+            return Err(StateError::BadStateid);
+        };
+        if access == 0 || access & !*a != 0 || deny & !*d != 0 {
+            return Err(StateError::Inval);
+        }
+        *a = access;
+        *d = deny;
+        Ok(self.bump(key))
+    }
+
+    /// CLOSE (§18.2): refuses while byte-range locks are held under this open.
+    pub fn close(&mut self, clientid: ClientId, sid: &Stateid) -> StateResult<Stateid> {
+        let key = self.lookup(clientid, sid)?;
+        let rec = &self.states[&key];
+        if !matches!(rec.kind, Kind::Open { .. }) {
+            return Err(StateError::BadStateid);
+        }
+        let held = self.files.get(&rec.fh).is_some_and(|f| {
+            f.locks.iter().any(|l| {
+                matches!(self.states.get(&l.state), Some(StateRec { kind: Kind::Lock { open, .. }, .. }) if *open == key)
+            })
+        });
+        if held {
+            return Err(StateError::LocksHeld);
+        }
+        self.drop_state(key);
+        Ok(Stateid::INVALID)
+    }
+
+    /// Number of open and lock stateids held (tests, metrics).
+    pub fn stateid_count(&self) -> usize {
+        self.states.len()
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn client_count(&self) -> usize {
+        self.clients.len()
+    }
+
+    // ---- byte-range locks (§9.2, §18.10–18.12) ----
+
+    fn lock_owner_of(&self, key: u64) -> (ClientId, &[u8]) {
+        let rec = &self.states[&key];
+        match &rec.kind {
+            Kind::Lock { owner, .. } => (rec.clientid, owner),
+            Kind::Open { owner, .. } => (rec.clientid, owner),
+        }
+    }
+
+    /// First lock on `fh` held by someone other than (`clientid`, `owner`)
+    /// that conflicts with [start, last] of `kind`.
+    fn find_conflict(
+        &self,
+        fh: &FileHandle,
+        clientid: ClientId,
+        owner: &[u8],
+        kind: LockKind,
+        start: u64,
+        last: u64,
+    ) -> Option<Conflict> {
+        let f = self.files.get(fh)?;
+        f.locks.iter().find_map(|l| {
+            let (c, o) = self.lock_owner_of(l.state);
+            let same = c == clientid && o == owner;
+            let overlap = l.start <= last && start <= l.last;
+            let exclusive = kind == LockKind::Write || l.kind == LockKind::Write;
+            (!same && overlap && exclusive).then(|| Conflict {
+                offset: l.start,
+                length: range_length(l.start, l.last),
+                kind: l.kind,
+                clientid: c,
+                owner: o.to_vec(),
+            })
+        })
+    }
+
+    /// LOCK (§18.10). Returns the lock stateid (seqid bumped when it existed).
+    #[allow(clippy::too_many_arguments)]
+    pub fn lock(
+        &mut self,
+        clientid: ClientId,
+        fh: &FileHandle,
+        locker: Locker<'_>,
+        kind: LockKind,
+        offset: u64,
+        length: u64,
+        reclaim: bool,
+        now_ms: u64,
+    ) -> Result<Stateid, LockError> {
+        let last = range_last(offset, length)?;
+        if reclaim {
+            self.check_reclaim(clientid, now_ms)?;
+        } else {
+            self.check_not_grace(now_ms)?;
+        }
+        // Resolve (or prepare) the lock state and the open it hangs off.
+        let (existing, open_key, owner) = match locker {
+            Locker::New { open_stateid, owner } => {
+                let open = self.lookup(clientid, &open_stateid)?;
+                if !matches!(self.states[&open].kind, Kind::Open { .. }) {
+                    return Err(StateError::BadStateid.into());
+                }
+                let found = self.states.iter().find_map(|(k, s)| match &s.kind {
+                    Kind::Lock { open: o, owner: w } if *o == open && w[..] == *owner => Some(*k),
+                    _ => None,
+                });
+                (found, open, owner.to_vec())
+            }
+            Locker::Existing { lock_stateid } => {
+                let k = self.lookup(clientid, &lock_stateid)?;
+                match &self.states[&k].kind {
+                    Kind::Lock { open, owner } => (Some(k), *open, owner.clone()),
+                    Kind::Open { .. } => return Err(StateError::BadStateid.into()),
+                }
+            }
+        };
+        let open_rec = &self.states[&open_key];
+        if open_rec.fh != *fh {
+            return Err(StateError::BadStateid.into());
+        }
+        let Kind::Open { access, .. } = open_rec.kind else { unreachable!() };
+        let needed = if kind == LockKind::Write { SHARE_WRITE } else { SHARE_READ };
+        if access & needed == 0 {
+            return Err(StateError::OpenMode.into());
+        }
+        if let Some(c) = self.find_conflict(fh, clientid, &owner, kind, offset, last) {
+            return Err(LockError::Denied(c));
+        }
+        if self.locks_total + 2 > self.limits.locks_max {
+            return Err(StateError::Resource.into());
+        }
+        let key = match existing {
+            Some(k) => k,
+            None => self.new_state(clientid, *fh, Kind::Lock { open: open_key, owner })?,
+        };
+        // POSIX semantics for the owner's own ranges: the new lock replaces
+        // whatever it overlaps (upgrade, downgrade, split).
+        self.unlock_range(fh, key, offset, last);
+        let f = self.files.entry(*fh).or_default();
+        f.locks.push(LockRange { state: key, kind, start: offset, last });
+        self.locks_total += 1;
+        Ok(if existing.is_some() { self.bump(key) } else { self.stateid_of(key) })
+    }
+
+    /// Remove [start, last] from the ranges held by lock state `key`,
+    /// splitting ranges that straddle it.
+    fn unlock_range(&mut self, fh: &FileHandle, key: u64, start: u64, last: u64) {
+        let Some(f) = self.files.get_mut(fh) else { return };
+        let before_len = f.locks.len();
+        let mut kept = Vec::with_capacity(before_len + 1);
+        for l in f.locks.drain(..) {
+            if l.state != key || l.last < start || last < l.start {
+                kept.push(l);
+                continue;
+            }
+            if l.start < start {
+                kept.push(LockRange { last: start - 1, ..l.clone() });
+            }
+            if last < l.last {
+                kept.push(LockRange { start: last + 1, ..l.clone() });
+            }
+        }
+        self.locks_total = self.locks_total + kept.len() - before_len;
+        f.locks = kept;
+    }
+
+    /// LOCKT (§18.11): would this lock be granted?
+    pub fn lockt(
+        &self,
+        clientid: ClientId,
+        fh: &FileHandle,
+        owner: &[u8],
+        kind: LockKind,
+        offset: u64,
+        length: u64,
+        now_ms: u64,
+    ) -> Result<(), LockError> {
+        let last = range_last(offset, length)?;
+        self.check_not_grace(now_ms)?;
+        match self.find_conflict(fh, clientid, owner, kind, offset, last) {
+            Some(c) => Err(LockError::Denied(c)),
+            None => Ok(()),
+        }
+    }
+
+    /// LOCKU (§18.12).
+    pub fn locku(
+        &mut self,
+        clientid: ClientId,
+        fh: &FileHandle,
+        sid: &Stateid,
+        offset: u64,
+        length: u64,
+    ) -> StateResult<Stateid> {
+        let last = range_last(offset, length)?;
+        let key = self.lookup(clientid, sid)?;
+        let rec = &self.states[&key];
+        if !matches!(rec.kind, Kind::Lock { .. }) || rec.fh != *fh {
+            return Err(StateError::BadStateid);
+        }
+        self.unlock_range(fh, key, offset, last);
+        Ok(self.bump(key))
+    }
+
+    /// Locks currently held on `fh` (tests).
+    pub fn lock_count(&self, fh: &FileHandle) -> usize {
+        self.files.get(fh).map_or(0, |f| f.locks.len())
+    }
+}
+
+fn negotiate_back(a: &ChannelAttrs) -> ChannelAttrs {
+    // We never send callbacks yet; accept what the client offers, bounded.
+    ChannelAttrs {
+        headerpad_bytes: 0,
+        request_bytes_max: a.request_bytes_max.min(64 * 1024),
+        response_bytes_max: a.response_bytes_max.min(64 * 1024),
+        response_cached_bytes_max: 0,
+        ops_max: a.ops_max.clamp(1, 16),
+        requests_max: a.requests_max.clamp(1, 16),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Proves the state machine's rules in isolation: client confirmation,
+    //! CREATE_SESSION replay, slot sequencing and the reply cache, stateid
+    //! seqids, share reservations, lock conflicts and splitting, lease expiry
+    //! freeing everything, and the grace period.
+    use super::*;
+
+    const FH: FileHandle = FileHandle { export_id: 1, ino: 10, generation: 1 };
+    const FH2: FileHandle = FileHandle { export_id: 1, ino: 11, generation: 1 };
+
+    fn attrs() -> ChannelAttrs {
+        ChannelAttrs {
+            headerpad_bytes: 0,
+            request_bytes_max: 1 << 20,
+            response_bytes_max: 1 << 20,
+            response_cached_bytes_max: 4096,
+            ops_max: 8,
+            requests_max: 4,
+        }
+    }
+
+    fn no_grace() -> Limits {
+        Limits { grace_time_s: 0, lease_time_s: 10, ..Limits::default() }
+    }
+
+    /// A confirmed client with one session, at time 0.
+    fn setup(st: &mut State, owner: &[u8]) -> (ClientId, SessionId) {
+        let x = st.exchange_id(owner, [1; 8], false, 0).unwrap();
+        assert!(!x.confirmed);
+        let cs = st.create_session(x.clientid, x.sequence, 0, attrs(), attrs(), 0x4000_0000, 0).unwrap();
+        (x.clientid, cs.id)
+    }
+
+    #[test]
+    fn exchange_id_cases() {
+        let mut st = State::new(no_grace(), 7, 0);
+        let a = st.exchange_id(b"alice", [1; 8], false, 0).unwrap();
+        // Unconfirmed retry replaces the record.
+        let a2 = st.exchange_id(b"alice", [1; 8], false, 0).unwrap();
+        assert_ne!(a.clientid, a2.clientid);
+        assert_eq!(st.client_count(), 1);
+        assert_eq!(st.create_session(a.clientid, 1, 0, attrs(), attrs(), 0, 0), Err(StateError::StaleClientId));
+        st.create_session(a2.clientid, a2.sequence, 0, attrs(), attrs(), 0, 0).unwrap();
+        // Confirmed + same verifier: same clientid, confirmed flag.
+        let a3 = st.exchange_id(b"alice", [1; 8], false, 0).unwrap();
+        assert_eq!(a3.clientid, a2.clientid);
+        assert!(a3.confirmed);
+        assert_eq!(a3.sequence, 2);
+        // Update with the wrong verifier is refused.
+        assert_eq!(st.exchange_id(b"alice", [2; 8], true, 0), Err(StateError::NotSame));
+        assert_eq!(st.exchange_id(b"bob", [2; 8], true, 0), Err(StateError::NoEnt));
+        // A reboot (new verifier) gives a new client and drops the old sessions.
+        let a4 = st.exchange_id(b"alice", [9; 8], false, 0).unwrap();
+        assert_ne!(a4.clientid, a2.clientid);
+        assert_eq!(st.session_count(), 0);
+    }
+
+    #[test]
+    fn create_session_replay_and_misorder() {
+        let mut st = State::new(no_grace(), 7, 0);
+        let x = st.exchange_id(b"c", [1; 8], false, 0).unwrap();
+        let big = ChannelAttrs { requests_max: 10_000, ops_max: 10_000, response_cached_bytes_max: u32::MAX, ..attrs() };
+        let s1 = st.create_session(x.clientid, 1, 0, big, big, 0, 0).unwrap();
+        assert_eq!(s1.fore.requests_max, Limits::default().slots_per_session_max);
+        assert_eq!(s1.fore.ops_max, Limits::default().ops_per_compound_max);
+        assert_eq!(s1.fore.response_cached_bytes_max, Limits::default().response_cached_bytes_max);
+        let again = st.create_session(x.clientid, 1, 0, big, big, 0, 0).unwrap();
+        assert_eq!(again, s1, "replay returns the same session");
+        assert_eq!(st.session_count(), 1);
+        assert_eq!(st.create_session(x.clientid, 5, 0, big, big, 0, 0), Err(StateError::SeqMisordered));
+        let s2 = st.create_session(x.clientid, 2, 0, big, big, 0, 0).unwrap();
+        assert_ne!(s2.id, s1.id);
+        assert_eq!(st.destroy_clientid(x.clientid), Err(StateError::ClientIdBusy));
+        st.destroy_session(&s1.id).unwrap();
+        st.destroy_session(&s2.id).unwrap();
+        assert_eq!(st.destroy_session(&s2.id), Err(StateError::BadSession));
+        st.destroy_clientid(x.clientid).unwrap();
+        assert_eq!(st.destroy_clientid(x.clientid), Err(StateError::StaleClientId));
+    }
+
+    #[test]
+    fn slots_sequence_and_replay_cache() {
+        let mut st = State::new(no_grace(), 7, 0);
+        let (_, sid) = setup(&mut st, b"c");
+        assert_eq!(st.sequence_begin(&sid, 9, 1, 1, 0), Err(StateError::BadSlot));
+        assert_eq!(st.sequence_begin(&sid, 0, 2, 1, 0), Err(StateError::SeqMisordered));
+        assert_eq!(st.sequence_begin(&sid, 0, 0, 1, 0), Err(StateError::SeqMisordered));
+        assert_eq!(st.sequence_begin(&sid, 0, 1, 1, 0), Ok(false));
+        // Retransmission while the first is executing.
+        assert_eq!(st.sequence_begin(&sid, 0, 1, 1, 0), Err(StateError::Delay));
+        st.sequence_end(&sid, 0, Some(b"reply-1"));
+        assert_eq!(st.sequence_begin(&sid, 0, 1, 1, 0), Ok(true));
+        assert_eq!(st.cached_reply(&sid, 0), Some(&b"reply-1"[..]));
+        // Next request, not cached: a retransmission cannot be answered.
+        assert_eq!(st.sequence_begin(&sid, 0, 2, 1, 0), Ok(false));
+        st.sequence_end(&sid, 0, None);
+        assert_eq!(st.sequence_begin(&sid, 0, 2, 1, 0), Err(StateError::RetryUncachedRep));
+        assert_eq!(st.sequence_begin(&[0; 16], 0, 1, 1, 0), Err(StateError::BadSession));
+    }
+
+    #[test]
+    fn open_share_reservations_and_stateid_seqids() {
+        let mut st = State::new(no_grace(), 7, 0);
+        let (a, _) = setup(&mut st, b"a");
+        let (b, _) = setup(&mut st, b"b");
+        let s1 = st.open(a, b"o1", FH, SHARE_READ, SHARE_WRITE, false, 0).unwrap();
+        assert_eq!(s1.seqid, 1);
+        assert_eq!(st.open(b, b"o2", FH, SHARE_WRITE, 0, false, 0), Err(StateError::ShareDenied));
+        assert_eq!(st.open(b, b"o2", FH, SHARE_READ, SHARE_READ, false, 0), Err(StateError::ShareDenied));
+        st.open(b, b"o2", FH, SHARE_READ, 0, false, 0).unwrap();
+        // Upgrade by the same owner: same other, seqid 2.
+        let s2 = st.open(a, b"o1", FH, SHARE_BOTH, SHARE_WRITE, false, 0).unwrap();
+        assert_eq!((s2.other, s2.seqid), (s1.other, 2));
+        assert_eq!(st.check_io(Some(a), &s1, &FH, 0), Err(StateError::OldStateid));
+        assert_eq!(st.check_io(Some(a), &Stateid { seqid: 3, ..s1 }, &FH, 0), Err(StateError::BadStateid));
+        assert_eq!(st.check_io(Some(a), &Stateid { seqid: 0, ..s1 }, &FH, 0).unwrap().access, SHARE_BOTH);
+        assert_eq!(st.check_io(Some(b), &s2, &FH, 0), Err(StateError::BadStateid), "other client's stateid");
+        assert_eq!(st.check_io(Some(a), &s2, &FH2, 0), Err(StateError::BadStateid), "other file");
+        let mut stale = s2;
+        stale.other[0] ^= 1;
+        assert_eq!(st.check_io(Some(a), &stale, &FH, 0), Err(StateError::StaleStateid));
+        let s3 = st.open_downgrade(a, &s2, SHARE_READ, 0).unwrap();
+        assert_eq!(s3.seqid, 3);
+        assert_eq!(st.open_downgrade(a, &s3, SHARE_BOTH, 0), Err(StateError::Inval), "not a downgrade");
+        assert_eq!(st.close(a, &s3), Ok(Stateid::INVALID));
+        assert_eq!(st.check_io(Some(a), &s3, &FH, 0), Err(StateError::BadStateid));
+        assert_eq!(st.open(a, b"o1", FH, 0, 0, false, 0), Err(StateError::Inval));
+    }
+
+    #[test]
+    fn byte_range_locks_conflict_split_and_release() {
+        let mut st = State::new(no_grace(), 7, 0);
+        let (a, _) = setup(&mut st, b"a");
+        let (b, _) = setup(&mut st, b"b");
+        let oa = st.open(a, b"oa", FH, SHARE_BOTH, 0, false, 0).unwrap();
+        let ob = st.open(b, b"ob", FH, SHARE_READ, 0, false, 0).unwrap();
+        let la = st
+            .lock(a, &FH, Locker::New { open_stateid: oa, owner: b"la" }, LockKind::Write, 0, 100, false, 0)
+            .unwrap();
+        // b may not write-lock (read-only open) nor read-lock an overlapping range.
+        let r = st.lock(b, &FH, Locker::New { open_stateid: ob, owner: b"lb" }, LockKind::Write, 0, 1, false, 0);
+        assert!(matches!(r, Err(LockError::State(StateError::OpenMode))));
+        let r = st.lock(b, &FH, Locker::New { open_stateid: ob, owner: b"lb" }, LockKind::Read, 50, 10, false, 0);
+        match r {
+            Err(LockError::Denied(c)) => {
+                assert_eq!((c.offset, c.length, c.kind, c.clientid), (0, 100, LockKind::Write, a));
+                assert_eq!(c.owner, b"la");
+            }
+            other => panic!("expected denial, got {other:?}"),
+        }
+        assert!(st.lockt(b, &FH, b"lb", LockKind::Read, 100, 10, 0).is_ok(), "adjacent range is free");
+        assert!(matches!(st.lockt(b, &FH, b"lb", LockKind::Read, 99, 1, 0), Err(LockError::Denied(_))));
+        // Unlock the middle: two pieces stay; the hole is lockable by b.
+        let la2 = st.locku(a, &FH, &la, 40, 20).unwrap();
+        assert_eq!(la2.seqid, 2);
+        assert_eq!(st.lock_count(&FH), 2);
+        let lb = st
+            .lock(b, &FH, Locker::New { open_stateid: ob, owner: b"lb" }, LockKind::Read, 40, 20, false, 0)
+            .unwrap();
+        // Whole-file length (all ones) and a zero length.
+        assert!(matches!(st.lockt(b, &FH, b"x", LockKind::Write, 70, u64::MAX, 0), Err(LockError::Denied(_))));
+        assert!(matches!(st.lockt(b, &FH, b"x", LockKind::Write, 0, 0, 0), Err(LockError::State(StateError::Inval))));
+        assert!(matches!(
+            st.lockt(b, &FH, b"x", LockKind::Write, u64::MAX, 2, 0),
+            Err(LockError::State(StateError::Inval))
+        ));
+        // CLOSE with locks held is refused; FREE_STATEID too.
+        assert_eq!(st.close(a, &oa), Err(StateError::LocksHeld));
+        assert_eq!(st.free_stateid(a, &la2), Err(StateError::LocksHeld));
+        let la3 = st.locku(a, &FH, &la2, 0, u64::MAX).unwrap();
+        st.free_stateid(a, &la3).unwrap();
+        st.close(a, &oa).unwrap();
+        assert_eq!(st.lock_count(&FH), 1);
+        let lb2 = st.locku(b, &FH, &lb, 0, u64::MAX).unwrap();
+        assert_eq!(st.lock_count(&FH), 0);
+        assert_eq!(lb2.seqid, 2);
+    }
+
+    #[test]
+    fn lease_expiry_frees_state_and_reports_expired() {
+        let mut st = State::new(no_grace(), 7, 0);
+        let (a, sa) = setup(&mut st, b"a");
+        let (b, sb) = setup(&mut st, b"b");
+        let oa = st.open(a, b"oa", FH, SHARE_BOTH, SHARE_BOTH, false, 0).unwrap();
+        st.lock(a, &FH, Locker::New { open_stateid: oa, owner: b"la" }, LockKind::Write, 0, 1, false, 0).unwrap();
+        // b keeps renewing; a goes silent past the 10 s lease.
+        assert_eq!(st.sequence_begin(&sb, 0, 1, 2, 9_000), Ok(false));
+        st.sequence_end(&sb, 0, None);
+        assert_eq!(st.reap(10_000), 0, "not yet expired at exactly one lease");
+        assert_eq!(st.reap(10_001), 1);
+        assert!(!st.client_exists(a) && st.client_exists(b));
+        assert_eq!(st.sequence_begin(&sa, 0, 1, 1, 10_001), Err(StateError::BadSession));
+        assert_eq!(st.lock_count(&FH), 0);
+        assert_eq!(st.stateid_count(), 0);
+        assert_eq!(st.check_io(Some(a), &oa, &FH, 10_001), Err(StateError::Expired));
+        // The share reservation is gone: b can open for writing.
+        st.open(b, b"ob", FH, SHARE_WRITE, 0, false, 10_001).unwrap();
+    }
+
+    #[test]
+    fn grace_period_allows_only_reclaims() {
+        let limits = Limits { grace_time_s: 5, lease_time_s: 100, ..Limits::default() };
+        let mut st = State::new(limits, 7, 1_000);
+        let (a, _) = setup(&mut st, b"a");
+        assert!(st.in_grace(1_000));
+        assert_eq!(st.open(a, b"o", FH, SHARE_READ, 0, false, 1_000), Err(StateError::Grace));
+        assert_eq!(st.check_io(Some(a), &Stateid::ANONYMOUS, &FH, 1_000), Err(StateError::Grace));
+        let o = st.open(a, b"o", FH, SHARE_READ, 0, true, 1_000).unwrap();
+        let r = st.lock(a, &FH, Locker::New { open_stateid: o, owner: b"l" }, LockKind::Read, 0, 1, false, 1_000);
+        assert!(matches!(r, Err(LockError::State(StateError::Grace))));
+        st.lock(a, &FH, Locker::New { open_stateid: o, owner: b"l" }, LockKind::Read, 0, 1, true, 1_000).unwrap();
+        st.reclaim_complete(a).unwrap();
+        assert_eq!(st.reclaim_complete(a), Err(StateError::CompleteAlready));
+        assert_eq!(st.open(a, b"o2", FH2, SHARE_READ, 0, true, 1_000), Err(StateError::NoGrace));
+        // After grace: reclaims are refused, new opens allowed.
+        assert!(!st.in_grace(6_000));
+        st.open(a, b"o2", FH2, SHARE_READ, 0, false, 6_000).unwrap();
+        let (b, _) = setup(&mut st, b"b");
+        assert_eq!(st.open(b, b"o", FH2, SHARE_READ, 0, true, 6_000), Err(StateError::NoGrace));
+    }
+
+    #[test]
+    fn tables_are_bounded() {
+        let limits = Limits { clients_max: 2, sessions_per_client_max: 1, stateids_max: 1, ..no_grace() };
+        let mut st = State::new(limits, 7, 0);
+        let (a, _) = setup(&mut st, b"a");
+        setup(&mut st, b"b");
+        assert_eq!(st.exchange_id(b"c", [1; 8], false, 0), Err(StateError::Resource));
+        assert_eq!(st.create_session(a, 2, 0, attrs(), attrs(), 0, 0), Err(StateError::Resource));
+        st.open(a, b"o", FH, SHARE_READ, 0, false, 0).unwrap();
+        assert_eq!(st.open(a, b"o2", FH2, SHARE_READ, 0, false, 0), Err(StateError::Resource));
+    }
+}
