@@ -1,0 +1,431 @@
+//! One core's event loop: accepts, receives records, dispatches them, sends
+//! replies — all through one io_uring.
+
+use crate::sys;
+use crate::Shared;
+use io_uring::{opcode, squeue, types, IoUring};
+use rpc::metrics::{self, ConnEvent};
+use rpc::record::{self, Next};
+use rpc::{ConnInfo, Outcome};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const KIND_ACCEPT: u64 = 1;
+const KIND_RECV: u64 = 2;
+const KIND_SEND: u64 = 3;
+const KIND_TIMEOUT: u64 = 4;
+
+/// How long a sleeping loop waits before rechecking the stop flag.
+const IDLE_WAKE: Duration = Duration::from_millis(100);
+/// Extra receive space beyond one maximal record, so several small records
+/// (pipelined calls) arrive in one receive.
+const RECV_SLACK_BYTES: usize = 64 << 10;
+/// How long shutdown waits for in-flight operations to drain.
+const SHUTDOWN_DRAIN: Duration = Duration::from_secs(2);
+
+fn user_data(kind: u64, gen: u32, slot: usize) -> u64 {
+    debug_assert!(slot < (1 << 32));
+    (kind << 56) | ((gen as u64 & 0x00ff_ffff) << 32) | slot as u64
+}
+
+fn split(ud: u64) -> (u64, u32, usize) {
+    (ud >> 56, ((ud >> 32) & 0x00ff_ffff) as u32, (ud & 0xffff_ffff) as usize)
+}
+
+struct Conn {
+    fd: OwnedFd,
+    info: ConnInfo,
+    gen: u32,
+    rbuf: Box<[u8]>,
+    /// Parse position and end of received data in `rbuf`.
+    rpos: usize,
+    rfill: usize,
+    /// Two reply buffers: `fill` is being appended to; the other may be in
+    /// flight to the socket.
+    wbuf: [Box<[u8]>; 2],
+    wlen: [usize; 2],
+    /// Replies held in each buffer (calls in flight on this connection).
+    wcount: [usize; 2],
+    fill: usize,
+    sending: bool,
+    send_off: usize,
+    recv_inflight: bool,
+    closing: bool,
+}
+
+impl Conn {
+    fn inflight(&self) -> usize {
+        self.wcount[0] + self.wcount[1]
+    }
+}
+
+pub(crate) struct Loop {
+    core: usize,
+    ring: IoUring,
+    listeners: Vec<OwnedFd>,
+    accept_inflight: Vec<bool>,
+    shared: Arc<Shared>,
+    conns: Vec<Option<Conn>>,
+    gens: Vec<u32>,
+    free: Vec<usize>,
+    ts: types::Timespec,
+    timeout_armed: bool,
+    record_bytes_max: usize,
+    reply_bytes_max: usize,
+    inflight_per_conn_max: usize,
+}
+
+impl Loop {
+    pub(crate) fn new(core: usize, ring: IoUring, listeners: Vec<OwnedFd>, shared: Arc<Shared>) -> Self {
+        let limits = shared.cfg.limits;
+        let n = listeners.len();
+        Loop {
+            core,
+            ring,
+            listeners,
+            accept_inflight: vec![false; n],
+            shared,
+            conns: Vec::new(),
+            gens: Vec::new(),
+            free: Vec::new(),
+            ts: types::Timespec::from(IDLE_WAKE),
+            timeout_armed: false,
+            record_bytes_max: limits.record_bytes_max,
+            reply_bytes_max: limits.reply_bytes_max,
+            inflight_per_conn_max: limits.inflight_per_conn_max,
+        }
+    }
+
+    fn push(&mut self, sqe: squeue::Entry) {
+        loop {
+            // SAFETY: every buffer an entry points to is owned by a Conn (or
+            // self) that is not freed while the operation is in flight
+            // (`recv_inflight` / `sending` / `accept_inflight` gate frees).
+            if unsafe { self.ring.submission().push(&sqe) }.is_ok() {
+                return;
+            }
+            // Queue full: hand what we have to the kernel and retry.
+            let _ = self.ring.submit();
+        }
+    }
+
+    pub(crate) fn run(mut self) {
+        metrics::set_core(self.core);
+        for i in 0..self.listeners.len() {
+            self.arm_accept(i);
+        }
+        let spin = Duration::from_micros(self.shared.cfg.poll_spin_us);
+        let mut last_event = Instant::now();
+        let mut batch: Vec<(u64, i32)> = Vec::with_capacity(4096);
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            let polling = last_event.elapsed() < spin;
+            let r = if polling {
+                self.ring.submit()
+            } else {
+                if !self.timeout_armed {
+                    let ts = &self.ts as *const types::Timespec;
+                    self.push(opcode::Timeout::new(ts).build().user_data(user_data(KIND_TIMEOUT, 0, 0)));
+                    self.timeout_armed = true;
+                }
+                self.ring.submit_and_wait(1)
+            };
+            if let Err(e) = r {
+                if e.raw_os_error() != Some(libc::EINTR) && e.raw_os_error() != Some(libc::EBUSY) {
+                    eprintln!("chimera-core-{}: io_uring submit failed: {e}", self.core);
+                    break;
+                }
+            }
+            self.drain(&mut batch);
+            if !batch.is_empty() {
+                last_event = Instant::now();
+            }
+            for &(ud, res) in &batch {
+                self.complete(ud, res);
+            }
+        }
+        self.shutdown(&mut batch);
+    }
+
+    fn drain(&mut self, batch: &mut Vec<(u64, i32)>) {
+        batch.clear();
+        for cqe in self.ring.completion() {
+            batch.push((cqe.user_data(), cqe.result()));
+        }
+    }
+
+    fn complete(&mut self, ud: u64, res: i32) {
+        let (kind, gen, slot) = split(ud);
+        match kind {
+            KIND_ACCEPT => self.on_accept(slot, res),
+            KIND_RECV => self.on_recv(slot, gen, res),
+            KIND_SEND => self.on_send(slot, gen, res),
+            KIND_TIMEOUT => self.timeout_armed = false,
+            _ => unreachable!("unknown completion kind {kind}"),
+        }
+    }
+
+    fn arm_accept(&mut self, i: usize) {
+        if self.accept_inflight[i] || self.shared.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let fd = self.listeners[i].as_raw_fd();
+        let sqe = opcode::Accept::new(types::Fd(fd), std::ptr::null_mut(), std::ptr::null_mut())
+            .flags(libc::SOCK_CLOEXEC)
+            .build()
+            .user_data(user_data(KIND_ACCEPT, 0, i));
+        self.push(sqe);
+        self.accept_inflight[i] = true;
+    }
+
+    fn on_accept(&mut self, listener: usize, res: i32) {
+        self.accept_inflight[listener] = false;
+        if res >= 0 {
+            // SAFETY: the kernel handed us a new descriptor we now own.
+            let fd: OwnedFd = unsafe { std::os::fd::FromRawFd::from_raw_fd(res as RawFd) };
+            let max = self.shared.cfg.limits.conns_max;
+            if self.shared.conns_open.fetch_add(1, Ordering::SeqCst) >= max {
+                self.shared.conns_open.fetch_sub(1, Ordering::SeqCst);
+                metrics::conn_event(ConnEvent::Rejected);
+                drop(fd);
+            } else {
+                self.add_conn(fd);
+            }
+        }
+        self.arm_accept(listener);
+    }
+
+    fn add_conn(&mut self, fd: OwnedFd) {
+        let raw = fd.as_raw_fd();
+        sys::tune_conn(raw);
+        let peer = sys::peer_addr(raw).unwrap_or_else(|_| "0.0.0.0:0".parse().unwrap());
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.conns.push(None);
+                self.gens.push(0);
+                self.conns.len() - 1
+            }
+        };
+        self.gens[slot] = self.gens[slot].wrapping_add(1);
+        let conn_id = self.shared.next_conn_id.fetch_add(1, Ordering::Relaxed);
+        let wcap = 2 * self.reply_bytes_max;
+        self.conns[slot] = Some(Conn {
+            fd,
+            info: ConnInfo { conn_id, peer, core: self.core },
+            gen: self.gens[slot],
+            rbuf: vec![0u8; self.record_bytes_max + 4 + RECV_SLACK_BYTES].into_boxed_slice(),
+            rpos: 0,
+            rfill: 0,
+            wbuf: [vec![0u8; wcap].into_boxed_slice(), vec![0u8; wcap].into_boxed_slice()],
+            wlen: [0; 2],
+            wcount: [0; 2],
+            fill: 0,
+            sending: false,
+            send_off: 0,
+            recv_inflight: false,
+            closing: false,
+        });
+        metrics::conn_event(ConnEvent::Accepted);
+        self.maybe_recv(slot);
+    }
+
+    fn conn(&mut self, slot: usize, gen: u32) -> Option<&mut Conn> {
+        match self.conns.get_mut(slot) {
+            Some(Some(c)) if c.gen & 0x00ff_ffff == gen => Some(c),
+            _ => None,
+        }
+    }
+
+    fn on_recv(&mut self, slot: usize, gen: u32, res: i32) {
+        let Some(c) = self.conn(slot, gen) else { return };
+        c.recv_inflight = false;
+        if res <= 0 {
+            // 0: the peer closed; negative: reset or cancelled.
+            self.close(slot, false);
+        } else {
+            c.rfill += res as usize;
+            debug_assert!(c.rfill <= c.rbuf.len());
+            self.process(slot);
+        }
+        self.settle(slot);
+    }
+
+    fn on_send(&mut self, slot: usize, gen: u32, res: i32) {
+        let Some(c) = self.conn(slot, gen) else { return };
+        if res < 0 {
+            c.sending = false;
+            self.close(slot, false);
+            self.settle(slot);
+            return;
+        }
+        let s = c.fill ^ 1;
+        c.send_off += res as usize;
+        if c.send_off < c.wlen[s] {
+            let (ptr, len) = (c.wbuf[s][c.send_off..].as_ptr(), c.wlen[s] - c.send_off);
+            let sqe = opcode::Send::new(types::Fd(c.fd.as_raw_fd()), ptr, len as u32)
+                .flags(libc::MSG_NOSIGNAL)
+                .build()
+                .user_data(user_data(KIND_SEND, c.gen, slot));
+            self.push(sqe);
+            return;
+        }
+        c.wlen[s] = 0;
+        c.wcount[s] = 0;
+        c.sending = false;
+        self.process(slot);
+        self.settle(slot);
+    }
+
+    /// Can this connection take another call right now?
+    fn has_room(&self, c: &Conn) -> bool {
+        c.inflight() < self.inflight_per_conn_max && c.wbuf[c.fill].len() - c.wlen[c.fill] >= self.reply_bytes_max
+    }
+
+    /// Dispatch every complete record that fits the connection's limits.
+    fn process(&mut self, slot: usize) {
+        let dispatcher = self.shared.dispatcher.clone();
+        let record_max = self.record_bytes_max;
+        loop {
+            let room = match &self.conns[slot] {
+                Some(c) if !c.closing => self.has_room(c),
+                _ => return,
+            };
+            if !room {
+                break;
+            }
+            let c = self.conns[slot].as_mut().unwrap();
+            match record::next_record(&mut c.rbuf, c.rpos, c.rfill, record_max) {
+                Next::Record { start, end, consumed } => {
+                    let f = c.fill;
+                    let out = &mut c.wbuf[f][c.wlen[f]..];
+                    match dispatcher.handle(&c.info, &c.rbuf[start..end], out) {
+                        Outcome::Reply(n) => {
+                            c.wlen[f] += n;
+                            c.wcount[f] += 1;
+                        }
+                        Outcome::Nothing => {}
+                        Outcome::Close => {
+                            self.close(slot, true);
+                            return;
+                        }
+                    }
+                    c.rpos = consumed;
+                }
+                Next::Incomplete { need } => {
+                    if c.rpos == 0 && c.rfill == c.rbuf.len() {
+                        // Full buffer and still no record: fragment headers
+                        // are eating the space. Not a client we can serve.
+                        self.close(slot, true);
+                        return;
+                    }
+                    if c.rpos > 0 && c.rpos + need > c.rbuf.len() {
+                        c.rbuf.copy_within(c.rpos..c.rfill, 0);
+                        c.rfill -= c.rpos;
+                        c.rpos = 0;
+                    }
+                    break;
+                }
+                Next::TooLong { .. } => {
+                    self.close(slot, true);
+                    return;
+                }
+            }
+        }
+        let c = self.conns[slot].as_mut().unwrap();
+        if c.rpos == c.rfill {
+            c.rpos = 0;
+            c.rfill = 0;
+        }
+    }
+
+    /// Start sends and receives the connection is ready for; free it once
+    /// closed with nothing in flight.
+    fn settle(&mut self, slot: usize) {
+        self.maybe_send(slot);
+        self.maybe_recv(slot);
+        let done = matches!(&self.conns[slot], Some(c) if c.closing && !c.recv_inflight && !c.sending);
+        if done {
+            self.conns[slot] = None;
+            self.free.push(slot);
+            self.shared.conns_open.fetch_sub(1, Ordering::SeqCst);
+            metrics::conn_event(ConnEvent::Closed);
+        }
+    }
+
+    fn maybe_send(&mut self, slot: usize) {
+        let Some(c) = self.conns[slot].as_mut() else { return };
+        if c.sending || c.wlen[c.fill] == 0 || c.closing {
+            return;
+        }
+        let s = c.fill;
+        c.fill ^= 1;
+        c.sending = true;
+        c.send_off = 0;
+        let sqe = opcode::Send::new(types::Fd(c.fd.as_raw_fd()), c.wbuf[s].as_ptr(), c.wlen[s] as u32)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(user_data(KIND_SEND, c.gen, slot));
+        self.push(sqe);
+    }
+
+    fn maybe_recv(&mut self, slot: usize) {
+        let room = match &self.conns[slot] {
+            Some(c) => !c.closing && !c.recv_inflight && c.rfill < c.rbuf.len() && self.has_room(c),
+            None => false,
+        };
+        if !room {
+            return;
+        }
+        let c = self.conns[slot].as_mut().unwrap();
+        c.recv_inflight = true;
+        let ptr = c.rbuf[c.rfill..].as_mut_ptr();
+        let len = (c.rbuf.len() - c.rfill) as u32;
+        let sqe = opcode::Recv::new(types::Fd(c.fd.as_raw_fd()), ptr, len)
+            .build()
+            .user_data(user_data(KIND_RECV, c.gen, slot));
+        self.push(sqe);
+    }
+
+    /// Begin closing: in-flight operations are woken by the shutdown and the
+    /// slot is freed in `settle` once they complete.
+    fn close(&mut self, slot: usize, protocol_error: bool) {
+        if let Some(c) = self.conns[slot].as_mut() {
+            if !c.closing {
+                c.closing = true;
+                if protocol_error {
+                    metrics::conn_event(ConnEvent::ProtocolError);
+                }
+                unsafe { libc::shutdown(c.fd.as_raw_fd(), libc::SHUT_RDWR) };
+            }
+        }
+    }
+
+    fn shutdown(&mut self, batch: &mut Vec<(u64, i32)>) {
+        for l in &self.listeners {
+            unsafe { libc::shutdown(l.as_raw_fd(), libc::SHUT_RDWR) };
+        }
+        for slot in 0..self.conns.len() {
+            self.close(slot, false);
+            self.settle(slot);
+        }
+        let deadline = Instant::now() + SHUTDOWN_DRAIN;
+        loop {
+            let busy = self.accept_inflight.iter().any(|&a| a) || self.conns.iter().any(|c| c.is_some());
+            if !busy || Instant::now() > deadline {
+                break;
+            }
+            if !self.timeout_armed {
+                let ts = &self.ts as *const types::Timespec;
+                self.push(opcode::Timeout::new(ts).build().user_data(user_data(KIND_TIMEOUT, 0, 0)));
+                self.timeout_armed = true;
+            }
+            let _ = self.ring.submit_and_wait(1);
+            self.drain(batch);
+            for &(ud, res) in batch.iter() {
+                self.complete(ud, res);
+            }
+        }
+    }
+}
