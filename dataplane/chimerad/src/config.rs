@@ -1,0 +1,1145 @@
+//! The chimerad configuration file: JSON shaped like the reference Chimera
+//! deployment's (`common`, `server`, `mounts`, `exports`, `server.pnfs`), plus
+//! our own clearly named additions (limits, ports, `admin`, `metrics`,
+//! `volumes`). CONFIG.md next to this crate documents every key.
+//!
+//! Three kinds of keys:
+//! - implemented keys are parsed, range-checked and applied;
+//! - keys of the reference format that we do not implement (SMB shares, S3
+//!   buckets, delegation pools, plugin paths, ...) are accepted and produce a
+//!   warning naming them, so a reference config needs only backend edits;
+//! - anything else is an error naming the key path (`server.foo`), because a
+//!   misspelt limit silently falling back to its default is worse than
+//!   refusing to start.
+//!
+//! Parsing is a pure function of the text (plus reading `admin.token_file`),
+//! so `chimerad --check-config` and the tests exercise exactly what the
+//! server runs with.
+
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::IpAddr;
+use std::path::Path;
+
+/// Largest config file accepted: a config is a few KiB; anything near this is
+/// not a config.
+pub const CONFIG_FILE_BYTES_MAX: u64 = 4 << 20;
+
+// Bounds of the tunables. Each is asserted at parse time so that a typo
+// (an extra zero) is caught before it becomes a memory blow-up.
+pub const CORES_MAX: u64 = 256;
+pub const RECORD_BYTES_MIN: u64 = 8 << 10;
+pub const RECORD_BYTES_MAX: u64 = 16 << 20;
+pub const RECORD_BYTES_DEFAULT: u64 = (1 << 20) + (64 << 10);
+pub const INFLIGHT_PER_CONN_MAX: u64 = 4096;
+pub const INFLIGHT_PER_CONN_DEFAULT: u64 = 128;
+pub const CONNS_MAX: u64 = 65536;
+pub const CONNS_DEFAULT: u64 = 1024;
+pub const LEASE_TIME_S_MIN: u64 = 5;
+pub const LEASE_TIME_S_MAX: u64 = 3600;
+pub const LEASE_TIME_S_DEFAULT: u64 = 90;
+pub const GRACE_TIME_S_MAX: u64 = 3600;
+pub const MEMFS_CAPACITY_BYTES_MIN: u64 = 1 << 20;
+pub const MEMFS_CAPACITY_BYTES_MAX: u64 = 1 << 44;
+pub const MEMFS_CAPACITY_BYTES_DEFAULT: u64 = 1 << 30;
+pub const ADMIN_BODY_BYTES_MIN: u64 = 1 << 10;
+pub const ADMIN_BODY_BYTES_MAX: u64 = 1 << 20;
+pub const ADMIN_BODY_BYTES_DEFAULT: u64 = 64 << 10;
+pub const ADMIN_CONNS_MAX: u64 = 256;
+pub const ADMIN_CONNS_DEFAULT: u64 = 16;
+pub const TOKEN_BYTES_MAX: usize = 4096;
+pub const STRIPE_UNIT_BYTES_MIN: u64 = 4 << 10;
+pub const STRIPE_UNIT_BYTES_MAX: u64 = 64 << 20;
+pub const STRIPE_UNIT_BYTES_DEFAULT: u64 = 1 << 20;
+pub const MIRRORS_MAX: u64 = 3;
+pub const DATA_SERVERS_MAX: usize = 1024;
+pub const MOUNTS_MAX: usize = 64;
+pub const EXPORTS_MAX: usize = 256;
+/// Longest namespace path (`/mount/dir/...`) accepted in `exports` and `volumes`.
+pub const NS_PATH_BYTES_MAX: usize = 1024;
+
+/// A configuration problem, naming the key path (`server.nfs_port`,
+/// `mounts.memfs.module`, `server.pnfs.data_servers[2].uaddr`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub path: String,
+    pub msg: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.msg)
+        } else {
+            write!(f, "{}: {}", self.path, self.msg)
+        }
+    }
+}
+impl std::error::Error for ConfigError {}
+
+fn err<T>(path: &str, msg: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError { path: path.to_string(), msg: msg.into() })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+impl LogLevel {
+    pub fn parse(s: &str) -> Option<LogLevel> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "error" | "fatal" => LogLevel::Error,
+            "warn" | "warning" => LogLevel::Warn,
+            "info" => LogLevel::Info,
+            "debug" => LogLevel::Debug,
+            "trace" => LogLevel::Trace,
+            _ => return None,
+        })
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Json,
+    KeyValue,
+}
+
+/// Which services this process runs (DESIGN: one binary, roles by config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Metadata server: the namespace, NFSv4.1 + layouts, the admin API.
+    Mds,
+    /// Data server: NFSv3 on DS-side data files only.
+    Ds,
+    /// Both in one process (single-box deployments, tests).
+    Both,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Mds => "mds",
+            Role::Ds => "ds",
+            Role::Both => "both",
+        }
+    }
+    pub fn runs_mds(self) -> bool {
+        matches!(self, Role::Mds | Role::Both)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Netid {
+    Tcp,
+    Tcp6,
+    Rdma,
+    Rdma6,
+}
+
+impl Netid {
+    pub fn parse(s: &str) -> Option<Netid> {
+        Some(match s {
+            "tcp" => Netid::Tcp,
+            "tcp6" => Netid::Tcp6,
+            "rdma" => Netid::Rdma,
+            "rdma6" => Netid::Rdma6,
+            _ => return None,
+        })
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Netid::Tcp => "tcp",
+            Netid::Tcp6 => "tcp6",
+            Netid::Rdma => "rdma",
+            Netid::Rdma6 => "rdma6",
+        }
+    }
+    /// IANA port when an address gives none: nfs 2049, nfsrdma 20049.
+    pub fn default_port(self) -> u16 {
+        match self {
+            Netid::Tcp | Netid::Tcp6 => 2049,
+            Netid::Rdma | Netid::Rdma6 => 20049,
+        }
+    }
+}
+
+/// A pNFS data server as configured (`server.pnfs.data_servers[]`) or pushed
+/// by the operator (`PUT /api/v1/dataservers`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataServer {
+    pub netid: Netid,
+    /// Host (IP literal or DNS name) clients reach the DS at.
+    pub host: String,
+    pub port: u16,
+    /// Namespace path on the MDS under which DS data files are reached
+    /// (reference key; kept for compatibility, unused until pNFS lands).
+    pub backing_path: Option<String>,
+    /// NFS version (major, minor) clients use towards the DS.
+    pub version: (u32, u32),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PnfsConfig {
+    pub enabled: bool,
+    pub stripe_unit_bytes: u64,
+    pub mirrors: u32,
+    pub data_servers: Vec<DataServer>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    pub role: Role,
+    pub bind: IpAddr,
+    pub cores: usize,
+    pub nfs_port: u16,
+    /// 0 disables the MOUNT service.
+    pub mount_port: u16,
+    /// 0 disables the portmapper.
+    pub portmap_port: u16,
+    pub rdma: bool,
+    pub rdma_port: u16,
+    pub record_bytes_max: u32,
+    pub inflight_per_conn_max: u32,
+    pub conns_max: u32,
+    pub lease_time_s: u32,
+    pub grace_time_s: u32,
+    pub pnfs: PnfsConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Module {
+    Memfs,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountConfig {
+    /// Name of the mount: the first component of namespace paths (`/name/...`).
+    pub name: String,
+    pub module: Module,
+    /// Backend path (for memfs always "/").
+    pub path: String,
+    pub capacity_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportConfig {
+    /// Path clients mount (`/nfs1`).
+    pub name: String,
+    /// Namespace path it resolves to (`/memfs/dir`).
+    pub path: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminConfig {
+    pub enabled: bool,
+    pub bind: IpAddr,
+    pub port: u16,
+    /// Bearer token every request must carry (from `token` or `token_file`).
+    pub token: String,
+    pub body_bytes_max: u32,
+    pub conns_max: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsConfig {
+    pub enabled: bool,
+    pub bind: IpAddr,
+    pub port: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub log_level: LogLevel,
+    pub log_format: LogFormat,
+    pub server: ServerConfig,
+    pub mounts: Vec<MountConfig>,
+    pub exports: Vec<ExportConfig>,
+    /// Namespace directory under which admin-API volumes are created.
+    pub volumes_path: String,
+    pub admin: AdminConfig,
+    pub metrics: MetricsConfig,
+    /// Accepted-but-ignored keys of the reference format, one message each.
+    pub warnings: Vec<String>,
+}
+
+// Reference-format keys we accept but do not implement, per object. Anything
+// not listed here and not parsed is an error.
+const FOREIGN_TOP: &[&str] = &["shares", "buckets", "users", "s3_access_keys"];
+const FOREIGN_COMMON: &[&str] = &[
+    "huge_pages",
+    "huge_page_size",
+    "slab_size",
+    "tcp_flavor",
+    "metrics_file",
+    "sync_delegation",
+    "sync_delegation_threads",
+    "async_delegation",
+    "async_delegation_threads",
+];
+const FOREIGN_SERVER: &[&str] = &[
+    "delegation_threads",
+    "sync_delegation",
+    "sync_delegation_threads",
+    "async_delegation",
+    "async_delegation_threads",
+    "max_open_files",
+    "smb_persistent_handles",
+    "smb_named_streams",
+    "smb_min_dialect",
+    "smb_encryption",
+    "smb_compression",
+    "smb_acl_inherited_canonicalize",
+    "smb_auth",
+    "smb_multichannel",
+    "nfs4_session_slots",
+    "nfs4_delegations",
+    "nfs4_courtesy_time",
+    "external_portmap",
+    "portmap_hostname",
+    "kv_module",
+    "rdma_hostname",
+    "lockmgr_port",
+    "s3_port",
+    "nfs_server_scope",
+    "state_dir",
+    "rest_https_port",
+    "rest_ssl_cert",
+    "rest_ssl_key",
+    "rest_debug_fsops",
+    "soft_fail_bad_req",
+    "vfs",
+];
+const FOREIGN_MOUNT: &[&str] = &["options", "create"];
+
+/// Walks one JSON object, remembering which keys were consumed so that the
+/// rest can be classified (foreign -> warning, unknown -> error).
+struct Obj<'a> {
+    path: String,
+    map: &'a Map<String, Value>,
+    seen: BTreeSet<&'static str>,
+}
+
+impl<'a> Obj<'a> {
+    fn new(path: &str, v: &'a Value) -> Result<Obj<'a>, ConfigError> {
+        match v {
+            Value::Object(map) => Ok(Obj { path: path.to_string(), map, seen: BTreeSet::new() }),
+            other => err(path, format!("expected an object, got {}", kind(other))),
+        }
+    }
+
+    fn key_path(&self, key: &str) -> String {
+        join(&self.path, key)
+    }
+
+    fn get(&mut self, key: &'static str) -> Option<&'a Value> {
+        self.seen.insert(key);
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+
+    fn u64_in(&mut self, key: &'static str, min: u64, max: u64) -> Result<Option<u64>, ConfigError> {
+        let p = self.key_path(key);
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => parse_u64_in(&p, v, min, max).map(Some),
+        }
+    }
+
+    fn size_in(&mut self, key: &'static str, min: u64, max: u64) -> Result<Option<u64>, ConfigError> {
+        let p = self.key_path(key);
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => {
+                let n = parse_size(&p, v)?;
+                check_range(&p, n, min, max)?;
+                Ok(Some(n))
+            }
+        }
+    }
+
+    fn port(&mut self, key: &'static str, allow_zero: bool) -> Result<Option<u16>, ConfigError> {
+        Ok(self.u64_in(key, if allow_zero { 0 } else { 1 }, 65535)?.map(|p| p as u16))
+    }
+
+    fn bool(&mut self, key: &'static str) -> Result<Option<bool>, ConfigError> {
+        let p = self.key_path(key);
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => err(&p, format!("expected true or false, got {}", kind(other))),
+        }
+    }
+
+    fn str(&mut self, key: &'static str) -> Result<Option<&'a str>, ConfigError> {
+        let p = self.key_path(key);
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.as_str())),
+            Some(other) => err(&p, format!("expected a string, got {}", kind(other))),
+        }
+    }
+
+    fn ip(&mut self, key: &'static str) -> Result<Option<IpAddr>, ConfigError> {
+        let p = self.key_path(key);
+        match self.str(key)? {
+            None => Ok(None),
+            Some(s) => match s.parse::<IpAddr>() {
+                Ok(ip) => Ok(Some(ip)),
+                Err(_) => err(&p, format!("expected an IP address (e.g. 0.0.0.0 or ::), got {s:?}")),
+            },
+        }
+    }
+
+    /// Classify every key not consumed: a foreign one becomes a warning, any
+    /// other is an error. Keys are visited in sorted order so the error for a
+    /// file with several bad keys is deterministic.
+    fn finish(self, foreign: &[&str], warnings: &mut Vec<String>) -> Result<(), ConfigError> {
+        let mut keys: Vec<&String> = self.map.keys().collect();
+        keys.sort();
+        for k in keys {
+            if self.seen.contains(k.as_str()) {
+                continue;
+            }
+            let p = join(&self.path, k);
+            if foreign.contains(&k.as_str()) {
+                warnings.push(format!(
+                    "{p}: key of the reference Chimera format that this server does not implement; ignored"
+                ));
+            } else {
+                return err(&p, "unknown key");
+            }
+        }
+        Ok(())
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn check_range(path: &str, n: u64, min: u64, max: u64) -> Result<(), ConfigError> {
+    if n < min || n > max {
+        return err(path, format!("{n} is out of range {min}..={max}"));
+    }
+    Ok(())
+}
+
+fn parse_u64_in(path: &str, v: &Value, min: u64, max: u64) -> Result<u64, ConfigError> {
+    let n = match v.as_u64() {
+        Some(n) => n,
+        None => return err(path, format!("expected a non-negative integer, got {}", display_short(v))),
+    };
+    check_range(path, n, min, max)?;
+    Ok(n)
+}
+
+fn display_short(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() > 64 {
+        format!("{}...", &s[..s.char_indices().take(61).last().map(|(i, c)| i + c.len_utf8()).unwrap_or(0)])
+    } else {
+        s
+    }
+}
+
+/// A size: an integer byte count, or a string with an optional binary suffix
+/// ("512M", "2GiB", "1T"), as the reference format writes sizes.
+pub fn parse_size(path: &str, v: &Value) -> Result<u64, ConfigError> {
+    match v {
+        Value::Number(_) => match v.as_u64() {
+            Some(n) => Ok(n),
+            None => err(path, format!("expected a non-negative integer byte count, got {v}")),
+        },
+        Value::String(s) => parse_size_str(s)
+            .ok_or_else(|| ConfigError {
+                path: path.to_string(),
+                msg: format!("expected a size like 1048576, \"512M\" or \"2GiB\", got {s:?}"),
+            }),
+        other => err(path, format!("expected a size (integer or string), got {}", kind(other))),
+    }
+}
+
+fn parse_size_str(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let digits_end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    if digits_end == 0 {
+        return None;
+    }
+    let n: u64 = s[..digits_end].parse().ok()?;
+    let suffix = s[digits_end..].trim_start();
+    let shift = match suffix {
+        "" | "B" | "b" => 0,
+        "K" | "k" | "KB" | "kB" | "KiB" | "kiB" => 10,
+        "M" | "m" | "MB" | "MiB" => 20,
+        "G" | "g" | "GB" | "GiB" => 30,
+        "T" | "t" | "TB" | "TiB" => 40,
+        _ => return None,
+    };
+    n.checked_mul(1u64 << shift)
+}
+
+/// A mount name becomes a path component of the namespace.
+fn check_component(path: &str, name: &str, what: &str) -> Result<(), ConfigError> {
+    if name.is_empty() || name.len() > 255 {
+        return err(path, format!("{what} must be 1..=255 bytes, got {} bytes", name.len()));
+    }
+    if name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        return err(path, format!("{what} {name:?} must not be \".\", \"..\" or contain '/' or NUL"));
+    }
+    Ok(())
+}
+
+/// A namespace path: absolute, normalised (no empty, "." or ".." components).
+/// Returns it without a trailing slash ("/" stays "/").
+fn check_ns_path(path: &str, p: &str) -> Result<String, ConfigError> {
+    if p.len() > NS_PATH_BYTES_MAX {
+        return err(path, format!("path is {} bytes, longer than {NS_PATH_BYTES_MAX}", p.len()));
+    }
+    if !p.starts_with('/') {
+        return err(path, format!("path {p:?} must be absolute (start with '/')"));
+    }
+    let trimmed = p.trim_end_matches('/');
+    if trimmed.is_empty() {
+        return Ok("/".to_string());
+    }
+    for c in trimmed[1..].split('/') {
+        if c.is_empty() || c == "." || c == ".." || c.contains('\0') {
+            return err(path, format!("path {p:?} has an empty, \".\" or \"..\" component"));
+        }
+    }
+    Ok(trimmed.to_string())
+}
+
+impl Config {
+    /// Read and parse a config file. `token_file` paths are read relative to
+    /// the current directory.
+    pub fn load(file: &Path) -> Result<Config, ConfigError> {
+        let fname = file.display().to_string();
+        let meta = std::fs::metadata(file)
+            .map_err(|e| ConfigError { path: String::new(), msg: format!("cannot read {fname}: {e}") })?;
+        if meta.len() > CONFIG_FILE_BYTES_MAX {
+            return err("", format!("{fname} is {} bytes, larger than {CONFIG_FILE_BYTES_MAX}", meta.len()));
+        }
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| ConfigError { path: String::new(), msg: format!("cannot read {fname}: {e}") })?;
+        Config::parse(&text)
+    }
+
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let root: Value = serde_json::from_str(text).map_err(|e| ConfigError {
+            path: String::new(),
+            msg: format!("invalid JSON at line {} column {}: {e}", e.line(), e.column()),
+        })?;
+        let mut warnings = Vec::new();
+        let mut top = Obj::new("", &root)?;
+
+        let (log_level, log_format) = match top.get("common") {
+            Some(v) => parse_common(v, &mut warnings)?,
+            None => (LogLevel::Info, LogFormat::Json),
+        };
+        let mounts = match top.get("mounts") {
+            Some(v) => parse_mounts(v, &mut warnings)?,
+            None => Vec::new(),
+        };
+        let mut server_obj = match top.get("server") {
+            Some(v) => Some(Obj::new("server", v)?),
+            None => None,
+        };
+        let server = parse_server(server_obj.as_mut())?;
+        // Reference-format aliases living under `server` for the services we
+        // configure in our own sections.
+        let rest_http_port = match server_obj.as_mut() {
+            Some(o) => o.port("rest_http_port", true)?,
+            None => None,
+        };
+        let metrics_port_alias = match server_obj.as_mut() {
+            Some(o) => o.port("metrics_port", true)?,
+            None => None,
+        };
+        if let Some(o) = server_obj {
+            o.finish(FOREIGN_SERVER, &mut warnings)?;
+        }
+
+        if server.role.runs_mds() && mounts.is_empty() {
+            return err("mounts", "at least one mount is required for role mds/both");
+        }
+        let exports = match top.get("exports") {
+            Some(v) => parse_exports(v, &mounts)?,
+            None => Vec::new(),
+        };
+        let volumes_path = parse_volumes(top.get("volumes"), &mounts, &mut warnings)?;
+        let admin = parse_admin(top.get("admin"), rest_http_port, server.role)?;
+        let metrics = parse_metrics(top.get("metrics"), metrics_port_alias)?;
+        top.finish(FOREIGN_TOP, &mut warnings)?;
+
+        let cfg = Config { log_level, log_format, server, mounts, exports, volumes_path, admin, metrics, warnings };
+        cfg.check_ports()?;
+        Ok(cfg)
+    }
+
+    /// Two services on one address and port would fail at bind time with a
+    /// less helpful message; say which keys collide instead.
+    fn check_ports(&self) -> Result<(), ConfigError> {
+        let mut used: Vec<(&str, IpAddr, u16)> = vec![("server.nfs_port", self.server.bind, self.server.nfs_port)];
+        if self.server.mount_port != 0 {
+            used.push(("server.mount_port", self.server.bind, self.server.mount_port));
+        }
+        if self.server.portmap_port != 0 {
+            used.push(("server.portmap_port", self.server.bind, self.server.portmap_port));
+        }
+        if self.server.rdma {
+            used.push(("server.rdma_port", self.server.bind, self.server.rdma_port));
+        }
+        if self.admin.enabled {
+            used.push(("admin.port", self.admin.bind, self.admin.port));
+        }
+        if self.metrics.enabled {
+            used.push(("metrics.port", self.metrics.bind, self.metrics.port));
+        }
+        for (i, a) in used.iter().enumerate() {
+            for b in &used[..i] {
+                let overlap = a.1 == b.1 || a.1.is_unspecified() || b.1.is_unspecified();
+                // Port 0 asks the kernel for a free port: never a collision.
+                if a.2 != 0 && a.2 == b.2 && overlap {
+                    return err(a.0, format!("port {} is also used by {}", a.2, b.0));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn parse_common(v: &Value, warnings: &mut Vec<String>) -> Result<(LogLevel, LogFormat), ConfigError> {
+    let mut o = Obj::new("common", v)?;
+    let level = match o.str("log_level")? {
+        None => LogLevel::Info,
+        Some(s) => LogLevel::parse(s).ok_or_else(|| ConfigError {
+            path: "common.log_level".into(),
+            msg: format!("expected one of error, warn, info, debug, trace; got {s:?}"),
+        })?,
+    };
+    let format = match o.str("log_format")? {
+        None | Some("json") => LogFormat::Json,
+        Some("kv") | Some("text") => LogFormat::KeyValue,
+        Some(s) => return err("common.log_format", format!("expected \"json\" or \"kv\", got {s:?}")),
+    };
+    o.finish(FOREIGN_COMMON, warnings)?;
+    Ok((level, format))
+}
+
+fn default_cores() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(CORES_MAX as usize)
+}
+
+fn parse_server(o: Option<&mut Obj<'_>>) -> Result<ServerConfig, ConfigError> {
+    let mut s = ServerConfig {
+        role: Role::Both,
+        bind: IpAddr::from([0, 0, 0, 0]),
+        cores: default_cores(),
+        nfs_port: 2049,
+        mount_port: 20048,
+        portmap_port: 111,
+        rdma: false,
+        rdma_port: 20049,
+        record_bytes_max: RECORD_BYTES_DEFAULT as u32,
+        inflight_per_conn_max: INFLIGHT_PER_CONN_DEFAULT as u32,
+        conns_max: CONNS_DEFAULT as u32,
+        lease_time_s: LEASE_TIME_S_DEFAULT as u32,
+        grace_time_s: LEASE_TIME_S_DEFAULT as u32,
+        pnfs: PnfsConfig {
+            enabled: false,
+            stripe_unit_bytes: STRIPE_UNIT_BYTES_DEFAULT,
+            mirrors: 1,
+            data_servers: Vec::new(),
+        },
+    };
+    let o = match o {
+        Some(o) => o,
+        None => return Ok(s),
+    };
+
+    let data_server = o.bool("data_server")?;
+    s.role = match (o.str("role")?, data_server) {
+        (None, Some(true)) => Role::Ds,
+        (None, _) => Role::Both,
+        (Some(r), ds) => {
+            let role = match r {
+                "mds" => Role::Mds,
+                "ds" => Role::Ds,
+                "both" => Role::Both,
+                _ => return err("server.role", format!("expected \"mds\", \"ds\" or \"both\", got {r:?}")),
+            };
+            if ds == Some(true) && role != Role::Ds {
+                return err("server.data_server", format!("true contradicts server.role {r:?}"));
+            }
+            role
+        }
+    };
+    if let Some(ip) = o.ip("bind")? {
+        s.bind = ip;
+    }
+    // `threads` is the reference name for the number of core threads.
+    let threads = o.u64_in("threads", 1, CORES_MAX)?;
+    let cores = o.u64_in("cores", 1, CORES_MAX)?;
+    match (threads, cores) {
+        (Some(t), Some(c)) if t != c => {
+            return err("server.cores", format!("{c} contradicts server.threads {t}; set one of them"))
+        }
+        (_, Some(n)) | (Some(n), None) => s.cores = n as usize,
+        (None, None) => {}
+    }
+    if let Some(p) = o.port("nfs_port", true)? {
+        s.nfs_port = p;
+    }
+    if let Some(p) = o.port("mount_port", true)? {
+        s.mount_port = p;
+    }
+    if let Some(p) = o.port("portmap_port", true)? {
+        s.portmap_port = p;
+    }
+    if let Some(b) = o.bool("rdma")? {
+        s.rdma = b;
+    }
+    if let Some(p) = o.port("rdma_port", true)? {
+        s.rdma_port = p;
+    }
+    if let Some(n) = o.size_in("record_bytes_max", RECORD_BYTES_MIN, RECORD_BYTES_MAX)? {
+        s.record_bytes_max = n as u32;
+    }
+    if let Some(n) = o.u64_in("inflight_per_conn_max", 1, INFLIGHT_PER_CONN_MAX)? {
+        s.inflight_per_conn_max = n as u32;
+    }
+    if let Some(n) = o.u64_in("conns_max", 1, CONNS_MAX)? {
+        s.conns_max = n as u32;
+    }
+    let lease = o.u64_in("lease_time_s", LEASE_TIME_S_MIN, LEASE_TIME_S_MAX)?;
+    let lease_ref = o.u64_in("nfs4_lease_time", LEASE_TIME_S_MIN, LEASE_TIME_S_MAX)?;
+    if let Some(n) = pick_alias("server.lease_time_s", lease, "server.nfs4_lease_time", lease_ref)? {
+        s.lease_time_s = n as u32;
+    }
+    let grace = o.u64_in("grace_time_s", 0, GRACE_TIME_S_MAX)?;
+    let grace_ref = o.u64_in("nfs4_grace_time", 0, GRACE_TIME_S_MAX)?;
+    s.grace_time_s = match pick_alias("server.grace_time_s", grace, "server.nfs4_grace_time", grace_ref)? {
+        Some(n) => n as u32,
+        // RFC 8881 §8.4.2: the grace period lasts at least one lease period.
+        None => s.lease_time_s,
+    };
+    if let Some(v) = o.get("pnfs") {
+        s.pnfs = parse_pnfs(v)?;
+    }
+    Ok(s)
+}
+
+fn pick_alias(ours: &str, a: Option<u64>, theirs: &str, b: Option<u64>) -> Result<Option<u64>, ConfigError> {
+    match (a, b) {
+        (Some(x), Some(y)) if x != y => err(ours, format!("{x} contradicts {theirs} {y}; set one of them")),
+        (Some(x), _) | (None, Some(x)) => Ok(Some(x)),
+        (None, None) => Ok(None),
+    }
+}
+
+fn parse_pnfs(v: &Value) -> Result<PnfsConfig, ConfigError> {
+    let mut o = Obj::new("server.pnfs", v)?;
+    let mut p = PnfsConfig {
+        enabled: o.bool("enabled")?.unwrap_or(false),
+        stripe_unit_bytes: o
+            .size_in("stripe_unit_bytes", STRIPE_UNIT_BYTES_MIN, STRIPE_UNIT_BYTES_MAX)?
+            .unwrap_or(STRIPE_UNIT_BYTES_DEFAULT),
+        mirrors: o.u64_in("mirrors", 1, MIRRORS_MAX)?.unwrap_or(1) as u32,
+        data_servers: Vec::new(),
+    };
+    if !p.stripe_unit_bytes.is_power_of_two() {
+        return err("server.pnfs.stripe_unit_bytes", format!("{} is not a power of two", p.stripe_unit_bytes));
+    }
+    if let Some(list) = o.get("data_servers") {
+        let items = match list {
+            Value::Array(items) => items,
+            other => return err("server.pnfs.data_servers", format!("expected an array, got {}", kind(other))),
+        };
+        if items.len() > DATA_SERVERS_MAX {
+            return err("server.pnfs.data_servers", format!("{} entries, more than {DATA_SERVERS_MAX}", items.len()));
+        }
+        for (i, item) in items.iter().enumerate() {
+            p.data_servers.push(parse_data_server(&format!("server.pnfs.data_servers[{i}]"), item)?);
+        }
+    }
+    if p.mirrors as usize > p.data_servers.len().max(1) && !p.data_servers.is_empty() {
+        return err(
+            "server.pnfs.mirrors",
+            format!("{} mirrors need at least as many data servers, {} configured", p.mirrors, p.data_servers.len()),
+        );
+    }
+    o.finish(&[], &mut Vec::new())?;
+    Ok(p)
+}
+
+fn parse_data_server(path: &str, v: &Value) -> Result<DataServer, ConfigError> {
+    let mut o = Obj::new(path, v)?;
+    let netid = match o.str("netid")? {
+        None => Netid::Tcp,
+        Some(s) => Netid::parse(s).ok_or_else(|| ConfigError {
+            path: join(path, "netid"),
+            msg: format!("expected tcp, tcp6, rdma or rdma6, got {s:?}"),
+        })?,
+    };
+    let uaddr = match o.str("uaddr")? {
+        Some(s) => s,
+        None => return err(&join(path, "uaddr"), "required (\"host\" or \"host:port\")"),
+    };
+    let (host, port) = split_host_port(&join(path, "uaddr"), uaddr, netid.default_port())?;
+    let backing_path = match o.str("backing_path")? {
+        None => None,
+        Some(b) => Some(check_ns_path(&join(path, "backing_path"), b)?),
+    };
+    let version = match o.get("version") {
+        None => (3, 0),
+        Some(v) => parse_nfs_version(&join(path, "version"), v)?,
+    };
+    o.finish(&[], &mut Vec::new())?;
+    Ok(DataServer { netid, host, port, backing_path, version })
+}
+
+/// "host", "host:port", "[v6]:port" or a bare IPv6 literal.
+pub fn split_host_port(path: &str, s: &str, default_port: u16) -> Result<(String, u16), ConfigError> {
+    let bad = |why: &str| ConfigError { path: path.to_string(), msg: format!("{why} in address {s:?}") };
+    if s.is_empty() || s.len() > 253 + 8 {
+        return Err(bad("bad length"));
+    }
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let end = rest.find(']').ok_or_else(|| bad("missing ']'"))?;
+        let host = &rest[..end];
+        host.parse::<std::net::Ipv6Addr>().map_err(|_| bad("invalid IPv6 literal"))?;
+        match &rest[end + 1..] {
+            "" => (host, None),
+            p => (host, Some(p.strip_prefix(':').ok_or_else(|| bad("junk after ']'"))?)),
+        }
+    } else if s.parse::<std::net::Ipv6Addr>().is_ok() {
+        (s, None)
+    } else {
+        match s.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (s, None),
+        }
+    };
+    let port = match port {
+        None => default_port,
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n != 0 => n,
+            _ => return Err(bad("port must be 1..=65535")),
+        },
+    };
+    let is_dns_name = host.split('.').all(|l| {
+        !l.is_empty() && l.len() <= 63 && l.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
+    });
+    let host_ok = !host.is_empty() && (host.parse::<IpAddr>().is_ok() || is_dns_name);
+    if !host_ok {
+        return Err(bad("invalid host"));
+    }
+    Ok((host.to_string(), port))
+}
+
+fn parse_nfs_version(path: &str, v: &Value) -> Result<(u32, u32), ConfigError> {
+    let ver = match v {
+        Value::Number(n) => match n.as_u64() {
+            Some(3) => (3, 0),
+            Some(4) => (4, 1),
+            _ => return err(path, format!("expected 3, 4, \"3\", \"4.1\" or \"4.2\", got {v}")),
+        },
+        Value::String(s) => match s.as_str() {
+            "3" => (3, 0),
+            "4" | "4.1" => (4, 1),
+            "4.2" => (4, 2),
+            _ => return err(path, format!("expected 3, 4, \"3\", \"4.1\" or \"4.2\", got {s:?}")),
+        },
+        other => return err(path, format!("expected a number or string, got {}", kind(other))),
+    };
+    Ok(ver)
+}
+
+/// `mounts` is an object keyed by mount name in the reference format; an array
+/// of `{name, module, path}` is accepted too.
+fn parse_mounts(v: &Value, warnings: &mut Vec<String>) -> Result<Vec<MountConfig>, ConfigError> {
+    let entries: Vec<(String, String, &Value)> = named_entries("mounts", v)?;
+    if entries.len() > MOUNTS_MAX {
+        return err("mounts", format!("{} mounts, more than {MOUNTS_MAX}", entries.len()));
+    }
+    let mut out: Vec<MountConfig> = Vec::new();
+    for (path, name, body) in entries {
+        check_component(&path, &name, "mount name")?;
+        if out.iter().any(|m| m.name == name) {
+            return err(&path, format!("duplicate mount name {name:?}"));
+        }
+        let mut o = Obj::new(&path, body)?;
+        o.seen.insert("name");
+        let module = match o.str("module")? {
+            Some("memfs") => Module::Memfs,
+            Some(other) => {
+                return err(
+                    &join(&path, "module"),
+                    format!("module {other:?} is not available in this build (available: memfs)"),
+                )
+            }
+            None => return err(&join(&path, "module"), "required (available: memfs)"),
+        };
+        let backend_path = o.str("path")?.unwrap_or("/");
+        if module == Module::Memfs && backend_path != "/" {
+            return err(&join(&path, "path"), format!("memfs has no backing path; use \"/\", got {backend_path:?}"));
+        }
+        let capacity_bytes = o
+            .size_in("capacity_bytes", MEMFS_CAPACITY_BYTES_MIN, MEMFS_CAPACITY_BYTES_MAX)?
+            .unwrap_or(MEMFS_CAPACITY_BYTES_DEFAULT);
+        o.finish(FOREIGN_MOUNT, warnings)?;
+        out.push(MountConfig { name, module, path: backend_path.to_string(), capacity_bytes });
+    }
+    Ok(out)
+}
+
+/// Entries of an object keyed by name, or of an array of objects with a
+/// `name` key: (key path for messages, name, body).
+fn named_entries<'a>(what: &str, v: &'a Value) -> Result<Vec<(String, String, &'a Value)>, ConfigError> {
+    match v {
+        Value::Object(map) => Ok(map.iter().map(|(k, b)| (format!("{what}.{k}"), k.clone(), b)).collect()),
+        Value::Array(items) => {
+            let mut out = Vec::new();
+            for (i, b) in items.iter().enumerate() {
+                let path = format!("{what}[{i}]");
+                let name = match b.get("name") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(other) => return err(&join(&path, "name"), format!("expected a string, got {}", kind(other))),
+                    None => return err(&join(&path, "name"), "required"),
+                };
+                out.push((path, name, b));
+            }
+            Ok(out)
+        }
+        other => err(what, format!("expected an object keyed by name or an array, got {}", kind(other))),
+    }
+}
+
+/// The first component of a namespace path must be a configured mount.
+fn check_under_mount(path: &str, p: &str, mounts: &[MountConfig]) -> Result<(), ConfigError> {
+    let first = p.trim_start_matches('/').split('/').next().unwrap_or("");
+    if !mounts.iter().any(|m| m.name == first) {
+        let names: Vec<&str> = mounts.iter().map(|m| m.name.as_str()).collect();
+        return err(path, format!("{p:?} is not under a configured mount (mounts: {})", names.join(", ")));
+    }
+    Ok(())
+}
+
+fn parse_exports(v: &Value, mounts: &[MountConfig]) -> Result<Vec<ExportConfig>, ConfigError> {
+    let entries = named_entries("exports", v)?;
+    if entries.len() > EXPORTS_MAX {
+        return err("exports", format!("{} exports, more than {EXPORTS_MAX}", entries.len()));
+    }
+    let mut out: Vec<ExportConfig> = Vec::new();
+    for (path, name, body) in entries {
+        let name = check_ns_path(&path, &name)?;
+        if out.iter().any(|e| e.name == name) {
+            return err(&path, format!("duplicate export {name:?}"));
+        }
+        let mut o = Obj::new(&path, body)?;
+        o.seen.insert("name");
+        let target = match o.str("path")? {
+            Some(p) => check_ns_path(&join(&path, "path"), p)?,
+            None => return err(&join(&path, "path"), "required (a namespace path such as \"/memfs\")"),
+        };
+        check_under_mount(&join(&path, "path"), &target, mounts)?;
+        o.finish(&[], &mut Vec::new())?;
+        out.push(ExportConfig { name, path: target });
+    }
+    Ok(out)
+}
+
+fn parse_volumes(v: Option<&Value>, mounts: &[MountConfig], _w: &mut Vec<String>) -> Result<String, ConfigError> {
+    let default = mounts.first().map(|m| format!("/{}/volumes", m.name));
+    let path = match v {
+        None => default,
+        Some(v) => {
+            let mut o = Obj::new("volumes", v)?;
+            let p = match o.str("path")? {
+                Some(p) => Some(check_ns_path("volumes.path", p)?),
+                None => default,
+            };
+            o.finish(&[], &mut Vec::new())?;
+            p
+        }
+    };
+    match path {
+        // A DS-only process has no mounts and serves no volumes.
+        None => Ok(String::new()),
+        Some(p) => {
+            if p == "/" || !p.trim_start_matches('/').contains('/') {
+                return err("volumes.path", format!("{p:?} must be a directory inside a mount, e.g. \"/memfs/volumes\""));
+            }
+            check_under_mount("volumes.path", &p, mounts)?;
+            Ok(p)
+        }
+    }
+}
+
+fn parse_admin(v: Option<&Value>, rest_http_port: Option<u16>, role: Role) -> Result<AdminConfig, ConfigError> {
+    let mut a = AdminConfig {
+        enabled: role.runs_mds(),
+        bind: IpAddr::from([0, 0, 0, 0]),
+        port: rest_http_port.unwrap_or(8080),
+        token: String::new(),
+        body_bytes_max: ADMIN_BODY_BYTES_DEFAULT as u32,
+        conns_max: ADMIN_CONNS_DEFAULT as u32,
+    };
+    let mut token_file = None;
+    if let Some(v) = v {
+        let mut o = Obj::new("admin", v)?;
+        if let Some(b) = o.bool("enabled")? {
+            a.enabled = b;
+        }
+        if let Some(ip) = o.ip("bind")? {
+            a.bind = ip;
+        }
+        let port = o.port("port", true)?;
+        if let Some(p) = pick_alias("admin.port", port.map(u64::from), "server.rest_http_port", rest_http_port.map(u64::from))? {
+            a.port = p as u16;
+        }
+        if let Some(t) = o.str("token")? {
+            a.token = t.to_string();
+        }
+        token_file = o.str("token_file")?;
+        if let Some(n) = o.size_in("body_bytes_max", ADMIN_BODY_BYTES_MIN, ADMIN_BODY_BYTES_MAX)? {
+            a.body_bytes_max = n as u32;
+        }
+        if let Some(n) = o.u64_in("conns_max", 1, ADMIN_CONNS_MAX)? {
+            a.conns_max = n as u32;
+        }
+        o.finish(&[], &mut Vec::new())?;
+    }
+    if let Some(f) = token_file {
+        if !a.token.is_empty() {
+            return err("admin.token_file", "set either admin.token or admin.token_file, not both");
+        }
+        a.token = read_token_file(f)?;
+    }
+    if a.enabled {
+        if a.token.is_empty() {
+            return err("admin.token", "required when the admin API is enabled (or set admin.token_file)");
+        }
+        check_token("admin.token", &a.token)?;
+    }
+    Ok(a)
+}
+
+fn read_token_file(f: &str) -> Result<String, ConfigError> {
+    let meta = std::fs::metadata(f)
+        .map_err(|e| ConfigError { path: "admin.token_file".into(), msg: format!("cannot read {f:?}: {e}") })?;
+    if meta.len() > TOKEN_BYTES_MAX as u64 {
+        return err("admin.token_file", format!("{f:?} is {} bytes, longer than {TOKEN_BYTES_MAX}", meta.len()));
+    }
+    let t = std::fs::read_to_string(f)
+        .map_err(|e| ConfigError { path: "admin.token_file".into(), msg: format!("cannot read {f:?}: {e}") })?;
+    // Secrets mounted from Kubernetes often end in a newline.
+    let t = t.trim_end_matches(['\n', '\r']).to_string();
+    if t.is_empty() {
+        return err("admin.token_file", format!("{f:?} is empty"));
+    }
+    Ok(t)
+}
+
+fn check_token(path: &str, t: &str) -> Result<(), ConfigError> {
+    if t.len() > TOKEN_BYTES_MAX {
+        return err(path, format!("token is longer than {TOKEN_BYTES_MAX} bytes"));
+    }
+    // RFC 6750 b64token characters; anything else cannot travel in a header.
+    let ok = t.bytes().all(|c| c.is_ascii_alphanumeric() || b"-._~+/=".contains(&c));
+    if !ok {
+        return err(path, "token may contain only letters, digits and -._~+/=");
+    }
+    Ok(())
+}
+
+fn parse_metrics(v: Option<&Value>, port_alias: Option<u16>) -> Result<MetricsConfig, ConfigError> {
+    let mut m = MetricsConfig { enabled: true, bind: IpAddr::from([0, 0, 0, 0]), port: port_alias.unwrap_or(9000) };
+    if let Some(v) = v {
+        let mut o = Obj::new("metrics", v)?;
+        if let Some(b) = o.bool("enabled")? {
+            m.enabled = b;
+        }
+        if let Some(ip) = o.ip("bind")? {
+            m.bind = ip;
+        }
+        let port = o.port("port", true)?;
+        if let Some(p) = pick_alias("metrics.port", port.map(u64::from), "server.metrics_port", port_alias.map(u64::from))? {
+            m.port = p as u16;
+        }
+        o.finish(&[], &mut Vec::new())?;
+    }
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Unit tests of the pieces; tests/config.rs covers whole files.
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size_str("4096"), Some(4096));
+        assert_eq!(parse_size_str("2M"), Some(2 << 20));
+        assert_eq!(parse_size_str("2 GiB"), Some(2 << 30));
+        assert_eq!(parse_size_str("1T"), Some(1 << 40));
+        assert_eq!(parse_size_str(""), None);
+        assert_eq!(parse_size_str("M"), None);
+        assert_eq!(parse_size_str("1X"), None);
+        assert_eq!(parse_size_str("-1"), None);
+        // Overflow is an error, not a wrap.
+        assert_eq!(parse_size_str("99999999999999999T"), None);
+    }
+
+    #[test]
+    fn host_port() {
+        assert_eq!(split_host_port("x", "10.0.0.2", 2049).unwrap(), ("10.0.0.2".into(), 2049));
+        assert_eq!(split_host_port("x", "10.0.0.2:2050", 2049).unwrap(), ("10.0.0.2".into(), 2050));
+        assert_eq!(split_host_port("x", "[fd00::1]:20049", 2049).unwrap(), ("fd00::1".into(), 20049));
+        assert_eq!(split_host_port("x", "fd00::1", 2049).unwrap(), ("fd00::1".into(), 2049));
+        assert_eq!(split_host_port("x", "ds-0.ds.ns.svc", 2049).unwrap(), ("ds-0.ds.ns.svc".into(), 2049));
+        for bad in ["", ":2049", "10.0.0.2:0", "10.0.0.2:99999", "a b", "[fd00::1", "[zz]:1", "h:x"] {
+            let e = split_host_port("x.uaddr", bad, 2049).unwrap_err();
+            assert_eq!(e.path, "x.uaddr", "{bad}");
+        }
+    }
+
+    #[test]
+    fn ns_paths() {
+        assert_eq!(check_ns_path("p", "/a/b/").unwrap(), "/a/b");
+        assert_eq!(check_ns_path("p", "/").unwrap(), "/");
+        for bad in ["a", "/a//b", "/a/../b", "/./a"] {
+            assert!(check_ns_path("p", bad).is_err(), "{bad}");
+        }
+    }
+}
