@@ -9,8 +9,10 @@
 #
 # Exports (NFSv3 and NFSv4, AUTH_SYS, no root squash), reached from inside the
 # namespace at 127.0.0.1:
-#   /mem  FSAL MEM (everything in Ganesha's memory)
-#   /vfs  FSAL VFS over a size-limited tmpfs
+#   /mem  FSAL MEM: metadata in Ganesha's memory, file DATA IS NOT KEPT (its
+#         Inode_Size, the bytes kept per file, defaults to 0 and is capped at
+#         2 MiB); reads return whatever the buffer held. Fast, but not a store.
+#   /vfs  FSAL VFS over a size-limited tmpfs: keeps data (the honest data-path peer)
 # A client runs in the namespace: ip netns exec "$GANESHA_NETNS" fio ... \
 #   filename=nfs://127.0.0.1/mem?nfsport=2049&mountport=20048
 #
@@ -24,6 +26,7 @@
 #   GANESHA_NFS_PORT  NFS port                  (2049)
 #   GANESHA_MNT_PORT  MOUNT port                (20048)
 #   GANESHA_TMPFS_MIB size of the VFS tmpfs     (1024)
+#   GANESHA_MEM_INODE_BYTES  file bytes FSAL MEM keeps per file (0; Ganesha caps it at 2 MiB)
 #   GANESHA_STATE     state dir: config, logs, pid (${TMPDIR:-/tmp}/chimera-ganesha-<netns>)
 set -euo pipefail
 
@@ -33,6 +36,7 @@ netns="${GANESHA_NETNS:-chimera-ganesha}"
 nfs_port="${GANESHA_NFS_PORT:-2049}"
 mnt_port="${GANESHA_MNT_PORT:-20048}"
 tmpfs_mib="${GANESHA_TMPFS_MIB:-1024}"
+mem_inode_bytes="${GANESHA_MEM_INODE_BYTES:-0}"
 state="${GANESHA_STATE:-${TMPDIR:-/tmp}/chimera-ganesha-$netns}"
 # How long start waits for the exports to answer before giving up.
 start_timeout_s=60
@@ -40,7 +44,7 @@ start_timeout_s=60
 log() { echo "ganesha: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-for v in nfs_port mnt_port tmpfs_mib; do
+for v in nfs_port mnt_port tmpfs_mib mem_inode_bytes; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || die "$v='${!v}' is not a number"
 done
 [ "$nfs_port" -ge 1 ] && [ "$nfs_port" -le 65535 ] || die "GANESHA_NFS_PORT=$nfs_port out of range"
@@ -109,6 +113,7 @@ EXPORT {
     FSAL { Name = VFS; }
 }
 LOG { Default_Log_Level = EVENT; }
+MEM { Inode_Size = $mem_inode_bytes; }
 EOF
 }
 
@@ -160,6 +165,12 @@ start() {
       sleep 0.2 # let the log flush
       tail -n 20 "$state/stdout.log" "$state/ganesha.log" >&2 || true
       die "ganesha exited during start (logs above, state $state)"
+    fi
+    # Ganesha keeps running with a broken export; its log says why.
+    if grep -q ' :CONFIG :CRIT :' "$state/ganesha.log"; then
+      grep ' :CONFIG :CRIT :' "$state/ganesha.log" | sed 's/^.* :CONFIG :CRIT :/  /' | head -n 10 >&2
+      stop >/dev/null 2>&1 || true
+      die "ganesha rejected its config $state/ganesha.conf (errors above)"
     fi
     if ganesha_pid >/dev/null && exports_answer; then
       status
