@@ -1,0 +1,313 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	mount "k8s.io/mount-utils"
+)
+
+// nodeServer mounts volumes with the kernel NFS client (CSI spec, "Node Service
+// RPC"): NodeStageVolume makes one NFSv4.1 mount per volume per node at the
+// staging path; NodePublishVolume bind-mounts it into each pod.
+type nodeServer struct {
+	csi.UnimplementedNodeServer
+	d *Driver
+}
+
+// mountState is what a path looks like before we touch it.
+type mountState int
+
+const (
+	pathMissing mountState = iota
+	pathNotMounted
+	pathMounted
+	// pathCorrupted: a mount whose server went away or restarted (ESTALE,
+	// ENOTCONN, EIO): it must be unmounted before it can be used again.
+	pathCorrupted
+)
+
+func (s *nodeServer) state(path string) (mountState, error) {
+	notMnt, err := s.d.cfg.Mounter.IsLikelyNotMountPoint(path)
+	switch {
+	case err == nil && notMnt:
+		return pathNotMounted, nil
+	case err == nil:
+		return pathMounted, nil
+	case errors.Is(err, os.ErrNotExist):
+		return pathMissing, nil
+	case mount.IsCorruptedMnt(err):
+		return pathCorrupted, nil
+	}
+	return 0, status.Errorf(codes.Internal, "inspect %s: %v", path, err)
+}
+
+// prepare makes path ready to be a mount target: it recovers a corrupted mount
+// by unmounting it and creates the directory. It returns true when path is
+// already a healthy mount (the call is a retry).
+func (s *nodeServer) prepare(path string) (mounted bool, err error) {
+	st, err := s.state(path)
+	if err != nil {
+		return false, err
+	}
+	switch st {
+	case pathMounted:
+		return true, nil
+	case pathCorrupted:
+		klog.Warningf("%s is a stale mount; unmounting it to mount again", path)
+		if err := s.d.cfg.Mounter.Unmount(path); err != nil {
+			return false, status.Errorf(codes.Internal, "unmount stale mount %s: %v", path, err)
+		}
+	case pathMissing:
+		if err := os.MkdirAll(path, 0o750); err != nil {
+			return false, status.Errorf(codes.Internal, "create %s: %v", path, err)
+		}
+	}
+	return false, nil
+}
+
+func checkPath(field, p string) error {
+	if p == "" {
+		return status.Errorf(codes.InvalidArgument, "%s: missing in request", field)
+	}
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p && filepath.Clean(p)+"/" != p {
+		return status.Errorf(codes.InvalidArgument, "%s: %q must be an absolute, clean path", field, p)
+	}
+	return nil
+}
+
+func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id: missing in request")
+	}
+	if err := checkPath("staging_target_path", req.GetStagingTargetPath()); err != nil {
+		return nil, err
+	}
+	if err := checkCapability(req.GetVolumeCapability(), "volume_capability"); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	spec, err := parseVolumeContext(req.GetVolumeContext())
+	if err != nil {
+		return nil, err
+	}
+	readOnly := readOnlyMode(req.GetVolumeCapability().GetAccessMode().GetMode())
+	opts, err := buildMountOptions(spec, req.GetVolumeCapability().GetMount().GetMountFlags(), readOnly)
+	if err != nil {
+		return nil, err
+	}
+	release, err := s.d.locks.acquire(req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return &csi.NodeStageVolumeResponse{}, s.stage(spec, opts, req.GetStagingTargetPath())
+}
+
+// stage mounts the volume at path unless a healthy mount is already there.
+func (s *nodeServer) stage(spec *mountSpec, opts []string, path string) error {
+	mounted, err := s.prepare(path)
+	if err != nil || mounted {
+		return err
+	}
+	if err := s.d.cfg.Mounter.Mount(spec.source(), path, "nfs", opts); err != nil {
+		return status.Errorf(codes.Internal, "mount %s at %s: %v", spec.source(), path, err)
+	}
+	return nil
+}
+
+func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id: missing in request")
+	}
+	if err := checkPath("staging_target_path", req.GetStagingTargetPath()); err != nil {
+		return nil, err
+	}
+	release, err := s.d.locks.acquire(req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return &csi.NodeUnstageVolumeResponse{}, s.unmount(req.GetStagingTargetPath())
+}
+
+// unmount removes a mount (healthy or stale) and its directory; an absent path
+// or an unmounted directory is success, so retries are safe.
+func (s *nodeServer) unmount(path string) error {
+	if err := mount.CleanupMountPoint(path, s.d.cfg.Mounter, true); err != nil {
+		return status.Errorf(codes.Internal, "unmount %s: %v", path, err)
+	}
+	return nil
+}
+
+func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id: missing in request")
+	}
+	if err := checkPath("staging_target_path", req.GetStagingTargetPath()); err != nil {
+		return nil, err
+	}
+	if err := checkPath("target_path", req.GetTargetPath()); err != nil {
+		return nil, err
+	}
+	if err := checkCapability(req.GetVolumeCapability(), "volume_capability"); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	release, err := s.d.locks.acquire(req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	staged, err := s.state(req.GetStagingTargetPath())
+	if err != nil {
+		return nil, err
+	}
+	switch staged {
+	case pathMissing, pathNotMounted:
+		return nil, status.Errorf(codes.FailedPrecondition, "staging_target_path %s is not mounted: NodeStageVolume must succeed first", req.GetStagingTargetPath())
+	case pathCorrupted:
+		// The server restarted under us (ESTALE/ENOTCONN): mount the staging
+		// path again from the volume context so the pod gets a working volume.
+		spec, err := parseVolumeContext(req.GetVolumeContext())
+		if err != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "staging mount %s is stale and cannot be recovered: %v", req.GetStagingTargetPath(), status.Convert(err).Message())
+		}
+		readOnly := readOnlyMode(req.GetVolumeCapability().GetAccessMode().GetMode())
+		opts, err := buildMountOptions(spec, req.GetVolumeCapability().GetMount().GetMountFlags(), readOnly)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.stage(spec, opts, req.GetStagingTargetPath()); err != nil {
+			return nil, err
+		}
+	}
+
+	mounted, err := s.prepare(req.GetTargetPath())
+	if err != nil || mounted {
+		return &csi.NodePublishVolumeResponse{}, err
+	}
+	opts := []string{"bind"}
+	if req.GetReadonly() || readOnlyMode(req.GetVolumeCapability().GetAccessMode().GetMode()) {
+		opts = append(opts, "ro")
+	}
+	if err := s.d.cfg.Mounter.Mount(req.GetStagingTargetPath(), req.GetTargetPath(), "", opts); err != nil {
+		return nil, status.Errorf(codes.Internal, "bind mount %s at %s: %v", req.GetStagingTargetPath(), req.GetTargetPath(), err)
+	}
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id: missing in request")
+	}
+	if err := checkPath("target_path", req.GetTargetPath()); err != nil {
+		return nil, err
+	}
+	release, err := s.d.locks.acquire(req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return &csi.NodeUnpublishVolumeResponse{}, s.unmount(req.GetTargetPath())
+}
+
+func (s *nodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id: missing in request")
+	}
+	if err := checkPath("volume_path", req.GetVolumePath()); err != nil {
+		return nil, err
+	}
+	if sp := req.GetStagingTargetPath(); sp != "" {
+		if err := checkPath("staging_target_path", sp); err != nil {
+			return nil, err
+		}
+	}
+	st, err := s.state(req.GetVolumePath())
+	if err != nil {
+		return nil, err
+	}
+	switch st {
+	case pathMissing:
+		return nil, status.Errorf(codes.NotFound, "volume_path %s does not exist", req.GetVolumePath())
+	case pathNotMounted:
+		return nil, status.Errorf(codes.NotFound, "volume_path %s is not a mounted volume", req.GetVolumePath())
+	case pathCorrupted:
+		// The spec's Go bindings (v1.13) carry no VolumeCondition message, so the
+		// abnormal condition is reported as an error the kubelet logs and surfaces.
+		return nil, status.Errorf(codes.FailedPrecondition, "volume_path %s: abnormal: stale NFS mount (server unreachable or restarted); it is remounted on the next NodePublishVolume", req.GetVolumePath())
+	}
+	var fs unix.Statfs_t
+	if err := s.d.cfg.Statfs(req.GetVolumePath(), &fs); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume_path %s: abnormal: statfs: %v", req.GetVolumePath(), err)
+	}
+	bsize := fs.Bsize
+	if fs.Frsize > 0 {
+		bsize = fs.Frsize
+	}
+	total, avail := int64(fs.Blocks)*bsize, int64(fs.Bavail)*bsize
+	used := int64(fs.Blocks-fs.Bfree) * bsize
+	return &csi.NodeGetVolumeStatsResponse{
+		Usage: []*csi.VolumeUsage{
+			{Unit: csi.VolumeUsage_BYTES, Total: total, Used: used, Available: avail},
+			{Unit: csi.VolumeUsage_INODES, Total: int64(fs.Files), Used: int64(fs.Files - fs.Ffree), Available: int64(fs.Ffree)},
+		},
+	}, nil
+}
+
+// NodeExpandVolume has nothing to do: the capacity is a quota on the server
+// and statfs through the mount already reports the new size.
+func (s *nodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id: missing in request")
+	}
+	if err := checkPath("volume_path", req.GetVolumePath()); err != nil {
+		return nil, err
+	}
+	if vc := req.GetVolumeCapability(); vc != nil {
+		if err := checkCapability(vc, "volume_capability"); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	want, err := capacityFor(req.GetCapacityRange())
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.state(req.GetVolumePath())
+	if err != nil {
+		return nil, err
+	}
+	if st == pathMissing || st == pathNotMounted {
+		return nil, status.Errorf(codes.NotFound, "volume_path %s is not a mounted volume", req.GetVolumePath())
+	}
+	return &csi.NodeExpandVolumeResponse{CapacityBytes: want}, nil
+}
+
+func (s *nodeServer) NodeGetCapabilities(ctx context.Context, req *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	resp := &csi.NodeGetCapabilitiesResponse{}
+	for _, t := range []csi.NodeServiceCapability_RPC_Type{
+		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
+		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	} {
+		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{
+			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}},
+		})
+	}
+	return resp, nil
+}
+
+func (s *nodeServer) NodeGetInfo(ctx context.Context, req *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{
+		NodeId:             s.d.cfg.NodeID,
+		AccessibleTopology: &csi.Topology{Segments: map[string]string{TopologyKeyNode: s.d.cfg.NodeID}},
+	}, nil
+}
