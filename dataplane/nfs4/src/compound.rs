@@ -1,0 +1,336 @@
+//! The COMPOUND procedure (RFC 8881 §16.2): evaluate operations in order,
+//! stop at the first error, and return the results so far.
+//!
+//! Operations are decoded one at a time (we read the op number, then decode
+//! that op's arguments with its generated type), so nothing is decoded past
+//! the point where processing stops and no argument array is built. Session
+//! rules (§2.10.6): SEQUENCE must come first (or the op must be one of the
+//! five allowed alone), and a SEQUENCE's slot is released with the reply
+//! cached when the client asked for it.
+
+use crate::error::{fail, Nfs4Error, OpResult};
+use crate::state::{SessionId, Stateid};
+use crate::Nfs4Program;
+use proto::nfs4 as p;
+use proto::xdr::{Decoder, Encoder};
+use rpc::{Auth, CallContext, CallError};
+use vfs::{Cred, FileHandle};
+
+/// Longest COMPOUND tag accepted (a hostile tag is GARBAGE_ARGS, not a copy).
+pub const TAG_BYTES_MAX: u32 = 1024;
+/// Supplementary groups carried by AUTH_SYS at most (RFC 5531).
+pub const GIDS_MAX: usize = 16;
+/// Op numbers defined for minor version 1 (RFC 8881 §18): 3 ..= 58.
+const OP_FIRST: u32 = 3;
+const OP_LAST_V41: u32 = 58;
+
+/// The SEQUENCE of this COMPOUND, once it succeeded.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seq {
+    pub session: SessionId,
+    pub slot: u32,
+    pub clientid: u64,
+    pub cachethis: bool,
+    pub response_bytes_max: usize,
+    pub response_cached_bytes_max: usize,
+}
+
+/// What one COMPOUND carries from op to op (§16.2.3): the current and saved
+/// filehandles and stateids, the session, and the caller's identity.
+pub(crate) struct Compound<'p> {
+    pub prog: &'p Nfs4Program,
+    pub conn_id: u64,
+    pub uid: u32,
+    pub gid: u32,
+    gids: [u32; GIDS_MAX],
+    ngids: usize,
+    pub cur: Option<FileHandle>,
+    pub saved: Option<FileHandle>,
+    pub cur_sid: Option<Stateid>,
+    pub saved_sid: Option<Stateid>,
+    pub seq: Option<Seq>,
+    /// The conflicting lock of a LOCK/LOCKT that ended in NFS4ERR_DENIED.
+    pub denied: Option<crate::state::Conflict>,
+    pub now_ms: u64,
+    pub numops: u32,
+    pub request_bytes: usize,
+    /// Reply position where COMPOUND4res starts.
+    pub reply_start: usize,
+}
+
+enum Step {
+    Done,
+    /// SEQUENCE found a retransmission: answer from the reply cache.
+    Replay,
+}
+
+impl<'p> Compound<'p> {
+    fn new(prog: &'p Nfs4Program, ctx: &CallContext<'_>, request_bytes: usize, reply_start: usize) -> Self {
+        let (uid, gid) = match ctx.auth {
+            Auth::Sys { uid, gid, .. } => (uid, gid),
+            Auth::None => (Cred::NOBODY.uid, Cred::NOBODY.gid),
+        };
+        let mut gids = [0u32; GIDS_MAX];
+        let mut ngids = 0;
+        for g in ctx.auth.gids().take(GIDS_MAX) {
+            gids[ngids] = g;
+            ngids += 1;
+        }
+        Compound {
+            prog,
+            conn_id: ctx.conn_id,
+            uid,
+            gid,
+            gids,
+            ngids,
+            cur: None,
+            saved: None,
+            cur_sid: None,
+            saved_sid: None,
+            seq: None,
+            denied: None,
+            now_ms: prog.now_ms(),
+            numops: 0,
+            request_bytes,
+            reply_start,
+        }
+    }
+
+    pub fn cred(&self) -> Cred<'_> {
+        Cred { uid: self.uid, gid: self.gid, gids: &self.gids[..self.ngids] }
+    }
+
+    /// The current filehandle, or NFS4ERR_NOFILEHANDLE.
+    pub fn cur_fh(&self) -> OpResult<FileHandle> {
+        self.cur.ok_or(Nfs4Error(p::NFS4ERR_NOFILEHANDLE))
+    }
+
+    pub fn saved_fh(&self) -> OpResult<FileHandle> {
+        self.saved.ok_or(Nfs4Error(p::NFS4ERR_NOFILEHANDLE))
+    }
+
+    /// The client of this COMPOUND's session.
+    pub fn clientid(&self) -> OpResult<u64> {
+        self.seq.map(|s| s.clientid).ok_or(Nfs4Error(p::NFS4ERR_OP_NOT_IN_SESSION))
+    }
+
+    /// Replace the special "current stateid" value (§16.2.3.1.2).
+    pub fn resolve_sid(&self, sid: Stateid) -> OpResult<Stateid> {
+        if sid == Stateid::CURRENT {
+            return self.cur_sid.ok_or(Nfs4Error(p::NFS4ERR_BAD_STATEID));
+        }
+        Ok(sid)
+    }
+
+    /// Reply bytes this COMPOUND may still produce.
+    pub fn reply_room(&self, e: &Encoder<'_>) -> usize {
+        let used = e.position() - self.reply_start;
+        let max = self.seq.map_or(usize::MAX, |s| s.response_bytes_max);
+        max.saturating_sub(used).min(e.remaining())
+    }
+
+    /// One operation: the sequencing rules of §2.10.6, then dispatch.
+    fn step(&mut self, i: u32, opnum: u32, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult<Step> {
+        if opnum == p::OP_SEQUENCE as u32 {
+            if i != 0 {
+                return fail(p::NFS4ERR_SEQUENCE_POS);
+            }
+            return self.op_sequence(d, e);
+        }
+        if !(OP_FIRST..=OP_LAST_V41).contains(&opnum) {
+            return fail(p::NFS4ERR_OP_ILLEGAL);
+        }
+        if i == 0 {
+            let alone = [
+                p::OP_EXCHANGE_ID,
+                p::OP_CREATE_SESSION,
+                p::OP_DESTROY_SESSION,
+                p::OP_BIND_CONN_TO_SESSION,
+                p::OP_DESTROY_CLIENTID,
+            ];
+            if !alone.contains(&(opnum as i32)) {
+                return fail(p::NFS4ERR_OP_NOT_IN_SESSION);
+            }
+            if self.numops != 1 {
+                return fail(p::NFS4ERR_NOT_ONLY_OP);
+            }
+        }
+        self.dispatch(opnum as i32, d, e)?;
+        Ok(Step::Done)
+    }
+
+    fn dispatch(&mut self, op: i32, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
+        match op {
+            p::OP_ACCESS => self.op_access(d, e),
+            p::OP_CLOSE => self.op_close(d, e),
+            p::OP_COMMIT => self.op_commit(d, e),
+            p::OP_CREATE => self.op_create(d, e),
+            p::OP_DELEGRETURN => self.op_delegreturn(d, e),
+            p::OP_GETATTR => self.op_getattr(d, e),
+            p::OP_GETFH => self.op_getfh(d, e),
+            p::OP_LINK => self.op_link(d, e),
+            p::OP_LOCK => self.op_lock(d, e),
+            p::OP_LOCKT => self.op_lockt(d, e),
+            p::OP_LOCKU => self.op_locku(d, e),
+            p::OP_LOOKUP => self.op_lookup(d, e),
+            p::OP_LOOKUPP => self.op_lookupp(d, e),
+            p::OP_OPEN => self.op_open(d, e),
+            p::OP_OPEN_DOWNGRADE => self.op_open_downgrade(d, e),
+            p::OP_PUTFH => self.op_putfh(d, e),
+            p::OP_PUTPUBFH => self.op_putpubfh(d, e),
+            p::OP_PUTROOTFH => self.op_putrootfh(d, e),
+            p::OP_READ => self.op_read(d, e),
+            p::OP_READDIR => self.op_readdir(d, e),
+            p::OP_READLINK => self.op_readlink(d, e),
+            p::OP_REMOVE => self.op_remove(d, e),
+            p::OP_RENAME => self.op_rename(d, e),
+            p::OP_RESTOREFH => self.op_restorefh(d, e),
+            p::OP_SAVEFH => self.op_savefh(d, e),
+            p::OP_SECINFO => self.op_secinfo(d, e),
+            p::OP_SETATTR => self.op_setattr(d, e),
+            p::OP_WRITE => self.op_write(d, e),
+            p::OP_BIND_CONN_TO_SESSION => self.op_bind_conn_to_session(d, e),
+            p::OP_EXCHANGE_ID => self.op_exchange_id(d, e),
+            p::OP_CREATE_SESSION => self.op_create_session(d, e),
+            p::OP_DESTROY_SESSION => self.op_destroy_session(d, e),
+            p::OP_FREE_STATEID => self.op_free_stateid(d, e),
+            p::OP_SECINFO_NO_NAME => self.op_secinfo_no_name(d, e),
+            p::OP_TEST_STATEID => self.op_test_stateid(d, e),
+            p::OP_DESTROY_CLIENTID => self.op_destroy_clientid(d, e),
+            p::OP_RECLAIM_COMPLETE => self.op_reclaim_complete(d, e),
+            // Everything else of minor version 1 (delegations, pNFS, NVERIFY,
+            // OPENATTR, the v4.0-only ops ...) is not supported (§15.2).
+            _ => fail(p::NFS4ERR_NOTSUPP),
+        }
+    }
+}
+
+fn xdr_sys(_: proto::xdr::XdrError) -> CallError {
+    // The reply buffer cannot hold even the COMPOUND header.
+    CallError::SystemErr
+}
+
+/// NFSPROC4_COMPOUND (RFC 8881 §16.2).
+pub(crate) fn run(
+    prog: &Nfs4Program,
+    ctx: &CallContext<'_>,
+    args: &[u8],
+    e: &mut Encoder<'_>,
+) -> Result<(), CallError> {
+    let mut d = Decoder::new(args);
+    let tag = d.opaque_var(TAG_BYTES_MAX).map_err(|_| CallError::GarbageArgs)?;
+    let minorversion = d.u32().map_err(|_| CallError::GarbageArgs)?;
+    let numops = d.u32().map_err(|_| CallError::GarbageArgs)?;
+
+    let start = e.position();
+    let status_at = e.reserve(4).map_err(xdr_sys)?;
+    e.opaque_var(tag).map_err(xdr_sys)?;
+    let count_at = e.reserve(4).map_err(xdr_sys)?;
+    if minorversion != 1 {
+        // §16.2.3: no operation is evaluated, the result array is empty.
+        e.patch_u32(status_at, p::NFS4ERR_MINOR_VERS_MISMATCH as u32);
+        return Ok(());
+    }
+
+    let mut c = Compound::new(prog, ctx, args.len(), start);
+    c.numops = numops;
+    let r = evaluate(&mut c, &mut d, e, status_at, count_at);
+    // Whatever happened, a slot taken by SEQUENCE is released (a slot left
+    // busy would answer NFS4ERR_DELAY forever).
+    if let Some(s) = c.seq {
+        let bytes = &e.written()[start..];
+        let cache = r == Ok(false) && s.cachethis && bytes.len() <= s.response_cached_bytes_max;
+        prog.state().sequence_end(&s.session, s.slot, cache.then_some(bytes));
+    }
+    r.map(|_| ())
+}
+
+/// The operation loop of §16.2. Ok(true): answered from the reply cache.
+fn evaluate(
+    c: &mut Compound<'_>,
+    d: &mut Decoder<'_>,
+    e: &mut Encoder<'_>,
+    status_at: usize,
+    count_at: usize,
+) -> Result<bool, CallError> {
+    let start = c.reply_start;
+    let mut status = p::NFS4_OK;
+    let mut count = 0u32;
+    for i in 0..c.numops {
+        let (opnum, opres, short) = match d.u32() {
+            Ok(op) if (OP_FIRST..=OP_LAST_V41).contains(&op) => (op, op, false),
+            Ok(op) => (op, p::OP_ILLEGAL as u32, false),
+            // Fewer operations than the count says.
+            Err(_) => (p::OP_ILLEGAL as u32, p::OP_ILLEGAL as u32, true),
+        };
+        let op_at = e.position();
+        e.u32(opres).map_err(xdr_sys)?;
+        let op_status_at = e.reserve(4).map_err(xdr_sys)?;
+        let body_at = e.position();
+        let r = if short { Err(Nfs4Error(p::NFS4ERR_BADXDR)) } else { c.step(i, opnum, d, e) };
+        count += 1;
+        match r {
+            Ok(Step::Replay) => {
+                replay(c, e)?;
+                return Ok(true);
+            }
+            Ok(Step::Done) => {}
+            Err(err) => {
+                status = err.0;
+                e.truncate(body_at);
+                e.patch_u32(op_status_at, err.code());
+                c.encode_error_body(opnum as i32, e).map_err(xdr_sys)?;
+            }
+        }
+        // Response limits (§2.10.6.4): the op that crosses them fails.
+        if let Some(s) = c.seq {
+            let used = e.position() - start;
+            let (limit, code) = if s.cachethis {
+                (s.response_cached_bytes_max.min(s.response_bytes_max), p::NFS4ERR_REP_TOO_BIG_TO_CACHE)
+            } else {
+                (s.response_bytes_max, p::NFS4ERR_REP_TOO_BIG)
+            };
+            if used > limit && i > 0 {
+                e.truncate(op_at);
+                e.u32(opres).map_err(xdr_sys)?;
+                e.u32(code as u32).map_err(xdr_sys)?;
+                status = code;
+            }
+        }
+        if status != p::NFS4_OK {
+            break;
+        }
+    }
+    e.patch_u32(status_at, status as u32);
+    e.patch_u32(count_at, count);
+    Ok(false)
+}
+
+/// Answer a retransmission with the reply cached for its slot (§2.10.6.1.1).
+fn replay(c: &Compound<'_>, e: &mut Encoder<'_>) -> Result<(), CallError> {
+    let seq = c.seq.expect("replay only after a SEQUENCE");
+    e.truncate(c.reply_start);
+    let st = c.prog.state();
+    let cached = st.cached_reply(&seq.session, seq.slot).ok_or(CallError::SystemErr)?;
+    let room = e.spare();
+    if cached.len() > room.len() {
+        return Err(CallError::SystemErr);
+    }
+    room[..cached.len()].copy_from_slice(cached);
+    e.advance(cached.len());
+    Ok(())
+}
+
+impl Compound<'_> {
+    /// Result bodies that exist even when the status is not NFS4_OK.
+    fn encode_error_body(&mut self, op: i32, e: &mut Encoder<'_>) -> proto::xdr::Result<()> {
+        if op == p::OP_SETATTR {
+            // SETATTR4res carries attrsset whatever the status (§18.30).
+            e.u32(0)?;
+        }
+        if let Some(denied) = self.denied.take() {
+            crate::ops::encode_denied(&denied, e)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,95 @@
+//! READ, WRITE, COMMIT (RFC 8881 §18.22, §18.32, §18.3): the data path.
+//! Payloads never pass through generated types on the way out: READ data is
+//! read by the backend straight into the reply buffer; WRITE data is a slice
+//! of the request buffer handed to the backend.
+
+use crate::compound::Compound;
+use crate::error::{fail, OpResult};
+use crate::ops::sid_in;
+use crate::state::SHARE_WRITE;
+use proto::nfs4 as p;
+use proto::xdr::{pad, Decoder, Encoder, Xdr};
+use vfs::{FileHandle, FileType, Stability};
+
+/// READ4resok bytes besides the data: eof, length, up to 3 bytes of padding.
+const READ_RESOK_OVERHEAD_BYTES: usize = 12;
+
+impl Compound<'_> {
+    /// Validate `sid` for I/O on `fh` and return the access its open allows.
+    fn io_access(&self, sid: &p::stateid4, fh: &FileHandle) -> OpResult<u32> {
+        let sid = self.resolve_sid(sid_in(sid))?;
+        let clientid = self.seq.map(|s| s.clientid);
+        let v = self.prog.state().check_io(clientid, &sid, fh, self.now_ms)?;
+        Ok(v.access)
+    }
+
+    /// The current filehandle, which must be a regular file (§18.22.4:
+    /// NFS4ERR_ISDIR for a directory, NFS4ERR_INVAL otherwise).
+    fn cur_file(&self) -> OpResult<FileHandle> {
+        let fh = self.cur_fh()?;
+        let a = self.prog.vfs.getattr(&fh)?;
+        match a.ftype {
+            FileType::Regular => Ok(fh),
+            FileType::Directory => fail(p::NFS4ERR_ISDIR),
+            FileType::Symlink => fail(p::NFS4ERR_SYMLINK),
+            _ => fail(p::NFS4ERR_INVAL),
+        }
+    }
+
+    /// READ (RFC 8881 §18.22). Any open of the file allows reading (as
+    /// Linux's server does: a write-only open may read back what it wrote).
+    pub(crate) fn op_read(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
+        let a = p::READ4args::decode(d)?;
+        let fh = self.cur_file()?;
+        self.io_access(&a.stateid, &fh)?;
+        let room = self.reply_room(e).saturating_sub(READ_RESOK_OVERHEAD_BYTES);
+        let count = (a.count as usize).min(self.prog.cfg.read_bytes_max as usize).min(room);
+        let head = e.reserve(8)?;
+        let buf = e.spare();
+        let (n, eof) = self.prog.vfs.read(&fh, a.offset, &mut buf[..count])?;
+        assert!(n <= count, "backend read more than asked");
+        let padding = pad(n);
+        buf[n..n + padding].fill(0);
+        e.advance(n + padding);
+        e.patch_u32(head, eof as u32);
+        e.patch_u32(head + 4, n as u32);
+        Ok(())
+    }
+
+    /// WRITE (RFC 8881 §18.32).
+    pub(crate) fn op_write(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
+        let a = p::WRITE4args::decode(d)?;
+        let fh = self.cur_file()?;
+        if a.data.len() > self.prog.cfg.write_bytes_max as usize {
+            return fail(p::NFS4ERR_INVAL);
+        }
+        if self.io_access(&a.stateid, &fh)? & SHARE_WRITE == 0 {
+            return fail(p::NFS4ERR_OPENMODE);
+        }
+        let stable = match a.stable {
+            p::stable_how4::UNSTABLE4 => Stability::Unstable,
+            p::stable_how4::DATA_SYNC4 => Stability::DataSync,
+            p::stable_how4::FILE_SYNC4 => Stability::FileSync,
+        };
+        let (n, done, _) = self.prog.vfs.write(&fh, a.offset, a.data, stable)?;
+        let committed = match done {
+            Stability::Unstable => p::stable_how4::UNSTABLE4,
+            Stability::DataSync => p::stable_how4::DATA_SYNC4,
+            Stability::FileSync => p::stable_how4::FILE_SYNC4,
+        };
+        p::WRITE4resok { count: n as u32, committed, writeverf: self.prog.vfs.write_verifier() }.encode(e)?;
+        Ok(())
+    }
+
+    /// COMMIT (RFC 8881 §18.3).
+    pub(crate) fn op_commit(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
+        let a = p::COMMIT4args::decode(d)?;
+        let fh = self.cur_file()?;
+        if a.count != 0 && a.offset.checked_add(a.count as u64).is_none() {
+            return fail(p::NFS4ERR_INVAL);
+        }
+        self.prog.vfs.commit(&fh, a.offset, a.count as u64)?;
+        p::COMMIT4resok { writeverf: self.prog.vfs.write_verifier() }.encode(e)?;
+        Ok(())
+    }
+}

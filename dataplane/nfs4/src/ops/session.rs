@@ -1,0 +1,187 @@
+//! Session and client-record operations (RFC 8881 §18.34–§18.37, §18.46,
+//! §18.50, §18.51).
+
+use crate::compound::{Compound, Seq, Step};
+use crate::error::{fail, OpResult};
+use crate::state::ChannelAttrs;
+use proto::nfs4 as p;
+use proto::xdr::{Decoder, Encoder, Xdr};
+
+/// Smallest request/response size a client may negotiate: below it not even
+/// SEQUENCE + PUTFH + GETATTR fit (NFS4ERR_TOOSMALL, §18.36.3).
+pub const CHANNEL_BYTES_MIN: u32 = 512;
+
+fn attrs_in(a: &p::channel_attrs4) -> ChannelAttrs {
+    ChannelAttrs {
+        headerpad_bytes: a.ca_headerpadsize,
+        request_bytes_max: a.ca_maxrequestsize,
+        response_bytes_max: a.ca_maxresponsesize,
+        response_cached_bytes_max: a.ca_maxresponsesize_cached,
+        ops_max: a.ca_maxoperations,
+        requests_max: a.ca_maxrequests,
+    }
+}
+
+fn attrs_out(a: &ChannelAttrs) -> p::channel_attrs4 {
+    p::channel_attrs4 {
+        ca_headerpadsize: a.headerpad_bytes,
+        ca_maxrequestsize: a.request_bytes_max,
+        ca_maxresponsesize: a.response_bytes_max,
+        ca_maxresponsesize_cached: a.response_cached_bytes_max,
+        ca_maxoperations: a.ops_max,
+        ca_maxrequests: a.requests_max,
+        ca_rdma_ird: Vec::new(),
+    }
+}
+
+impl Compound<'_> {
+    /// SEQUENCE (RFC 8881 §18.46): find the session, apply its limits to
+    /// this COMPOUND, run the slot check (§2.10.6.1), renew the lease.
+    pub(crate) fn op_sequence(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult<Step> {
+        let a = p::SEQUENCE4args::decode(d)?;
+        let mut st = self.prog.state();
+        let s = st.session(&a.sa_sessionid)?;
+        let (fore, clientid) = (s.fore, s.clientid);
+        if self.numops > fore.ops_max {
+            return fail(p::NFS4ERR_TOO_MANY_OPS);
+        }
+        if self.request_bytes > fore.request_bytes_max as usize {
+            return fail(p::NFS4ERR_REQ_TOO_BIG);
+        }
+        let replay = st.sequence_begin(&a.sa_sessionid, a.sa_slotid, a.sa_sequenceid, self.conn_id, self.now_ms)?;
+        drop(st);
+        self.seq = Some(Seq {
+            session: a.sa_sessionid,
+            slot: a.sa_slotid,
+            clientid,
+            cachethis: a.sa_cachethis,
+            response_bytes_max: fore.response_bytes_max as usize,
+            response_cached_bytes_max: fore.response_cached_bytes_max as usize,
+        });
+        if replay {
+            return Ok(Step::Replay);
+        }
+        let highest = fore.requests_max - 1;
+        p::SEQUENCE4resok {
+            sr_sessionid: a.sa_sessionid,
+            sr_sequenceid: a.sa_sequenceid,
+            sr_slotid: a.sa_slotid,
+            sr_highest_slotid: highest,
+            sr_target_highest_slotid: highest,
+            sr_status_flags: 0,
+        }
+        .encode(e)?;
+        Ok(Step::Done)
+    }
+
+    /// EXCHANGE_ID (RFC 8881 §18.35): SP4_NONE only; we are a plain
+    /// (non-pNFS) server for now.
+    pub(crate) fn op_exchange_id(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
+        let a = p::EXCHANGE_ID4args::decode(d)?;
+        if a.eia_flags & !(p::EXCHGID4_FLAG_MASK_A as u32) != 0 {
+            return fail(p::NFS4ERR_INVAL);
+        }
+        if !matches!(a.eia_state_protect, p::state_protect4_a::SP4_NONE) {
+            // Machine-credential and SSV protection need RPCSEC_GSS.
+            return fail(p::NFS4ERR_NOTSUPP);
+        }
+        let update = a.eia_flags & p::EXCHGID4_FLAG_UPD_CONFIRMED_REC_A as u32 != 0;
+        let x = self.prog.state().exchange_id(
+            a.eia_clientowner.co_ownerid,
+            a.eia_clientowner.co_verifier,
+            update,
+            self.now_ms,
+        )?;
+        let mut flags = p::EXCHGID4_FLAG_USE_NON_PNFS as u32;
+        if x.confirmed {
+            flags |= p::EXCHGID4_FLAG_CONFIRMED_R as u32;
+        }
+        let cfg = &self.prog.cfg;
+        p::EXCHANGE_ID4resok {
+            eir_clientid: x.clientid,
+            eir_sequenceid: x.sequence,
+            eir_flags: flags,
+            eir_state_protect: p::state_protect4_r::SP4_NONE,
+            eir_server_owner: p::server_owner4 { so_minor_id: 0, so_major_id: &cfg.server_owner },
+            eir_server_scope: &cfg.server_scope,
+            eir_server_impl_id: Vec::new(),
+        }
+        .encode(e)?;
+        Ok(())
+    }
+
+    /// CREATE_SESSION (RFC 8881 §18.36): fore-channel sizes and slots are
+    /// negotiated down to our limits; a back channel is accepted (we send
+    /// no callbacks yet).
+    pub(crate) fn op_create_session(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
+        let a = p::CREATE_SESSION4args::decode(d)?;
+        let fore = attrs_in(&a.csa_fore_chan_attrs);
+        let back = attrs_in(&a.csa_back_chan_attrs);
+        if fore.request_bytes_max < CHANNEL_BYTES_MIN || fore.response_bytes_max < CHANNEL_BYTES_MIN {
+            return fail(p::NFS4ERR_TOOSMALL);
+        }
+        let flags = a.csa_flags & p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN as u32;
+        let mut st = self.prog.state();
+        let cs = st.create_session(a.csa_clientid, a.csa_sequence, flags, fore, back, a.csa_cb_program, self.now_ms)?;
+        st.bind_conn(&cs.id, self.conn_id)?;
+        drop(st);
+        p::CREATE_SESSION4resok {
+            csr_sessionid: cs.id,
+            csr_sequence: cs.sequence,
+            csr_flags: cs.flags,
+            csr_fore_chan_attrs: attrs_out(&cs.fore),
+            csr_back_chan_attrs: attrs_out(&cs.back),
+        }
+        .encode(e)?;
+        Ok(())
+    }
+
+    /// BIND_CONN_TO_SESSION (RFC 8881 §18.34).
+    pub(crate) fn op_bind_conn_to_session(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
+        let a = p::BIND_CONN_TO_SESSION4args::decode(d)?;
+        if a.bctsa_use_conn_in_rdma_mode {
+            // RPC-over-RDMA is not wired yet; the connection stays in TCP mode.
+        }
+        self.prog.state().bind_conn(&a.bctsa_sessid, self.conn_id)?;
+        let dir = match a.bctsa_dir {
+            p::channel_dir_from_client4::CDFC4_FORE => p::channel_dir_from_server4::CDFS4_FORE,
+            p::channel_dir_from_client4::CDFC4_BACK => p::channel_dir_from_server4::CDFS4_BACK,
+            p::channel_dir_from_client4::CDFC4_FORE_OR_BOTH
+            | p::channel_dir_from_client4::CDFC4_BACK_OR_BOTH => p::channel_dir_from_server4::CDFS4_BOTH,
+        };
+        p::BIND_CONN_TO_SESSION4resok {
+            bctsr_sessid: a.bctsa_sessid,
+            bctsr_dir: dir,
+            bctsr_use_conn_in_rdma_mode: false,
+        }
+        .encode(e)?;
+        Ok(())
+    }
+
+    /// DESTROY_SESSION (RFC 8881 §18.37).
+    pub(crate) fn op_destroy_session(&mut self, d: &mut Decoder<'_>, _e: &mut Encoder<'_>) -> OpResult {
+        let a = p::DESTROY_SESSION4args::decode(d)?;
+        self.prog.state().destroy_session(&a.dsa_sessionid)?;
+        Ok(())
+    }
+
+    /// DESTROY_CLIENTID (RFC 8881 §18.50).
+    pub(crate) fn op_destroy_clientid(&mut self, d: &mut Decoder<'_>, _e: &mut Encoder<'_>) -> OpResult {
+        let a = p::DESTROY_CLIENTID4args::decode(d)?;
+        self.prog.state().destroy_clientid(a.dca_clientid)?;
+        Ok(())
+    }
+
+    /// RECLAIM_COMPLETE (RFC 8881 §18.51). Per-file-system completion
+    /// (rca_one_fs) needs no record: reclaims are tracked per client.
+    pub(crate) fn op_reclaim_complete(&mut self, d: &mut Decoder<'_>, _e: &mut Encoder<'_>) -> OpResult {
+        let a = p::RECLAIM_COMPLETE4args::decode(d)?;
+        let clientid = self.clientid()?;
+        if a.rca_one_fs {
+            self.cur_fh()?;
+            return Ok(());
+        }
+        self.prog.state().reclaim_complete(clientid)?;
+        Ok(())
+    }
+}
