@@ -8,6 +8,7 @@
 //! removed object is detected as stale rather than aliasing a new one.
 
 pub mod memfs;
+pub mod router;
 
 use core::fmt;
 
