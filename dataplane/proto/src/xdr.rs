@@ -374,6 +374,281 @@ pub fn to_vec<'a, T: Xdr<'a>>(v: &T) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+
+/// Longest linked list (`entry3 *nextentry` and friends) we decode. Lists are
+/// decoded with a loop, not recursion, but dropping or cloning a list still
+/// recurses once per node, so the count is bounded.
+pub const LIST_MAX: usize = 8192;
+
+/// Variable-length array: count (checked against `max` and against what is
+/// left, using `elem_min_bytes`) then the elements.
+#[inline]
+pub fn decode_vec<'a, T>(
+    d: &mut Decoder<'a>,
+    max: u32,
+    elem_min_bytes: usize,
+    mut f: impl FnMut(&mut Decoder<'a>) -> Result<T>,
+) -> Result<Vec<T>> {
+    let n = d.array_len(max, elem_min_bytes)?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(f(d)?);
+    }
+    Ok(v)
+}
+
+/// Optional data (`T *x`): a boolean, then the value one nesting level down.
+#[inline]
+pub fn decode_opt<'a, T>(d: &mut Decoder<'a>, f: impl FnOnce(&mut Decoder<'a>) -> Result<T>) -> Result<Option<Box<T>>> {
+    if !d.bool()? {
+        return Ok(None);
+    }
+    d.enter()?;
+    let v = f(d)?;
+    d.leave();
+    Ok(Some(Box::new(v)))
+}
+
+/// Fixed-length array of a non-byte type (`T x[N]`).
+#[inline]
+pub fn decode_array<'a, T, const N: usize>(
+    d: &mut Decoder<'a>,
+    mut f: impl FnMut(&mut Decoder<'a>) -> Result<T>,
+) -> Result<[T; N]> {
+    let mut v = Vec::with_capacity(N);
+    for _ in 0..N {
+        v.push(f(d)?);
+    }
+    match v.try_into() {
+        Ok(a) => Ok(a),
+        Err(_) => unreachable!("exactly N elements were pushed"),
+    }
+}
+
+/// Count word of a variable-length array being encoded, checked against its maximum.
+#[inline]
+pub fn encode_count(e: &mut Encoder<'_>, len: usize, max: u32) -> Result<()> {
+    if len > max as usize {
+        return Err(XdrError::TooLong { len: len.min(u32::MAX as usize) as u32, max });
+    }
+    e.u32(len as u32)
+}
+
+/// Variable-length opaque/string being encoded, checked against its maximum.
+#[inline]
+pub fn encode_opaque_var(e: &mut Encoder<'_>, v: &[u8], max: u32) -> Result<()> {
+    if v.len() > max as usize {
+        return Err(XdrError::TooLong { len: v.len().min(u32::MAX as usize) as u32, max });
+    }
+    e.opaque_var(v)
+}
+
+/// Turn decoded list nodes (each with `next == None`) into the linked list
+/// they came from, without recursion.
+pub fn link_list<T>(mut nodes: Vec<T>, next: impl Fn(&mut T) -> &mut Option<Box<T>>) -> T {
+    assert!(!nodes.is_empty(), "a list has at least its head");
+    let mut tail: Option<Box<T>> = None;
+    while nodes.len() > 1 {
+        let mut n = nodes.pop().expect("len > 1");
+        *next(&mut n) = tail;
+        tail = Some(Box::new(n));
+    }
+    let mut head = nodes.pop().expect("len == 1");
+    *next(&mut head) = tail;
+    head
+}
+
+// Typedefs of variable-length data are Rust aliases (`filename3<'a>` is
+// `&'a [u8]`), so these impls exist for values decoded on their own. Inside
+// generated types the typedef's own maximum is checked instead; these accept
+// up to 2^32 - 1 (still bounded by the bytes left).
+impl<'a> Xdr<'a> for &'a [u8] {
+    const MIN_LEN: usize = 4;
+    fn decode(d: &mut Decoder<'a>) -> Result<Self> {
+        d.opaque_var(u32::MAX)
+    }
+    fn encode(&self, e: &mut Encoder<'_>) -> Result<()> {
+        e.opaque_var(self)
+    }
+    fn encoded_len(&self) -> usize {
+        opaque_var_len(self.len())
+    }
+}
+
+impl<'a, const N: usize> Xdr<'a> for [u8; N] {
+    const MIN_LEN: usize = N + pad(N);
+    fn decode(d: &mut Decoder<'a>) -> Result<Self> {
+        d.opaque_fixed::<N>()
+    }
+    fn encode(&self, e: &mut Encoder<'_>) -> Result<()> {
+        e.opaque_fixed(self)
+    }
+    fn encoded_len(&self) -> usize {
+        N + pad(N)
+    }
+}
+
+impl<'a, T: Xdr<'a>> Xdr<'a> for Vec<T> {
+    const MIN_LEN: usize = 4;
+    fn decode(d: &mut Decoder<'a>) -> Result<Self> {
+        decode_vec(d, u32::MAX, T::MIN_LEN, T::decode)
+    }
+    fn encode(&self, e: &mut Encoder<'_>) -> Result<()> {
+        encode_count(e, self.len(), u32::MAX)?;
+        self.iter().try_for_each(|v| v.encode(e))
+    }
+    fn encoded_len(&self) -> usize {
+        4 + self.iter().map(|v| v.encoded_len()).sum::<usize>()
+    }
+}
+
+impl<'a, T: Xdr<'a>> Xdr<'a> for Option<Box<T>> {
+    const MIN_LEN: usize = 4;
+    fn decode(d: &mut Decoder<'a>) -> Result<Self> {
+        decode_opt(d, T::decode)
+    }
+    fn encode(&self, e: &mut Encoder<'_>) -> Result<()> {
+        match self {
+            Some(v) => {
+                e.bool(true)?;
+                v.encode(e)
+            }
+            None => e.bool(false),
+        }
+    }
+    fn encoded_len(&self) -> usize {
+        4 + self.as_ref().map_or(0, |v| v.encoded_len())
+    }
+}
+
+/// `void`: procedures without arguments or results.
+impl<'a> Xdr<'a> for () {
+    const MIN_LEN: usize = 0;
+    fn decode(_: &mut Decoder<'a>) -> Result<Self> {
+        Ok(())
+    }
+    fn encode(&self, _: &mut Encoder<'_>) -> Result<()> {
+        Ok(())
+    }
+    fn encoded_len(&self) -> usize {
+        0
+    }
+}
+
+/// Support for the generated `testgen` modules: a seeded generator of valid
+/// encodings, bounded in size so every test is fast and deterministic.
+#[cfg(any(test, feature = "testgen"))]
+pub mod testgen {
+    /// Nesting (optional data, arrays) beyond which generated values stop growing.
+    pub const GEN_DEPTH_MAX: u32 = 4;
+    /// Largest variable-length array generated.
+    pub const GEN_COUNT_MAX: u32 = 3;
+    /// Largest variable-length opaque/string generated.
+    pub const GEN_OPAQUE_MAX: u32 = 24;
+
+    /// splitmix64: tiny, seedable, good enough to pick shapes.
+    #[derive(Debug, Clone)]
+    pub struct Rng(u64);
+
+    impl Rng {
+        pub fn new(seed: u64) -> Self {
+            Rng(seed)
+        }
+        pub fn next_u64(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+        /// Uniform in `0..n` (`n > 0`).
+        pub fn below(&mut self, n: u64) -> u64 {
+            assert!(n > 0);
+            self.next_u64() % n
+        }
+        pub fn put_u32(&mut self, out: &mut Vec<u8>, v: u32) {
+            out.extend_from_slice(&v.to_be_bytes());
+        }
+        pub fn put_i32(&mut self, out: &mut Vec<u8>, v: i32) {
+            out.extend_from_slice(&v.to_be_bytes());
+        }
+        /// A 32-bit word, biased towards the edges where bugs live.
+        pub fn word(&mut self, out: &mut Vec<u8>) {
+            let v = match self.below(4) {
+                0 => 0,
+                1 => u32::MAX,
+                _ => self.next_u64() as u32,
+            };
+            self.put_u32(out, v);
+        }
+        pub fn hyper(&mut self, out: &mut Vec<u8>) {
+            let v = match self.below(4) {
+                0 => 0,
+                1 => u64::MAX,
+                _ => self.next_u64(),
+            };
+            out.extend_from_slice(&v.to_be_bytes());
+        }
+        pub fn boolean(&mut self, out: &mut Vec<u8>) {
+            let v = self.below(2) as u32;
+            self.put_u32(out, v);
+        }
+        fn bytes(&mut self, out: &mut Vec<u8>, n: usize) {
+            for _ in 0..n {
+                out.push(self.next_u64() as u8);
+            }
+            out.resize(out.len() + super::pad(n), 0);
+        }
+        pub fn opaque_fixed(&mut self, out: &mut Vec<u8>, n: usize) {
+            self.bytes(out, n);
+        }
+        pub fn opaque_var(&mut self, out: &mut Vec<u8>, max: u32) {
+            let n = self.below(max.min(GEN_OPAQUE_MAX) as u64 + 1) as u32;
+            self.put_u32(out, n);
+            self.bytes(out, n as usize);
+        }
+        /// Writes and returns an array count.
+        pub fn count(&mut self, out: &mut Vec<u8>, max: u32, depth: u32) -> u32 {
+            let n = if depth >= GEN_DEPTH_MAX { 0 } else { self.below(max.min(GEN_COUNT_MAX) as u64 + 1) as u32 };
+            self.put_u32(out, n);
+            n
+        }
+        /// Writes and returns an optional-data flag.
+        pub fn present(&mut self, out: &mut Vec<u8>, depth: u32) -> bool {
+            let p = depth < GEN_DEPTH_MAX && self.below(2) == 1;
+            self.put_u32(out, p as u32);
+            p
+        }
+    }
+
+    /// Generator of random valid encodings of one type.
+    pub type GenFn = fn(&mut Rng, u32, &mut Vec<u8>);
+    /// Decodes a prefix of the buffer, re-encodes it and checks
+    /// `encoded_len`, `decode(encode(v)) == v`; returns (bytes consumed,
+    /// re-encoding). Panics when the generated code is inconsistent.
+    pub type CheckFn = fn(&[u8]) -> super::Result<(usize, Vec<u8>)>;
+
+    #[derive(Clone, Copy)]
+    pub struct TypeCheck {
+        pub name: &'static str,
+        pub gen: GenFn,
+        pub check: CheckFn,
+    }
+
+    /// One procedure of one program version, with its argument and result types.
+    #[derive(Clone, Copy)]
+    pub struct Proc {
+        pub program: u32,
+        pub version: u32,
+        pub proc: u32,
+        pub name: &'static str,
+        pub gen_args: GenFn,
+        pub check_args: CheckFn,
+        pub gen_res: GenFn,
+        pub check_res: CheckFn,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
