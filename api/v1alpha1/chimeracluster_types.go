@@ -1,0 +1,352 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Limits shared by the schema markers below, the webhook and the operator.
+// They are named here so the three agree; a marker cannot reference a Go
+// constant, so each marker repeats the number and a unit test checks the CRD.
+const (
+	// DataServersMax bounds the DS count: the MDS keeps per-DS state and the
+	// status lists every DS, so the object must stay well under etcd's 1.5 MiB.
+	DataServersMax = 256
+	// MirrorsMax is the flex-files mirror count the dataplane supports.
+	MirrorsMax = 3
+	// ClusterNameLengthMax leaves room for the "-mds-0" / "-ds-255" suffixes
+	// and the StatefulSet controller's revision hash inside a 63-char label.
+	ClusterNameLengthMax = 40
+	// StripeUnitBytesMin / Max bound the pNFS stripe unit.
+	StripeUnitBytesMin = 4096
+	StripeUnitBytesMax = 64 << 20
+	// NVMeDevicesPerPodMax bounds the NVMe devices one server pod binds.
+	NVMeDevicesPerPodMax = 64
+	// ThreadsMax bounds the per-pod event-loop count.
+	ThreadsMax = 1024
+)
+
+// Transport selects how clients reach the servers.
+// +kubebuilder:validation:Enum=tcp;rdma
+type Transport string
+
+const (
+	TransportTCP  Transport = "tcp"
+	TransportRDMA Transport = "rdma"
+)
+
+// StorageBackend selects where file data lives.
+// +kubebuilder:validation:Enum=memfs;nvme
+type StorageBackend string
+
+const (
+	// BackendMemFS keeps data in bounded memory: tests, demos, scratch.
+	BackendMemFS StorageBackend = "memfs"
+	// BackendNVMe drives NVMe devices from userspace through VFIO.
+	BackendNVMe StorageBackend = "nvme"
+)
+
+// DataServerMode selects the workload kind that runs the data servers.
+// +kubebuilder:validation:Enum=StatefulSet;DaemonSet
+type DataServerMode string
+
+const (
+	// DataServerModeStatefulSet runs `count` DS pods with stable names.
+	DataServerModeStatefulSet DataServerMode = "StatefulSet"
+	// DataServerModeDaemonSet runs one DS pod on every node the placement selects.
+	DataServerModeDaemonSet DataServerMode = "DaemonSet"
+)
+
+// HugePageSize names a hugepage size the kubelet exposes as a resource.
+// +kubebuilder:validation:Enum="1Gi";"2Mi"
+type HugePageSize string
+
+// Placement says where a server pod may run.
+type Placement struct {
+	// NodeSelector restricts the pods to nodes carrying these labels.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Tolerations let the pods run on tainted (dedicated) storage nodes.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// Affinity adds node/pod (anti-)affinity rules.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+}
+
+// MetadataServerSpec describes the single metadata server (MDS).
+type MetadataServerSpec struct {
+	Placement `json:",inline"`
+	// Resources of the chimerad container, including hugepages-1Gi / hugepages-2Mi.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// DataServersSpec describes the data servers (DS) that hold file data.
+// +kubebuilder:validation:XValidation:rule="self.mode != 'DaemonSet' || !has(self.count)",message="dataServers.count must not be set when dataServers.mode is DaemonSet (one DS runs per selected node)",fieldPath=".count"
+type DataServersSpec struct {
+	Placement `json:",inline"`
+	// Mode: StatefulSet (count pods) or DaemonSet (one pod per selected node).
+	// +kubebuilder:default=StatefulSet
+	// +optional
+	Mode DataServerMode `json:"mode,omitempty"`
+	// Count of DS pods in StatefulSet mode (default 1).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=256
+	// +optional
+	Count *int32 `json:"count,omitempty"`
+	// Resources of the chimerad container, including hugepages-1Gi / hugepages-2Mi.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// NVMeSpec binds NVMe devices to server pods, either through a device plugin
+// (resourceName) or by PCI address on every node (pciAddresses) — not both.
+// +kubebuilder:validation:XValidation:rule="has(self.resourceName) != has(self.pciAddresses)",message="storage.nvme: set exactly one of resourceName or pciAddresses"
+type NVMeSpec struct {
+	// ResourceName is the device-plugin resource that hands out NVMe VFIO
+	// devices, e.g. chimera.io/nvme.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	ResourceName string `json:"resourceName,omitempty"`
+	// DevicesPerPod is how many devices each server pod requests from the plugin.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	// +kubebuilder:default=1
+	// +optional
+	DevicesPerPod int32 `json:"devicesPerPod,omitempty"`
+	// PCIAddresses lists the NVMe controllers (domain:bus:device.function) each
+	// server pod drives, when no device plugin is used.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	// +optional
+	PCIAddresses []PCIAddress `json:"pciAddresses,omitempty"`
+}
+
+// PCIAddress is a PCI function address such as 0000:3b:00.0.
+// +kubebuilder:validation:Pattern=`^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$`
+type PCIAddress string
+
+// StorageSpec selects the backend and the devices behind it.
+// +kubebuilder:validation:XValidation:rule="self.backend != 'nvme' || has(self.nvme)",message="storage.nvme is required when storage.backend is nvme",fieldPath=".nvme"
+// +kubebuilder:validation:XValidation:rule="self.backend != 'memfs' || !has(self.nvme)",message="storage.nvme must not be set when storage.backend is memfs",fieldPath=".nvme"
+type StorageSpec struct {
+	// Backend: memfs (bounded memory) or nvme (userspace NVMe through VFIO).
+	// +kubebuilder:default=memfs
+	// +optional
+	Backend StorageBackend `json:"backend,omitempty"`
+	// MemfsCapacityBytes bounds the memory the memfs backend may use per pod.
+	// +kubebuilder:validation:Minimum=1048576
+	// +kubebuilder:default=1073741824
+	// +optional
+	MemfsCapacityBytes int64 `json:"memfsCapacityBytes,omitempty"`
+	// NVMe devices, required for backend nvme.
+	// +optional
+	NVMe *NVMeSpec `json:"nvme,omitempty"`
+}
+
+// NetworkSpec says how clients and servers talk.
+// +kubebuilder:validation:XValidation:rule="self.transport != 'rdma' || has(self.rdmaResourceName)",message="network.rdmaResourceName is required when network.transport is rdma",fieldPath=".rdmaResourceName"
+type NetworkSpec struct {
+	// Transport: tcp, or rdma (RPC-over-RDMA v1 with TCP fallback).
+	// +kubebuilder:default=tcp
+	// +optional
+	Transport Transport `json:"transport,omitempty"`
+	// Port the NFS service listens on (default 2049 for tcp, 20049 for rdma).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+	// TOS is the IP type-of-service / RoCE traffic class (e.g. 104 for a
+	// lossless RoCE priority).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=255
+	// +optional
+	TOS *int32 `json:"tos,omitempty"`
+	// NetworkAttachment is the Multus NetworkAttachmentDefinition ([namespace/]name)
+	// of the storage network; DS addresses on it are what clients are told.
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	NetworkAttachment string `json:"networkAttachment,omitempty"`
+	// RDMAResourceName is the device-plugin resource of the RDMA / SR-IOV VF
+	// (e.g. rdma/roce_a or nvidia.com/cx7_vf).
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	RDMAResourceName string `json:"rdmaResourceName,omitempty"`
+}
+
+// PNFSSpec shapes flex-files layouts.
+// +kubebuilder:validation:XValidation:rule="self.stripeUnitBytes % 4096 == 0",message="pnfs.stripeUnitBytes must be a multiple of 4096",fieldPath=".stripeUnitBytes"
+type PNFSSpec struct {
+	// StripeUnitBytes is the bytes written to one DS before moving to the next.
+	// +kubebuilder:validation:Minimum=4096
+	// +kubebuilder:validation:Maximum=67108864
+	// +kubebuilder:default=1048576
+	// +optional
+	StripeUnitBytes int64 `json:"stripeUnitBytes,omitempty"`
+	// Mirrors is how many DSes hold a copy of each stripe (1 = no mirroring).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3
+	// +kubebuilder:default=1
+	// +optional
+	Mirrors int32 `json:"mirrors,omitempty"`
+}
+
+// TuningSpec carries chimerad's performance knobs.
+type TuningSpec struct {
+	// Threads is the number of per-core event loops in each server pod
+	// (default: chimerad picks the CPUs it is given).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	// +optional
+	Threads int32 `json:"threads,omitempty"`
+	// HugePageSize backs chimerad's buffer pools with hugepages of this size;
+	// the pod must then request hugepages-<size> in its resources.
+	// +optional
+	HugePageSize HugePageSize `json:"hugePageSize,omitempty"`
+	// SlabBytes is the buffer-pool slab size (one I/O buffer).
+	// +kubebuilder:validation:Minimum=4096
+	// +kubebuilder:validation:Maximum=16777216
+	// +optional
+	SlabBytes int64 `json:"slabBytes,omitempty"`
+	// SlabCount is the buffer-pool slab count per event loop.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1048576
+	// +optional
+	SlabCount int32 `json:"slabCount,omitempty"`
+}
+
+// ChimeraClusterSpec is the desired state of a Chimera storage cluster.
+type ChimeraClusterSpec struct {
+	// Image of chimerad (the dataplane server).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image"`
+	// ImagePullPolicy of the server pods.
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	// +kubebuilder:default=IfNotPresent
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+	// MetadataServer placement and resources.
+	// +optional
+	MetadataServer MetadataServerSpec `json:"metadataServer,omitempty"`
+	// DataServers placement, count and resources.
+	// +optional
+	// +kubebuilder:default={}
+	DataServers DataServersSpec `json:"dataServers,omitempty"`
+	// Storage backend and devices.
+	// +optional
+	// +kubebuilder:default={}
+	Storage StorageSpec `json:"storage,omitempty"`
+	// Network transport, port and storage network.
+	// +optional
+	// +kubebuilder:default={}
+	Network NetworkSpec `json:"network,omitempty"`
+	// PNFS layout shape.
+	// +optional
+	// +kubebuilder:default={}
+	PNFS PNFSSpec `json:"pnfs,omitempty"`
+	// Tuning of chimerad.
+	// +optional
+	Tuning TuningSpec `json:"tuning,omitempty"`
+}
+
+// DataServerStatus reports one data server as the MDS is told about it.
+type DataServerStatus struct {
+	// Pod name.
+	Pod string `json:"pod"`
+	// Node the pod runs on.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// StorageAddress is the DS address on the storage network (the Multus
+	// attachment's IP, or the pod IP without Multus).
+	// +optional
+	StorageAddress string `json:"storageAddress,omitempty"`
+	// Ready is the pod's Ready condition.
+	Ready bool `json:"ready"`
+}
+
+// Phase summarises the cluster for humans; conditions carry the detail.
+// +kubebuilder:validation:Enum=Pending;Progressing;Available;Degraded;Deleting
+type Phase string
+
+const (
+	PhasePending     Phase = "Pending"
+	PhaseProgressing Phase = "Progressing"
+	PhaseAvailable   Phase = "Available"
+	PhaseDegraded    Phase = "Degraded"
+	PhaseDeleting    Phase = "Deleting"
+)
+
+// Condition types.
+const (
+	ConditionAvailable   = "Available"
+	ConditionProgressing = "Progressing"
+	ConditionDegraded    = "Degraded"
+)
+
+// ChimeraClusterStatus is the observed state.
+type ChimeraClusterStatus struct {
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Phase summarises the conditions.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// Conditions: Available, Progressing, Degraded.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// MetadataServerEndpoint is host:port of the MDS NFS service.
+	// +optional
+	MetadataServerEndpoint string `json:"metadataServerEndpoint,omitempty"`
+	// DataServersReady counts ready DS pods.
+	// +optional
+	DataServersReady int32 `json:"dataServersReady,omitempty"`
+	// DataServersDesired counts the DS pods that should exist.
+	// +optional
+	DataServersDesired int32 `json:"dataServersDesired,omitempty"`
+	// DataServers lists every DS pod.
+	// +kubebuilder:validation:MaxItems=256
+	// +optional
+	DataServers []DataServerStatus `json:"dataServers,omitempty"`
+}
+
+// ChimeraCluster is a Chimera pNFS storage cluster: one MDS and its DSes.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=chimera;cc,categories=chimera
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Ready DS",type=integer,JSONPath=`.status.dataServersReady`
+// +kubebuilder:printcolumn:name="Desired DS",type=integer,JSONPath=`.status.dataServersDesired`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.metadataServerEndpoint`
+// +kubebuilder:printcolumn:name="Transport",type=string,JSONPath=`.spec.network.transport`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 40",message="metadata.name must be at most 40 characters (child object names add suffixes)"
+type ChimeraCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec   ChimeraClusterSpec   `json:"spec"`
+	Status ChimeraClusterStatus `json:"status,omitempty"`
+}
+
+// ChimeraClusterList is a list of ChimeraCluster.
+//
+// +kubebuilder:object:root=true
+type ChimeraClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ChimeraCluster `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ChimeraCluster{}, &ChimeraClusterList{})
+}
