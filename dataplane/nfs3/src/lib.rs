@@ -1,1 +1,731 @@
-//! nfs3
+//! NFS version 3 (RFC 1813), MOUNT version 3 (RFC 1813 §5) and the portmapper
+//! version 2 GETPORT service (RFC 1833 §3), over any [`vfs::Vfs`].
+//!
+//! One function per procedure, named after it, with the RFC section at the
+//! top. Arguments are decoded by the generated `proto::nfs3` types, which
+//! borrow from the receive buffer (WRITE data is never copied before it
+//! reaches the backend); READ data and directory listings are written
+//! straight into the reply buffer.
+
+mod attr;
+pub mod mount;
+pub mod portmap;
+
+pub use mount::{Export, Mount3Program};
+pub use portmap::{PortmapProgram, Registration};
+
+use attr::*;
+use proto::nfs3::*;
+use proto::xdr::{Decoder, Encoder, Xdr, XdrError};
+use rpc::{Auth, CallContext, CallError, Program};
+use std::sync::Arc;
+use vfs::{Cred, FileHandle, Vfs, VfsError};
+
+/// Procedure names for metrics, indexed by procedure number.
+pub const PROC_NAMES: [&str; 22] = [
+    "null", "getattr", "setattr", "lookup", "access", "readlink", "read", "write", "create", "mkdir", "symlink",
+    "mknod", "remove", "rmdir", "rename", "link", "readdir", "readdirplus", "fsstat", "fsinfo", "pathconf", "commit",
+];
+
+/// Largest READ/WRITE transfer advertised in FSINFO (rtmax/wtmax).
+pub const IO_BYTES_MAX_DEFAULT: u32 = 1 << 20;
+
+pub struct Nfs3Program {
+    vfs: Arc<dyn Vfs>,
+    io_bytes_max: u32,
+}
+
+type R = Result<(), CallError>;
+
+fn enc(r: Result<(), XdrError>) -> R {
+    r.map_err(|_| CallError::SystemErr)
+}
+
+fn decode<'a, T: Xdr<'a>>(args: &'a [u8]) -> Result<T, CallError> {
+    let mut d = Decoder::new(args);
+    T::decode(&mut d).map_err(|_| CallError::GarbageArgs)
+}
+
+/// Supplementary gids of a call, without allocating.
+pub(crate) struct Gids {
+    buf: [u32; 16],
+    len: usize,
+}
+
+impl Gids {
+    pub(crate) fn of(auth: &Auth<'_>) -> Gids {
+        let mut g = Gids { buf: [0; 16], len: 0 };
+        for (i, v) in auth.gids().take(16).enumerate() {
+            g.buf[i] = v;
+            g.len = i + 1;
+        }
+        g
+    }
+    pub(crate) fn cred<'g>(&'g self, auth: &Auth<'_>) -> Cred<'g> {
+        match auth {
+            Auth::Sys { uid, gid, .. } => Cred { uid: *uid, gid: *gid, gids: &self.buf[..self.len] },
+            Auth::None => Cred::NOBODY,
+        }
+    }
+}
+
+pub(crate) fn status_of(e: VfsError) -> nfsstat3 {
+    use nfsstat3::*;
+    match e {
+        VfsError::NoEnt => NFS3ERR_NOENT,
+        VfsError::Exist | VfsError::ExistVerifierMismatch => NFS3ERR_EXIST,
+        VfsError::NotDir => NFS3ERR_NOTDIR,
+        VfsError::IsDir => NFS3ERR_ISDIR,
+        VfsError::NotEmpty => NFS3ERR_NOTEMPTY,
+        VfsError::NoSpace => NFS3ERR_NOSPC,
+        VfsError::QuotaExceeded => NFS3ERR_DQUOT,
+        VfsError::Stale => NFS3ERR_STALE,
+        VfsError::BadHandle => NFS3ERR_BADHANDLE,
+        VfsError::Inval => NFS3ERR_INVAL,
+        VfsError::NameTooLong => NFS3ERR_NAMETOOLONG,
+        VfsError::Perm => NFS3ERR_PERM,
+        VfsError::Access => NFS3ERR_ACCES,
+        VfsError::FileTooBig => NFS3ERR_FBIG,
+        VfsError::ReadOnly => NFS3ERR_ROFS,
+        VfsError::TooManyLinks => NFS3ERR_MLINK,
+        VfsError::CrossDevice => NFS3ERR_XDEV,
+        VfsError::NotSupported => NFS3ERR_NOTSUPP,
+        VfsError::NotSync => NFS3ERR_NOT_SYNC,
+        VfsError::Io => NFS3ERR_IO,
+    }
+}
+
+fn fh_of(h: &nfs_fh3<'_>) -> Result<FileHandle, nfsstat3> {
+    FileHandle::from_bytes(h.data).map_err(status_of)
+}
+
+impl Nfs3Program {
+    pub fn new(vfs: Arc<dyn Vfs>) -> Self {
+        Nfs3Program { vfs, io_bytes_max: IO_BYTES_MAX_DEFAULT }
+    }
+
+    /// Cap READ/WRITE sizes (must leave room for headers within the
+    /// transport's record and reply limits).
+    pub fn io_bytes_max(mut self, n: u32) -> Self {
+        assert!(n >= 4096);
+        self.io_bytes_max = n;
+        self
+    }
+
+    fn post(&self, fh: &FileHandle) -> post_op_attr {
+        post_attr(self.vfs.getattr(fh).ok())
+    }
+
+    fn pre(&self, fh: &FileHandle) -> pre_op_attr {
+        pre_attr(self.vfs.getattr(fh).ok())
+    }
+
+    fn wcc(&self, fh: &FileHandle, before: pre_op_attr) -> wcc_data {
+        wcc_data { before, after: self.post(fh) }
+    }
+
+    /// §3.3.1 GETATTR
+    fn getattr(&self, a: GETATTR3args<'_>, e: &mut Encoder<'_>) -> R {
+        let r = fh_of(&a.object).and_then(|fh| self.vfs.getattr(&fh).map_err(status_of));
+        match r {
+            Ok(at) => {
+                enc(e.i32(nfsstat3::NFS3_OK as i32))?;
+                enc(GETATTR3resok { obj_attributes: fattr(&at) }.encode(e))
+            }
+            Err(s) => enc(e.i32(s as i32)),
+        }
+    }
+
+    /// §3.3.2 SETATTR
+    fn setattr(&self, a: SETATTR3args<'_>, cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
+        let fh = match fh_of(&a.object) {
+            Ok(f) => f,
+            Err(s) => return fail_wcc(e, s, empty_wcc()),
+        };
+        let before = self.vfs.getattr(&fh);
+        let pre = pre_attr(before.ok());
+        let set = sattr(&a.new_attributes);
+        let guard = match a.guard {
+            sattrguard3::TRUE(t) => Some(vfs::Time { sec: t.seconds as i64, nsec: t.nseconds }),
+            _ => None,
+        };
+        let r = before.and_then(|b| may_setattr(&b, cred, &set)).and_then(|_| self.vfs.setattr(&fh, &set, guard));
+        match r {
+            Ok(_) => {
+                enc(e.i32(nfsstat3::NFS3_OK as i32))?;
+                enc(self.wcc(&fh, pre).encode(e))
+            }
+            Err(err) => fail_wcc(e, status_of(err), self.wcc(&fh, pre)),
+        }
+    }
+
+    /// §3.3.3 LOOKUP
+    fn lookup(&self, a: LOOKUP3args<'_>, cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
+        let dir = match fh_of(&a.what.dir) {
+            Ok(f) => f,
+            Err(s) => return fail_post(e, s, post_op_attr::FALSE),
+        };
+        let r = self
+            .vfs
+            .getattr(&dir)
+            .and_then(|d| require(&d, cred, vfs::access::LOOKUP))
+            .and_then(|_| self.vfs.lookup(&dir, a.what.name));
+        match r {
+            Ok((fh, at)) => {
+                let bytes = fh.to_bytes();
+                enc(e.i32(nfsstat3::NFS3_OK as i32))?;
+                enc(LOOKUP3resok {
+                    object: nfs_fh3 { data: &bytes },
+                    obj_attributes: post_op_attr::TRUE(fattr(&at)),
+                    dir_attributes: self.post(&dir),
+                }
+                .encode(e))
+            }
+            Err(err) => fail_post(e, status_of(err), self.post(&dir)),
+        }
+    }
+
+    /// §3.3.4 ACCESS
+    fn access(&self, a: ACCESS3args<'_>, cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
+        let r = fh_of(&a.object).and_then(|fh| self.vfs.getattr(&fh).map_err(status_of));
+        match r {
+            Ok(at) => {
+                let granted = vfs::check_access(&at, cred, a.access);
+                enc(e.i32(nfsstat3::NFS3_OK as i32))?;
+                enc(ACCESS3resok { obj_attributes: post_op_attr::TRUE(fattr(&at)), access: granted }.encode(e))
+            }
+            Err(s) => fail_post(e, s, post_op_attr::FALSE),
+        }
+    }
+
+    /// §3.3.5 READLINK
+    fn readlink(&self, a: READLINK3args<'_>, e: &mut Encoder<'_>) -> R {
+        let fh = match fh_of(&a.symlink) {
+            Ok(f) => f,
+            Err(s) => return fail_post(e, s, post_op_attr::FALSE),
+        };
+        match self.vfs.readlink(&fh) {
+            Ok(target) => {
+                enc(e.i32(nfsstat3::NFS3_OK as i32))?;
+                enc(READLINK3resok { symlink_attributes: self.post(&fh), data: &target }.encode(e))
+            }
+            Err(err) => fail_post(e, status_of(err), self.post(&fh)),
+        }
+    }
+
+    /// §3.3.6 READ: data goes from the backend straight into the reply.
+    fn read(&self, a: READ3args<'_>, cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
+        let fh = match fh_of(&a.file) {
+            Ok(f) => f,
+            Err(s) => return fail_post(e, s, post_op_attr::FALSE),
+        };
+        let at = match self.vfs.getattr(&fh) {
+            Ok(at) => at,
+            Err(err) => return fail_post(e, status_of(err), post_op_attr::FALSE),
+        };
+        if at.ftype != vfs::FileType::Regular {
+            let s = if at.ftype == vfs::FileType::Directory { nfsstat3::NFS3ERR_ISDIR } else { nfsstat3::NFS3ERR_INVAL };
+            return fail_post(e, s, post_op_attr::TRUE(fattr(&at)));
+        }
+        if cred.uid != at.uid && vfs::check_access(&at, cred, vfs::access::READ) == 0 {
+            return fail_post(e, nfsstat3::NFS3ERR_ACCES, post_op_attr::TRUE(fattr(&at)));
+        }
+        let count = a.count.min(self.io_bytes_max) as usize;
+        let start = e.position();
+        enc(e.i32(nfsstat3::NFS3_OK as i32))?;
+        enc(post_op_attr::TRUE(fattr(&at)).encode(e))?;
+        let words_at = enc_reserve(e, 12)?;
+        let spare = e.spare();
+        if spare.len() < count + 3 {
+            return Err(CallError::SystemErr);
+        }
+        match self.vfs.read(&fh, a.offset, &mut spare[..count]) {
+            Ok((n, eof)) => {
+                let pad = proto::xdr::pad(n);
+                spare[n..n + pad].fill(0);
+                e.advance(n + pad);
+                e.patch_u32(words_at, n as u32);
+                e.patch_u32(words_at + 4, eof as u32);
+                e.patch_u32(words_at + 8, n as u32);
+                Ok(())
+            }
+            Err(err) => {
+                e.truncate(start);
+                fail_post(e, status_of(err), self.post(&fh))
+            }
+        }
+    }
+
+    /// §3.3.7 WRITE: the data slice borrows the receive buffer.
+    fn write(&self, a: WRITE3args<'_>, cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
+        let fh = match fh_of(&a.file) {
+            Ok(f) => f,
+            Err(s) => return fail_wcc(e, s, empty_wcc()),
+        };
+        let before = match self.vfs.getattr(&fh) {
+            Ok(b) => b,
+            Err(err) => return fail_wcc(e, status_of(err), empty_wcc()),
+        };
+        let pre = pre_attr(Some(before));
+        if a.count as usize != a.data.len() || a.data.len() > self.io_bytes_max as usize {
+            return fail_wcc(e, nfsstat3::NFS3ERR_INVAL, wcc_data { before: pre, after: post_op_attr::TRUE(fattr(&before)) });
+        }
+        if before.ftype != vfs::FileType::Regular {
+            let s = if before.ftype == vfs::FileType::Directory { nfsstat3::NFS3ERR_ISDIR } else { nfsstat3::NFS3ERR_INVAL };
+            return fail_wcc(e, s, wcc_data { before: pre, after: post_op_attr::TRUE(fattr(&before)) });
+        }
+        if cred.uid != before.uid && vfs::check_access(&before, cred, vfs::access::MODIFY) == 0 {
+            return fail_wcc(e, nfsstat3::NFS3ERR_ACCES, wcc_data { before: pre, after: post_op_attr::TRUE(fattr(&before)) });
+        }
+        let stable = match a.stable {
+            stable_how::UNSTABLE => vfs::Stability::Unstable,
+            stable_how::DATA_SYNC => vfs::Stability::DataSync,
+            stable_how::FILE_SYNC => vfs::Stability::FileSync,
+        };
+        match self.vfs.write(&fh, a.offset, a.data, stable) {
+            Ok((n, committed, after)) => {
+                enc(e.i32(nfsstat3::NFS3_OK as i32))?;
+                enc(WRITE3resok {
+                    file_wcc: wcc_data { before: pre, after: post_op_attr::TRUE(fattr(&after)) },
+                    count: n as u32,
+                    committed: match committed {
+                        vfs::Stability::Unstable => stable_how::UNSTABLE,
+                        vfs::Stability::DataSync => stable_how::DATA_SYNC,
+                        vfs::Stability::FileSync => stable_how::FILE_SYNC,
+                    },
+                    verf: self.vfs.write_verifier(),
+                }
+                .encode(e))
+            }
+            Err(err) => fail_wcc(e, status_of(err), self.wcc(&fh, pre)),
+        }
+    }
+
+    /// Shared by CREATE, MKDIR, SYMLINK and MKNOD (§3.3.8–§3.3.11): make the
+    /// object, apply the remaining attributes, answer with its handle.
+    fn make(
+        &self,
+        e: &mut Encoder<'_>,
+        where_: &diropargs3<'_>,
+        kind: vfs::NodeKind<'_>,
+        attrs: Option<&sattr3>,
+        how: vfs::CreateMode,
+        cred: &Cred<'_>,
+    ) -> R {
+        let dir = match fh_of(&where_.dir) {
+            Ok(f) => f,
+            Err(s) => return fail_wcc(e, s, empty_wcc()),
+        };
+        let dir_before = self.vfs.getattr(&dir);
+        let pre = pre_attr(dir_before.ok());
+        let set = attrs.map(sattr).unwrap_or_default();
+        let mode = set.mode.unwrap_or(match kind {
+            vfs::NodeKind::Directory => 0o755,
+            vfs::NodeKind::Symlink { .. } => 0o777,
+            _ => 0o644,
+        });
+        let r = dir_before
+            .and_then(|d| require(&d, cred, vfs::access::MODIFY | vfs::access::LOOKUP))
+            .and_then(|_| self.vfs.create(&dir, where_.name, kind, mode, cred, how))
+            .and_then(|(fh, at)| {
+                // Size, times and ownership asked for at creation (exclusive
+                // creates carry none: the verifier occupies the times).
+                let rest = vfs::SetAttr { mode: None, ..set };
+                if rest != vfs::SetAttr::default() && !matches!(how, vfs::CreateMode::Exclusive(_)) {
+                    let at = self.vfs.setattr(&fh, &rest, None)?;
+                    Ok((fh, at))
+                } else {
+                    Ok((fh, at))
+                }
+            });
+        match r {
+            Ok((fh, at)) => {
+                let bytes = fh.to_bytes();
+                enc(e.i32(nfsstat3::NFS3_OK as i32))?;
+                enc(CREATE3resok {
+                    obj: post_op_fh3::TRUE(nfs_fh3 { data: &bytes }),
+                    obj_attributes: post_op_attr::TRUE(fattr(&at)),
+                    dir_wcc: self.wcc(&dir, pre),
+                }
+                .encode(e))
+            }
+            Err(err) => fail_wcc(e, status_of(err), self.wcc(&dir, pre)),
+        }
+    }
+
+    /// §3.3.8 CREATE
+    fn create(&self, a: CREATE3args<'_>, cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
+        let (attrs, how) = match &a.how {
+            createhow3::UNCHECKED(s) => (Some(s), vfs::CreateMode::Unchecked),
+            createhow3::GUARDED(s) => (Some(s), vfs::CreateMode::Guarded),
+            createhow3::EXCLUSIVE(v) => (None, vfs::CreateMode::Exclusive(*v)),
+        };
+        self.make(e, &a.r#where, vfs::NodeKind::File, attrs, how, cred)
+    }
+
+    /// §3.3.9 MKDIR
+    fn mkdir(&self, a: MKDIR3args<'_>, cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
+        self.make(e, &a.r#where, vfs::NodeKind::Directory, Some(&a.attributes), vfs::CreateMode::Guarded, cred)
+    }
+
+    /// §3.3.10 SYMLINK
+    fn symlink(&self, a: SYMLINK3args<'_>, cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
+        let kind = vfs::NodeKind::Symlink { target: a.symlink.symlink_data };
+        self.make(e, &a.r#where, kind, Some(&a.symlink.symlink_attributes), vfs::CreateMode::Guarded, cred)
+    }
+
+    /// §3.3.11 MKNOD
+    fn mknod(&self, a: MKNOD3args<'_>, cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
+        let (kind, attrs) = match &a.what {
+            mknoddata3::NF3CHR(d) => {
+                (vfs::NodeKind::Device { ftype: vfs::FileType::CharDevice, rdev: (d.spec.specdata1, d.spec.specdata2) }, &d.dev_attributes)
+            }
+            mknoddata3::NF3BLK(d) => {
+                (vfs::NodeKind::Device { ftype: vfs::FileType::BlockDevice, rdev: (d.spec.specdata1, d.spec.specdata2) }, &d.dev_attributes)
+            }
+            mknoddata3::NF3SOCK(s) => (vfs::NodeKind::Device { ftype: vfs::FileType::Socket, rdev: (0, 0) }, s),
+            mknoddata3::NF3FIFO(s) => (vfs::NodeKind::Device { ftype: vfs::FileType::Fifo, rdev: (0, 0) }, s),
+            _ => return fail_wcc(e, nfsstat3::NFS3ERR_BADTYPE, empty_wcc()),
+        };
+        self.make(e, &a.r#where, kind, Some(attrs), vfs::CreateMode::Guarded, cred)
+    }
+
+    /// §3.3.12 REMOVE and §3.3.13 RMDIR
+    fn remove(&self, what: &diropargs3<'_>, dir_op: bool, cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
+        let dir = match fh_of(&what.dir) {
+            Ok(f) => f,
+            Err(s) => return fail_wcc(e, s, empty_wcc()),
+        };
+        let before = self.vfs.getattr(&dir);
+        let pre = pre_attr(before.ok());
+        let r = before.and_then(|d| require(&d, cred, vfs::access::MODIFY | vfs::access::LOOKUP)).and_then(|_| {
+            if dir_op {
+                self.vfs.rmdir(&dir, what.name)
+            } else {
+                self.vfs.remove(&dir, what.name)
+            }
+        });
+        match r {
+            Ok(()) => {
+                enc(e.i32(nfsstat3::NFS3_OK as i32))?;
+                enc(self.wcc(&dir, pre).encode(e))
+            }
+            Err(err) => fail_wcc(e, status_of(err), self.wcc(&dir, pre)),
+        }
+    }
+
+    /// §3.3.14 RENAME
+    fn rename(&self, a: RENAME3args<'_>, cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
+        let (from, to) = match (fh_of(&a.from.dir), fh_of(&a.to.dir)) {
+            (Ok(f), Ok(t)) => (f, t),
+            (Err(s), _) | (_, Err(s)) => {
+                enc(e.i32(s as i32))?;
+                enc(empty_wcc().encode(e))?;
+                return enc(empty_wcc().encode(e));
+            }
+        };
+        let (fb, tb) = (self.vfs.getattr(&from), self.vfs.getattr(&to));
+        let (fpre, tpre) = (pre_attr(fb.ok()), pre_attr(tb.ok()));
+        let want = vfs::access::MODIFY | vfs::access::LOOKUP;
+        let r = fb
+            .and_then(|f| require(&f, cred, want))
+            .and_then(|_| tb)
+            .and_then(|t| require(&t, cred, want))
+            .and_then(|_| self.vfs.rename(&from, a.from.name, &to, a.to.name));
+        let s = match r {
+            Ok(()) => nfsstat3::NFS3_OK,
+            Err(err) => status_of(err),
+        };
+        enc(e.i32(s as i32))?;
+        enc(self.wcc(&from, fpre).encode(e))?;
+        enc(self.wcc(&to, tpre).encode(e))
+    }
+
+    /// §3.3.15 LINK
+    fn link(&self, a: LINK3args<'_>, cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
+        let (file, dir) = match (fh_of(&a.file), fh_of(&a.link.dir)) {
+            (Ok(f), Ok(d)) => (f, d),
+            (Err(s), _) | (_, Err(s)) => {
+                enc(e.i32(s as i32))?;
+                enc(post_op_attr::FALSE.encode(e))?;
+                return enc(empty_wcc().encode(e));
+            }
+        };
+        let db = self.vfs.getattr(&dir);
+        let pre = pre_attr(db.ok());
+        let r = db
+            .and_then(|d| require(&d, cred, vfs::access::MODIFY | vfs::access::LOOKUP))
+            .and_then(|_| self.vfs.link(&file, &dir, a.link.name));
+        let s = match r {
+            Ok(_) => nfsstat3::NFS3_OK,
+            Err(err) => status_of(err),
+        };
+        enc(e.i32(s as i32))?;
+        enc(self.post(&file).encode(e))?;
+        enc(self.wcc(&dir, pre).encode(e))
+    }
+
+    /// §3.3.16 READDIR and §3.3.17 READDIRPLUS: entries are streamed into
+    /// the reply until the client's byte budget is reached.
+    fn readdir(
+        &self,
+        dir_fh: &nfs_fh3<'_>,
+        cookie: u64,
+        verf: [u8; 8],
+        dircount: u32,
+        maxcount: u32,
+        plus: bool,
+        e: &mut Encoder<'_>,
+    ) -> R {
+        let dir = match fh_of(dir_fh) {
+            Ok(f) => f,
+            Err(s) => return fail_post(e, s, post_op_attr::FALSE),
+        };
+        let at = match self.vfs.getattr(&dir) {
+            Ok(a) => a,
+            Err(err) => return fail_post(e, status_of(err), post_op_attr::FALSE),
+        };
+        if at.ftype != vfs::FileType::Directory {
+            return fail_post(e, nfsstat3::NFS3ERR_NOTDIR, post_op_attr::TRUE(fattr(&at)));
+        }
+        let cur = match self.vfs.cookie_verifier(&dir) {
+            Ok(v) => v,
+            Err(err) => return fail_post(e, status_of(err), post_op_attr::TRUE(fattr(&at))),
+        };
+        if cookie != 0 && verf != cur && verf != [0; 8] {
+            return fail_post(e, nfsstat3::NFS3ERR_BAD_COOKIE, post_op_attr::TRUE(fattr(&at)));
+        }
+        let start = e.position();
+        enc(e.i32(nfsstat3::NFS3_OK as i32))?;
+        enc(post_op_attr::TRUE(fattr(&at)).encode(e))?;
+        enc(e.opaque_fixed(&cur))?;
+        // Budget: the whole reply must fit in maxcount (count for READDIR),
+        // keeping 8 bytes for the list terminator and eof.
+        let limit = (maxcount as usize).min(e.remaining() + (e.position() - start));
+        let body_start = start;
+        let mut names_bytes = 0usize;
+        let mut entries = 0usize;
+        let mut full = false;
+        let mut failed: Option<XdrError> = None;
+        let listed = self.vfs.readdir(&dir, cookie, &mut |ent| {
+            let name_len = proto::xdr::opaque_var_len(ent.name.len());
+            let fh_bytes = ent.fh.to_bytes();
+            let mut need = 4 + 8 + name_len + 8;
+            if plus {
+                need += 4 + FATTR3_LEN + 4 + proto::xdr::opaque_var_len(fh_bytes.len());
+            }
+            let used = e.position() - body_start;
+            if used + need + 8 > limit || (plus && names_bytes + 8 + name_len + 8 > dircount as usize) {
+                full = true;
+                return false;
+            }
+            let r = (|| {
+                e.bool(true)?;
+                e.u64(ent.attr.fileid)?;
+                e.opaque_var(ent.name)?;
+                e.u64(ent.cookie)?;
+                if plus {
+                    post_op_attr::TRUE(fattr(&ent.attr)).encode(e)?;
+                    post_op_fh3::TRUE(nfs_fh3 { data: &fh_bytes }).encode(e)?;
+                }
+                Ok(())
+            })();
+            if let Err(x) = r {
+                failed = Some(x);
+                return false;
+            }
+            names_bytes += 8 + name_len + 8;
+            entries += 1;
+            true
+        });
+        if failed.is_some() {
+            return Err(CallError::SystemErr);
+        }
+        match listed {
+            Ok(eof) => {
+                if entries == 0 && full {
+                    e.truncate(start);
+                    return fail_post(e, nfsstat3::NFS3ERR_TOOSMALL, post_op_attr::TRUE(fattr(&at)));
+                }
+                enc(e.bool(false))?;
+                enc(e.bool(eof && !full))
+            }
+            Err(err) => {
+                e.truncate(start);
+                fail_post(e, status_of(err), post_op_attr::TRUE(fattr(&at)))
+            }
+        }
+    }
+
+    /// §3.3.18 FSSTAT
+    fn fsstat(&self, a: FSSTAT3args<'_>, e: &mut Encoder<'_>) -> R {
+        let fh = match fh_of(&a.fsroot) {
+            Ok(f) => f,
+            Err(s) => return fail_post(e, s, post_op_attr::FALSE),
+        };
+        match self.vfs.fsstat(&fh) {
+            Ok(s) => {
+                enc(e.i32(nfsstat3::NFS3_OK as i32))?;
+                enc(FSSTAT3resok {
+                    obj_attributes: self.post(&fh),
+                    tbytes: s.total_bytes,
+                    fbytes: s.free_bytes,
+                    abytes: s.avail_bytes,
+                    tfiles: s.total_files,
+                    ffiles: s.free_files,
+                    afiles: s.avail_files,
+                    invarsec: 0,
+                }
+                .encode(e))
+            }
+            Err(err) => fail_post(e, status_of(err), post_op_attr::FALSE),
+        }
+    }
+
+    /// §3.3.19 FSINFO
+    fn fsinfo(&self, a: FSINFO3args<'_>, e: &mut Encoder<'_>) -> R {
+        let r = fh_of(&a.fsroot).and_then(|fh| self.vfs.getattr(&fh).map_err(status_of));
+        match r {
+            Ok(at) => {
+                enc(e.i32(nfsstat3::NFS3_OK as i32))?;
+                enc(FSINFO3resok {
+                    obj_attributes: post_op_attr::TRUE(fattr(&at)),
+                    rtmax: self.io_bytes_max,
+                    rtpref: self.io_bytes_max,
+                    rtmult: 4096,
+                    wtmax: self.io_bytes_max,
+                    wtpref: self.io_bytes_max,
+                    wtmult: 4096,
+                    dtpref: 64 << 10,
+                    maxfilesize: i64::MAX as u64,
+                    time_delta: nfstime3 { seconds: 0, nseconds: 1 },
+                    properties: FSF3_LINK | FSF3_SYMLINK | FSF3_HOMOGENEOUS | FSF3_CANSETTIME,
+                }
+                .encode(e))
+            }
+            Err(s) => fail_post(e, s, post_op_attr::FALSE),
+        }
+    }
+
+    /// §3.3.20 PATHCONF
+    fn pathconf(&self, a: PATHCONF3args<'_>, e: &mut Encoder<'_>) -> R {
+        let r = fh_of(&a.object).and_then(|fh| self.vfs.getattr(&fh).map_err(status_of));
+        match r {
+            Ok(at) => {
+                enc(e.i32(nfsstat3::NFS3_OK as i32))?;
+                enc(PATHCONF3resok {
+                    obj_attributes: post_op_attr::TRUE(fattr(&at)),
+                    linkmax: u32::MAX,
+                    name_max: vfs::NAME_MAX as u32,
+                    no_trunc: true,
+                    chown_restricted: true,
+                    case_insensitive: false,
+                    case_preserving: true,
+                }
+                .encode(e))
+            }
+            Err(s) => fail_post(e, s, post_op_attr::FALSE),
+        }
+    }
+
+    /// §3.3.21 COMMIT
+    fn commit(&self, a: COMMIT3args<'_>, e: &mut Encoder<'_>) -> R {
+        let fh = match fh_of(&a.file) {
+            Ok(f) => f,
+            Err(s) => return fail_wcc(e, s, empty_wcc()),
+        };
+        let pre = self.pre(&fh);
+        match self.vfs.commit(&fh, a.offset, a.count as u64) {
+            Ok(()) => {
+                enc(e.i32(nfsstat3::NFS3_OK as i32))?;
+                enc(COMMIT3resok { file_wcc: self.wcc(&fh, pre), verf: self.vfs.write_verifier() }.encode(e))
+            }
+            Err(err) => fail_wcc(e, status_of(err), self.wcc(&fh, pre)),
+        }
+    }
+}
+
+fn enc_reserve(e: &mut Encoder<'_>, n: usize) -> Result<usize, CallError> {
+    e.reserve(n).map_err(|_| CallError::SystemErr)
+}
+
+fn fail_post(e: &mut Encoder<'_>, s: nfsstat3, attrs: post_op_attr) -> R {
+    debug_assert!(s != nfsstat3::NFS3_OK);
+    enc(e.i32(s as i32))?;
+    enc(attrs.encode(e))
+}
+
+fn fail_wcc(e: &mut Encoder<'_>, s: nfsstat3, w: wcc_data) -> R {
+    debug_assert!(s != nfsstat3::NFS3_OK);
+    enc(e.i32(s as i32))?;
+    enc(w.encode(e))
+}
+
+impl Program for Nfs3Program {
+    fn program(&self) -> u32 {
+        NFS_PROGRAM
+    }
+
+    fn version(&self) -> u32 {
+        NFS_V3
+    }
+
+    /// RFC 1813 §4.4 lists the procedures whose retransmission must not be
+    /// executed twice.
+    fn idempotent(&self, p: u32) -> bool {
+        !matches!(
+            p,
+            NFSPROC3_SETATTR
+                | NFSPROC3_CREATE
+                | NFSPROC3_MKDIR
+                | NFSPROC3_SYMLINK
+                | NFSPROC3_MKNOD
+                | NFSPROC3_REMOVE
+                | NFSPROC3_RMDIR
+                | NFSPROC3_RENAME
+                | NFSPROC3_LINK
+        )
+    }
+
+    fn call(&self, ctx: &CallContext<'_>, args: &[u8], e: &mut Encoder<'_>) -> R {
+        let gids = Gids::of(&ctx.auth);
+        let cred = gids.cred(&ctx.auth);
+        match ctx.proc_num {
+            NFSPROC3_NULL => Ok(()),
+            NFSPROC3_GETATTR => self.getattr(decode(args)?, e),
+            NFSPROC3_SETATTR => self.setattr(decode(args)?, &cred, e),
+            NFSPROC3_LOOKUP => self.lookup(decode(args)?, &cred, e),
+            NFSPROC3_ACCESS => self.access(decode(args)?, &cred, e),
+            NFSPROC3_READLINK => self.readlink(decode(args)?, e),
+            NFSPROC3_READ => self.read(decode(args)?, &cred, e),
+            NFSPROC3_WRITE => self.write(decode(args)?, &cred, e),
+            NFSPROC3_CREATE => self.create(decode(args)?, &cred, e),
+            NFSPROC3_MKDIR => self.mkdir(decode(args)?, &cred, e),
+            NFSPROC3_SYMLINK => self.symlink(decode(args)?, &cred, e),
+            NFSPROC3_MKNOD => self.mknod(decode(args)?, &cred, e),
+            NFSPROC3_REMOVE => {
+                let a: REMOVE3args = decode(args)?;
+                self.remove(&a.object, false, &cred, e)
+            }
+            NFSPROC3_RMDIR => {
+                let a: RMDIR3args = decode(args)?;
+                self.remove(&a.object, true, &cred, e)
+            }
+            NFSPROC3_RENAME => self.rename(decode(args)?, &cred, e),
+            NFSPROC3_LINK => self.link(decode(args)?, &cred, e),
+            NFSPROC3_READDIR => {
+                let a: READDIR3args = decode(args)?;
+                self.readdir(&a.dir, a.cookie, a.cookieverf, a.count, a.count, false, e)
+            }
+            NFSPROC3_READDIRPLUS => {
+                let a: READDIRPLUS3args = decode(args)?;
+                self.readdir(&a.dir, a.cookie, a.cookieverf, a.dircount, a.maxcount, true, e)
+            }
+            NFSPROC3_FSSTAT => self.fsstat(decode(args)?, e),
+            NFSPROC3_FSINFO => self.fsinfo(decode(args)?, e),
+            NFSPROC3_PATHCONF => self.pathconf(decode(args)?, e),
+            NFSPROC3_COMMIT => self.commit(decode(args)?, e),
+            _ => Err(CallError::ProcUnavail),
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! MOUNT version 3 (RFC 1813 §5): hands out the root handle of an export (or
+//! of a directory below one) and keeps the informational mount list.
+
+use crate::status_of;
+use proto::mount3::*;
+use proto::xdr::{Decoder, Encoder, Xdr};
+use rpc::{Auth, CallContext, CallError, Program};
+use std::sync::{Arc, Mutex};
+use vfs::{FileHandle, VfsResult};
+
+pub const PROC_NAMES: [&str; 6] = ["null", "mnt", "dump", "umnt", "umntall", "export"];
+
+/// Most entries kept in the (purely informational) mount list.
+const MOUNT_LIST_MAX: usize = 1024;
+
+/// One exported path: clients mount `name` (or a directory below it), which
+/// maps to `path` in the server's namespace.
+#[derive(Debug, Clone)]
+pub struct Export {
+    pub name: Vec<u8>,
+    pub path: Vec<u8>,
+}
+
+type Resolve = dyn Fn(&[u8]) -> VfsResult<FileHandle> + Send + Sync;
+
+pub struct Mount3Program {
+    exports: Vec<Export>,
+    resolve: Arc<Resolve>,
+    mounts: Mutex<Vec<(String, Vec<u8>)>>,
+}
+
+const AUTH_NONE: i32 = 0;
+const AUTH_SYS: i32 = 1;
+
+impl Mount3Program {
+    /// `resolve` maps a namespace path ("/share/dir") to a handle.
+    pub fn new(exports: Vec<Export>, resolve: Arc<Resolve>) -> Self {
+        Mount3Program { exports, resolve, mounts: Mutex::new(Vec::new()) }
+    }
+
+    /// The namespace path a client's dirpath names, if it is inside an export.
+    fn translate(&self, dirpath: &[u8]) -> Option<Vec<u8>> {
+        let want = trim_slashes(dirpath);
+        for x in &self.exports {
+            let name = trim_slashes(&x.name);
+            let rest = if want == name {
+                Some(&b""[..])
+            } else if want.starts_with(name) && want.get(name.len()) == Some(&b'/') {
+                Some(&want[name.len()..])
+            } else {
+                None
+            };
+            if let Some(rest) = rest {
+                if rest.split(|&c| c == b'/').any(|c| c == b".." || c == b".") {
+                    return None;
+                }
+                let mut p = x.path.clone();
+                p.extend_from_slice(rest);
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// §5.2.1 MNT
+    fn mnt(&self, ctx: &CallContext<'_>, dirpath: &[u8], e: &mut Encoder<'_>) -> Result<(), CallError> {
+        let Some(path) = self.translate(dirpath) else {
+            return e.i32(mountstat3::MNT3ERR_NOENT as i32).map_err(|_| CallError::SystemErr);
+        };
+        match (self.resolve)(&path) {
+            Ok(fh) => {
+                {
+                    let mut m = self.mounts.lock().unwrap();
+                    let host = ctx.peer.ip().to_string();
+                    if !m.iter().any(|(h, d)| *h == host && d == dirpath) {
+                        if m.len() >= MOUNT_LIST_MAX {
+                            m.remove(0);
+                        }
+                        m.push((host, dirpath.to_vec()));
+                    }
+                }
+                let bytes = fh.to_bytes();
+                e.i32(mountstat3::MNT3_OK as i32).map_err(|_| CallError::SystemErr)?;
+                mountres3_ok { fhandle: &bytes, auth_flavors: vec![AUTH_SYS, AUTH_NONE] }
+                    .encode(e)
+                    .map_err(|_| CallError::SystemErr)
+            }
+            Err(err) => {
+                let s = match status_of(err) as i32 {
+                    v if v == mountstat3::MNT3ERR_NOTDIR as i32 => mountstat3::MNT3ERR_NOTDIR,
+                    v if v == mountstat3::MNT3ERR_ACCES as i32 => mountstat3::MNT3ERR_ACCES,
+                    v if v == mountstat3::MNT3ERR_NAMETOOLONG as i32 => mountstat3::MNT3ERR_NAMETOOLONG,
+                    v if v == mountstat3::MNT3ERR_INVAL as i32 => mountstat3::MNT3ERR_INVAL,
+                    _ => mountstat3::MNT3ERR_NOENT,
+                };
+                e.i32(s as i32).map_err(|_| CallError::SystemErr)
+            }
+        }
+    }
+
+    /// §5.2.2 DUMP: the mount list as a linked list of mountbody.
+    fn dump(&self, e: &mut Encoder<'_>) -> Result<(), XdrErr> {
+        let m = self.mounts.lock().unwrap();
+        for (host, dir) in m.iter() {
+            e.bool(true)?;
+            e.opaque_var(host.as_bytes())?;
+            e.opaque_var(dir)?;
+        }
+        e.bool(false)
+    }
+
+    /// §5.2.3 UMNT / §5.2.4 UMNTALL
+    fn umnt(&self, ctx: &CallContext<'_>, dirpath: Option<&[u8]>) {
+        let host = ctx.peer.ip().to_string();
+        self.mounts.lock().unwrap().retain(|(h, d)| !(*h == host && dirpath.is_none_or(|p| p == d.as_slice())));
+    }
+
+    /// §5.2.5 EXPORT: every export, open to all clients (empty group list).
+    fn export(&self, e: &mut Encoder<'_>) -> Result<(), XdrErr> {
+        for x in &self.exports {
+            e.bool(true)?;
+            e.opaque_var(&x.name)?;
+            e.bool(false)?;
+        }
+        e.bool(false)
+    }
+}
+
+type XdrErr = proto::xdr::XdrError;
+
+fn trim_slashes(p: &[u8]) -> &[u8] {
+    let mut p = p;
+    while p.len() > 1 && p.ends_with(b"/") {
+        p = &p[..p.len() - 1];
+    }
+    p
+}
+
+fn dirpath(args: &[u8]) -> Result<&[u8], CallError> {
+    Decoder::new(args).opaque_var(MNTPATHLEN).map_err(|_| CallError::GarbageArgs)
+}
+
+impl Program for Mount3Program {
+    fn program(&self) -> u32 {
+        MOUNT_PROGRAM
+    }
+    fn version(&self) -> u32 {
+        MOUNT_V3
+    }
+    fn call(&self, ctx: &CallContext<'_>, args: &[u8], e: &mut Encoder<'_>) -> Result<(), CallError> {
+        let _ = matches!(ctx.auth, Auth::None);
+        let sys = |r: Result<(), XdrErr>| r.map_err(|_| CallError::SystemErr);
+        match ctx.proc_num {
+            MOUNTPROC3_NULL => Ok(()),
+            MOUNTPROC3_MNT => self.mnt(ctx, dirpath(args)?, e),
+            MOUNTPROC3_DUMP => sys(self.dump(e)),
+            MOUNTPROC3_UMNT => {
+                self.umnt(ctx, Some(dirpath(args)?));
+                Ok(())
+            }
+            MOUNTPROC3_UMNTALL => {
+                self.umnt(ctx, None);
+                Ok(())
+            }
+            MOUNTPROC3_EXPORT => sys(self.export(e)),
+            _ => Err(CallError::ProcUnavail),
+        }
+    }
+}
