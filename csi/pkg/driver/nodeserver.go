@@ -140,6 +140,16 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 // unmount removes a mount (healthy or stale) and its directory; an absent path
 // or an unmounted directory is success, so retries are safe.
 func (s *nodeServer) unmount(path string) error {
+	st, err := s.state(path)
+	if err != nil {
+		return err
+	}
+	if st == pathCorrupted {
+		// A stale mount cannot be inspected further; unmount it blind.
+		if err := s.d.cfg.Mounter.Unmount(path); err != nil {
+			return status.Errorf(codes.Internal, "unmount stale mount %s: %v", path, err)
+		}
+	}
 	if err := mount.CleanupMountPoint(path, s.d.cfg.Mounter, true); err != nil {
 		return status.Errorf(codes.Internal, "unmount %s: %v", path, err)
 	}
