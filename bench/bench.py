@@ -432,7 +432,7 @@ def run_rpcbench(rpcbench: Path, server: Server, calls: int, out_dir: Path, rnd:
     (out_dir / "raw" / f"r{rnd}-rpcbench-{server.name}.json").write_text(p.stdout)
     try:
         doc = json.loads(p.stdout)
-        t, e = doc["target"], doc["echo"]
+        t, e = doc["target"]["stats"], doc["echo"]
         out = {"null_us_p50": t["rtt_us_p50"], "null_us_p99": t["rtt_us_p99"], "null_calls_per_s": t["calls_per_s"],
                "echo_us_p50": e["rtt_us_p50"], "echo_us_p99": e["rtt_us_p99"], "echo_calls_per_s": e["calls_per_s"],
                "null_calls": t["calls"], "cpu_s": cpu_s}
