@@ -1,0 +1,278 @@
+//! Start and stop a whole server from a validated `Config`:
+//! mounts -> `vfs::router::Router` (one memfs per mount) -> NFS programs ->
+//! `rpc::Dispatcher` -> `runtime::Server` (the data-path cores), plus the
+//! admin API and `/metrics` on their own threads.
+//!
+//! Start-up order makes `/readyz` truthful: the namespace is built and the
+//! volumes directory exists before any listener opens, and `ready` flips only
+//! after the data path is accepting. Shutdown runs the other way: not ready,
+//! stop the admin API (requests in progress finish), stop the data path
+//! (the runtime closes connections after in-flight replies), metrics last so
+//! a final scrape still sees the totals.
+
+use crate::admin::{Admin, ClusterInfo, DsEntry};
+use crate::config::{Config, Module};
+use crate::http;
+use crate::log;
+use crate::volumes::{ensure_dirs, Volumes};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use vfs::memfs::{MemFs, MemFsConfig};
+use vfs::router::{Mount, Router};
+use vfs::Vfs;
+
+/// RPC call/reply header room reserved inside `record_bytes_max` beyond the
+/// NFS operation's own request/response budget.
+pub const RPC_HEADER_BYTES: u32 = 1024;
+
+pub struct Running {
+    pub router: Arc<Router>,
+    pub admin: Option<Arc<Admin>>,
+    nfs: Option<runtime::Server>,
+    admin_http: Option<http::Server>,
+    metrics_http: Option<http::Server>,
+    /// Bound addresses (port 0 resolved), for logs and tests.
+    pub nfs_addr: Option<SocketAddr>,
+    pub admin_addr: Option<SocketAddr>,
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+fn build_router(cfg: &Config) -> Result<Arc<Router>, String> {
+    let mut mounts = Vec::with_capacity(cfg.mounts.len());
+    for (i, m) in cfg.mounts.iter().enumerate() {
+        // Export ids are positions in the config: stable across restarts as
+        // long as the mount list is, which keeps file handles valid.
+        let export_id = (i + 1) as u32;
+        let backend: Arc<dyn Vfs> = match m.module {
+            Module::Memfs => {
+                if m.capacity_bytes < vfs::memfs::CAPACITY_MIN_BYTES {
+                    return Err(format!("mounts.{}.capacity_bytes: below the memfs minimum", m.name));
+                }
+                Arc::new(MemFs::new(MemFsConfig { export_id, capacity_bytes: m.capacity_bytes }))
+            }
+        };
+        mounts.push(Mount { name: m.name.as_bytes().to_vec(), export_id, backend });
+    }
+    Router::new(mounts).map(Arc::new).map_err(|e| format!("mounts: {e}"))
+}
+
+/// mkdir -p a namespace path "/mount/a/b" (the mount must exist).
+fn ensure_ns_path(router: &Router, path: &str) -> Result<vfs::FileHandle, String> {
+    let comps: Vec<&str> = path.trim_start_matches('/').split('/').filter(|c| !c.is_empty()).collect();
+    let (first, rest) = comps.split_first().ok_or_else(|| format!("{path:?}: not inside a mount"))?;
+    let root = router.resolve_path(format!("/{first}").as_bytes()).map_err(|e| format!("{path:?}: mount {first:?}: {e}"))?;
+    ensure_dirs(router, root, rest).map_err(|e| format!("{path:?}: {e}"))
+}
+
+fn limits(cfg: &Config) -> rpc::Limits {
+    let s = &cfg.server;
+    rpc::Limits {
+        record_bytes_max: s.record_bytes_max as usize,
+        reply_bytes_max: s.record_bytes_max as usize,
+        inflight_per_conn_max: s.inflight_per_conn_max as usize,
+        conns_max: s.conns_max as usize,
+        ..rpc::Limits::default()
+    }
+}
+
+#[allow(unused_variables, unused_mut)]
+fn dispatcher(cfg: &Config, router: &Arc<Router>) -> rpc::Dispatcher {
+    let s = &cfg.server;
+    let mut d = rpc::Dispatcher::new(limits(cfg));
+
+    #[cfg(feature = "nfs4")]
+    register_nfs4(&mut d, s, router);
+    let io_bytes = ((s.record_bytes_max - RPC_HEADER_BYTES) & !4095).min(nfs3::IO_BYTES_MAX_DEFAULT);
+    d.register(Arc::new(nfs3::Nfs3Program::new(router.clone()).io_bytes_max(io_bytes)), "nfs3", &nfs3::PROC_NAMES);
+    if s.role.as_str() == "ds" {
+        return d;
+    }
+    let exports = cfg
+        .exports
+        .iter()
+        .map(|x| nfs3::Export { name: x.name.as_bytes().to_vec(), path: x.path.as_bytes().to_vec() })
+        .collect();
+    let r = router.clone();
+    let resolve = Arc::new(move |p: &[u8]| r.resolve_path(p));
+    d.register(Arc::new(nfs3::Mount3Program::new(exports, resolve)), "mount3", &nfs3::mount::PROC_NAMES);
+    let tcp = nfs3::portmap::IPPROTO_TCP;
+    let mut regs = vec![
+        nfs3::Registration { prog: proto::nfs3::NFS_PROGRAM, vers: 3, prot: tcp, port: s.nfs_port as u32 },
+        nfs3::Registration { prog: proto::nfs3::NFS_PROGRAM, vers: 4, prot: tcp, port: s.nfs_port as u32 },
+    ];
+    if s.mount_port != 0 {
+        regs.push(nfs3::Registration { prog: proto::mount3::MOUNT_PROGRAM, vers: 3, prot: tcp, port: s.mount_port as u32 });
+    }
+    d.register(Arc::new(nfs3::PortmapProgram::new(regs)), "portmap", &nfs3::portmap::PROC_NAMES);
+    d
+}
+
+/// NFSv4.1 on the NFS port, its request/response budgets (and so
+/// maxread/maxwrite) fitted inside one RPC record.
+#[cfg(feature = "nfs4")]
+fn register_nfs4(d: &mut rpc::Dispatcher, s: &crate::config::ServerConfig, router: &Arc<Router>) {
+    let mut c4 = nfs4::Config { lease_time_s: s.lease_time_s, grace_time_s: s.grace_time_s, ..Default::default() };
+    let budget = s.record_bytes_max - RPC_HEADER_BYTES;
+    if c4.request_bytes_max > budget || c4.response_bytes_max > budget {
+        let io_bytes = ((budget - nfs4::REPLY_OVERHEAD_BYTES) & !4095).min(c4.read_bytes_max);
+        c4.read_bytes_max = io_bytes;
+        c4.write_bytes_max = io_bytes;
+        c4.request_bytes_max = budget;
+        c4.response_bytes_max = budget;
+        c4.response_cached_bytes_max = c4.response_cached_bytes_max.min(budget);
+    }
+    let vfs: Arc<dyn Vfs> = router.clone();
+    d.register(Arc::new(nfs4::Nfs4Program::new(vfs, c4)), "nfs4", &["NULL", "COMPOUND"]);
+}
+
+/// Data-path listen addresses: NFS, then MOUNT and portmap when enabled.
+/// Every program is served on each (clients pick by program number).
+fn listen_addrs(cfg: &Config) -> Vec<SocketAddr> {
+    let s = &cfg.server;
+    let mut v = vec![SocketAddr::new(s.bind, s.nfs_port)];
+    if s.role.as_str() != "ds" {
+        for port in [s.mount_port, s.portmap_port] {
+            if port != 0 {
+                v.push(SocketAddr::new(s.bind, port));
+            }
+        }
+    }
+    v
+}
+
+fn cluster_info(cfg: &Config) -> ClusterInfo {
+    ClusterInfo {
+        name: cfg.mounts.first().map(|m| m.name.clone()).unwrap_or_default(),
+        role: cfg.server.role.as_str(),
+        nfs_port: cfg.server.nfs_port,
+        mount_port: cfg.server.mount_port,
+        exports: cfg.exports.iter().map(|e| e.name.clone()).collect(),
+        pnfs_enabled: cfg.server.pnfs.enabled,
+        stripe_unit_bytes: cfg.server.pnfs.stripe_unit_bytes,
+        mirrors: cfg.server.pnfs.mirrors,
+        capacity_bytes: cfg.mounts.iter().map(|m| m.capacity_bytes).sum(),
+    }
+}
+
+fn initial_data_servers(cfg: &Config) -> Vec<DsEntry> {
+    cfg.server
+        .pnfs
+        .data_servers
+        .iter()
+        .enumerate()
+        .map(|(i, d)| DsEntry {
+            name: format!("config-{i}"),
+            host: d.host.clone(),
+            port: d.port,
+            netid: d.netid,
+            ready: true,
+            node: String::new(),
+        })
+        .collect()
+}
+
+fn bind(what: &str, ip: std::net::IpAddr, port: u16) -> Result<TcpListener, String> {
+    TcpListener::bind(SocketAddr::new(ip, port)).map_err(|e| format!("{what}: cannot listen on {ip}:{port}: {e}"))
+}
+
+/// Start everything; on error, whatever was started is stopped again.
+pub fn start(cfg: &Config) -> Result<Running, String> {
+    let router = build_router(cfg)?;
+    for e in &cfg.exports {
+        ensure_ns_path(&router, &e.path).map_err(|m| format!("exports.{}.path: {m}", e.name))?;
+    }
+    let mut run = Running {
+        router: router.clone(),
+        admin: None,
+        nfs: None,
+        admin_http: None,
+        metrics_http: None,
+        nfs_addr: None,
+        admin_addr: None,
+        metrics_addr: None,
+    };
+    if cfg.server.rdma {
+        log::warn("server.rdma is set but RPC-over-RDMA is not implemented yet; serving TCP only", &[]);
+    }
+
+    if cfg.admin.enabled {
+        let volumes = if cfg.volumes_path.is_empty() {
+            None
+        } else {
+            let parent = ensure_ns_path(&router, &cfg.volumes_path).map_err(|m| format!("volumes.path: {m}"))?;
+            let vfs: Arc<dyn Vfs> = router.clone();
+            Some(Volumes::new(vfs, parent, &cfg.volumes_path))
+        };
+        let mut admin = Admin::new(cfg.admin.token.clone(), volumes, initial_data_servers(cfg), cluster_info(cfg));
+        let r = router.clone();
+        admin.space = Box::new(move || {
+            r.mounts().iter().fold((0, 0), |(used, avail), m| match m.backend.root(m.export_id).and_then(|fh| m.backend.fsstat(&fh)) {
+                Ok(s) => (used + (s.total_bytes - s.free_bytes), avail + s.avail_bytes),
+                Err(_) => (used, avail),
+            })
+        });
+        run.admin = Some(Arc::new(admin));
+    }
+
+    let result = (|| -> Result<(), String> {
+        let rt = runtime::Config {
+            cores: cfg.server.cores,
+            listen: listen_addrs(cfg),
+            limits: limits(cfg),
+            ..Default::default()
+        };
+        let nfs = runtime::Server::start(rt, Arc::new(dispatcher(cfg, &router)))
+            .map_err(|e| format!("server.nfs_port: cannot start the data path on {}:{}: {e}", cfg.server.bind, cfg.server.nfs_port))?;
+        run.nfs_addr = nfs.local_addrs().first().copied();
+        run.nfs = Some(nfs);
+        log::info("listening", &[("service", "nfs".into()), ("addr", run.nfs_addr.map(|a| a.to_string()).unwrap_or_default().as_str().into()), ("cores", cfg.server.cores.into())]);
+
+        if let Some(admin) = &run.admin {
+            let l = bind("admin.port", cfg.admin.bind, cfg.admin.port)?;
+            let hcfg = http::ServerConfig { name: "admin", conns_max: cfg.admin.conns_max as usize, body_bytes_max: cfg.admin.body_bytes_max as usize };
+            let s = http::Server::start(l, hcfg, admin.handler()).map_err(|e| format!("admin: {e}"))?;
+            run.admin_addr = Some(s.local_addr());
+            run.admin_http = Some(s);
+            log::info("listening", &[("service", "admin".into()), ("addr", run.admin_addr.unwrap().to_string().as_str().into())]);
+        }
+        if cfg.metrics.enabled {
+            let l = bind("metrics.port", cfg.metrics.bind, cfg.metrics.port)?;
+            let hcfg = http::ServerConfig { name: "metrics", conns_max: 8, body_bytes_max: 1024 };
+            let s = http::Server::start(l, hcfg, crate::metrics::handler(run.admin.clone())).map_err(|e| format!("metrics: {e}"))?;
+            run.metrics_addr = Some(s.local_addr());
+            run.metrics_http = Some(s);
+            log::info("listening", &[("service", "metrics".into()), ("addr", run.metrics_addr.unwrap().to_string().as_str().into())]);
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => {
+            if let Some(a) = &run.admin {
+                a.ready.store(true, Ordering::SeqCst);
+            }
+            Ok(run)
+        }
+        Err(e) => {
+            run.shutdown();
+            Err(e)
+        }
+    }
+}
+
+impl Running {
+    pub fn shutdown(mut self) {
+        if let Some(a) = &self.admin {
+            a.ready.store(false, Ordering::SeqCst);
+        }
+        if let Some(s) = self.admin_http.take() {
+            s.shutdown();
+        }
+        if let Some(s) = self.nfs.take() {
+            s.shutdown();
+        }
+        if let Some(s) = self.metrics_http.take() {
+            s.shutdown();
+        }
+    }
+}
