@@ -29,7 +29,8 @@ pub const CONFIG_FILE_BYTES_MAX: u64 = 4 << 20;
 // Bounds of the tunables. Each is asserted at parse time so that a typo
 // (an extra zero) is caught before it becomes a memory blow-up.
 pub const CORES_MAX: u64 = 256;
-pub const RECORD_BYTES_MIN: u64 = 8 << 10;
+/// Room for an NFSv4 COMPOUND with a 4 KiB READ/WRITE plus headers.
+pub const RECORD_BYTES_MIN: u64 = 64 << 10;
 pub const RECORD_BYTES_MAX: u64 = 16 << 20;
 pub const RECORD_BYTES_DEFAULT: u64 = (1 << 20) + (64 << 10);
 pub const INFLIGHT_PER_CONN_MAX: u64 = 4096;

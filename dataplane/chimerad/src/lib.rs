@@ -8,3 +8,4 @@ pub mod http;
 pub mod log;
 pub mod metrics;
 pub mod volumes;
+pub mod serve;

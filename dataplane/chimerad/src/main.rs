@@ -79,11 +79,54 @@ fn main() -> ExitCode {
     }
 }
 
+/// Block SIGTERM and SIGINT in this thread before any other thread exists,
+/// so every thread inherits the mask and the signals are only ever consumed
+/// by `sigwait` below: no async-signal-safety concerns, no lost signals.
+fn block_stop_signals() -> libc::sigset_t {
+    // SAFETY: plain libc calls on a local, initialised signal set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        assert_eq!(rc, 0, "pthread_sigmask failed");
+        set
+    }
+}
+
+fn wait_stop_signal(set: &libc::sigset_t) -> i32 {
+    let mut sig: libc::c_int = 0;
+    loop {
+        // SAFETY: `set` is initialised and `sig` is a valid out pointer.
+        let rc = unsafe { libc::sigwait(set, &mut sig) };
+        if rc == 0 {
+            return sig;
+        }
+    }
+}
+
 fn run(cfg: Config) -> ExitCode {
+    let signals = block_stop_signals();
     chimerad::log::init(cfg.log_level, cfg.log_format);
     for w in &cfg.warnings {
         chimerad::log::warn("config", &[("warning", w.into())]);
     }
-    chimerad::log::error("the data path is not wired yet", &[]);
-    ExitCode::from(1)
+    let running = match chimerad::serve::start(&cfg) {
+        Ok(r) => r,
+        Err(e) => {
+            chimerad::log::error("start-up failed", &[("error", e.as_str().into())]);
+            return ExitCode::from(1);
+        }
+    };
+    chimerad::log::info(
+        "started",
+        &[("version", env!("CARGO_PKG_VERSION").into()), ("role", cfg.server.role.as_str().into())],
+    );
+    let sig = wait_stop_signal(&signals);
+    let name = if sig == libc::SIGTERM { "SIGTERM" } else { "SIGINT" };
+    chimerad::log::info("stopping", &[("signal", name.into())]);
+    running.shutdown();
+    chimerad::log::info("stopped", &[]);
+    ExitCode::SUCCESS
 }

@@ -183,7 +183,15 @@ impl Volumes {
         if let Err(e) = self.vfs.set_quota(&fh, capacity_bytes) {
             // Leave nothing half-made behind.
             let _ = self.vfs.remove_tree(&self.parent, name.as_bytes());
-            return Err(internal("set quota", e));
+            return Err(match e {
+                VfsError::Inval => VolError::Invalid(format!(
+                    "capacityBytes: {capacity_bytes} is too small to hold even an empty volume"
+                )),
+                VfsError::NotEmpty => VolError::Conflict(format!(
+                    "{name:?} exists in the volumes directory with content but is not a volume"
+                )),
+                e => internal("set quota", e),
+            });
         }
         let q = self.vfs.quota(&fh).map_err(|e| internal("quota", e))?.ok_or_else(|| {
             VolError::Internal(format!("volume {name:?}: quota not visible after set_quota"))
