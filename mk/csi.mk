@@ -24,10 +24,11 @@ build-csi: ## build the CSI driver binary into bin/chimera-csi
 	@command -v $(GO) >/dev/null || { echo "go not found: install Go 1.26"; exit 1; }
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(CSI_VERSION)" -o $(CSI_BIN) ./csi/cmd/chimera-csi
 
-test-csi: build-csi $(CSI_TEST_DEPS) ## CSI unit tests + csi-sanity against chimerad (CSI_ADMIN_BACKEND=fake for the fake)
+test-csi: build-csi $(CSI_TEST_DEPS) ## CSI unit tests, chart render checks, csi-sanity against chimerad (CSI_ADMIN_BACKEND=fake for the fake)
 	@mkdir -p $(CACHE)
+	hack/tools.sh helm
 	@echo "test-csi: admin API backend: $(CSI_ADMIN_BACKEND)"
-	@set +e; $(CSI_TEST_ENV) nice -n 10 $(GO) test -count=1 -timeout $(CSI_TEST_TIMEOUT) -v ./csi/... > $(CACHE)/last-csi-test.log 2>&1; rc=$$?; set -e; \
+	@set +e; $(CSI_TEST_ENV) HELM=$(CACHE)/bin/helm CHIMERA_CSI_REQUIRE_HELM=1 nice -n 10 $(GO) test -count=1 -timeout $(CSI_TEST_TIMEOUT) -v ./csi/... > $(CACHE)/last-csi-test.log 2>&1; rc=$$?; set -e; \
 	  grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|PASS|FAIL|ok |panic:)|admin API backend|skipping sanity|^Ran [0-9]+ of|(SUCCESS|FAIL)! --' $(CACHE)/last-csi-test.log | grep -v '^=== RUN' ; \
 	  passed=$$(grep -c -- '^--- PASS' $(CACHE)/last-csi-test.log || true); \
 	  failed=$$(grep -c -- '--- FAIL' $(CACHE)/last-csi-test.log || true); \

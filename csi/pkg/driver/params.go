@@ -452,3 +452,10 @@ func capacityFits(capacityBytes int64, r *csi.CapacityRange) bool {
 	}
 	return r.GetLimitBytes() == 0 || capacityBytes <= r.GetLimitBytes()
 }
+
+// ValidateParameters checks a StorageClass parameter set the way CreateVolume
+// will, for tools and tests outside this package (e.g. the chart test).
+func ValidateParameters(params map[string]string) error {
+	_, err := parseParameters(params, "")
+	return err
+}
