@@ -35,3 +35,7 @@ test-csi: build-csi $(CSI_TEST_DEPS) ## CSI unit tests, chart render checks, csi
 	  echo "test-csi: $$passed top-level tests passed, $$failed failed (full log: $(CACHE)/last-csi-test.log)"; \
 	  if [ $$rc -ne 0 ] || [ $$failed -ne 0 ]; then echo "test-csi: FAILED"; exit 1; fi; \
 	  if [ $$passed -eq 0 ]; then echo "test-csi: no tests ran"; exit 1; fi
+
+.PHONY: e2e-csi-guest
+e2e-csi-guest: build-csi build-dataplane ## the node plugin in the QEMU guest: kernel NFSv4.1 mounts of a volume on chimerad
+	csi/test/guest/run.sh $(CHIMERAD) $(CSI_BIN)
