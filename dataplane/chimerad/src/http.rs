@@ -161,6 +161,9 @@ fn serve_conn(stream: TcpStream, peer: SocketAddr, cfg: &ServerConfig, handler: 
     };
     let mut reader = BufReader::with_capacity(8 << 10, stream);
     for served in 0..REQUESTS_PER_CONN_MAX {
+        if reader.buffer().is_empty() && !wait_for_request(reader.get_ref(), stop) {
+            return;
+        }
         let (resp, keep_alive) = match read_request(&mut reader, peer, cfg.body_bytes_max) {
             Ok(None) => return,
             Ok(Some(req)) => {
@@ -178,6 +181,29 @@ fn serve_conn(stream: TcpStream, peer: SocketAddr, cfg: &ServerConfig, handler: 
             return;
         }
     }
+}
+
+/// Wait until the next request starts arriving. An idle keep-alive
+/// connection is closed after `IO_TIMEOUT`, or at once when the server is
+/// stopping, so shutdown never waits on clients that merely keep a
+/// connection open.
+fn wait_for_request(stream: &TcpStream, stop: &AtomicBool) -> bool {
+    let deadline = std::time::Instant::now() + IO_TIMEOUT;
+    while std::time::Instant::now() < deadline {
+        if stop.load(Ordering::SeqCst) {
+            return false;
+        }
+        let mut pfd = libc::pollfd { fd: stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, ACCEPT_POLL_MS) };
+        if n > 0 {
+            return true;
+        }
+        if n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return false;
+        }
+    }
+    false
 }
 
 fn wants_keep_alive(req: &Request) -> bool {
@@ -388,6 +414,20 @@ mod tests {
         assert_eq!(out.matches("HTTP/1.1 200 OK").count(), 2, "{out}");
         assert!(out.contains("GET /a 0") && out.contains("GET /b 0"));
         srv.shutdown();
+    }
+
+    #[test]
+    fn idle_keep_alive_connection_does_not_delay_shutdown() {
+        let srv = echo_server(4);
+        let mut c = TcpStream::connect(srv.local_addr()).unwrap();
+        c.write_all(b"GET /a HTTP/1.1\r\n\r\n").unwrap();
+        let mut buf = [0u8; 256];
+        let n = c.read(&mut buf).unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200 "));
+        // The connection is now idle in keep-alive.
+        let t0 = std::time::Instant::now();
+        srv.shutdown();
+        assert!(t0.elapsed() < Duration::from_secs(2), "shutdown took {:?}", t0.elapsed());
     }
 
     #[test]
