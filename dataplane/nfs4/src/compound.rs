@@ -58,7 +58,7 @@ pub(crate) struct Compound<'p> {
     pub reply_start: usize,
 }
 
-enum Step {
+pub(crate) enum Step {
     Done,
     /// SEQUENCE found a retransmission: answer from the reply cache.
     Replay,

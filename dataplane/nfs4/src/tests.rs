@@ -107,7 +107,7 @@ impl Reply {
         assert_eq!(st, p::NFS4_OK, "op {op} failed with {st}");
     }
 
-    fn body(&mut self) -> Decoder<'_> {
+    fn body(&self) -> Decoder<'_> {
         Decoder::new(&self.bytes[self.pos..])
     }
 }
@@ -526,43 +526,38 @@ fn lease_expiry_frees_state() {
     let s = server_with(Config { grace_time_s: 0, lease_time_s: 5, ..Config::default() }, 64 << 20);
     let mut a = connect(&s, b"sleepy");
     let mut b = connect(&s, b"awake");
-    let (sa, fh) = open_create(&s, &mut a, b"oa", b"f", 3);
-    // a denies writes to everyone else.
-    let _ = sa;
-    let deny = |c: &mut Client| {
-        let args = p::OPEN4args {
-            seqid: 0,
-            share_access: 2,
-            share_deny: 0,
-            owner: p::state_owner4 { clientid: c.clientid, owner: b"x" },
-            openhow: p::openflag4::OPEN4_NOCREATE,
-            claim: p::open_claim4::CLAIM_FH,
-        };
-        c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &args)
-    };
-    // Re-open a with deny=WRITE by another owner of a.
-    let open_deny = p::OPEN4args {
+    // a holds the file open denying writes to others.
+    let (_, fh) = open_create(&s, &mut b, b"creator", b"f", 1);
+    let open = |c: &Client, access: u32, deny: u32, owner: &'static [u8]| p::OPEN4args {
         seqid: 0,
-        share_access: 1,
-        share_deny: 2,
-        owner: p::state_owner4 { clientid: a.clientid, owner: b"denier" },
+        share_access: access,
+        share_deny: deny,
+        owner: p::state_owner4 { clientid: c.clientid, owner },
         openhow: p::openflag4::OPEN4_NOCREATE,
         claim: p::open_claim4::CLAIM_FH,
     };
-    let mut r = s.call(a.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &open_deny));
-    assert_eq!(r.status, p::NFS4ERR_SHARE_DENIED, "a's own first open has write access");
+    let args = open(&a, 1, 2, b"denier");
+    let mut r = s.call(a.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &args));
+    assert_eq!(r.status, p::NFS4_OK);
     let _ = r.next(p::OP_SEQUENCE);
-    let mut r = s.call(deny(&mut b));
-    assert_eq!(r.status, p::NFS4_OK, "no deny yet");
-    let _ = r.next(p::OP_SEQUENCE);
-    // Time passes; b renews, a does not.
+    let args = open(&b, 2, 0, b"writer");
+    let mut r = s.call(b.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &args));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_SHARE_DENIED);
+    // Time passes; b renews, a does not. Nothing expires before one lease.
     s.prog.advance_clock_ms(4_000);
     assert_eq!(s.call(b.seq_req(false)).status, p::NFS4_OK);
+    assert_eq!(s.prog.reap_now(), 0);
     s.prog.advance_clock_ms(2_000);
-    assert_eq!(s.prog.reap_now(), 1);
+    assert_eq!(s.prog.reap_now(), 1, "a's lease ran out");
     let mut r = s.call(a.seq_req(false));
     assert_eq!(r.next(p::OP_SEQUENCE), p::NFS4ERR_BADSESSION);
-    assert_eq!(s.call(b.seq_req(false)).status, p::NFS4_OK, "b's lease lives on");
+    // a's share reservation went with it: b may now open for writing.
+    let args = open(&b, 2, 0, b"writer");
+    let mut r = s.call(b.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &args));
+    assert_eq!(r.status, p::NFS4_OK, "b's lease lives on and the deny is gone");
+    let _ = r.next(p::OP_SEQUENCE);
 }
 
 #[test]
