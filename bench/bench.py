@@ -515,20 +515,26 @@ def render_chart(results: dict, path: Path) -> str | None:
     if len(servers) < 2:
         return "no chart: fewer than two servers"
     base = servers[0]
-    shown = [("iops", "IOPS"), ("mb_s", "MB/s"), ("iops_per_cpu_s", "IOPS per server CPU-s"), ("lat_us_p50", "p50 latency")]
+    # Every bar reads "above 1: the first server is better": latency ratios are
+    # inverted (other / first). MB/s is left out: its ratio equals the IOPS one.
+    shown = [("iops", "IOPS", False), ("iops_per_cpu_s", "IOPS per server CPU-s", False),
+             ("lat_us_p50", "p50 latency (inverted)", True), ("lat_us_p99", "p99 latency (inverted)", True)]
     cells = [c["name"] for c in results["cells"]]
     fig, axes = plt.subplots(len(servers) - 1, 1, figsize=(max(8, len(cells) * 0.9), 4.5 * (len(servers) - 1)),
                              squeeze=False)
     width = 0.8 / len(shown)
     for ax, other in zip(axes[:, 0], servers[1:]):
-        for i, (metric, label) in enumerate(shown):
-            vals = [c["ratios"].get(other, {}).get(metric) or 0 for c in results["cells"]]
+        for i, (metric, label, invert) in enumerate(shown):
+            vals = []
+            for c in results["cells"]:
+                v = c["ratios"].get(other, {}).get(metric)
+                vals.append((1 / v if invert else v) if v else 0)
             ax.bar([x + i * width for x in range(len(cells))], vals, width, label=label)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks([x + width * (len(shown) - 1) / 2 for x in range(len(cells))])
         ax.set_xticklabels(cells, rotation=30, ha="right", fontsize=8)
-        ax.set_ylabel(f"{base} / {other} (median)")
-        ax.set_title(f"{base} relative to {other}: above 1 means {base} is higher")
+        ax.set_ylabel(f"{base} vs {other} (medians)")
+        ax.set_title(f"{base} relative to {other}: above 1 means {base} is better")
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
