@@ -563,9 +563,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--cells", help="comma-separated cell names (default: all, or the quick set)")
     ap.add_argument("--results", type=Path, help="results directory (default bench/results/<UTC time>)")
     a = ap.parse_args(argv)
-    a.rounds = a.rounds or (1 if a.quick else 3)
-    a.runtime_s = a.runtime_s or (3 if a.quick else 10)
-    a.file_mib = a.file_mib or (64 if a.quick else 256)
+    # Defaults depend on --quick; an explicit 0 must reach the range checks.
+    if a.rounds is None:
+        a.rounds = 1 if a.quick else 3
+    if a.runtime_s is None:
+        a.runtime_s = 3 if a.quick else 10
+    if a.file_mib is None:
+        a.file_mib = 64 if a.quick else 256
     if not 1 <= a.rounds <= ROUNDS_MAX:
         ap.error(f"--rounds must be 1..{ROUNDS_MAX}")
     if not 1 <= a.runtime_s <= RUNTIME_S_MAX:
