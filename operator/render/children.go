@@ -1,0 +1,327 @@
+package render
+
+import (
+	"fmt"
+	"sort"
+
+	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Children is everything one ChimeraCluster owns, as the reconciler applies it.
+type Children struct {
+	ConfigMap     *corev1.ConfigMap
+	MDSService    *corev1.Service
+	DSService     *corev1.Service
+	MDS           *appsv1.StatefulSet
+	DSStatefulSet *appsv1.StatefulSet // exactly one of DSStatefulSet / DSDaemonSet
+	DSDaemonSet   *appsv1.DaemonSet
+	MDSBudget     *policyv1.PodDisruptionBudget
+	DSBudget      *policyv1.PodDisruptionBudget
+}
+
+// Objects lists the children in apply order (config before the pods using it).
+func (ch *Children) Objects() []client.Object {
+	objs := []client.Object{ch.ConfigMap, ch.MDSService, ch.DSService, ch.MDS}
+	if ch.DSStatefulSet != nil {
+		objs = append(objs, ch.DSStatefulSet)
+	}
+	if ch.DSDaemonSet != nil {
+		objs = append(objs, ch.DSDaemonSet)
+	}
+	return append(objs, ch.MDSBudget, ch.DSBudget)
+}
+
+// Build computes every child of c except the admin Secret (whose token is
+// random and therefore created once, see AdminSecret).
+func Build(c *chimerav1.ChimeraCluster) (*Children, error) {
+	mdsCfg, err := RenderConfig(c, ComponentMDS)
+	if err != nil {
+		return nil, err
+	}
+	dsCfg, err := RenderConfig(c, ComponentDS)
+	if err != nil {
+		return nil, err
+	}
+	hash := ConfigHash(mdsCfg, dsCfg)
+	ch := &Children{
+		ConfigMap: &corev1.ConfigMap{
+			ObjectMeta: objectMeta(c, ConfigMapName(c), ""),
+			Data:       map[string]string{ConfigKeyMDS: string(mdsCfg), ConfigKeyDS: string(dsCfg)},
+		},
+		MDSService: headlessService(c, MDSName(c), ComponentMDS),
+		DSService:  headlessService(c, DSName(c), ComponentDS),
+		MDS:        statefulSet(c, MDSName(c), ComponentMDS, 1, podTemplate(c, ComponentMDS, hash)),
+		MDSBudget:  budget(c, MDSName(c), ComponentMDS, false),
+		DSBudget:   budget(c, DSName(c), ComponentDS, true),
+	}
+	dsPod := podTemplate(c, ComponentDS, hash)
+	if c.Spec.DataServers.Mode == chimerav1.DataServerModeDaemonSet {
+		ch.DSDaemonSet = &appsv1.DaemonSet{
+			ObjectMeta: objectMeta(c, DSName(c), ComponentDS),
+			Spec: appsv1.DaemonSetSpec{
+				Selector: &metav1.LabelSelector{MatchLabels: SelectorLabels(c, ComponentDS)},
+				Template: dsPod,
+				// One DS at a time: each restart fences its layouts.
+				UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType},
+			},
+		}
+	} else {
+		ch.DSStatefulSet = statefulSet(c, DSName(c), ComponentDS, DesiredDataServers(c), dsPod)
+	}
+	return ch, nil
+}
+
+// AdminSecret holds the bearer token of the MDS admin API.
+func AdminSecret(c *chimerav1.ChimeraCluster, token string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: objectMeta(c, AdminSecretName(c), ""),
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{SecretKeyToken: []byte(token)},
+	}
+}
+
+func objectMeta(c *chimerav1.ChimeraCluster, name, component string) metav1.ObjectMeta {
+	labels := map[string]string{LabelName: "chimera", LabelInstance: c.Name, LabelManagedBy: ManagedBy, LabelCluster: c.Name}
+	if component != "" {
+		labels = Labels(c, component)
+	}
+	return metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: labels}
+}
+
+func headlessService(c *chimerav1.ChimeraCluster, name, component string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: objectMeta(c, name, component),
+		Spec: corev1.ServiceSpec{
+			ClusterIP: corev1.ClusterIPNone,
+			Selector:  SelectorLabels(c, component),
+			// Per-pod DNS must exist before readiness: the operator talks to
+			// the MDS admin API to make it ready in the first place.
+			PublishNotReadyAddresses: true,
+			Ports:                    servicePorts(c, component),
+		},
+	}
+}
+
+func servicePorts(c *chimerav1.ChimeraCluster, component string) []corev1.ServicePort {
+	var ports []corev1.ServicePort
+	for _, p := range containerPorts(c, component) {
+		ports = append(ports, corev1.ServicePort{Name: p.Name, Port: p.ContainerPort, TargetPort: intstr.FromString(p.Name), Protocol: corev1.ProtocolTCP})
+	}
+	return ports
+}
+
+func containerPorts(c *chimerav1.ChimeraCluster, component string) []corev1.ContainerPort {
+	ports := []corev1.ContainerPort{
+		{Name: "nfs", ContainerPort: TCPPort(c), Protocol: corev1.ProtocolTCP},
+		{Name: "mount", ContainerPort: PortMount, Protocol: corev1.ProtocolTCP},
+	}
+	if Transport(c) == chimerav1.TransportRDMA {
+		ports = append(ports, corev1.ContainerPort{Name: "nfs-rdma", ContainerPort: ClientPort(c), Protocol: corev1.ProtocolTCP})
+	}
+	if component == ComponentMDS {
+		ports = append(ports, corev1.ContainerPort{Name: "admin", ContainerPort: PortAdmin, Protocol: corev1.ProtocolTCP})
+	}
+	return append(ports, corev1.ContainerPort{Name: "metrics", ContainerPort: PortMetrics, Protocol: corev1.ProtocolTCP})
+}
+
+func statefulSet(c *chimerav1.ChimeraCluster, name, component string, replicas int32, tpl corev1.PodTemplateSpec) *appsv1.StatefulSet {
+	return &appsv1.StatefulSet{
+		ObjectMeta: objectMeta(c, name, component),
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:    &replicas,
+			ServiceName: name,
+			Selector:    &metav1.LabelSelector{MatchLabels: SelectorLabels(c, component)},
+			Template:    tpl,
+			// Servers are independent: start them together, not one by one.
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType},
+		},
+	}
+}
+
+// budget: the single MDS may not be evicted voluntarily (a drain waits for a
+// human, since clients lose the namespace meanwhile); DSes go one at a time.
+func budget(c *chimerav1.ChimeraCluster, name, component string, ds bool) *policyv1.PodDisruptionBudget {
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: objectMeta(c, name, component),
+		Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: SelectorLabels(c, component)}},
+	}
+	if ds {
+		one := intstr.FromInt32(1)
+		pdb.Spec.MaxUnavailable = &one
+	} else {
+		one := intstr.FromInt32(1)
+		pdb.Spec.MinAvailable = &one
+	}
+	return pdb
+}
+
+func placementFor(c *chimerav1.ChimeraCluster, component string) (chimerav1.Placement, corev1.ResourceRequirements) {
+	if component == ComponentMDS {
+		return c.Spec.MetadataServer.Placement, c.Spec.MetadataServer.Resources
+	}
+	return c.Spec.DataServers.Placement, c.Spec.DataServers.Resources
+}
+
+func podTemplate(c *chimerav1.ChimeraCluster, component, configHash string) corev1.PodTemplateSpec {
+	placement, res := placementFor(c, component)
+	annotations := map[string]string{AnnotationConfigHash: configHash}
+	if nad := c.Spec.Network.NetworkAttachment; nad != "" {
+		annotations[AnnotationNetworks] = nad
+	}
+	cfgKey := ConfigKeyDS
+	if component == ComponentMDS {
+		cfgKey = ConfigKeyMDS
+	}
+	volumes := []corev1.Volume{{
+		Name: "config",
+		VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapName(c)},
+		}},
+	}}
+	mounts := []corev1.VolumeMount{{Name: "config", MountPath: ConfigDir, ReadOnly: true}}
+	if component == ComponentMDS {
+		volumes = append(volumes, corev1.Volume{Name: "admin-token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: AdminSecretName(c)}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "admin-token", MountPath: AdminTokenDir, ReadOnly: true})
+	}
+	if medium := hugePageMedium(c, res); medium != "" {
+		volumes = append(volumes, corev1.Volume{Name: "hugepages", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: medium}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "hugepages", MountPath: HugePagesDir})
+	}
+	nvme := c.Spec.Storage.NVMe
+	useNVMe := c.Spec.Storage.Backend == chimerav1.BackendNVMe && nvme != nil
+	if useNVMe && len(nvme.PCIAddresses) > 0 {
+		hostDir := corev1.HostPathDirectory
+		volumes = append(volumes, corev1.Volume{Name: "vfio", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: VFIODir, Type: &hostDir}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "vfio", MountPath: VFIODir})
+	}
+
+	container := corev1.Container{
+		Name:            "chimerad",
+		Image:           c.Spec.Image,
+		ImagePullPolicy: c.Spec.ImagePullPolicy,
+		Args:            []string{"--config", ConfigDir + "/" + cfgKey},
+		Ports:           containerPorts(c, component),
+		Resources:       withDeviceRequests(c, res, useNVMe),
+		VolumeMounts:    mounts,
+		SecurityContext: securityContext(c, useNVMe),
+		LivenessProbe:   probe(component, "/healthz", 10),
+		ReadinessProbe:  probe(component, "/readyz", 5),
+	}
+	if component == ComponentDS {
+		// The DS serves no admin API: ready means the NFS listener accepts.
+		container.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("nfs")}}, PeriodSeconds: 5}
+	}
+	auto := false
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: Labels(c, component), Annotations: annotations},
+		Spec: corev1.PodSpec{
+			Containers:                   []corev1.Container{container},
+			Volumes:                      volumes,
+			NodeSelector:                 placement.NodeSelector,
+			Tolerations:                  placement.Tolerations,
+			Affinity:                     placement.Affinity,
+			AutomountServiceAccountToken: &auto,
+			// Stop signal → orderly shutdown; DS fencing tolerates the wait.
+			TerminationGracePeriodSeconds: ptr64(30),
+		},
+	}
+}
+
+func probe(component, path string, periodS int32) *corev1.Probe {
+	port := "admin"
+	if component == ComponentDS {
+		port = "metrics" // the DS answers /healthz on its metrics port
+	}
+	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString(port)}}, PeriodSeconds: periodS}
+}
+
+// securityContext grants only what the data path needs: IPC_LOCK to pin
+// buffer pools (hugepages, RDMA memory registration), NET_BIND_SERVICE for
+// port 2049, SYS_RAWIO for VFIO device access. Binding NVMe by PCI address
+// without a device plugin means the device cgroup must allow /dev/vfio/*,
+// which only a privileged container gets.
+func securityContext(c *chimerav1.ChimeraCluster, useNVMe bool) *corev1.SecurityContext {
+	caps := []corev1.Capability{"IPC_LOCK", "NET_BIND_SERVICE"}
+	if useNVMe {
+		caps = append(caps, "SYS_RAWIO")
+	}
+	f, ro := false, true
+	sc := &corev1.SecurityContext{
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: caps},
+		AllowPrivilegeEscalation: &f,
+		ReadOnlyRootFilesystem:   &ro,
+	}
+	if useNVMe && len(c.Spec.Storage.NVMe.PCIAddresses) > 0 {
+		t := true
+		sc.Privileged = &t
+		sc.AllowPrivilegeEscalation = nil // privileged implies escalation; the API rejects false with it
+	}
+	return sc
+}
+
+// hugePageMedium returns the emptyDir medium for the hugepage size the pod
+// requests (tuning.hugePageSize, else the first hugepages-* resource).
+func hugePageMedium(c *chimerav1.ChimeraCluster, res corev1.ResourceRequirements) corev1.StorageMedium {
+	switch c.Spec.Tuning.HugePageSize {
+	case "1Gi":
+		return "HugePages-1Gi"
+	case "2Mi":
+		return "HugePages-2Mi"
+	}
+	var names []string
+	for n := range res.Limits {
+		names = append(names, string(n))
+	}
+	for n := range res.Requests {
+		names = append(names, string(n))
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if n == "hugepages-1Gi" {
+			return "HugePages-1Gi"
+		}
+		if n == "hugepages-2Mi" {
+			return "HugePages-2Mi"
+		}
+	}
+	return ""
+}
+
+// withDeviceRequests adds the device-plugin resources (NVMe, RDMA) to the
+// user's requirements. Extended resources must have request == limit.
+func withDeviceRequests(c *chimerav1.ChimeraCluster, res corev1.ResourceRequirements, useNVMe bool) corev1.ResourceRequirements {
+	out := *res.DeepCopy()
+	add := func(name string, count int64) {
+		if out.Limits == nil {
+			out.Limits = corev1.ResourceList{}
+		}
+		if out.Requests == nil {
+			out.Requests = corev1.ResourceList{}
+		}
+		q := *resource.NewQuantity(count, resource.DecimalSI)
+		out.Limits[corev1.ResourceName(name)] = q
+		out.Requests[corev1.ResourceName(name)] = q
+	}
+	if useNVMe && c.Spec.Storage.NVMe.ResourceName != "" {
+		add(c.Spec.Storage.NVMe.ResourceName, int64(max(c.Spec.Storage.NVMe.DevicesPerPod, 1)))
+	}
+	if c.Spec.Network.RDMAResourceName != "" {
+		add(c.Spec.Network.RDMAResourceName, 1)
+	}
+	return out
+}
+
+func ptr64(v int64) *int64 { return &v }
+
+// String names a child for events and errors ("StatefulSet ns/name").
+func String(o client.Object, kind string) string {
+	return fmt.Sprintf("%s %s/%s", kind, o.GetNamespace(), o.GetName())
+}
