@@ -9,6 +9,8 @@ const SPECS: &[(&str, &str, &[&str])] = &[
     ("portmap", "portmap.x", &[]),
     ("mount3", "mount3.x", &[]),
     ("nfs3", "nfs3.x", &[]),
+    ("nfs4", "nfs4.x", &["rpc"]),
+    ("flexfiles", "flexfiles.x", &["nfs4"]),
 ];
 
 fn main() {

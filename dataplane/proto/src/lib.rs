@@ -40,6 +40,15 @@ generated!(
     /// NFS version 3 (RFC 1813), from `spec/nfs3.x`.
     nfs3
 );
+generated!(
+    /// NFS version 4.1 with pNFS and the callback program (RFC 5662 / RFC 8881;
+    /// LAYOUTERROR and LAYOUTSTATS from RFC 7862), from `spec/nfs4.x`.
+    nfs4
+);
+generated!(
+    /// pNFS flexible file layout (RFC 8435), from `spec/flexfiles.x`.
+    flexfiles
+);
 
 #[cfg(test)]
 mod tests;

@@ -14,7 +14,7 @@
 
 use crate::xdr::testgen::{Proc, Rng, TypeCheck};
 use crate::xdr::{self, Decoder, Encoder, Xdr, XdrError};
-use crate::{mount3, nfs3, portmap, rpc};
+use crate::{flexfiles, mount3, nfs3, nfs4, portmap, rpc};
 
 /// Random values per type in the round-trip test.
 const SAMPLES_PER_TYPE: u64 = 48;
@@ -29,6 +29,8 @@ fn specs() -> Vec<(&'static str, &'static [TypeCheck], &'static [Proc])> {
         ("portmap", portmap::testgen::TYPES, portmap::testgen::PROCEDURES),
         ("mount3", mount3::testgen::TYPES, mount3::testgen::PROCEDURES),
         ("nfs3", nfs3::testgen::TYPES, nfs3::testgen::PROCEDURES),
+        ("nfs4", nfs4::testgen::TYPES, nfs4::testgen::PROCEDURES),
+        ("flexfiles", flexfiles::testgen::TYPES, flexfiles::testgen::PROCEDURES),
     ]
 }
 
