@@ -9,8 +9,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::{
-    check_name, Attr, CreateMode, Cred, DirEntry, ExportId, FileHandle, FileType, FsStat, NodeKind,
-    QuotaUsage, SetAttr, Stability, Time, Vfs, VfsError, VfsResult,
+    check_name, Attr, CreateMode, Cred, DirEntry, ExportId, FileHandle, FileType, FsStat, NodeKind, QuotaUsage,
+    SetAttr, Stability, Time, Vfs, VfsError, VfsResult,
 };
 
 /// Export id of the pseudo-root.
@@ -205,7 +205,8 @@ impl Router {
     }
 
     fn fsstat_pseudo(&self) -> VfsResult<FsStat> {
-        let mut sum = FsStat { total_bytes: 0, free_bytes: 0, avail_bytes: 0, total_files: 0, free_files: 0, avail_files: 0 };
+        let mut sum =
+            FsStat { total_bytes: 0, free_bytes: 0, avail_bytes: 0, total_files: 0, free_files: 0, avail_files: 0 };
         for m in &self.mounts {
             let s = m.backend.fsstat(&m.backend.root(m.export_id)?)?;
             sum.total_bytes = sum.total_bytes.saturating_add(s.total_bytes);
@@ -324,13 +325,7 @@ impl Vfs for Router {
         }
     }
 
-    fn rename(
-        &self,
-        from_dir: &FileHandle,
-        from_name: &[u8],
-        to_dir: &FileHandle,
-        to_name: &[u8],
-    ) -> VfsResult<()> {
+    fn rename(&self, from_dir: &FileHandle, from_name: &[u8], to_dir: &FileHandle, to_name: &[u8]) -> VfsResult<()> {
         self.target_pair(from_dir, to_dir)?.rename(from_dir, from_name, to_dir, to_name)
     }
 
@@ -345,12 +340,7 @@ impl Vfs for Router {
         }
     }
 
-    fn readdir(
-        &self,
-        dir: &FileHandle,
-        cookie: u64,
-        visit: &mut dyn FnMut(DirEntry<'_>) -> bool,
-    ) -> VfsResult<bool> {
+    fn readdir(&self, dir: &FileHandle, cookie: u64, visit: &mut dyn FnMut(DirEntry<'_>) -> bool) -> VfsResult<bool> {
         match self.target(dir)? {
             Target::Pseudo => self.readdir_pseudo(cookie, visit),
             Target::Backend(v) => v.readdir(dir, cookie, visit),

@@ -42,8 +42,8 @@ use node::{dirent_charge, Body, Dir, FileData, Inode, State};
 use space::{Space, Volume};
 
 use crate::{
-    check_name, Attr, CreateMode, Cred, DirEntry, ExportId, FileHandle, FileType, FsStat, Ino,
-    NodeKind, QuotaUsage, SetAttr, SetTime, Stability, Time, Vfs, VfsError, VfsResult,
+    check_name, Attr, CreateMode, Cred, DirEntry, ExportId, FileHandle, FileType, FsStat, Ino, NodeKind, QuotaUsage,
+    SetAttr, SetTime, Stability, Time, Vfs, VfsError, VfsResult,
 };
 
 /// Size of a data chunk: the unit of allocation and of space charged for data.
@@ -321,10 +321,8 @@ fn random_verifier() -> [u8; 8] {
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
     if n != b.len() as isize {
         // No entropy source: time and pid still differ across restarts.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos() as u64;
+        let t =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos() as u64;
         b = (t ^ ((std::process::id() as u64) << 40)).to_be_bytes();
     }
     b

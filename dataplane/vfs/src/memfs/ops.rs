@@ -272,13 +272,7 @@ impl Vfs for MemFs {
         Ok(())
     }
 
-    fn rename(
-        &self,
-        from_dir: &FileHandle,
-        from_name: &[u8],
-        to_dir: &FileHandle,
-        to_name: &[u8],
-    ) -> VfsResult<()> {
+    fn rename(&self, from_dir: &FileHandle, from_name: &[u8], to_dir: &FileHandle, to_name: &[u8]) -> VfsResult<()> {
         check_name(from_name)?;
         check_name(to_name)?;
         let mut ns = self.lock_ns();
@@ -342,12 +336,7 @@ impl Vfs for MemFs {
         }
     }
 
-    fn readdir(
-        &self,
-        dir: &FileHandle,
-        cookie: u64,
-        visit: &mut dyn FnMut(DirEntry<'_>) -> bool,
-    ) -> VfsResult<bool> {
+    fn readdir(&self, dir: &FileHandle, cookie: u64, visit: &mut dyn FnMut(DirEntry<'_>) -> bool) -> VfsResult<bool> {
         let d = self.get(dir)?;
         let mut names: Vec<u8> = Vec::new();
         let mut batch: Vec<(u64, usize, usize, Ino, u64)> = Vec::with_capacity(READDIR_BATCH_MAX);
@@ -465,10 +454,10 @@ impl Vfs for MemFs {
         let inode = self.get(fh)?;
         let st = inode.read();
         live(&st)?;
-        Ok(st.volume.as_ref().map(|v| QuotaUsage {
-            capacity_bytes: v.space.capacity_bytes(),
-            used_bytes: v.space.used_bytes(),
-        }))
+        Ok(st
+            .volume
+            .as_ref()
+            .map(|v| QuotaUsage { capacity_bytes: v.space.capacity_bytes(), used_bytes: v.space.used_bytes() }))
     }
 
     fn remove_tree(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
@@ -519,8 +508,10 @@ fn file_of(st: &State) -> VfsResult<&FileData> {
     }
 }
 
-/// The type, device numbers and symlink target a create asks for, checked.
-fn validate_kind<'n>(kind: &NodeKind<'n>) -> VfsResult<(FileType, (u32, u32), Option<&'n [u8]>)> {
+/// What a create asks for, checked: type, device numbers, symlink target.
+type Validated<'n> = (FileType, (u32, u32), Option<&'n [u8]>);
+
+fn validate_kind<'n>(kind: &NodeKind<'n>) -> VfsResult<Validated<'n>> {
     Ok(match *kind {
         NodeKind::File => (FileType::Regular, (0, 0), None),
         NodeKind::Directory => (FileType::Directory, (0, 0), None),

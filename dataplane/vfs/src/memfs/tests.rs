@@ -139,10 +139,7 @@ fn write_spanning_chunks_and_holes() {
     // Rewriting allocated chunks charges nothing more.
     fs.write(&fh, off, &data, Stability::FileSync).unwrap();
     assert_eq!(fs.getattr(&fh).unwrap().used, INODE_CHARGE_BYTES + 6 * CHUNK_CHARGE_BYTES);
-    assert_eq!(
-        fs.write(&fh, FILE_SIZE_MAX_BYTES, b"x", Stability::FileSync).map(|_| ()),
-        Err(VfsError::FileTooBig)
-    );
+    assert_eq!(fs.write(&fh, FILE_SIZE_MAX_BYTES, b"x", Stability::FileSync).map(|_| ()), Err(VfsError::FileTooBig));
     assert_eq!(fs.write(&fh, u64::MAX, b"xy", Stability::FileSync).map(|_| ()), Err(VfsError::FileTooBig));
 }
 
@@ -167,7 +164,10 @@ fn setattr_mode_owner_times_size_and_guard() {
     assert!(a1.ctime >= a0.ctime && a1.change > a0.change);
     // The guard no longer matches once ctime moved (or with any other value).
     let stale_guard = Time { sec: a1.ctime.sec - 1, nsec: 0 };
-    assert_eq!(fs.setattr(&fh, &SetAttr { uid: Some(1), ..SetAttr::default() }, Some(stale_guard)), Err(VfsError::NotSync));
+    assert_eq!(
+        fs.setattr(&fh, &SetAttr { uid: Some(1), ..SetAttr::default() }, Some(stale_guard)),
+        Err(VfsError::NotSync)
+    );
     assert_eq!(fs.getattr(&fh).unwrap().uid, 7, "a failed guard changes nothing");
     assert_eq!(fs.setattr(&fh, &SetAttr { mode: Some(0o10000), ..SetAttr::default() }, None), Err(VfsError::Inval));
 
@@ -186,10 +186,7 @@ fn setattr_mode_owner_times_size_and_guard() {
     assert!(all[100..].iter().all(|&b| b == 0));
     fs.setattr(&fh, &SetAttr { size: Some(0), ..SetAttr::default() }, None).unwrap();
     assert_eq!(fs.getattr(&fh).unwrap().used, INODE_CHARGE_BYTES);
-    assert_eq!(
-        fs.setattr(&r, &SetAttr { size: Some(0), ..SetAttr::default() }, None),
-        Err(VfsError::IsDir)
-    );
+    assert_eq!(fs.setattr(&r, &SetAttr { size: Some(0), ..SetAttr::default() }, None), Err(VfsError::IsDir));
     assert_eq!(
         fs.setattr(&fh, &SetAttr { size: Some(FILE_SIZE_MAX_BYTES + 1), ..SetAttr::default() }, None),
         Err(VfsError::FileTooBig)
@@ -232,7 +229,10 @@ fn create_modes_and_exclusive_verifier() {
     );
     // Invalid names and modes are refused before anything happens.
     for bad in [&b""[..], b".", b"..", b"a/b", b"a\0b"] {
-        assert_eq!(fs.create(&r, bad, NodeKind::File, 0o644, &ROOT, CreateMode::Guarded).map(|x| x.0), Err(VfsError::Inval));
+        assert_eq!(
+            fs.create(&r, bad, NodeKind::File, 0o644, &ROOT, CreateMode::Guarded).map(|x| x.0),
+            Err(VfsError::Inval)
+        );
     }
     assert_eq!(
         fs.create(&r, &[b'a'; 256], NodeKind::File, 0o644, &ROOT, CreateMode::Guarded).map(|x| x.0),
@@ -242,7 +242,10 @@ fn create_modes_and_exclusive_verifier() {
         fs.create(&r, b"m", NodeKind::File, 0o170000, &ROOT, CreateMode::Guarded).map(|x| x.0),
         Err(VfsError::Inval)
     );
-    assert_eq!(fs.create(&fh, b"m", NodeKind::File, 0o644, &ROOT, CreateMode::Guarded).map(|x| x.0), Err(VfsError::NotDir));
+    assert_eq!(
+        fs.create(&fh, b"m", NodeKind::File, 0o644, &ROOT, CreateMode::Guarded).map(|x| x.0),
+        Err(VfsError::NotDir)
+    );
     assert_eq!(names(&fs, &r), vec![b"f".to_vec(), b"x".to_vec()]);
 }
 
@@ -251,9 +254,8 @@ fn symlinks_devices_fifos_sockets() {
     let fs = fs();
     let r = root(&fs);
     let used = fs.used_bytes();
-    let (l, la) = fs
-        .create(&r, b"l", NodeKind::Symlink { target: b"../some/where" }, 0o777, &ROOT, CreateMode::Guarded)
-        .unwrap();
+    let (l, la) =
+        fs.create(&r, b"l", NodeKind::Symlink { target: b"../some/where" }, 0o777, &ROOT, CreateMode::Guarded).unwrap();
     assert_eq!((la.ftype, la.size), (FileType::Symlink, 13));
     assert_eq!(fs.readlink(&l).unwrap(), b"../some/where");
     assert_eq!(fs.used_bytes(), used + file_charge(b"l") + 13);
@@ -317,7 +319,10 @@ fn directories_nlink_parent_rmdir() {
     assert_eq!(after.nlink, 2);
     assert!(after.change > before.change);
     assert_eq!(fs.getattr(&b), Err(VfsError::Stale));
-    assert_eq!(fs.create(&b, b"g", NodeKind::File, 0o644, &ROOT, CreateMode::Guarded).map(|x| x.0), Err(VfsError::Stale));
+    assert_eq!(
+        fs.create(&b, b"g", NodeKind::File, 0o644, &ROOT, CreateMode::Guarded).map(|x| x.0),
+        Err(VfsError::Stale)
+    );
     fs.rmdir(&r, b"a").unwrap();
     assert_eq!(fs.getattr(&r).unwrap().nlink, 2);
     assert_eq!(fs.used_bytes(), INODE_CHARGE_BYTES, "everything freed");
@@ -647,7 +652,10 @@ fn quota_volume_accounting_and_remove_tree() {
     assert_eq!((st.total_bytes, st.free_bytes), (cap, cap - expect));
     assert_eq!(fs.fsstat(&outside).unwrap().total_bytes, 64 * MIB);
     // Extending past the volume's capacity is refused; a sparse extension within it is free.
-    assert_eq!(fs.setattr(&g, &SetAttr { size: Some(cap + 1), ..SetAttr::default() }, None), Err(VfsError::QuotaExceeded));
+    assert_eq!(
+        fs.setattr(&g, &SetAttr { size: Some(cap + 1), ..SetAttr::default() }, None),
+        Err(VfsError::QuotaExceeded)
+    );
     fs.setattr(&g, &SetAttr { size: Some(cap), ..SetAttr::default() }, None).unwrap();
     // Writes outside the volume are unaffected by it.
     fs.write(&outside, 0, &data, Stability::FileSync).unwrap();

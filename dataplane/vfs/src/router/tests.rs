@@ -72,7 +72,10 @@ fn pseudo_root_lists_mounts_and_is_read_only() {
     assert_eq!(r.readdir(&p, 999, &mut |_| true), Err(VfsError::Inval));
     // Every change to the pseudo-root is refused.
     let cred = Cred::ROOT;
-    assert_eq!(r.create(&p, b"x", NodeKind::File, 0o644, &cred, CreateMode::Guarded).map(|x| x.0), Err(VfsError::ReadOnly));
+    assert_eq!(
+        r.create(&p, b"x", NodeKind::File, 0o644, &cred, CreateMode::Guarded).map(|x| x.0),
+        Err(VfsError::ReadOnly)
+    );
     assert_eq!(r.remove(&p, b"share"), Err(VfsError::ReadOnly));
     assert_eq!(r.rmdir(&p, b"share"), Err(VfsError::ReadOnly));
     assert_eq!(r.remove_tree(&p, b"share"), Err(VfsError::ReadOnly));
@@ -132,10 +135,9 @@ fn unknown_exports_are_stale_and_forgeries_bad() {
     let unknown = FileHandle { export_id: 9, ino: 1, generation: 1 };
     assert_eq!(r.getattr(&unknown), Err(VfsError::Stale));
     assert_eq!(r.lookup(&unknown, b"x").map(|x| x.0), Err(VfsError::Stale));
-    for forged in [
-        FileHandle { export_id: 0, ino: 2, generation: 1 },
-        FileHandle { export_id: 0, ino: 1, generation: 7 },
-    ] {
+    for forged in
+        [FileHandle { export_id: 0, ino: 2, generation: 1 }, FileHandle { export_id: 0, ino: 1, generation: 7 }]
+    {
         assert_eq!(r.getattr(&forged), Err(VfsError::BadHandle));
         assert_eq!(r.readdir(&forged, 0, &mut |_| true), Err(VfsError::BadHandle));
     }
