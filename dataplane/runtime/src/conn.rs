@@ -314,13 +314,15 @@ impl Loop {
                     c.rpos = consumed;
                 }
                 Next::Incomplete { need } => {
-                    if c.rpos == 0 && c.rfill == c.rbuf.len() {
+                    if c.rpos == 0 && c.rfill == c.rbuf.len() && !c.recv_inflight {
                         // Full buffer and still no record: fragment headers
                         // are eating the space. Not a client we can serve.
                         self.close(slot, true);
                         return;
                     }
-                    if c.rpos > 0 && c.rpos + need > c.rbuf.len() {
+                    // Never move bytes while a receive may be landing in
+                    // the tail: it completes into the old offsets.
+                    if !c.recv_inflight && c.rpos > 0 && c.rpos + need > c.rbuf.len() {
                         c.rbuf.copy_within(c.rpos..c.rfill, 0);
                         c.rfill -= c.rpos;
                         c.rpos = 0;
@@ -334,7 +336,7 @@ impl Loop {
             }
         }
         let c = self.conns[slot].as_mut().unwrap();
-        if c.rpos == c.rfill {
+        if c.rpos == c.rfill && !c.recv_inflight {
             c.rpos = 0;
             c.rfill = 0;
         }
