@@ -16,13 +16,13 @@ BENCH_RUN = $(BENCH_PYTHON) bench/bench.py --fio "$(BENCH_FIO)" --rpcbench $(RPC
 
 SETUP_TARGETS += setup-bench
 BUILD_TARGETS += build-rpcbench
-TEST_TARGETS += test-bench-unit
+TEST_TARGETS += test-bench-unit test-peers
 # test-bench-smoke joins TEST_TARGETS once chimerad serves NFSv3 (MOUNT + READ
 # + WRITE + CREATE through libnfs): until then `make bench-quick` fails at
 # chimerad's start, by design (no numbers are faked), and would break `make test`.
 # TEST_TARGETS += test-bench-smoke
 
-.PHONY: setup-bench build-rpcbench bench bench-quick bench-peers test-bench-unit test-bench-smoke
+.PHONY: setup-bench build-rpcbench bench bench-quick bench-peers test-bench-unit test-peers test-bench-smoke
 setup-bench: ## fio with the libnfs engine, NFS-Ganesha, rpcbind, matplotlib (idempotent)
 	@scripts/apt-ensure.sh python3 python3-matplotlib nfs-ganesha nfs-ganesha-mem nfs-ganesha-vfs rpcbind libnfs-utils libnfs-dev iproute2 util-linux
 	@e2e/peers/fio-libnfs.sh >/dev/null
@@ -44,6 +44,9 @@ test-bench-unit: ## unit tests of the harness (no servers, seconds)
 	@mkdir -p $(CACHE)
 	$(BENCH_PYTHON) -m unittest discover -s bench -p 'test_*.py' -v 2>&1 | tee $(CACHE)/last-bench-unit.log
 	@grep -qE '^Ran [1-9][0-9]* tests?' $(CACHE)/last-bench-unit.log || { echo "test-bench-unit: no tests ran"; exit 1; }
+
+test-peers: setup-bench ## fio+libnfs and the confined Ganesha peer work (start/stop, verify, bad config)
+	e2e/peers/test-peers.sh
 
 test-bench-smoke: setup-bench build-dataplane build-rpcbench ## make bench-quick, then assert the harness worked (no thresholds)
 	rm -rf $(BENCH_SMOKE_DIR)
