@@ -480,11 +480,12 @@ fn locks_conflict_between_clients() {
     let denied = p::LOCK4denied::decode(&mut r.body()).unwrap();
     assert_eq!((denied.offset, denied.length, denied.owner.clientid, denied.owner.owner), (0, 100, a.clientid, &b"la"[..]));
     // LOCKT agrees; a non-overlapping range is free.
+    let b_id = b.clientid;
     let t = |off: u64| p::LOCKT4args {
         locktype: p::nfs_lock_type4::WRITE_LT,
         offset: off,
         length: 10,
-        owner: p::state_owner4 { clientid: b.clientid, owner: b"lb" },
+        owner: p::state_owner4 { clientid: b_id, owner: b"lb" },
     };
     let mut r = s.call(b.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_LOCKT, &t(95)).op(p::OP_LOCKT, &t(100)));
     r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
@@ -533,7 +534,7 @@ fn lease_expiry_frees_state() {
         share_access: access,
         share_deny: deny,
         owner: p::state_owner4 { clientid: c.clientid, owner },
-        openhow: p::openflag4::OPEN4_NOCREATE,
+        openhow: p::openflag4::default(p::OPEN4_NOCREATE),
         claim: p::open_claim4::CLAIM_FH,
     };
     let args = open(&a, 1, 2, b"denier");
@@ -711,7 +712,7 @@ fn grace_period_only_reclaims() {
         share_access: 1,
         share_deny: 0,
         owner: p::state_owner4 { clientid, owner: b"o" },
-        openhow: p::openflag4::OPEN4_NOCREATE,
+        openhow: p::openflag4::default(p::OPEN4_NOCREATE),
         claim,
     };
     let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &open(p::open_claim4::CLAIM_FH, c.clientid)));

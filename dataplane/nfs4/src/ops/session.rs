@@ -11,6 +11,14 @@ use proto::xdr::{Decoder, Encoder, Xdr};
 /// SEQUENCE + PUTFH + GETATTR fit (NFS4ERR_TOOSMALL, §18.36.3).
 pub const CHANNEL_BYTES_MIN: u32 = 512;
 
+/// Flags a client may set in eia_flags (§18.35.3); anything else, e.g. the
+/// server-only CONFIRMED_R, is NFS4ERR_INVAL.
+const EIA_FLAGS_ALLOWED: u32 = p::EXCHGID4_FLAG_SUPP_MOVED_REFER as u32
+    | p::EXCHGID4_FLAG_SUPP_MOVED_MIGR as u32
+    | p::EXCHGID4_FLAG_BIND_PRINC_STATEID as u32
+    | p::EXCHGID4_FLAG_MASK_PNFS as u32
+    | p::EXCHGID4_FLAG_UPD_CONFIRMED_REC_A as u32;
+
 fn attrs_in(a: &p::channel_attrs4) -> ChannelAttrs {
     ChannelAttrs {
         headerpad_bytes: a.ca_headerpadsize,
@@ -78,7 +86,7 @@ impl Compound<'_> {
     /// (non-pNFS) server for now.
     pub(crate) fn op_exchange_id(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
         let a = p::EXCHANGE_ID4args::decode(d)?;
-        if a.eia_flags & !(p::EXCHGID4_FLAG_MASK_A as u32) != 0 {
+        if a.eia_flags & !EIA_FLAGS_ALLOWED != 0 {
             return fail(p::NFS4ERR_INVAL);
         }
         if !matches!(a.eia_state_protect, p::state_protect4_a::SP4_NONE) {
