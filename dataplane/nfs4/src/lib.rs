@@ -6,18 +6,11 @@
 //! Everything below the protocol goes through `vfs::Vfs`.
 
 pub mod attrs;
-// GATE: compiled once the generated proto::nfs4 (xdrgen) lands.
-#[cfg(any())]
 mod compound;
-// GATE: compiled once the generated proto::nfs4 (xdrgen) lands.
-#[cfg(any())]
 pub mod error;
-// GATE: compiled once the generated proto::nfs4 (xdrgen) lands.
-#[cfg(any())]
 mod ops;
 pub mod state;
-// GATE: compiled once the generated proto::nfs4 (xdrgen) lands.
-#[cfg(any())]
+#[cfg(test)]
 mod tests;
 
 use rpc::{CallContext, CallError, Program};
@@ -204,8 +197,6 @@ impl Nfs4Program {
     }
 }
 
-// GATE: compiled once the generated proto::nfs4 (xdrgen) lands.
-#[cfg(any())]
 impl Program for Nfs4Program {
     fn program(&self) -> u32 {
         proto::nfs4::NFS4_PROGRAM

@@ -1061,15 +1061,11 @@ impl State {
 }
 
 fn negotiate_back(a: &ChannelAttrs) -> ChannelAttrs {
-    // We never send callbacks yet; accept what the client offers, bounded.
-    ChannelAttrs {
-        headerpad_bytes: 0,
-        request_bytes_max: a.request_bytes_max.min(64 * 1024),
-        response_bytes_max: a.response_bytes_max.min(64 * 1024),
-        response_cached_bytes_max: 0,
-        ops_max: a.ops_max.clamp(1, 16),
-        requests_max: a.requests_max.clamp(1, 16),
-    }
+    // No memory is tied to the back channel (we send no callbacks yet), so
+    // the client's values are echoed: the Linux client refuses a session
+    // whose back-channel ops/requests differ from what it asked for or
+    // whose response size is smaller. Nothing is cached on that channel.
+    ChannelAttrs { headerpad_bytes: 0, response_cached_bytes_max: 0, ..*a }
 }
 
 #[cfg(test)]

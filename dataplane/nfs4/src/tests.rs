@@ -437,7 +437,7 @@ fn write_needs_write_access_and_current_stateid_works() {
     let current = p::stateid4 { seqid: 1, other: [0; 12] };
     let w = p::WRITE4args { stateid: current.clone(), offset: 0, stable: p::stable_how4::UNSTABLE4, data: b"hello" };
     let cl = p::CLOSE4args { seqid: 0, open_stateid: current };
-    let mut r = s.call(
+    let r = s.call(
         c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, &open).op(p::OP_WRITE, &w).op(p::OP_CLOSE, &cl),
     );
     assert_eq!(r.status, p::NFS4_OK);
