@@ -279,6 +279,19 @@ class Chimerad(Server):
         if not self.binary.is_file():
             raise BenchError(f"chimerad: binary {self.binary} not found (build it with `make build-dataplane`)")
         run([str(PEERS / "netns.sh"), "up", self.netns], timeout_s=30)
+        # A leftover server on these ports would take part of the load (listeners
+        # may share a port) and the numbers would belong to the wrong process.
+        for port in (self.nfs_port, self.mnt_port):
+            if tcp_answers(self.netns, port):
+                raise BenchError(f"chimerad: something already listens on 127.0.0.1:{port} in netns {self.netns} "
+                                 f"(a leftover server? see `ip netns pids {self.netns}`)")
+        try:
+            self._spawn()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _spawn(self) -> None:
         cfg = self.write_config()
         log_path = self.out_dir / "chimerad.log"
         self.log_file = open(log_path, "wb")
@@ -292,9 +305,11 @@ class Chimerad(Server):
                 tail = log_path.read_text(errors="replace").strip()[-1500:]
                 raise BenchError(f"chimerad exited during start (exit {rc}); log {log_path}:\n{tail}")
             if tcp_answers(self.netns, self.nfs_port) and tcp_answers(self.netns, self.mnt_port):
+                # The kernel truncates comm to 15 bytes.
                 comm = Path(f"/proc/{self.proc.pid}/comm").read_text().strip()
-                if comm != "chimerad":
-                    raise BenchError(f"chimerad: pid {self.proc.pid} is {comm!r}, not chimerad; CPU accounting would be wrong")
+                if comm != self.binary.name[:15]:
+                    raise BenchError(f"chimerad: pid {self.proc.pid} is {comm!r}, not {self.binary.name}; "
+                                     "CPU accounting would be wrong")
                 return
             time.sleep(0.2)
         raise BenchError(f"chimerad: nothing answered on 127.0.0.1:{self.nfs_port}/{self.mnt_port} in netns "
@@ -365,6 +380,15 @@ def fio_cmd(plan: Plan, server: Server, name: str, extra: list[str], out_json: P
             "--filename_format=bench.$jobnum", f"--size={plan.file_bytes}", "--group_reporting"] + extra
 
 
+# fio's libnfs engine logs failed operations but does not always fail the job
+# (fio then counts them as done I/O): any of these on stderr fails the run.
+FIO_ENGINE_ERRORS = ("Failed NFS operation", "Got NFS EOF", "nfs: Failed", "Failed to open")
+
+
+def engine_errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if any(e in line for e in FIO_ENGINE_ERRORS)]
+
+
 def run_fio(cmd: list[str], timeout_s: float, out_json: Path) -> dict:
     """Run fio in its own process group; kill the group if it hangs."""
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -378,6 +402,9 @@ def run_fio(cmd: list[str], timeout_s: float, out_json: Path) -> dict:
     if proc.returncode != 0:
         msg = (err or out).strip().splitlines()
         raise BenchError(f"fio failed (exit {proc.returncode}): {' | '.join(msg[-5:])}")
+    bad = engine_errors(err)
+    if bad:
+        raise BenchError(f"the NFS client saw {len(bad)} failed operation(s), first: {bad[0].strip()}")
     try:
         return json.loads(out_json.read_text())
     except (OSError, json.JSONDecodeError) as e:
@@ -718,8 +745,9 @@ def finish(results: dict, servers: list[Server], out_dir: Path) -> None:
     writes = [c for c in results["cells"] if "write" in c["rw"]]
     results["rss_peak_mib_write_matrix"] = {
         n: max((r["rss_peak_mib"] for c in writes for r in c["servers"][n]["runs"]), default=None) for n in names}
-    table = render_table(results)
-    note = render_chart(results, out_dir / "ratios.png")
+    any_runs = any(c["servers"][n]["runs"] for c in results["cells"] for n in names)
+    table = render_table(results) if any_runs else "(no run produced numbers)"
+    note = render_chart(results, out_dir / "ratios.png") if any_runs else "no chart: no numbers"
     results["chart"] = None if note else "ratios.png"
     (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out_dir / "table.txt").write_text(table + "\n")

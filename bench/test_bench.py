@@ -66,6 +66,13 @@ class ParseFio(unittest.TestCase):
             bench.parse_fio(d, CELL)
 
 
+class EngineErrors(unittest.TestCase):
+    def test_logged_nfs_failures_fail_the_run(self):
+        err = "fio: some note\nFailed NFS operation(code:-14): (null)\nGot NFS EOF, this is probably not expected\n"
+        self.assertEqual(len(bench.engine_errors(err)), 2)
+        self.assertEqual(bench.engine_errors("fio-3.33\nnote: both iodepth >= 1 and synchronous I/O engine\n"), [])
+
+
 class Proc(unittest.TestCase):
     def test_cpu_and_rss_of_this_process(self):
         pid = os.getpid()
