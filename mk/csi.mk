@@ -4,7 +4,7 @@ CSI_BIN := $(CURDIR)/bin/chimera-csi
 CSI_VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # The admin API csi-sanity provisions through: `chimerad` (the real server,
 # built by build-dataplane) or `fake` (the in-process contract fake).
-CSI_ADMIN_BACKEND ?= fake
+CSI_ADMIN_BACKEND ?= chimerad
 # Bounds one run of the CSI suites; they take seconds.
 CSI_TEST_TIMEOUT ?= 10m
 
