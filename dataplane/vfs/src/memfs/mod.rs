@@ -50,10 +50,13 @@ use crate::{
 pub const CHUNK_BYTES: usize = 4096;
 /// What one data chunk charges: the data plus its share of map and allocator overhead.
 pub const CHUNK_CHARGE_BYTES: u64 = CHUNK_BYTES as u64 + 64;
-/// What one object (inode) charges, whatever its type.
-pub const INODE_CHARGE_BYTES: u64 = 256;
-/// What one directory entry charges, plus the length of its name.
-pub const DIRENT_CHARGE_BYTES: u64 = 96;
+/// What one object (inode) charges, whatever its type: the `Arc<Inode>`
+/// allocation (about 290 bytes with allocator overhead) and its slot in the
+/// inode table, with some slack for table growth.
+pub const INODE_CHARGE_BYTES: u64 = 384;
+/// What one directory entry charges, plus the length of its name: the
+/// shared name allocation, the name-index slot and the cookie-index slot.
+pub const DIRENT_CHARGE_BYTES: u64 = 192;
 /// Largest file size (and write end offset) accepted.
 pub const FILE_SIZE_MAX_BYTES: u64 = 1 << 44;
 /// Longest symlink target accepted.

@@ -154,10 +154,11 @@ impl FileData {
     }
 }
 
-/// A directory entry as stored: the name lives in `Dir::by_name`'s key too.
+/// A directory entry as stored. The name allocation is shared with the
+/// `Dir::by_name` key, so a name is held (and charged) once.
 #[derive(Debug, Clone)]
 pub(crate) struct Dirent {
-    pub(crate) name: Box<[u8]>,
+    pub(crate) name: Arc<[u8]>,
     pub(crate) ino: Ino,
     pub(crate) generation: u64,
 }
@@ -176,7 +177,7 @@ pub(crate) struct Dir {
     pub(crate) parent_ino: Ino,
     pub(crate) parent_generation: u64,
     pub(crate) by_cookie: BTreeMap<u64, Dirent>,
-    pub(crate) by_name: HashMap<Box<[u8]>, u64>,
+    pub(crate) by_name: HashMap<Arc<[u8]>, u64>,
     pub(crate) cookie_next: u64,
     /// Set when this directory is a quota root.
     pub(crate) volume_root: Option<Arc<Volume>>,
@@ -201,7 +202,7 @@ impl Dir {
     pub(crate) fn insert(&mut self, name: &[u8], ino: Ino, generation: u64) {
         let cookie = self.cookie_next;
         self.cookie_next += 1;
-        let name: Box<[u8]> = name.into();
+        let name: Arc<[u8]> = name.into();
         let previous = self.by_name.insert(name.clone(), cookie);
         assert!(previous.is_none(), "directory entry inserted twice");
         self.by_cookie.insert(cookie, Dirent { name, ino, generation });
