@@ -26,7 +26,7 @@ impl Program for Echo {
             1 => {
                 // echo: opaque<64>
                 let mut d = proto::xdr::Decoder::new(args);
-                let v = d.opaque_var(64).map_err(|_| CallError::GarbageArgs)?;
+                let v = d.opaque_var(3000).map_err(|_| CallError::GarbageArgs)?;
                 reply.opaque_var(v).map_err(|_| CallError::SystemErr)
             }
             _ => Err(CallError::ProcUnavail),
@@ -175,5 +175,54 @@ fn conns_max_enforced() {
     std::thread::sleep(Duration::from_millis(200));
     let mut d = connect(addr);
     assert_alive(&mut d, 4);
+    server.shutdown();
+}
+
+/// Regression: the receive buffer must never be compacted or reset while a
+/// receive is landing in it. A client streams thousands of pipelined calls of
+/// varied sizes in odd-sized chunks, reading replies concurrently, so records
+/// straddle buffer ends while replies are being sent; every reply must come
+/// back intact and in order.
+#[test]
+fn pipelined_stream_with_backpressure_stays_intact() {
+    let (server, addr) = start(64);
+    let s = connect(addr);
+    let mut w = s.try_clone().unwrap();
+    const CALLS: u32 = 3000;
+    let writer = std::thread::spawn(move || {
+        let mut stream = Vec::new();
+        for i in 0..CALLS {
+            let len = ((i * 7919) % 2900) as usize;
+            let payload: Vec<u8> = (0..len).map(|j| (i as usize + j) as u8).collect();
+            let mut arg = vec![0u8; 4 + len + 4];
+            let n = {
+                let mut e = Encoder::new(&mut arg);
+                e.opaque_var(&payload).unwrap();
+                e.position()
+            };
+            stream.extend(call(i, 2, 400_100, 1, 1, 0, &arg[..n]));
+        }
+        let mut off = 0;
+        let mut k = 0usize;
+        while off < stream.len() {
+            let chunk = [1usize, 3, 4093, 17, 8191, 65536, 5][k % 7].min(stream.len() - off);
+            w.write_all(&stream[off..off + chunk]).unwrap();
+            off += chunk;
+            k += 1;
+        }
+    });
+    let mut r = s;
+    r.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    for i in 0..CALLS {
+        let body = read_reply(&mut r).unwrap();
+        let w = words(&body[..24]);
+        assert_eq!(&w[..], &[i, 1, 0, 0, 0, 0], "reply {i} header");
+        let len = ((i * 7919) % 2900) as usize;
+        assert_eq!(u32::from_be_bytes(body[24..28].try_into().unwrap()) as usize, len);
+        for j in 0..len {
+            assert_eq!(body[28 + j], (i as usize + j) as u8, "reply {i} byte {j}");
+        }
+    }
+    writer.join().unwrap();
     server.shutdown();
 }
