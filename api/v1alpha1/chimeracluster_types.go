@@ -350,3 +350,11 @@ type ChimeraClusterList struct {
 func init() {
 	SchemeBuilder.Register(&ChimeraCluster{}, &ChimeraClusterList{})
 }
+
+// NVMeResourceNameOrEmpty returns the NVMe device-plugin resource name, if any.
+func (s StorageSpec) NVMeResourceNameOrEmpty() string {
+	if s.NVMe == nil {
+		return ""
+	}
+	return s.NVMe.ResourceName
+}

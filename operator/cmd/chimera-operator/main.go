@@ -1,0 +1,118 @@
+// chimera-operator runs the ChimeraCluster controller and its validating
+// webhook in one controller-runtime manager, with leader election so only
+// one replica reconciles at a time.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
+	"github.com/chimera-k8s/chimera/operator/controller"
+	"github.com/chimera-k8s/chimera/operator/webhook"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+)
+
+// certSetupTimeout bounds the start-up certificate work (API calls only).
+const certSetupTimeout = 60 * time.Second
+
+func main() {
+	var (
+		metricsAddr, probeAddr, certDir       string
+		webhookPort                           int
+		leaderElect, enableWebhook, selfCerts bool
+		certSecret, webhookService, vwcName   string
+		namespace                             string
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "metrics endpoint address (0 disables)")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "/healthz and /readyz address")
+	flag.BoolVar(&leaderElect, "leader-elect", true, "elect a leader so one replica reconciles")
+	flag.BoolVar(&enableWebhook, "enable-webhook", true, "serve the validating admission webhook")
+	flag.IntVar(&webhookPort, "webhook-port", 9443, "webhook server port")
+	flag.StringVar(&certDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory holding tls.crt and tls.key")
+	flag.BoolVar(&selfCerts, "self-managed-certs", true, "generate the webhook CA and certificate into --webhook-cert-secret (disable with cert-manager)")
+	flag.StringVar(&certSecret, "webhook-cert-secret", "chimera-webhook-cert", "Secret holding the self-managed CA and serving certificate")
+	flag.StringVar(&webhookService, "webhook-service", "chimera-webhook", "Service in front of the webhook (certificate DNS name)")
+	flag.StringVar(&vwcName, "webhook-config-name", "chimera-validating-webhook", "ValidatingWebhookConfiguration whose caBundle the operator sets")
+	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace the operator runs in (default $POD_NAMESPACE)")
+	opts := zap.Options{}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := ctrl.Log.WithName("setup")
+
+	if err := run(metricsAddr, probeAddr, certDir, webhookPort, leaderElect, enableWebhook, selfCerts, certSecret, webhookService, vwcName, namespace); err != nil {
+		log.Error(err, "operator stopped")
+		os.Exit(1)
+	}
+}
+
+func run(metricsAddr, probeAddr, certDir string, webhookPort int, leaderElect, enableWebhook, selfCerts bool, certSecret, webhookService, vwcName, namespace string) error {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(chimerav1.AddToScheme(scheme))
+	cfg := ctrl.GetConfigOrDie()
+
+	if enableWebhook && selfCerts {
+		if namespace == "" {
+			return fmt.Errorf("--namespace (or $POD_NAMESPACE) is required for self-managed webhook certificates")
+		}
+		direct, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), certSetupTimeout)
+		defer cancel()
+		if err := webhook.EnsureCerts(ctx, direct, webhook.CertOptions{
+			Namespace: namespace, SecretName: certSecret, ServiceName: webhookService, WebhookName: vwcName, CertDir: certDir,
+		}); err != nil {
+			return fmt.Errorf("webhook certificates: %w", err)
+		}
+	}
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr, SecureServing: metricsAddr != "0"},
+		HealthProbeBindAddress:  probeAddr,
+		LeaderElection:          leaderElect,
+		LeaderElectionID:        "chimera-operator.storage.chimera.io",
+		LeaderElectionNamespace: namespace,
+		// Step down promptly on SIGTERM so a new leader takes over fast.
+		LeaderElectionReleaseOnCancel: true,
+		WebhookServer:                 ctrlwebhook.NewServer(ctrlwebhook.Options{Port: webhookPort, CertDir: certDir}),
+	})
+	if err != nil {
+		return err
+	}
+	if err := (&controller.Reconciler{
+		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorderFor("chimera-operator"),
+	}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if enableWebhook {
+		if err := webhook.SetupWithManager(mgr); err != nil {
+			return err
+		}
+		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+			return err
+		}
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	return mgr.Start(ctrl.SetupSignalHandler())
+}

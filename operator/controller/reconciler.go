@@ -1,0 +1,348 @@
+// Package controller reconciles ChimeraCluster objects: it applies the
+// children computed by package render, pushes the data-server list to the
+// MDS admin API and writes status last.
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
+	"github.com/chimera-k8s/chimera/operator/render"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+const (
+	// Finalizer holds the ChimeraCluster until its servers are gone, so the
+	// DSes stop before the MDS and nothing is left half torn down.
+	Finalizer = "storage.chimera.io/teardown"
+	// FieldOwner is the server-side-apply manager name.
+	FieldOwner = "chimera-operator"
+	// ResyncInterval re-pushes the DS list even without events: an MDS that
+	// restarted has forgotten it.
+	ResyncInterval = 30 * time.Second
+	// TeardownPollInterval is how often deletion checks that pods are gone.
+	TeardownPollInterval = 2 * time.Second
+	// adminTokenBytes of randomness in a generated admin token.
+	adminTokenBytes = 32
+)
+
+// Reconciler reconciles one ChimeraCluster at a time.
+type Reconciler struct {
+	Client   client.Client
+	Scheme   *runtime.Scheme
+	Recorder record.EventRecorder
+	Admin    *AdminClient
+	// AdminURL returns the admin API base URL of the MDS pod. The default
+	// uses the pod IP (no cluster DNS needed); tests point it at 127.0.0.1.
+	AdminURL func(c *chimerav1.ChimeraCluster, mds *corev1.Pod) string
+}
+
+// +kubebuilder:rbac:groups=storage.chimera.io,resources=chimeraclusters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=storage.chimera.io,resources=chimeraclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=storage.chimera.io,resources=chimeraclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups=apps,resources=statefulsets;daemonsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services;configmaps;secrets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+
+// SetupWithManager registers the reconciler and its watches.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Admin == nil {
+		r.Admin = NewAdminClient()
+	}
+	if r.AdminURL == nil {
+		r.AdminURL = func(_ *chimerav1.ChimeraCluster, mds *corev1.Pod) string {
+			return fmt.Sprintf("http://%s:%d", mds.Status.PodIP, render.PortAdmin)
+		}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&chimerav1.ChimeraCluster{}).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&appsv1.DaemonSet{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.Secret{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		// Pods are not owned by us but their readiness and network status
+		// drive status and the DS list: map them to their cluster by label.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster)).
+		Complete(r)
+}
+
+func podToCluster(_ context.Context, o client.Object) []reconcile.Request {
+	name, ok := o.GetLabels()[render.LabelCluster]
+	if !ok || o.GetLabels()[render.LabelManagedBy] != render.ManagedBy {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// Reconcile is the entry point: normal or delete.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	c := &chimerav1.ChimeraCluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if c.DeletionTimestamp != nil {
+		return r.reconcileDelete(ctx, c)
+	}
+	return r.reconcileNormal(ctx, c)
+}
+
+func (r *Reconciler) reconcileNormal(ctx context.Context, c *chimerav1.ChimeraCluster) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	if !controllerutil.ContainsFinalizer(c, Finalizer) {
+		controllerutil.AddFinalizer(c, Finalizer)
+		if err := r.Client.Update(ctx, c); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	var obs render.Observed
+	token, err := r.ensureAdminSecret(ctx, c)
+	if err == nil {
+		err = r.applyChildren(ctx, c)
+	}
+	if err != nil {
+		obs.ApplyErr = err
+		log.Error(err, "apply failed")
+	}
+	if err := r.observe(ctx, c, &obs); err != nil {
+		return ctrl.Result{}, err
+	}
+	if obs.ApplyErr == nil {
+		r.pushDataServers(ctx, c, token, &obs)
+	}
+	if err := r.writeStatus(ctx, c, obs); err != nil {
+		return ctrl.Result{}, err
+	}
+	if obs.ApplyErr != nil {
+		return ctrl.Result{}, obs.ApplyErr // retried with backoff
+	}
+	return ctrl.Result{RequeueAfter: ResyncInterval}, nil
+}
+
+// ensureAdminSecret creates the admin-token Secret once and never rewrites
+// the token (the MDS reads it at start; a new token would lock us out).
+func (r *Reconciler) ensureAdminSecret(ctx context.Context, c *chimerav1.ChimeraCluster) (string, error) {
+	s := &corev1.Secret{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: render.AdminSecretName(c)}, s)
+	if err == nil {
+		tok := string(s.Data[render.SecretKeyToken])
+		if tok == "" {
+			return "", fmt.Errorf("secret %s/%s has no %q key", c.Namespace, s.Name, render.SecretKeyToken)
+		}
+		return tok, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return "", err
+	}
+	buf := make([]byte, adminTokenBytes)
+	if _, err := rand.Read(buf); err != nil {
+		return "", err
+	}
+	tok := base64.RawURLEncoding.EncodeToString(buf)
+	s = render.AdminSecret(c, tok)
+	if err := controllerutil.SetControllerReference(c, s, r.Scheme); err != nil {
+		return "", err
+	}
+	if err := r.Client.Create(ctx, s); err != nil {
+		return "", fmt.Errorf("create admin secret: %w", err)
+	}
+	r.Recorder.Eventf(c, corev1.EventTypeNormal, "AdminTokenCreated", "created admin-token Secret %s", s.Name)
+	return tok, nil
+}
+
+func (r *Reconciler) applyChildren(ctx context.Context, c *chimerav1.ChimeraCluster) error {
+	ch, err := render.Build(c)
+	if err != nil {
+		return err
+	}
+	for _, o := range ch.Objects() {
+		if err := r.apply(ctx, c, o); err != nil {
+			return err
+		}
+	}
+	// A mode switch leaves the other DS workload behind: remove it.
+	var stale client.Object = &appsv1.DaemonSet{}
+	if ch.DSDaemonSet != nil {
+		stale = &appsv1.StatefulSet{}
+	}
+	stale.SetNamespace(c.Namespace)
+	stale.SetName(render.DSName(c))
+	if err := r.Client.Delete(ctx, stale); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete DS workload of the previous mode: %w", err)
+	}
+	return nil
+}
+
+// apply server-side-applies one child owned by c.
+func (r *Reconciler) apply(ctx context.Context, c *chimerav1.ChimeraCluster, o client.Object) error {
+	gvk, err := r.Client.GroupVersionKindFor(o)
+	if err != nil {
+		return err
+	}
+	o.GetObjectKind().SetGroupVersionKind(gvk)
+	if err := controllerutil.SetControllerReference(c, o, r.Scheme); err != nil {
+		return err
+	}
+	//nolint:staticcheck // client.Apply with a typed object is the documented SSA path in v0.22.
+	if err := r.Client.Patch(ctx, o, client.Apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply %s %s: %w", gvk.Kind, o.GetName(), err)
+	}
+	return nil
+}
+
+func (r *Reconciler) observe(ctx context.Context, c *chimerav1.ChimeraCluster, obs *render.Observed) error {
+	mds := &corev1.Pod{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: render.MDSName(c) + "-0"}, mds)
+	switch {
+	case err == nil:
+		obs.MDSReady = render.PodReady(mds)
+	case !apierrors.IsNotFound(err):
+		return err
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(render.SelectorLabels(c, render.ComponentDS))); err != nil {
+		return err
+	}
+	obs.DSPods = pods.Items
+	obs.DSDesired = render.DesiredDataServers(c)
+	if obs.DSDesired < 0 {
+		ds := &appsv1.DaemonSet{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: render.DSName(c)}, ds); err == nil {
+			obs.DSDesired = ds.Status.DesiredNumberScheduled
+		} else {
+			obs.DSDesired = 0
+		}
+	}
+	return nil
+}
+
+// pushDataServers sends the DS list to a running MDS. Failures are reported
+// in status (Degraded) and retried on the next resync, not returned: the rest
+// of the reconcile is still right.
+func (r *Reconciler) pushDataServers(ctx context.Context, c *chimerav1.ChimeraCluster, token string, obs *render.Observed) {
+	mds := &corev1.Pod{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: render.MDSName(c) + "-0"}, mds); err != nil {
+		return // no MDS yet: nothing to push to
+	}
+	if mds.Status.Phase != corev1.PodRunning || mds.Status.PodIP == "" || mds.DeletionTimestamp != nil {
+		return
+	}
+	st, _ := render.DataServerStatuses(c, obs.DSPods)
+	list := render.DSList(c, st)
+	if err := r.Admin.PutDataServers(ctx, r.AdminURL(c, mds), token, list); err != nil {
+		obs.PushErr = err
+		return
+	}
+	obs.DSListInSync = true
+}
+
+func (r *Reconciler) writeStatus(ctx context.Context, c *chimerav1.ChimeraCluster, obs render.Observed) error {
+	before := c.Status.Phase
+	st := render.Status(c, obs, metav1.Now())
+	patch := client.MergeFrom(c.DeepCopy())
+	c.Status = st
+	if err := r.Client.Status().Patch(ctx, c, patch); err != nil {
+		return err
+	}
+	if before != st.Phase {
+		kind := corev1.EventTypeNormal
+		if st.Phase == chimerav1.PhaseDegraded {
+			kind = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(c, kind, "Phase"+string(st.Phase), "phase %s → %s", phaseOr(before), st.Phase)
+	}
+	return nil
+}
+
+func phaseOr(p chimerav1.Phase) string {
+	if p == "" {
+		return "(none)"
+	}
+	return string(p)
+}
+
+// reconcileDelete tears down in order: data servers first (they hold layouts
+// the MDS hands out), then the MDS, then everything else; the finalizer goes
+// when no server pod is left.
+func (r *Reconciler) reconcileDelete(ctx context.Context, c *chimerav1.ChimeraCluster) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(c, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	if c.Status.Phase != chimerav1.PhaseDeleting {
+		patch := client.MergeFrom(c.DeepCopy())
+		c.Status.Phase = chimerav1.PhaseDeleting
+		if err := r.Client.Status().Patch(ctx, c, patch); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		r.Recorder.Event(c, corev1.EventTypeNormal, "Deleting", "tearing down data servers, then the metadata server")
+	}
+	meta := func(o client.Object, name string) client.Object {
+		o.SetNamespace(c.Namespace)
+		o.SetName(name)
+		return o
+	}
+	stages := [][]client.Object{
+		{meta(&appsv1.StatefulSet{}, render.DSName(c)), meta(&appsv1.DaemonSet{}, render.DSName(c))},
+		{meta(&appsv1.StatefulSet{}, render.MDSName(c))},
+		{
+			meta(&corev1.Service{}, render.DSName(c)), meta(&corev1.Service{}, render.MDSName(c)),
+			meta(&policyv1.PodDisruptionBudget{}, render.DSName(c)), meta(&policyv1.PodDisruptionBudget{}, render.MDSName(c)),
+			meta(&corev1.ConfigMap{}, render.ConfigMapName(c)), meta(&corev1.Secret{}, render.AdminSecretName(c)),
+		},
+	}
+	components := []string{render.ComponentDS, render.ComponentMDS, ""}
+	for i, stage := range stages {
+		for _, o := range stage {
+			if err := r.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+				return ctrl.Result{}, fmt.Errorf("delete %T %s: %w", o, o.GetName(), err)
+			}
+		}
+		if components[i] == "" {
+			break
+		}
+		left, err := r.podsLeft(ctx, c, components[i])
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if left > 0 {
+			return ctrl.Result{RequeueAfter: TeardownPollInterval}, nil
+		}
+	}
+	controllerutil.RemoveFinalizer(c, Finalizer)
+	if err := r.Client.Update(ctx, c); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) podsLeft(ctx context.Context, c *chimerav1.ChimeraCluster, component string) (int, error) {
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(render.SelectorLabels(c, component))); err != nil {
+		return 0, err
+	}
+	return len(pods.Items), nil
+}
+
+var _ = errors.New

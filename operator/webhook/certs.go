@@ -1,0 +1,206 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Self-managed serving certificates, used when cert-manager is not installed.
+// The CA and the serving certificate live in one Secret (the single source of
+// truth across operator replicas); the CA goes into the webhook
+// configuration's caBundle; tls.crt/tls.key are written to the webhook
+// server's certificate directory before it starts.
+const (
+	CAValidity      = 10 * 365 * 24 * time.Hour
+	ServingValidity = 365 * 24 * time.Hour
+	// RenewBefore: a serving certificate closer than this to expiry is replaced.
+	RenewBefore = 30 * 24 * time.Hour
+
+	keyCACert = "ca.crt"
+	keyCAKey  = "ca.key"
+	keyCert   = "tls.crt"
+	keyKey    = "tls.key"
+)
+
+// CertOptions says where the certificate material goes.
+type CertOptions struct {
+	Namespace   string // of the operator, its Service and the Secret
+	SecretName  string
+	ServiceName string // the webhook Service; the certificate's DNS names
+	WebhookName string // ValidatingWebhookConfiguration whose caBundle is set
+	CertDir     string
+	Now         func() time.Time
+}
+
+// EnsureCerts makes sure a valid CA and serving certificate exist in the
+// Secret, writes the serving pair to CertDir and patches the caBundle.
+func EnsureCerts(ctx context.Context, c client.Client, o CertOptions) error {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	sec := &corev1.Secret{}
+	err := c.Get(ctx, types.NamespacedName{Namespace: o.Namespace, Name: o.SecretName}, sec)
+	switch {
+	case apierrors.IsNotFound(err):
+		sec = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.SecretName}, Type: corev1.SecretTypeOpaque}
+		if err := fill(sec, o); err != nil {
+			return err
+		}
+		if err := c.Create(ctx, sec); err != nil {
+			if !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("create webhook cert secret: %w", err)
+			}
+			// Another replica won the race: use its certificates.
+			if err := c.Get(ctx, types.NamespacedName{Namespace: o.Namespace, Name: o.SecretName}, sec); err != nil {
+				return err
+			}
+		}
+	case err != nil:
+		return fmt.Errorf("get webhook cert secret: %w", err)
+	default:
+		if !valid(sec, o) {
+			if err := fill(sec, o); err != nil {
+				return err
+			}
+			if err := c.Update(ctx, sec); err != nil {
+				return fmt.Errorf("renew webhook cert secret: %w", err)
+			}
+		}
+	}
+	if err := os.MkdirAll(o.CertDir, 0o700); err != nil {
+		return err
+	}
+	for _, k := range []string{keyCert, keyKey} {
+		if err := os.WriteFile(filepath.Join(o.CertDir, k), sec.Data[k], 0o600); err != nil {
+			return err
+		}
+	}
+	return patchCABundle(ctx, c, o.WebhookName, sec.Data[keyCACert])
+}
+
+func patchCABundle(ctx context.Context, c client.Client, name string, ca []byte) error {
+	if name == "" {
+		return nil
+	}
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := c.Get(ctx, types.NamespacedName{Name: name}, vwc); err != nil {
+		return fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", name, err)
+	}
+	patch := client.MergeFrom(vwc.DeepCopy())
+	changed := false
+	for i := range vwc.Webhooks {
+		if !bytes.Equal(vwc.Webhooks[i].ClientConfig.CABundle, ca) {
+			vwc.Webhooks[i].ClientConfig.CABundle = ca
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	return c.Patch(ctx, vwc, patch)
+}
+
+// valid: the CA and serving pair parse, the serving certificate chains to the
+// CA, names the service and is not about to expire.
+func valid(sec *corev1.Secret, o CertOptions) bool {
+	ca, err := parseCert(sec.Data[keyCACert])
+	if err != nil {
+		return false
+	}
+	leaf, err := parseCert(sec.Data[keyCert])
+	if err != nil {
+		return false
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	_, err = leaf.Verify(x509.VerifyOptions{DNSName: dnsNames(o)[1], Roots: pool, CurrentTime: o.Now().Add(RenewBefore)})
+	return err == nil && len(sec.Data[keyKey]) > 0
+}
+
+func dnsNames(o CertOptions) []string {
+	return []string{
+		o.ServiceName,
+		fmt.Sprintf("%s.%s.svc", o.ServiceName, o.Namespace),
+		fmt.Sprintf("%s.%s.svc.cluster.local", o.ServiceName, o.Namespace),
+	}
+}
+
+// fill generates a fresh CA and serving certificate into sec.Data.
+func fill(sec *corev1.Secret, o CertOptions) error {
+	now := o.Now()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	caTpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "chimera-operator-webhook-ca"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(CAValidity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTpl, caTpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: dnsNames(o)[1]},
+		DNSNames:     dnsNames(o),
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(ServingValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	caKeyDER, _ := x509.MarshalECPrivateKey(caKey)
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	sec.Data = map[string][]byte{
+		keyCACert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		keyCAKey:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: caKeyDER}),
+		keyCert:   pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		keyKey:    pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	}
+	return nil
+}
+
+func parseCert(p []byte) (*x509.Certificate, error) {
+	b, _ := pem.Decode(p)
+	if b == nil {
+		return nil, fmt.Errorf("no PEM block")
+	}
+	return x509.ParseCertificate(b.Bytes)
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
+	return n
+}
