@@ -190,10 +190,11 @@ impl Router {
 
     fn readdir_pseudo(&self, cookie: u64, visit: &mut dyn FnMut(DirEntry<'_>) -> bool) -> VfsResult<bool> {
         let end_cookie = COOKIE_FIRST + self.mounts.len() as u64;
-        if cookie != 0 && !(COOKIE_FIRST..end_cookie).contains(&cookie) {
+        // Cookies 1 and 2 (a protocol layer's "." and "..") resume at the start.
+        if cookie >= end_cookie {
             return Err(VfsError::Inval);
         }
-        let start = if cookie == 0 { 0 } else { (cookie - COOKIE_FIRST + 1) as usize };
+        let start = if cookie < COOKIE_FIRST { 0 } else { (cookie - COOKIE_FIRST + 1) as usize };
         for (i, m) in self.mounts.iter().enumerate().skip(start) {
             let fh = m.backend.root(m.export_id)?;
             let attr = m.backend.getattr(&fh)?;

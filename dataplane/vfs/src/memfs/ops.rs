@@ -5,7 +5,6 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::node::COOKIE_FIRST;
 use super::*;
 
 impl Vfs for MemFs {
@@ -351,7 +350,9 @@ impl Vfs for MemFs {
                 let st = d.read();
                 live(&st)?;
                 let dd = dir_of(&st)?;
-                if after != 0 && (after < COOKIE_FIRST || after >= dd.cookie_next) {
+                // 1 and 2 are what a protocol layer may hand out for "." and
+                // "..": resuming after them starts at the first entry.
+                if after >= dd.cookie_next {
                     return Err(VfsError::Inval);
                 }
                 let mut it = dd.by_cookie.range(after + 1..);

@@ -70,6 +70,13 @@ fn pseudo_root_lists_mounts_and_is_read_only() {
     assert_eq!(rest, vec![b"scratch".to_vec()]);
     assert_eq!(r.readdir(&p, 0, &mut |_| false), Ok(false));
     assert_eq!(r.readdir(&p, 999, &mut |_| true), Err(VfsError::Inval));
+    let mut from_dotdot = 0;
+    r.readdir(&p, 2, &mut |_| {
+        from_dotdot += 1;
+        true
+    })
+    .unwrap();
+    assert_eq!(from_dotdot, 2, "cookie 2 resumes at the first mount");
     // Every change to the pseudo-root is refused.
     let cred = Cred::ROOT;
     assert_eq!(
