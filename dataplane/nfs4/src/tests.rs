@@ -129,12 +129,16 @@ fn server() -> Server {
 
 impl Server {
     fn call_raw(&self, conn: u64, args: &[u8]) -> Vec<u8> {
+        self.call_as(Auth::Sys { stamp: 0, machine_name: b"t", uid: 0, gid: 0, gids: &[] }, conn, args)
+    }
+
+    fn call_as(&self, auth: Auth<'_>, conn: u64, args: &[u8]) -> Vec<u8> {
         let ctx = CallContext {
             xid: 1,
             prog: p::NFS4_PROGRAM,
             vers: 4,
             proc_num: 1,
-            auth: Auth::Sys { stamp: 0, machine_name: b"t", uid: 0, gid: 0, gids: &[] },
+            auth,
             conn_id: conn,
             peer: "127.0.0.1:700".parse().unwrap(),
             core: 0,
@@ -1118,4 +1122,134 @@ fn hostile_compounds_are_answered_not_fatal() {
     let mut r = s.call(c2.seq_req(false).op(p::OP_PUTFH, &putfh(&fh2)).op(p::OP_READ, &rd));
     assert_eq!(r.status, p::NFS4_OK);
     let _ = r.next(p::OP_SEQUENCE);
+}
+
+/// The remaining filehandle and open operations: ACCESS as root and as an
+/// unprivileged user (who is also refused opens and chown), OPEN_DOWNGRADE,
+/// SECINFO by name, PUTPUBFH, SAVEFH/RESTOREFH, LOOKUPP below the root,
+/// EXCLUSIVE4_1 retries (same verifier: same file; another: EXIST), and a
+/// device node through CREATE.
+#[test]
+fn access_downgrade_secinfo_and_exclusive_create() {
+    let s = server();
+    let mut c = connect(&s, b"misc");
+    let (sid, fh) = open_create(&s, &mut c, b"o", b"f", 3);
+    let acc = p::ACCESS4args { access: 0x3f };
+    let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_ACCESS, &acc));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    let a: p::ACCESS4resok = r.ok(p::OP_ACCESS);
+    assert_eq!((a.supported, a.access), (0x3f, 0x0d), "root on a 0644 file: READ, MODIFY, EXTEND");
+    // uid 1000 is "other" on a root-owned 0644 file: read only.
+    c.seq += 1;
+    let seq = p::SEQUENCE4args { sa_sessionid: c.session, sa_sequenceid: c.seq, sa_slotid: 0, sa_highest_slotid: 0, sa_cachethis: false };
+    let user = Auth::Sys { stamp: 0, machine_name: b"t", uid: 1000, gid: 1000, gids: &[] };
+    let req = Req::new(1).op(p::OP_SEQUENCE, &seq).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_ACCESS, &acc).bytes();
+    let mut r = Reply::parse(s.call_as(user, 1, &req));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    let a: p::ACCESS4resok = r.ok(p::OP_ACCESS);
+    assert_eq!(a.access, 0x01);
+    c.seq += 1;
+    let seq = p::SEQUENCE4args { sa_sessionid: c.session, sa_sequenceid: c.seq, sa_slotid: 0, sa_highest_slotid: 0, sa_cachethis: false };
+    let open = p::OPEN4args {
+        seqid: 0,
+        share_access: 2,
+        share_deny: 0,
+        owner: p::state_owner4 { clientid: c.clientid, owner: b"user" },
+        openhow: p::openflag4::default(p::OPEN4_NOCREATE),
+        claim: p::open_claim4::CLAIM_NULL(b"f"),
+    };
+    let req = Req::new(1).op(p::OP_SEQUENCE, &seq).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, &open).bytes();
+    let mut r = Reply::parse(s.call_as(user, 1, &req));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_ACCESS, "no write permission");
+    // OPEN_DOWNGRADE to read only; then an upgrade is not a downgrade.
+    let dg = |sid: p::stateid4, access: u32| p::OPEN_DOWNGRADE4args { open_stateid: sid, seqid: 0, share_access: access, share_deny: 0 };
+    let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN_DOWNGRADE, &dg(sid.clone(), 1)));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    let down: p::stateid4 = r.ok(p::OP_OPEN_DOWNGRADE);
+    assert_eq!((down.other, down.seqid), (sid.other, sid.seqid + 1));
+    let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN_DOWNGRADE, &dg(down.clone(), 3)));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_OPEN_DOWNGRADE), p::NFS4ERR_INVAL);
+    let w = p::WRITE4args { stateid: down, offset: 0, stable: p::stable_how4::UNSTABLE4, data: b"x" };
+    let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_WRITE, &w));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_WRITE), p::NFS4ERR_OPENMODE, "downgraded open cannot write");
+    // SECINFO consumes the current filehandle; PUTPUBFH, SAVEFH/RESTOREFH, LOOKUPP.
+    let mkdir = p::CREATE4args { objtype: p::createtype4::NF4DIR, objname: b"sub", createattrs: p::fattr4 { attrmask: vec![], attr_vals: b"" } };
+    let fifo = p::CREATE4args { objtype: p::createtype4::NF4FIFO, objname: b"pipe", createattrs: p::fattr4 { attrmask: vec![], attr_vals: b"" } };
+    let mut r = s.call(
+        c.seq_req(false)
+            .raw(p::OP_PUTPUBFH as u32, &[])
+            .raw(p::OP_SAVEFH as u32, &[])
+            .op(p::OP_CREATE, &fifo)
+            .raw(p::OP_RESTOREFH as u32, &[])
+            .op(p::OP_CREATE, &mkdir)
+            .raw(p::OP_LOOKUPP as u32, &[])
+            .raw(p::OP_GETFH as u32, &[])
+            .op(p::OP_SECINFO, &p::SECINFO4args { name: b"sub" })
+            .raw(p::OP_GETFH as u32, &[]),
+    );
+    assert_eq!(r.status, p::NFS4ERR_NOFILEHANDLE, "SECINFO cleared the current filehandle");
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTPUBFH);
+    r.ok0(p::OP_SAVEFH);
+    r.ok::<p::CREATE4resok>(p::OP_CREATE);
+    r.ok0(p::OP_RESTOREFH);
+    r.ok::<p::CREATE4resok>(p::OP_CREATE);
+    r.ok0(p::OP_LOOKUPP);
+    let parent: p::GETFH4resok = r.ok(p::OP_GETFH);
+    assert_eq!(parent.object, &s.fs.root(EXPORT).unwrap().to_bytes()[..], "LOOKUPP of sub is the root");
+    assert_eq!(r.next(p::OP_SECINFO), p::NFS4_OK);
+    let mut d = r.body();
+    assert_eq!(d.u32().unwrap(), 2);
+    // Exclusive create: a retry with the same verifier opens the same file.
+    let clientid = c.clientid;
+    let excl = |verf: [u8; 8]| p::OPEN4args {
+        seqid: 0,
+        share_access: 3,
+        share_deny: 0,
+        owner: p::state_owner4 { clientid, owner: b"excl" },
+        openhow: p::openflag4::OPEN4_CREATE(p::createhow4::EXCLUSIVE4_1(p::creatverfattr {
+            cva_verf: verf,
+            cva_attrs: p::fattr4 { attrmask: vec![], attr_vals: b"" },
+        })),
+        claim: p::open_claim4::CLAIM_NULL(b"x"),
+    };
+    let mut handles = Vec::new();
+    for _ in 0..2 {
+        let mut r = s.call(c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, &excl([5; 8])).raw(p::OP_GETFH as u32, &[]));
+        assert_eq!(r.status, p::NFS4_OK);
+        r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+        r.ok0(p::OP_PUTROOTFH);
+        r.ok::<p::OPEN4resok>(p::OP_OPEN);
+        let h: p::GETFH4resok = r.ok(p::OP_GETFH);
+        handles.push(h.object.to_vec());
+    }
+    assert_eq!(handles[0], handles[1]);
+    let mut r = s.call(c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, &excl([6; 8])));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_EXIST);
+    // Opening a directory or a FIFO by name is refused by type.
+    let named = |name: &'static [u8]| p::OPEN4args {
+        seqid: 0,
+        share_access: 1,
+        share_deny: 0,
+        owner: p::state_owner4 { clientid, owner: b"t" },
+        openhow: p::openflag4::default(p::OPEN4_NOCREATE),
+        claim: p::open_claim4::CLAIM_NULL(name),
+    };
+    for (name, want) in [(&b"sub"[..], p::NFS4ERR_ISDIR), (b"pipe", p::NFS4ERR_INVAL), (b"missing", p::NFS4ERR_NOENT)] {
+        let mut r = s.call(c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, &named(name)));
+        r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+        r.ok0(p::OP_PUTROOTFH);
+        assert_eq!(r.next(p::OP_OPEN), want);
+    }
 }
