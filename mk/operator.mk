@@ -26,7 +26,8 @@ generate: ## regenerate deepcopy, the CRD and RBAC/webhook manifests from the Go
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=chimera-operator webhook paths=./operator/... \
 	  output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
-	mkdir -p charts/chimera/crds && cp config/crd/bases/*.yaml charts/chimera/crds/
+	mkdir -p charts/chimera/crds charts/chimera/files && cp config/crd/bases/*.yaml charts/chimera/crds/
+	sed -n '/^rules:/,$$p' config/rbac/role.yaml | tail -n +2 > charts/chimera/files/operator-clusterrole-rules.yaml
 
 build-operator: ## build the operator binary into bin/
 	CGO_ENABLED=0 nice -n 10 $(GO) build -o $(OPERATOR_BIN) ./operator/cmd/chimera-operator

@@ -1,0 +1,33 @@
+{{/* Helpers of the operator's templates (operator-*.yaml). */}}
+
+{{- define "chimera.operator.fullname" -}}
+{{- printf "%s-operator" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "chimera.webhook.service" -}}
+{{- printf "%s-webhook" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "chimera.webhook.configName" -}}
+{{- printf "%s-validating-webhook" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "chimera.webhook.certSecret" -}}
+{{- printf "%s-webhook-cert" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "chimera.operator.image" -}}
+{{- printf "%s:%s" .Values.operator.image.repository (default .Chart.AppVersion .Values.operator.image.tag) -}}
+{{- end -}}
+
+{{- define "chimera.operator.selectorLabels" -}}
+app.kubernetes.io/name: chimera-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "chimera.operator.labels" -}}
+{{ include "chimera.operator.selectorLabels" . }}
+app.kubernetes.io/part-of: chimera
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
