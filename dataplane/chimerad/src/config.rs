@@ -617,14 +617,17 @@ impl Config {
         if self.server.portmap_port != 0 {
             used.push(("server.portmap_port", self.server.bind, self.server.portmap_port));
         }
-        if self.server.rdma {
-            used.push(("server.rdma_port", self.server.bind, self.server.rdma_port));
-        }
+        // server.rdma_port is not listed: RDMA CM has its own port space.
         if self.admin.enabled {
             used.push(("admin.port", self.admin.bind, self.admin.port));
         }
         if self.metrics.enabled {
             used.push(("metrics.port", self.metrics.bind, self.metrics.port));
+        }
+        // Portmap registrations name fixed ports: a kernel-chosen one cannot be
+        // registered before it is bound.
+        if self.server.portmap_port != 0 && self.server.nfs_port == 0 {
+            return err("server.portmap_port", "needs a fixed server.nfs_port (not 0) to register; set portmap_port to 0");
         }
         for (i, a) in used.iter().enumerate() {
             for b in &used[..i] {

@@ -76,41 +76,60 @@ fn limits(cfg: &Config) -> rpc::Limits {
     }
 }
 
-#[allow(unused_variables, unused_mut)]
-fn dispatcher(cfg: &Config, router: &Arc<Router>) -> rpc::Dispatcher {
-    let s = &cfg.server;
-    let mut d = rpc::Dispatcher::new(limits(cfg));
+/// READ/WRITE payload that fits one RPC record with room for headers.
+fn io_bytes_max(cfg: &Config) -> u32 {
+    ((cfg.server.record_bytes_max - 4 * RPC_HEADER_BYTES) & !4095).min(nfs3::IO_BYTES_MAX_DEFAULT)
+}
 
-    #[cfg(feature = "nfs4")]
-    register_nfs4(&mut d, s, router);
-    let io_bytes = ((s.record_bytes_max - RPC_HEADER_BYTES) & !4095).min(nfs3::IO_BYTES_MAX_DEFAULT);
-    d.register(Arc::new(nfs3::Nfs3Program::new(router.clone()).io_bytes_max(io_bytes)), "nfs3", &nfs3::PROC_NAMES);
-    if s.role.as_str() == "ds" {
-        return d;
+/// MOUNT exports: the configured ones, plus the volumes directory under its
+/// own namespace path unless an identity export already covers it, so that a
+/// volume's `exportPath` is mountable over NFSv3 exactly as over NFSv4.
+fn mount_exports(cfg: &Config) -> Vec<nfs3::Export> {
+    let mut out: Vec<nfs3::Export> =
+        cfg.exports.iter().map(|e| nfs3::Export { name: e.name.clone().into_bytes(), path: e.path.clone().into_bytes() }).collect();
+    let v = &cfg.volumes_path;
+    let covered = cfg.exports.iter().any(|e| e.name == e.path && (v == &e.path || v.starts_with(&format!("{}/", e.path))));
+    if !v.is_empty() && !covered {
+        out.push(nfs3::Export { name: v.clone().into_bytes(), path: v.clone().into_bytes() });
     }
-    let exports = cfg
-        .exports
-        .iter()
-        .map(|x| nfs3::Export { name: x.name.as_bytes().to_vec(), path: x.path.as_bytes().to_vec() })
-        .collect();
-    let r = router.clone();
-    let resolve = Arc::new(move |p: &[u8]| r.resolve_path(p));
-    d.register(Arc::new(nfs3::Mount3Program::new(exports, resolve)), "mount3", &nfs3::mount::PROC_NAMES);
+    out
+}
+
+/// What the portmapper answers: every program on the port serving it.
+fn portmap_registrations(cfg: &Config) -> Vec<nfs3::Registration> {
+    let s = &cfg.server;
     let tcp = nfs3::portmap::IPPROTO_TCP;
-    let mut regs = vec![
-        nfs3::Registration { prog: proto::nfs3::NFS_PROGRAM, vers: 3, prot: tcp, port: s.nfs_port as u32 },
-        nfs3::Registration { prog: proto::nfs3::NFS_PROGRAM, vers: 4, prot: tcp, port: s.nfs_port as u32 },
-    ];
-    if s.mount_port != 0 {
-        regs.push(nfs3::Registration { prog: proto::mount3::MOUNT_PROGRAM, vers: 3, prot: tcp, port: s.mount_port as u32 });
+    let nfs = s.nfs_port as u32;
+    let mount = if s.mount_port != 0 { s.mount_port as u32 } else { nfs };
+    vec![
+        nfs3::Registration { prog: proto::nfs3::NFS_PROGRAM, vers: proto::nfs3::NFS_V3, prot: tcp, port: nfs },
+        nfs3::Registration { prog: proto::nfs4::NFS4_PROGRAM, vers: proto::nfs4::NFS_V4, prot: tcp, port: nfs },
+        nfs3::Registration { prog: proto::mount3::MOUNT_PROGRAM, vers: proto::mount3::MOUNT_V3, prot: tcp, port: mount },
+        nfs3::Registration { prog: proto::portmap::PMAP_PROG, vers: proto::portmap::PMAP_VERS, prot: tcp, port: s.portmap_port as u32 },
+    ]
+}
+
+/// The RPC programs of this role. Every listener serves every registered
+/// program (the runtime does not split them by port), so MOUNT also answers
+/// on the NFS port and clients may name either.
+fn dispatcher(cfg: &Config, router: &Arc<Router>) -> rpc::Dispatcher {
+    let mut d = rpc::Dispatcher::new(limits(cfg));
+    let vfs: Arc<dyn Vfs> = router.clone();
+    d.register(Arc::new(nfs3::Nfs3Program::new(vfs).io_bytes_max(io_bytes_max(cfg))), "nfs3", &nfs3::PROC_NAMES);
+    if cfg.server.role.runs_mds() {
+        register_nfs4(&mut d, &cfg.server, router);
+        let r = router.clone();
+        let resolve = Arc::new(move |p: &[u8]| r.resolve_path(p));
+        d.register(Arc::new(nfs3::Mount3Program::new(mount_exports(cfg), resolve)), "mount3", &nfs3::mount::PROC_NAMES);
+        if cfg.server.portmap_port != 0 {
+            d.register(Arc::new(nfs3::PortmapProgram::new(portmap_registrations(cfg))), "portmap", &nfs3::portmap::PROC_NAMES);
+        }
     }
-    d.register(Arc::new(nfs3::PortmapProgram::new(regs)), "portmap", &nfs3::portmap::PROC_NAMES);
     d
 }
 
 /// NFSv4.1 on the NFS port, its request/response budgets (and so
 /// maxread/maxwrite) fitted inside one RPC record.
-#[cfg(feature = "nfs4")]
 fn register_nfs4(d: &mut rpc::Dispatcher, s: &crate::config::ServerConfig, router: &Arc<Router>) {
     let mut c4 = nfs4::Config { lease_time_s: s.lease_time_s, grace_time_s: s.grace_time_s, ..Default::default() };
     let budget = s.record_bytes_max - RPC_HEADER_BYTES;
@@ -123,18 +142,18 @@ fn register_nfs4(d: &mut rpc::Dispatcher, s: &crate::config::ServerConfig, route
         c4.response_cached_bytes_max = c4.response_cached_bytes_max.min(budget);
     }
     let vfs: Arc<dyn Vfs> = router.clone();
-    d.register(Arc::new(nfs4::Nfs4Program::new(vfs, c4)), "nfs4", &["NULL", "COMPOUND"]);
+    d.register(Arc::new(nfs4::Nfs4Program::new(vfs, c4)), "nfs4", &["null", "compound"]);
 }
 
-/// Data-path listen addresses: NFS, then MOUNT and portmap when enabled.
-/// Every program is served on each (clients pick by program number).
+/// Data-path listen addresses: NFS, then MOUNT and portmap when enabled
+/// (role mds/both).
 fn listen_addrs(cfg: &Config) -> Vec<SocketAddr> {
     let s = &cfg.server;
     let mut v = vec![SocketAddr::new(s.bind, s.nfs_port)];
-    if s.role.as_str() != "ds" {
-        for port in [s.mount_port, s.portmap_port] {
-            if port != 0 {
-                v.push(SocketAddr::new(s.bind, port));
+    if s.role.runs_mds() {
+        for p in [s.mount_port, s.portmap_port] {
+            if p != 0 && p != s.nfs_port {
+                v.push(SocketAddr::new(s.bind, p));
             }
         }
     }
@@ -225,8 +244,15 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
         let nfs = runtime::Server::start(rt, Arc::new(dispatcher(cfg, &router)))
             .map_err(|e| format!("server.nfs_port: cannot start the data path on {}:{}: {e}", cfg.server.bind, cfg.server.nfs_port))?;
         run.nfs_addr = nfs.local_addrs().first().copied();
+        for (i, a) in nfs.local_addrs().iter().enumerate() {
+            let service = match (i, a.port()) {
+                (0, _) => "nfs",
+                (_, p) if p == cfg.server.mount_port => "mount",
+                _ => "portmap",
+            };
+            log::info("listening", &[("service", service.into()), ("addr", a.to_string().as_str().into()), ("cores", cfg.server.cores.into())]);
+        }
         run.nfs = Some(nfs);
-        log::info("listening", &[("service", "nfs".into()), ("addr", run.nfs_addr.map(|a| a.to_string()).unwrap_or_default().as_str().into()), ("cores", cfg.server.cores.into())]);
 
         if let Some(admin) = &run.admin {
             let l = bind("admin.port", cfg.admin.bind, cfg.admin.port)?;

@@ -1,14 +1,17 @@
 //! Proves the real `chimerad` binary end to end on 127.0.0.1:
 //! - it starts from a config file (all ports 0 = kernel-chosen), logs one
 //!   JSON object per line including the addresses it listens on;
-//! - the admin API, `/metrics` and the NFS port answer;
+//! - the admin API, `/metrics` and the NFS port answer; a volume created
+//!   over the admin API is mountable with MOUNT3 at its `exportPath`, and
+//!   NFSv3 FSSTAT on it reports the volume's capacity, before and after an
+//!   expand (the quota is what statfs shows);
 //! - SIGTERM (and SIGINT) stop it gracefully: an admin request in progress
 //!   completes, the process logs "stopped" and exits 0;
 //! - an invalid config exits 1 before listening, naming the bad key.
 
 mod common;
 
-use common::{get, send};
+use common::{get, rpc_call, send, xdr_opaque};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream};
@@ -133,8 +136,32 @@ fn serves_admin_metrics_and_nfs_then_stops_on_sigterm() {
     let m = get(d.metrics, "/metrics", None);
     assert_eq!(m.status, 200);
     assert!(m.text().lines().any(|l| l == format!("chimera_volume_capacity_bytes{{volume=\"pvc-a\"}} {}", 4u64 << 20)), "{}", m.text());
-    // The data path accepts connections.
-    TcpStream::connect_timeout(&d.nfs, common::TIMEOUT).expect("NFS port accepts");
+    // MOUNT3 MNT of the volume's exportPath (on the NFS port, which serves
+    // every program), then NFSv3 FSSTAT on the handle it returns.
+    let mut nfs = TcpStream::connect_timeout(&d.nfs, common::TIMEOUT).expect("NFS port accepts");
+    let mnt = rpc_call(&mut nfs, 1, 100005, 3, 1, &xdr_opaque(b"/memfs/volumes/pvc-a"));
+    assert_eq!(&mnt[..4], &[0, 0, 0, 0], "MNT3_OK");
+    let fh_len = u32::from_be_bytes(mnt[4..8].try_into().unwrap()) as usize;
+    let fh = mnt[8..8 + fh_len].to_vec();
+    let tbytes = |nfs: &mut TcpStream, xid| {
+        let r = rpc_call(nfs, xid, 100003, 3, 18, &xdr_opaque(&fh));
+        assert_eq!(&r[..4], &[0, 0, 0, 0], "NFS3_OK");
+        // post_op_attr: TRUE + 84-byte fattr3, or FALSE.
+        let at = if r[7] == 1 { 8 + 84 } else { 8 };
+        u64::from_be_bytes(r[at..at + 8].try_into().unwrap())
+    };
+    assert_eq!(tbytes(&mut nfs, 2), 4 << 20);
+    let r = send(d.admin, "PATCH", "/api/v1/volumes/pvc-a", Some(TOKEN), &json!({"capacityBytes": 16 << 20}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(tbytes(&mut nfs, 3), 16 << 20);
+    // An unknown export is refused (MNT3ERR_NOENT = 2 or MNT3ERR_ACCES = 13).
+    let bad = rpc_call(&mut nfs, 4, 100005, 3, 1, &xdr_opaque(b"/elsewhere"));
+    assert_ne!(&bad[..4], &[0, 0, 0, 0]);
+    drop(nfs);
+    // Those calls are counted per program and operation.
+    let m = get(d.metrics, "/metrics", None).text();
+    assert!(m.lines().any(|l| l == "chimera_rpc_ops_total{program=\"nfs3\",op=\"fsstat\"} 2"), "{m}");
+    assert!(m.lines().any(|l| l == "chimera_rpc_ops_total{program=\"mount3\",op=\"mnt\"} 2"), "{m}");
 
     // A request in progress when SIGTERM arrives still gets its answer: hold
     // a connection open mid-request, signal, then finish the request.

@@ -72,3 +72,39 @@ pub fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> Reply {
 pub fn send(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: &Value) -> Reply {
     request(addr, method, path, token, Some(body.to_string().as_bytes()), &[])
 }
+
+/// One ONC RPC call over TCP (RFC 5531, AUTH_NONE, single-fragment record);
+/// returns the procedure's result bytes after checking the reply is
+/// MSG_ACCEPTED / SUCCESS for our xid.
+pub fn rpc_call(s: &mut TcpStream, xid: u32, prog: u32, vers: u32, proc_num: u32, args: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for w in [xid, 0, 2, prog, vers, proc_num, 0, 0, 0, 0] {
+        body.extend_from_slice(&w.to_be_bytes());
+    }
+    body.extend_from_slice(args);
+    let mut rec = (0x8000_0000u32 | body.len() as u32).to_be_bytes().to_vec();
+    rec.extend_from_slice(&body);
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    s.write_all(&rec).unwrap();
+    let mut mark = [0u8; 4];
+    s.read_exact(&mut mark).unwrap();
+    let m = u32::from_be_bytes(mark);
+    assert!(m & 0x8000_0000 != 0, "single-fragment reply");
+    let mut reply = vec![0u8; (m & 0x7fff_ffff) as usize];
+    s.read_exact(&mut reply).unwrap();
+    let w = |i: usize| u32::from_be_bytes(reply[i * 4..i * 4 + 4].try_into().unwrap());
+    assert_eq!(w(0), xid);
+    assert_eq!((w(1), w(2)), (1, 0), "REPLY, MSG_ACCEPTED");
+    let verf_len = w(4) as usize;
+    let at = 20 + verf_len.div_ceil(4) * 4;
+    assert_eq!(u32::from_be_bytes(reply[at..at + 4].try_into().unwrap()), 0, "accept_stat SUCCESS");
+    reply[at + 4..].to_vec()
+}
+
+/// XDR variable-length opaque/string.
+pub fn xdr_opaque(b: &[u8]) -> Vec<u8> {
+    let mut v = (b.len() as u32).to_be_bytes().to_vec();
+    v.extend_from_slice(b);
+    v.resize(4 + b.len().div_ceil(4) * 4, 0);
+    v
+}
