@@ -677,17 +677,25 @@ impl MemFs {
                 return Err(VfsError::TooManyLinks);
             }
         }
-        // All checks done. Reserve the new entry's space (the last thing
-        // that can fail), then mutate.
-        let to_volume = match &to {
-            Some((_, ts)) => ts.volume.clone(),
-            None => fs.volume.clone(),
-        };
-        if tgt.is_none() {
-            self.charge(to_volume.as_ref(), dirent_charge(to_name))?;
+        // All checks done. Both entries are charged to the same volume (the
+        // check above), so only the difference is reserved: a rename to a
+        // name no longer than the old one works in a full volume. The
+        // reservation is the last thing that can fail; then mutate.
+        debug_assert!(same_volume(
+            fs.volume.as_ref(),
+            to.as_ref().map_or(fs.volume.as_ref(), |(_, ts)| ts.volume.as_ref())
+        ));
+        let old_bytes = dirent_charge(from_name);
+        let new_bytes = if tgt.is_none() { dirent_charge(to_name) } else { 0 };
+        if new_bytes > old_bytes {
+            self.charge(fs.volume.as_ref(), new_bytes - old_bytes)?;
         }
         let now = Time::now();
-        self.unlink_entry(fs, from_name, now);
+        dir_of_mut(fs)?.remove(from_name).expect("source entry exists");
+        fs.touch_mtime(now);
+        if old_bytes > new_bytes {
+            self.release(fs.volume.as_ref(), old_bytes - new_bytes);
+        }
         if moves_dir_across {
             fs.nlink -= 1;
         }

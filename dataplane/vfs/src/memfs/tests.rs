@@ -834,3 +834,56 @@ fn concurrent_namespace_and_data_ops_stay_consistent() {
     assert_eq!(fs.used_bytes(), INODE_CHARGE_BYTES);
     assert_eq!(fs.inode_count(), 1);
 }
+
+#[test]
+fn volume_and_backend_limits_combine_without_partial_effects() {
+    // A volume larger than what the backend has left: the backend's NoSpace
+    // wins, the volume's reservation is rolled back, and fsstat inside the
+    // volume reports the smaller of the two free figures.
+    let capacity = 4 * INODE_CHARGE_BYTES + 2 * DIRENT_CHARGE_BYTES + 8 + 4 * CHUNK_CHARGE_BYTES;
+    let fs = fs_with(capacity);
+    let r = root(&fs);
+    let v = mkdir(&fs, &r, b"v");
+    fs.set_quota(&v, 64 * MIB).unwrap();
+    let f = mkfile(&fs, &v, b"f");
+    let vol_used = fs.quota(&v).unwrap().unwrap().used_bytes;
+    assert_eq!(vol_used, INODE_CHARGE_BYTES + file_charge(b"f"));
+    let backend_free = capacity - fs.used_bytes();
+    let st = fs.fsstat(&f).unwrap();
+    assert_eq!((st.total_bytes, st.free_bytes), (64 * MIB, backend_free));
+    let too_much = vec![1u8; (backend_free / CHUNK_CHARGE_BYTES + 1) as usize * CHUNK_BYTES];
+    assert_eq!(fs.write(&f, 0, &too_much, Stability::FileSync).map(|_| ()), Err(VfsError::NoSpace));
+    assert_eq!(fs.quota(&v).unwrap().unwrap().used_bytes, vol_used, "volume reservation rolled back");
+    assert_eq!(capacity - fs.used_bytes(), backend_free);
+
+    // A full volume refuses creates (QuotaExceeded) and leaves no entry.
+    fs.set_quota(&v, vol_used).unwrap();
+    for kind in [NodeKind::File, NodeKind::Directory, NodeKind::Symlink { target: b"t" }] {
+        assert_eq!(
+            fs.create(&v, b"g", kind, 0o644, &ROOT, CreateMode::Guarded).map(|x| x.0),
+            Err(VfsError::QuotaExceeded)
+        );
+    }
+    assert_eq!(fs.link(&f, &v, b"g"), Err(VfsError::QuotaExceeded));
+    assert_eq!(fs.rename(&v, b"f", &v, b"longer-name"), Err(VfsError::QuotaExceeded));
+    assert_eq!(names(&fs, &v), vec![b"f".to_vec()]);
+    assert_eq!(fs.quota(&v).unwrap().unwrap().used_bytes, vol_used);
+    // Renames that need no more space work in a full volume, and a shorter
+    // name frees the difference.
+    fs.rename(&v, b"f", &v, b"g").unwrap();
+    assert_eq!(fs.quota(&v).unwrap().unwrap().used_bytes, vol_used);
+    fs.rename(&v, b"g", &v, b"f").unwrap();
+    let sub_capacity = vol_used;
+    fs.set_quota(&v, sub_capacity + 100).unwrap();
+    fs.rename(&v, b"f", &v, b"ffff").unwrap();
+    assert_eq!(fs.quota(&v).unwrap().unwrap().used_bytes, vol_used + 3);
+    fs.rename(&v, b"ffff", &v, b"f").unwrap();
+    assert_eq!(fs.quota(&v).unwrap().unwrap().used_bytes, vol_used);
+    fs.remove(&v, b"f").unwrap();
+    assert_eq!(fs.quota(&v).unwrap().unwrap().used_bytes, INODE_CHARGE_BYTES);
+    assert_eq!(fs.getattr(&f), Err(VfsError::Stale));
+    // A removed directory's parent cannot be looked up through its handle.
+    let d = mkdir(&fs, &r, b"d");
+    fs.rmdir(&r, b"d").unwrap();
+    assert_eq!(fs.lookup_parent(&d).map(|x| x.0), Err(VfsError::Stale));
+}
