@@ -1,0 +1,199 @@
+#!/bin/sh
+# Kernel NFS client workload (runs inside the guest, busybox sh).
+#
+# Proves that the Linux kernel client, mounted with NFS_VERS (3 or 4.1) from
+# NFS_SERVER:NFS_EXPORT, sees correct file-system semantics from the server:
+# data written and fsynced reads back bit-exact after the page cache is dropped
+# (and the READs really went over the wire), rename keeps the inode, readdir
+# returns exactly the 1,000 names created, hard links count, symlinks resolve,
+# mode/owner/size changes are what the server reports after a cache drop,
+# byte-range locks conflict between two processes (on 4.1 through the server's
+# LOCK; v3 runs with nolock, so there the client alone arbitrates), remove
+# leaves nothing behind, and unmount succeeds. Every step asserts and fails
+# naming itself. /proc/self/mountstats is saved to /results.
+#
+# Variables (from run.sh -e): NFS_VERS, NFS_PORT, NFS_MOUNT_PORT (v3 only),
+# NFS_SERVER (default 10.0.2.2), NFS_EXPORT (default /export),
+# NFS_DATA_MIB (default 64).
+set -u
+
+VERS=${NFS_VERS:?NFS_VERS must be 3 or 4.1}
+PORT=${NFS_PORT:?NFS_PORT must name the server port}
+SERVER=${NFS_SERVER:-10.0.2.2}
+EXPORT=${NFS_EXPORT:-/export}
+DATA_MIB=${NFS_DATA_MIB:-64}
+DIR_ENTRIES=1000
+MNT=/mnt/nfs
+STEP=setup
+
+step() { STEP=$1; echo "---- step: $STEP"; }
+ok() { echo "ok   [$STEP] $*"; }
+save_mountstats() {
+  [ -d /results ] && cp /proc/self/mountstats "/results/mountstats-vers$VERS.txt" 2>/dev/null
+}
+fail() {
+  echo "FAIL [$STEP] $*"
+  save_mountstats
+  dmesg | tail -n 20
+  exit 1
+}
+# Per-operation count for our mount from /proc/self/mountstats ("OP: ops ...").
+op_count() {
+  awk -v op="$1:" -v mnt="$MNT" '
+    /^device / { ours = ($5 == mnt) }
+    ours && $1 == op { print $2; found = 1; exit }
+    END { if (!found) print 0 }' /proc/self/mountstats
+}
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches || fail "cannot drop caches"; }
+
+case "$VERS" in
+  3) NFS_MOUNT_PORT=${NFS_MOUNT_PORT:?NFS_MOUNT_PORT is needed for v3}
+     OPTS="vers=3,proto=tcp,port=$PORT,mountport=$NFS_MOUNT_PORT,mountproto=tcp,nolock" ;;
+  4.1) OPTS="vers=4.1,proto=tcp,port=$PORT" ;;
+  *) STEP=setup; fail "NFS_VERS must be 3 or 4.1, got '$VERS'" ;;
+esac
+# soft + bounded retries: a dead server turns into EIO and a FAIL line, not a
+# guest hung in D state until the host's timeout.
+OPTS="$OPTS,soft,timeo=100,retrans=3"
+
+step mount
+mkdir -p "$MNT"
+mount -t nfs -o "$OPTS" "$SERVER:$EXPORT" "$MNT" || fail "mount -o $OPTS $SERVER:$EXPORT failed"
+line=$(awk -v m="$MNT" '$2 == m' /proc/mounts)
+case "$line" in
+  *" nfs "*vers=3*|*" nfs4 "*vers=4.1*) ok "$line" ;;
+  *) fail "unexpected mount entry '$line' for vers=$VERS" ;;
+esac
+
+step create
+D=$MNT/wl-$VERS-$(head -c 4 /dev/urandom | od -An -tx1 | tr -d ' \n')
+mkdir "$D" || fail "mkdir $D"
+: >"$D/created" || fail "create $D/created"
+[ -f "$D/created" ] && [ "$(stat -c %s "$D/created")" = 0 ] || fail "new file missing or not empty"
+ok "$D/created exists, size 0"
+
+step write
+dd if=/dev/urandom of=/tmp/src bs=1M count="$DATA_MIB" 2>/dev/null || fail "cannot make source data"
+sum_src=$(sha256sum /tmp/src | cut -d' ' -f1)
+t0=$(date +%s)
+dd if=/tmp/src of="$D/data" bs=1M 2>/dev/null || fail "dd to $D/data failed"
+ok "$DATA_MIB MiB written in $(( $(date +%s) - t0 ))s"
+
+step fsync
+sync "$D/data" || fail "fsync of $D/data failed"
+size=$(stat -c %s "$D/data")
+[ "$size" = $((DATA_MIB * 1048576)) ] || fail "size after fsync is $size, want $((DATA_MIB * 1048576))"
+ok "size $size"
+
+step read-back
+drop_caches
+reads_before=$(op_count READ)
+sum_nfs=$(sha256sum "$D/data" | cut -d' ' -f1) || fail "read of $D/data failed"
+[ "$sum_nfs" = "$sum_src" ] || fail "checksum mismatch: wrote $sum_src, read $sum_nfs"
+reads=$(( $(op_count READ) - reads_before ))
+[ "$reads" -gt 0 ] || fail "no READ went to the server after drop_caches (the page cache answered)"
+ok "sha256 $sum_nfs matches; $reads READs on the wire"
+rm -f /tmp/src
+
+step rename
+ino=$(stat -c %i "$D/data")
+mv "$D/data" "$D/data.renamed" || fail "rename failed"
+[ ! -e "$D/data" ] || fail "old name still exists after rename"
+[ "$(stat -c %i "$D/data.renamed")" = "$ino" ] || fail "renamed file has another inode"
+[ "$(stat -c %s "$D/data.renamed")" = "$size" ] || fail "renamed file has another size"
+ok "inode $ino kept"
+
+step readdir
+mkdir "$D/many" || fail "mkdir many"
+awk -v n=$DIR_ENTRIES 'BEGIN { for (i = 1; i <= n; i++) printf "entry-%04d\n", i }' >/tmp/names
+(cd "$D/many" && xargs touch </tmp/names) || fail "creating $DIR_ENTRIES files failed"
+drop_caches
+ls -1 "$D/many" | sort >/tmp/listed || fail "readdir of many failed"
+count=$(wc -l </tmp/listed)
+[ "$count" -eq $DIR_ENTRIES ] || fail "readdir returned $count entries, want $DIR_ENTRIES"
+cmp -s /tmp/names /tmp/listed || fail "readdir names differ from the names created"
+ok "$count entries, names exact"
+
+step hardlink
+ln "$D/data.renamed" "$D/hardlink" || fail "link failed"
+drop_caches
+[ "$(stat -c %h "$D/data.renamed")" = 2 ] || fail "link count is $(stat -c %h "$D/data.renamed"), want 2"
+[ "$(stat -c %i "$D/hardlink")" = "$ino" ] || fail "hard link has another inode"
+ok "nlink 2, same inode"
+
+step symlink
+ln -s data.renamed "$D/symlink" || fail "symlink failed"
+drop_caches
+target=$(readlink "$D/symlink") || fail "readlink failed"
+[ "$target" = data.renamed ] || fail "readlink says '$target', want 'data.renamed'"
+[ "$(stat -L -c %i "$D/symlink")" = "$ino" ] || fail "symlink does not resolve to the file"
+ok "-> $target"
+
+step chmod-chown
+chmod 0640 "$D/created" || fail "chmod failed"
+chown 1234:5678 "$D/created" || fail "chown failed"
+drop_caches
+mode=$(stat -c %a "$D/created"); owner=$(stat -c %u:%g "$D/created")
+[ "$mode" = 640 ] || fail "mode is $mode, want 640"
+[ "$owner" = 1234:5678 ] || fail "owner is $owner, want 1234:5678"
+ok "mode $mode owner $owner"
+
+step truncate
+truncate -s 12345 "$D/hardlink" || fail "truncate failed"
+drop_caches
+[ "$(stat -c %s "$D/data.renamed")" = 12345 ] || fail "size after truncate is $(stat -c %s "$D/data.renamed"), want 12345"
+ok "size 12345 seen through the other link"
+
+step locks
+: >"$D/lockfile" || fail "create lockfile"
+[ "$VERS" = 3 ] && echo "NOTE: v3 is mounted with nolock: no NLM, so byte-range locks are arbitrated by this client only"
+locks_before=$(op_count LOCK)
+rm -f /tmp/lock-held
+lockhelper hold "$D/lockfile" 0 100 60 /tmp/lock-held &
+holder=$!
+waited=0
+while [ ! -e /tmp/lock-held ]; do
+  kill -0 $holder 2>/dev/null || fail "lock holder exited without taking [0,100)"
+  [ $waited -lt 200 ] || fail "lock holder did not take [0,100) within 20s"
+  sleep 0.1; waited=$((waited + 1))
+done
+lockhelper try "$D/lockfile" 50 100; rc=$?
+[ $rc = 2 ] || fail "a second process got [50,150) while [0,100) was held (rc $rc, want 2 = conflict)"
+lockhelper try "$D/lockfile" 100 100; rc=$?
+[ $rc = 0 ] || fail "a second process could not lock the free range [100,200) (rc $rc)"
+rm -f /tmp/lock-held
+wait $holder || fail "lock holder failed to unlock"
+lockhelper try "$D/lockfile" 0 100; rc=$?
+[ $rc = 0 ] || fail "[0,100) still locked after the holder released it (rc $rc)"
+if [ "$VERS" = 4.1 ]; then
+  # Four lock attempts, all of them must have been LOCK calls to the server
+  # (the conflict is the server's NFS4ERR_DENIED, not a local check).
+  locks=$(( $(op_count LOCK) - locks_before ))
+  [ "$locks" -ge 4 ] || fail "only $locks LOCK calls reached the server, want >= 4"
+  ok "conflict on overlap, grant on disjoint range, release seen; $locks LOCK calls"
+else
+  ok "conflict on overlap, grant on disjoint range, release seen (client-local)"
+fi
+
+step remove
+rm "$D/data.renamed" || fail "remove failed"
+[ "$(stat -c %h "$D/hardlink")" = 1 ] || fail "link count after removing one name is not 1"
+rm -r "$D/many" || fail "remove of the 1,000-entry directory failed"
+rm "$D/hardlink" "$D/symlink" "$D/created" "$D/lockfile" || fail "remove of the remaining files failed"
+rmdir "$D" || fail "rmdir $D failed (not empty?)"
+drop_caches
+[ ! -e "$D" ] || fail "$D still exists after rmdir"
+ok "all gone"
+
+step mountstats
+save_mountstats
+awk -v mnt="$MNT" '/^device /{ours = ($5 == mnt)} ours && /^ *[A-Z_]+: [0-9]/ && $2 > 0 {print "  " $1, $2 " ops"}' /proc/self/mountstats
+ok "saved to /results/mountstats-vers$VERS.txt"
+
+step unmount
+umount "$MNT" || fail "umount failed"
+awk -v m="$MNT" '$2 == m {exit 1}' /proc/mounts || fail "$MNT still mounted"
+ok "unmounted"
+
+echo "PASS nfs-workload vers=$VERS"
+exit 0
