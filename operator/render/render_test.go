@@ -201,6 +201,9 @@ func TestConfigRendering(t *testing.T) {
 func TestRenderedConfigPassesChimerad(t *testing.T) {
 	bin := os.Getenv("CHIMERAD")
 	if bin == "" {
+		if os.Getenv("CHIMERA_REQUIRE_CHIMERAD") != "" {
+			t.Fatal("CHIMERA_REQUIRE_CHIMERAD is set but CHIMERAD is not")
+		}
 		t.Skip("CHIMERAD not set; `make test-operator` sets it")
 	}
 	rdma := productionCluster()
