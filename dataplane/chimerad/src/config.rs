@@ -28,7 +28,8 @@ pub const CONFIG_FILE_BYTES_MAX: u64 = 4 << 20;
 
 // Bounds of the tunables. Each is asserted at parse time so that a typo
 // (an extra zero) is caught before it becomes a memory blow-up.
-pub const CORES_MAX: u64 = 256;
+/// The runtime's per-core metric shards bound the number of event loops.
+pub const CORES_MAX: u64 = rpc::metrics::CORES_MAX as u64;
 /// Room for an NFSv4 COMPOUND with a 4 KiB READ/WRITE plus headers.
 pub const RECORD_BYTES_MIN: u64 = 64 << 10;
 pub const RECORD_BYTES_MAX: u64 = 16 << 20;

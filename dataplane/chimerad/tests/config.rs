@@ -275,3 +275,61 @@ fn check_config_cli_reports_ok_and_errors_with_exit_codes() {
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("--check-config"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The shapes the operator renders (operator/render/config.go) for the MDS
+/// and for a DS, and the one the CSI tests start chimerad with, must be
+/// accepted; the reference-format tuning keys the operator passes through
+/// are warnings, not errors.
+#[test]
+fn operator_and_csi_rendered_configs_are_accepted() {
+    let dir = std::env::temp_dir().join(format!("chimerad-op-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "b64+token/=\n").unwrap();
+    let mds = json!({
+        "common": { "log_level": "info", "log_format": "json", "huge_pages": true, "huge_page_size": "2M", "slab_size": 2097152 },
+        "server": { "role": "mds", "bind": "0.0.0.0", "cores": 2, "nfs_port": 2049, "mount_port": 20048, "portmap_port": 0,
+                    "rdma": true, "rdma_port": 2049,
+                    "pnfs": { "enabled": true, "stripe_unit_bytes": 1048576, "mirrors": 2, "data_servers": [] } },
+        "mounts": { "memfs": { "module": "memfs", "path": "/", "capacity_bytes": 1073741824 } },
+        "exports": { "/memfs": { "path": "/memfs" } },
+        "volumes": { "path": "/memfs/volumes" },
+        "admin": { "bind": "0.0.0.0", "port": 8080, "token_file": token.to_str().unwrap() },
+        "metrics": { "bind": "0.0.0.0", "port": 9000 }
+    });
+    let cfg = parse(&mds).unwrap();
+    assert_eq!(cfg.server.role, Role::Mds);
+    assert_eq!(cfg.admin.token, "b64+token/=");
+    assert!(cfg.server.rdma);
+    assert_eq!(cfg.warnings.len(), 3, "{:?}", cfg.warnings);
+    let ds = json!({
+        "common": { "log_level": "info", "log_format": "json" },
+        "server": { "role": "ds", "bind": "0.0.0.0", "nfs_port": 2049, "mount_port": 20048, "portmap_port": 0, "rdma": false },
+        "mounts": { "memfs": { "module": "memfs", "path": "/", "capacity_bytes": 1073741824 } },
+        "exports": { "/memfs": { "path": "/memfs" } },
+        "metrics": { "bind": "0.0.0.0", "port": 9000 }
+    });
+    let cfg = parse(&ds).unwrap();
+    assert_eq!(cfg.server.role, Role::Ds);
+    assert!(!cfg.admin.enabled && cfg.warnings.is_empty());
+    let csi = json!({
+        "common": { "log_level": "info" },
+        "server": { "role": "both", "bind": "127.0.0.1", "cores": 1, "nfs_port": 40001, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0 },
+        "mounts": { "memfs": { "module": "memfs", "path": "/", "capacity_bytes": 268435456 } },
+        "exports": { "/memfs": { "path": "/memfs" } },
+        "admin": { "bind": "127.0.0.1", "port": 40002, "token": "sanity-token-0123456789" },
+        "metrics": { "enabled": false }
+    });
+    assert!(parse(&csi).unwrap().warnings.is_empty());
+    // The NVMe module the operator may render is refused with a clear message.
+    let mut nvme = mds.clone();
+    nvme["mounts"]["memfs"] = json!({ "module": "nvme", "path": "/" });
+    let (p, msg) = error_of(&nvme);
+    assert_eq!(p, "mounts.memfs.module");
+    assert!(msg.contains("\"nvme\" is not available in this build"), "{msg}");
+    // Too many cores for the runtime is caught here, naming the key.
+    let mut many = csi.clone();
+    many["server"]["cores"] = json!(65);
+    assert_eq!(error_of(&many).0, "server.cores");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
