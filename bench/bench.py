@@ -627,6 +627,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return a
 
 
+def git_commit() -> str | None:
+    """The commit benchmarked (with "-dirty" when the tree has changes)."""
+    p = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True)
+    return p.stdout.strip() if p.returncode == 0 else None
+
+
 def select_cells(a: argparse.Namespace) -> list[Cell]:
     by_name = {c.name: c for c in CELLS_FULL}
     names = a.cells.split(",") if a.cells else (CELLS_QUICK_NAMES if a.quick else [c.name for c in CELLS_FULL])
@@ -675,6 +681,8 @@ def main(argv: list[str]) -> int:
         "file_bytes": plan.file_bytes,
         "host": {"cpus": os.cpu_count(), "kernel": os.uname().release,
                  "note": "client and server share this machine's cores"},
+        "git_commit": git_commit(),
+        "chimerad_cores": a.chimerad_cores,
         "fio": {"path_name": a.fio.name, "version": run([str(a.fio), "--version"], 10).stdout.strip()},
         "servers": [],
         "cells": [{"name": c.name, "rw": c.rw, "bs_bytes": c.bs_bytes, "iodepth": c.iodepth, "numjobs": c.numjobs,
