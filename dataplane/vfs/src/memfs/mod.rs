@@ -80,6 +80,17 @@ pub struct MemFsConfig {
     pub capacity_bytes: u64,
 }
 
+/// A `MemFsConfig` that cannot be served, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for ConfigError {}
+
 /// State that only namespace changes touch, under the `ns` mutex.
 #[derive(Debug)]
 struct Namespace {
@@ -114,9 +125,24 @@ impl std::fmt::Debug for MemFs {
 
 impl MemFs {
     /// A new, empty file system whose root directory (mode 0755, owned by
-    /// root) is already charged against `capacity_bytes`.
+    /// root) is already charged against `capacity_bytes`. Panics on a
+    /// configuration `try_new` refuses (use that for configuration input).
     pub fn new(config: MemFsConfig) -> MemFs {
-        assert!(config.capacity_bytes >= CAPACITY_MIN_BYTES, "memfs capacity below CAPACITY_MIN_BYTES");
+        MemFs::try_new(config).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As `new`, with an error naming what is wrong with `config`.
+    pub fn try_new(config: MemFsConfig) -> Result<MemFs, ConfigError> {
+        if config.capacity_bytes < CAPACITY_MIN_BYTES {
+            return Err(ConfigError(format!(
+                "memfs capacity_bytes {} is below the minimum of {CAPACITY_MIN_BYTES} bytes (the root directory alone needs that)",
+                config.capacity_bytes
+            )));
+        }
+        Ok(MemFs::create_empty(config))
+    }
+
+    fn create_empty(config: MemFsConfig) -> MemFs {
         let fs = MemFs {
             export_id: config.export_id,
             shards: (0..SHARD_COUNT).map(|_| RwLock::new(HashMap::new())).collect(),

@@ -727,6 +727,18 @@ fn remove_tree_keeps_hard_links_outside_and_handles_depth() {
 }
 
 #[test]
+fn config_too_small_is_a_clear_error() {
+    let err = MemFs::try_new(MemFsConfig { export_id: 1, capacity_bytes: CAPACITY_MIN_BYTES - 1 }).unwrap_err();
+    assert!(err.0.contains("capacity_bytes") && err.0.contains("below the minimum"), "{err}");
+    let fs = MemFs::try_new(MemFsConfig { export_id: 1, capacity_bytes: CAPACITY_MIN_BYTES }).unwrap();
+    assert_eq!(fs.used_bytes(), fs.capacity_bytes(), "the root alone fills the minimum");
+    assert_eq!(
+        fs.create(&fs.root(1).unwrap(), b"f", NodeKind::File, 0o644, &ROOT, CreateMode::Guarded).map(|x| x.0),
+        Err(VfsError::NoSpace)
+    );
+}
+
+#[test]
 fn write_verifier_differs_between_instances() {
     let a = fs();
     let b = fs();
