@@ -1,10 +1,12 @@
 # Hostile-input fuzzing of the generated XDR decoders (dataplane/fuzz).
 #
-# cargo-fuzz wants a nightly compiler only for its sanitizer and -Z flags.
-# We build with the stable toolchain, `-s none` (no sanitizer: the decoders
-# are safe Rust, so ASan would add little) and RUSTC_BOOTSTRAP=1 for the one
-# remaining unstable flag; libFuzzer's coverage instrumentation itself uses
-# stable codegen options. `make fuzz` runs long; `test-fuzz` (part of
+# cargo-fuzz wants a nightly compiler only for its sanitizers (-Zsanitizer
+# and friends). With `-s none` it passes no -Z flag at all: libFuzzer's
+# coverage instrumentation (-Cpasses=sancov-module, -Cllvm-args=...) is made
+# of stable codegen options, so the stable toolchain builds it as is. The
+# decoders are safe Rust, so AddressSanitizer would add little; panics,
+# inconsistent round trips, over-large allocations (-rss_limit_mb also caps
+# single mallocs) and slow inputs are what the fuzzer catches. `make fuzz` runs long; `test-fuzz` (part of
 # `make test`) runs the harness tests, builds the target, writes the seed
 # corpus and fuzzes for FUZZ_SMOKE_SECONDS.
 
@@ -19,7 +21,7 @@ CARGO_FUZZ_VERSION := 0.13.2
 FUZZ_BIN := $(CACHE)/cargo-bin/bin
 FUZZ_TARGET_DIR := $(CACHE)/fuzz-target
 FUZZ_CORPUS := $(CACHE)/fuzz-corpus
-FUZZ_ENV := PATH="$(FUZZ_BIN):$$PATH" RUSTC_BOOTSTRAP=1
+FUZZ_ENV := PATH="$(FUZZ_BIN):$$PATH"
 FUZZ_CARGO_ARGS := --fuzz-dir . -s none --target-dir $(FUZZ_TARGET_DIR)
 FUZZ_LIBFUZZER_ARGS = -rss_limit_mb=$(FUZZ_RSS_LIMIT_MB) -timeout=$(FUZZ_INPUT_TIMEOUT_S) \
 	-max_len=$(FUZZ_INPUT_LEN_MAX) -artifact_prefix=$(CACHE)/fuzz-artifacts/ -print_final_stats=1
