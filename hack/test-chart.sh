@@ -59,7 +59,8 @@ echo "test-chart: kubeconform passed (chart default + cert-manager render, ${#co
 # 4. the validation can fail
 sed 's/^  storage:$/  storge:/' config/samples/storage_v1alpha1_chimeracluster_tcp_memfs.yaml > "$WORK/bad.yaml"
 grep -q storge "$WORK/bad.yaml" || fail "could not build the negative sample"
-if conform "$WORK/bad.yaml" >/dev/null 2>&1; then
+if out=$(conform "$WORK/bad.yaml" 2>&1); then
   fail "kubeconform accepted a ChimeraCluster with an unknown field (spec.storge)"
 fi
+grep -q "additional properties 'storge' not allowed" <<<"$out" || fail "negative check failed for another reason: $out"
 echo "test-chart: negative check passed (unknown field rejected)"
