@@ -76,6 +76,9 @@ pub struct ServerConfig {
     pub name: &'static str,
     pub conns_max: usize,
     pub body_bytes_max: usize,
+    /// Whole-request deadline (head and body), so a client trickling bytes
+    /// cannot hold a connection slot indefinitely; 408 when exceeded.
+    pub request_timeout: Duration,
 }
 
 /// A running listener. Dropping it does not stop it; call `shutdown`.
@@ -164,7 +167,8 @@ fn serve_conn(stream: TcpStream, peer: SocketAddr, cfg: &ServerConfig, handler: 
         if reader.buffer().is_empty() && !wait_for_request(reader.get_ref(), stop) {
             return;
         }
-        let (resp, keep_alive) = match read_request(&mut reader, peer, cfg.body_bytes_max) {
+        let deadline = std::time::Instant::now() + cfg.request_timeout;
+        let (resp, keep_alive) = match read_request(&mut reader, peer, cfg.body_bytes_max, deadline) {
             Ok(None) => return,
             Ok(Some(req)) => {
                 let keep = wants_keep_alive(&req) && served + 1 < REQUESTS_PER_CONN_MAX && !stop.load(Ordering::SeqCst);
@@ -218,10 +222,15 @@ enum ReqError {
 }
 
 /// Read one request. `Ok(None)` on a clean end of stream before a request.
-fn read_request(r: &mut BufReader<TcpStream>, peer: SocketAddr, body_bytes_max: usize) -> Result<Option<Request>, ReqError> {
+fn read_request(
+    r: &mut BufReader<TcpStream>,
+    peer: SocketAddr,
+    body_bytes_max: usize,
+    deadline: std::time::Instant,
+) -> Result<Option<Request>, ReqError> {
     let mut head_bytes = 0usize;
     let mut line = Vec::with_capacity(256);
-    let n = read_line(r, &mut line, HEAD_BYTES_MAX)?;
+    let n = read_line(r, &mut line, HEAD_BYTES_MAX, deadline)?;
     if n == 0 {
         return Ok(None);
     }
@@ -242,7 +251,7 @@ fn read_request(r: &mut BufReader<TcpStream>, peer: SocketAddr, body_bytes_max: 
     let mut headers = Vec::new();
     loop {
         line.clear();
-        let n = read_line(r, &mut line, HEAD_BYTES_MAX - head_bytes)?;
+        let n = read_line(r, &mut line, HEAD_BYTES_MAX - head_bytes, deadline)?;
         if n == 0 {
             return Err(ReqError::Io);
         }
@@ -275,18 +284,31 @@ fn read_request(r: &mut BufReader<TcpStream>, peer: SocketAddr, body_bytes_max: 
         return Err(ReqError::Bad(413, format!("body of {len} bytes exceeds the limit of {body_bytes_max}")));
     }
     let mut body = vec![0u8; len];
-    r.read_exact(&mut body).map_err(|_| ReqError::Io)?;
+    let mut got = 0;
+    while got < len {
+        set_deadline(r.get_ref(), deadline)?;
+        match r.read(&mut body[got..]) {
+            Ok(0) => return Err(ReqError::Io),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Err(timed_out(deadline)),
+        }
+    }
     Ok(Some(Request { method: method.to_string(), path, query, headers, body, peer }))
 }
 
 /// Read one CRLF- (or LF-) terminated line of at most `max` bytes into `out`
 /// without the terminator. Returns bytes consumed (0 = end of stream).
-fn read_line(r: &mut BufReader<TcpStream>, out: &mut Vec<u8>, max: usize) -> Result<usize, ReqError> {
+fn read_line(r: &mut BufReader<TcpStream>, out: &mut Vec<u8>, max: usize, deadline: std::time::Instant) -> Result<usize, ReqError> {
     let mut consumed = 0;
     loop {
+        if r.buffer().is_empty() {
+            set_deadline(r.get_ref(), deadline)?;
+        }
         let buf = match r.fill_buf() {
             Ok(b) => b,
-            Err(_) => return Err(ReqError::Io),
+            Err(_) if consumed == 0 && out.is_empty() => return Err(ReqError::Io),
+            Err(_) => return Err(timed_out(deadline)),
         };
         if buf.is_empty() {
             return if consumed == 0 { Ok(0) } else { Err(ReqError::Io) };
@@ -311,6 +333,24 @@ fn read_line(r: &mut BufReader<TcpStream>, out: &mut Vec<u8>, max: usize) -> Res
     }
 }
 
+/// Bound the next read by what is left of the request's deadline.
+fn set_deadline(s: &TcpStream, deadline: std::time::Instant) -> Result<(), ReqError> {
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    if left.is_zero() {
+        return Err(ReqError::Bad(408, "request not received in time".into()));
+    }
+    s.set_read_timeout(Some(left)).map_err(|_| ReqError::Io)
+}
+
+/// A failed read mid-request: 408 if the deadline passed, else the peer went away.
+fn timed_out(deadline: std::time::Instant) -> ReqError {
+    if std::time::Instant::now() >= deadline {
+        ReqError::Bad(408, "request not received in time".into())
+    } else {
+        ReqError::Io
+    }
+}
+
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
@@ -319,6 +359,7 @@ fn reason(status: u16) -> &'static str {
         400 => "Bad Request",
         401 => "Unauthorized",
         404 => "Not Found",
+        408 => "Request Timeout",
         405 => "Method Not Allowed",
         409 => "Conflict",
         411 => "Length Required",
@@ -368,7 +409,8 @@ mod tests {
             }
             Response::new(200, "text/plain", format!("{} {} {}", r.method, r.path, r.body.len()))
         });
-        Server::start(l, ServerConfig { name: "test", conns_max, body_bytes_max: 100 }, h).unwrap()
+        let cfg = ServerConfig { name: "test", conns_max, body_bytes_max: 100, request_timeout: Duration::from_millis(800) };
+        Server::start(l, cfg, h).unwrap()
     }
 
     fn roundtrip(addr: SocketAddr, raw: &[u8]) -> String {
@@ -401,6 +443,27 @@ mod tests {
         assert!(huge.starts_with("HTTP/1.1 431 "), "{huge}");
         let ver = roundtrip(a, b"GET / HTTP/2.0\r\n\r\n");
         assert!(ver.starts_with("HTTP/1.1 505 "), "{ver}");
+        srv.shutdown();
+    }
+
+    #[test]
+    fn trickling_client_gets_408_at_the_request_deadline() {
+        let srv = echo_server(4);
+        let mut c = TcpStream::connect(srv.local_addr()).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let t0 = std::time::Instant::now();
+        // Each byte arrives well within the per-read timeout; the whole
+        // head never completes.
+        for b in b"GET /slowloris HTTP/1.1\r\nX: aaaaaaaaaaaaaaaa" {
+            if c.write_all(&[*b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut out = String::new();
+        let _ = c.read_to_string(&mut out);
+        assert!(out.starts_with("HTTP/1.1 408 "), "{out}");
+        assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
         srv.shutdown();
     }
 

@@ -256,7 +256,7 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
 
         if let Some(admin) = &run.admin {
             let l = bind("admin.port", cfg.admin.bind, cfg.admin.port)?;
-            let hcfg = http::ServerConfig { name: "admin", conns_max: cfg.admin.conns_max as usize, body_bytes_max: cfg.admin.body_bytes_max as usize };
+            let hcfg = http::ServerConfig { name: "admin", conns_max: cfg.admin.conns_max as usize, body_bytes_max: cfg.admin.body_bytes_max as usize, request_timeout: http::IO_TIMEOUT };
             let s = http::Server::start(l, hcfg, admin.handler()).map_err(|e| format!("admin: {e}"))?;
             run.admin_addr = Some(s.local_addr());
             run.admin_http = Some(s);
@@ -264,7 +264,7 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
         }
         if cfg.metrics.enabled {
             let l = bind("metrics.port", cfg.metrics.bind, cfg.metrics.port)?;
-            let hcfg = http::ServerConfig { name: "metrics", conns_max: 8, body_bytes_max: 1024 };
+            let hcfg = http::ServerConfig { name: "metrics", conns_max: 8, body_bytes_max: 1024, request_timeout: http::IO_TIMEOUT };
             let s = http::Server::start(l, hcfg, crate::metrics::handler(run.admin.clone())).map_err(|e| format!("metrics: {e}"))?;
             run.metrics_addr = Some(s.local_addr());
             run.metrics_http = Some(s);
