@@ -104,10 +104,9 @@ impl Bitmap {
         let mut beyond = false;
         for i in 0..n {
             let v = d.u32()?;
-            if i < BITMAP_WORDS {
-                w[i] = v;
-            } else if v != 0 {
-                beyond = true;
+            match w.get_mut(i) {
+                Some(word) => *word = v,
+                None => beyond |= v != 0,
             }
         }
         Ok((Bitmap(w), beyond))

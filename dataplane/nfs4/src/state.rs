@@ -406,6 +406,7 @@ impl State {
 
     /// CREATE_SESSION (RFC 8881 §18.36.4): sequence check, replay, confirm,
     /// negotiate, create.
+    #[allow(clippy::too_many_arguments)] // mirrors CREATE_SESSION4args
     pub fn create_session(
         &mut self,
         clientid: ClientId,
@@ -782,6 +783,7 @@ impl State {
     /// OPEN: create or upgrade the open state of (`clientid`, `owner`) on
     /// `fh`. `reclaim` is CLAIM_PREVIOUS, allowed only during grace; other
     /// opens are refused during grace.
+    #[allow(clippy::too_many_arguments)] // mirrors OPEN4args
     pub fn open(
         &mut self,
         clientid: ClientId,
@@ -1017,6 +1019,7 @@ impl State {
     }
 
     /// LOCKT (§18.11): would this lock be granted?
+    #[allow(clippy::too_many_arguments)] // mirrors LOCKT4args
     pub fn lockt(
         &self,
         clientid: ClientId,

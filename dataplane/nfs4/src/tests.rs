@@ -203,11 +203,11 @@ fn connect(s: &Server, owner: &[u8]) -> Client {
 
 fn connect_with(s: &Server, owner: &[u8], ops: u32) -> Client {
     let x = exchange_id(s, owner);
-    assert_eq!(x.eir_flags & p::EXCHGID4_FLAG_CONFIRMED_R as u32, 0, "new client is unconfirmed");
+    assert_eq!(x.eir_flags & p::EXCHGID4_FLAG_CONFIRMED_R, 0, "new client is unconfirmed");
     let args = p::CREATE_SESSION4args {
         csa_clientid: x.eir_clientid,
         csa_sequence: x.eir_sequenceid,
-        csa_flags: p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN as u32,
+        csa_flags: p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
         csa_fore_chan_attrs: chan(ops, 8),
         csa_back_chan_attrs: chan(2, 1),
         csa_cb_program: 0x4000_0000,
@@ -217,7 +217,7 @@ fn connect_with(s: &Server, owner: &[u8], ops: u32) -> Client {
     let cs: p::CREATE_SESSION4resok = r.ok(p::OP_CREATE_SESSION);
     assert_eq!(cs.csr_fore_chan_attrs.ca_maxrequests, 8);
     assert_eq!(cs.csr_fore_chan_attrs.ca_maxoperations, ops.min(Config::default().ops_per_compound_max));
-    assert_eq!(cs.csr_flags, p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN as u32, "back channel accepted");
+    assert_eq!(cs.csr_flags, p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN, "back channel accepted");
     let mut c = Client { clientid: x.eir_clientid, session: cs.csr_sessionid, seq: 0 };
     let mut r = s.call(c.seq_req(false).op(p::OP_RECLAIM_COMPLETE, &p::RECLAIM_COMPLETE4args { rca_one_fs: false }));
     r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
@@ -291,7 +291,7 @@ fn session_setup_and_minor_version_mismatch() {
     // The same owner and verifier again: the confirmed record is returned.
     let x = exchange_id(&s, b"linux");
     assert_eq!(x.eir_clientid, c.clientid);
-    assert_ne!(x.eir_flags & p::EXCHGID4_FLAG_CONFIRMED_R as u32, 0);
+    assert_ne!(x.eir_flags & p::EXCHGID4_FLAG_CONFIRMED_R, 0);
     // A second RECLAIM_COMPLETE is an error.
     let mut r = s.call(c.seq_req(false).op(p::OP_RECLAIM_COMPLETE, &p::RECLAIM_COMPLETE4args { rca_one_fs: false }));
     r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
@@ -895,13 +895,13 @@ fn linux_like_mount_over_router() {
     };
     let args = p::EXCHANGE_ID4args {
         eia_clientowner: p::client_owner4 { co_verifier: [3; 8], co_ownerid: b"Linux NFSv4.1 guest" },
-        eia_flags: (p::EXCHGID4_FLAG_SUPP_MOVED_REFER | p::EXCHGID4_FLAG_SUPP_MOVED_MIGR | p::EXCHGID4_FLAG_BIND_PRINC_STATEID) as u32,
+        eia_flags: (p::EXCHGID4_FLAG_SUPP_MOVED_REFER | p::EXCHGID4_FLAG_SUPP_MOVED_MIGR | p::EXCHGID4_FLAG_BIND_PRINC_STATEID),
         eia_state_protect: p::state_protect4_a::SP4_NONE,
         eia_client_impl_id: vec![impl_id],
     };
     let mut r = s.call(Req::new(1).op(p::OP_EXCHANGE_ID, &args));
     let x: p::EXCHANGE_ID4resok = r.ok(p::OP_EXCHANGE_ID);
-    assert_ne!(x.eir_flags & p::EXCHGID4_FLAG_MASK_PNFS as u32, 0, "a pNFS role is always stated");
+    assert_ne!(x.eir_flags & p::EXCHGID4_FLAG_MASK_PNFS, 0, "a pNFS role is always stated");
     let (clientid, sequence) = (x.eir_clientid, x.eir_sequenceid);
     let fore = p::channel_attrs4 {
         ca_headerpadsize: 0,
@@ -925,7 +925,7 @@ fn linux_like_mount_over_router() {
     let cs = p::CREATE_SESSION4args {
         csa_clientid: clientid,
         csa_sequence: sequence,
-        csa_flags: (p::CREATE_SESSION4_FLAG_PERSIST | p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN) as u32,
+        csa_flags: (p::CREATE_SESSION4_FLAG_PERSIST | p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN),
         csa_fore_chan_attrs: fore,
         csa_back_chan_attrs: back.clone(),
         csa_cb_program: 0x4000_0000,
@@ -941,7 +941,7 @@ fn linux_like_mount_over_router() {
     assert_eq!(got.csr_back_chan_attrs.ca_maxoperations, back.ca_maxoperations);
     assert_eq!(got.csr_back_chan_attrs.ca_maxrequests, back.ca_maxrequests);
     assert_eq!(got.csr_back_chan_attrs.ca_maxresponsesize, back.ca_maxresponsesize);
-    assert_eq!(got.csr_flags, p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN as u32, "no persistence claimed");
+    assert_eq!(got.csr_flags, p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN, "no persistence claimed");
     let mut c = Client { clientid, session: got.csr_sessionid, seq: 0 };
     let mut r = s.call(c.seq_req(true).op(p::OP_RECLAIM_COMPLETE, &p::RECLAIM_COMPLETE4args { rca_one_fs: false }));
     assert_eq!(r.status, p::NFS4_OK);

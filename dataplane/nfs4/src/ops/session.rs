@@ -13,11 +13,11 @@ pub const CHANNEL_BYTES_MIN: u32 = 512;
 
 /// Flags a client may set in eia_flags (§18.35.3); anything else, e.g. the
 /// server-only CONFIRMED_R, is NFS4ERR_INVAL.
-const EIA_FLAGS_ALLOWED: u32 = p::EXCHGID4_FLAG_SUPP_MOVED_REFER as u32
-    | p::EXCHGID4_FLAG_SUPP_MOVED_MIGR as u32
-    | p::EXCHGID4_FLAG_BIND_PRINC_STATEID as u32
-    | p::EXCHGID4_FLAG_MASK_PNFS as u32
-    | p::EXCHGID4_FLAG_UPD_CONFIRMED_REC_A as u32;
+const EIA_FLAGS_ALLOWED: u32 = p::EXCHGID4_FLAG_SUPP_MOVED_REFER
+    | p::EXCHGID4_FLAG_SUPP_MOVED_MIGR
+    | p::EXCHGID4_FLAG_BIND_PRINC_STATEID
+    | p::EXCHGID4_FLAG_MASK_PNFS
+    | p::EXCHGID4_FLAG_UPD_CONFIRMED_REC_A;
 
 fn attrs_in(a: &p::channel_attrs4) -> ChannelAttrs {
     ChannelAttrs {
@@ -93,16 +93,16 @@ impl Compound<'_> {
             // Machine-credential and SSV protection need RPCSEC_GSS.
             return fail(p::NFS4ERR_NOTSUPP);
         }
-        let update = a.eia_flags & p::EXCHGID4_FLAG_UPD_CONFIRMED_REC_A as u32 != 0;
+        let update = a.eia_flags & p::EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0;
         let x = self.prog.state().exchange_id(
             a.eia_clientowner.co_ownerid,
             a.eia_clientowner.co_verifier,
             update,
             self.now_ms,
         )?;
-        let mut flags = p::EXCHGID4_FLAG_USE_NON_PNFS as u32;
+        let mut flags = p::EXCHGID4_FLAG_USE_NON_PNFS;
         if x.confirmed {
-            flags |= p::EXCHGID4_FLAG_CONFIRMED_R as u32;
+            flags |= p::EXCHGID4_FLAG_CONFIRMED_R;
         }
         let cfg = &self.prog.cfg;
         p::EXCHANGE_ID4resok {
@@ -128,7 +128,7 @@ impl Compound<'_> {
         if fore.request_bytes_max < CHANNEL_BYTES_MIN || fore.response_bytes_max < CHANNEL_BYTES_MIN {
             return fail(p::NFS4ERR_TOOSMALL);
         }
-        let flags = a.csa_flags & p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN as u32;
+        let flags = a.csa_flags & p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN;
         let mut st = self.prog.state();
         let cs = st.create_session(a.csa_clientid, a.csa_sequence, flags, fore, back, a.csa_cb_program, self.now_ms)?;
         st.bind_conn(&cs.id, self.conn_id)?;
