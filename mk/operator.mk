@@ -48,3 +48,18 @@ test-operator: setup-operator build-dataplane ## unit tests, generated-file stal
 test-chart: ## helm lint + kubeconform (strict, offline schemas, our CRD) over the chart and config/
 	hack/tools.sh helm kubeconform
 	hack/test-chart.sh
+
+# Whole-cluster test on fake nodes (kube-controller-manager, kube-scheduler, kwok).
+# Not in TEST_TARGETS yet: see e2e/fakecluster/README.md.
+KWOK_STAGES := $(CACHE)/kwok-v0.8.0-stages.yaml
+.PHONY: e2e-fakecluster
+e2e-fakecluster: setup-operator ## helm install + ChimeraCluster on kwok fake nodes with a real scheduler
+	hack/tools.sh kwok
+	nice -n 10 hack/build-k8s.sh kube-controller-manager kube-scheduler
+	hack/kwok-stages.sh $(KWOK_STAGES)
+	@set +e; KUBEBUILDER_ASSETS=$(K8S_ASSETS) CHIMERA_K8S_BIN=$(K8S_ASSETS) KWOK=$(CACHE)/bin/kwok KWOK_STAGES=$(KWOK_STAGES) \
+	  HELM=$(CACHE)/bin/helm CHIMERA_REQUIRE_FAKECLUSTER=1 \
+	  nice -n 10 $(GO) test -count=1 -timeout 10m -v ./e2e/fakecluster/... > $(CACHE)/last-fakecluster.log 2>&1; rc=$$?; set -e; \
+	  grep -E '^(    )?--- (PASS|FAIL|SKIP)|^(ok|FAIL|PASS)|^panic:' $(CACHE)/last-fakecluster.log; \
+	  grep -q -- '^--- PASS: TestFakeCluster ' $(CACHE)/last-fakecluster.log || { echo "e2e-fakecluster: FAILED (log: $(CACHE)/last-fakecluster.log)"; exit 1; }; \
+	  [ $$rc -eq 0 ]
