@@ -119,9 +119,9 @@ impl Admin {
 
     pub fn handle(&self, req: &Request) -> Response {
         match req.path.as_str() {
-            "/healthz" => return only(req, &["GET", "HEAD"]).unwrap_or_else(|| Response::new(200, "text/plain", "ok\n")),
+            "/healthz" => return only(req, &["GET"]).unwrap_or_else(|| Response::new(200, "text/plain", "ok\n")),
             "/readyz" => {
-                return only(req, &["GET", "HEAD"]).unwrap_or_else(|| {
+                return only(req, &["GET"]).unwrap_or_else(|| {
                     if self.ready.load(Ordering::SeqCst) {
                         Response::new(200, "text/plain", "ready\n")
                     } else {
@@ -381,7 +381,7 @@ fn only(req: &Request, methods: &[&str]) -> Option<Response> {
     if methods.contains(&req.method.as_str()) {
         None
     } else {
-        Some(method_not_allowed("GET, HEAD"))
+        Some(method_not_allowed("GET"))
     }
 }
 

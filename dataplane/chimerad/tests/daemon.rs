@@ -7,11 +7,13 @@
 //!   expand (the quota is what statfs shows);
 //! - SIGTERM (and SIGINT) stop it gracefully: an admin request in progress
 //!   completes, the process logs "stopped" and exits 0;
+//! - a DS-role process serves NFSv3 only (MOUNT and NFSv4 are
+//!   PROG_UNAVAIL there) and runs no admin API;
 //! - an invalid config exits 1 before listening, naming the bad key.
 
 mod common;
 
-use common::{get, rpc_call, send, xdr_opaque};
+use common::{get, rpc_call, rpc_call_raw, send, xdr_opaque};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream};
@@ -56,10 +58,16 @@ fn config(dir: &std::path::Path) -> Value {
 }
 
 fn start(name: &str) -> Daemon {
+    start_with(name, |_| {})
+}
+
+fn start_with(name: &str, edit: impl FnOnce(&mut Value)) -> Daemon {
     let dir = std::env::temp_dir().join(format!("chimerad-daemon-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("chimera.json");
-    std::fs::write(&cfg, config(&dir).to_string()).unwrap();
+    let mut v = config(&dir);
+    edit(&mut v);
+    std::fs::write(&cfg, v.to_string()).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_chimerad"))
         .arg("--config")
         .arg(&cfg)
@@ -97,8 +105,9 @@ fn start(name: &str) -> Daemon {
         }
         assert_ne!(v["level"], "error", "{v}");
     }
-    d.admin = addrs["admin"];
-    d.metrics = addrs["metrics"];
+    let unset: SocketAddr = "0.0.0.0:0".parse().unwrap();
+    d.admin = addrs.get("admin").copied().unwrap_or(unset);
+    d.metrics = addrs.get("metrics").copied().unwrap_or(unset);
     d.nfs = addrs["nfs"];
     d
 }
@@ -210,4 +219,22 @@ fn invalid_config_exits_1_naming_the_key() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn ds_role_serves_nfs3_only() {
+    let mut d = start_with("ds", |v| {
+        v["server"]["role"] = json!("ds");
+        v.as_object_mut().unwrap().remove("admin");
+    });
+    assert_eq!(d.admin.port(), 0, "no admin API on a DS");
+    let mut s = TcpStream::connect_timeout(&d.nfs, common::TIMEOUT).unwrap();
+    // NFSv3 NULL answers; MOUNT and NFSv4 are not registered (PROG_UNAVAIL).
+    assert_eq!(rpc_call_raw(&mut s, 1, 100003, 3, 0, &[]).0, 0);
+    assert_eq!(rpc_call_raw(&mut s, 2, 100005, 3, 0, &[]).0, 1);
+    // NFSv4 shares program 100003: version 4 is a PROG_MISMATCH (2).
+    assert_eq!(rpc_call_raw(&mut s, 3, 100003, 4, 0, &[]).0, 2);
+    assert_eq!(get(d.metrics, "/healthz", None).status, 200);
+    signal(&d, libc::SIGTERM);
+    assert_eq!(wait_exit(&mut d).0.code(), Some(0));
 }

@@ -77,6 +77,14 @@ pub fn send(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, bod
 /// returns the procedure's result bytes after checking the reply is
 /// MSG_ACCEPTED / SUCCESS for our xid.
 pub fn rpc_call(s: &mut TcpStream, xid: u32, prog: u32, vers: u32, proc_num: u32, args: &[u8]) -> Vec<u8> {
+    let (accept_stat, res) = rpc_call_raw(s, xid, prog, vers, proc_num, args);
+    assert_eq!(accept_stat, 0, "accept_stat SUCCESS");
+    res
+}
+
+/// Like `rpc_call`, but returns (accept_stat, result bytes) for any
+/// MSG_ACCEPTED reply (PROG_UNAVAIL = 1, PROC_UNAVAIL = 3, ...).
+pub fn rpc_call_raw(s: &mut TcpStream, xid: u32, prog: u32, vers: u32, proc_num: u32, args: &[u8]) -> (u32, Vec<u8>) {
     let mut body = Vec::new();
     for w in [xid, 0, 2, prog, vers, proc_num, 0, 0, 0, 0] {
         body.extend_from_slice(&w.to_be_bytes());
@@ -97,8 +105,7 @@ pub fn rpc_call(s: &mut TcpStream, xid: u32, prog: u32, vers: u32, proc_num: u32
     assert_eq!((w(1), w(2)), (1, 0), "REPLY, MSG_ACCEPTED");
     let verf_len = w(4) as usize;
     let at = 20 + verf_len.div_ceil(4) * 4;
-    assert_eq!(u32::from_be_bytes(reply[at..at + 4].try_into().unwrap()), 0, "accept_stat SUCCESS");
-    reply[at + 4..].to_vec()
+    (u32::from_be_bytes(reply[at..at + 4].try_into().unwrap()), reply[at + 4..].to_vec())
 }
 
 /// XDR variable-length opaque/string.
