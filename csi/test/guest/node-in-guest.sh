@@ -14,6 +14,9 @@ fail() { echo "node-in-guest: FAIL: $*"; exit 1; }
 step() { echo "node-in-guest: $*"; }
 
 modprobe nfsv4 || fail "modprobe nfsv4"
+# mount.nfs resolves proto=tcp through getprotobyname(3); the initramfs may
+# carry no /etc/protocols.
+[ -s /etc/protocols ] || printf 'ip 0 IP\ntcp 6 TCP\nudp 17 UDP\n' > /etc/protocols
 # The guest has busybox mount, whose NFS support is v2/v3 only; route NFS
 # mounts to mount.nfs (nfs-utils) and everything else (bind) to busybox, the
 # way util-linux mount would.
