@@ -227,7 +227,7 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
         let r = router.clone();
         admin.space = Box::new(move || {
             r.mounts().iter().fold((0, 0), |(used, avail), m| match m.backend.root(m.export_id).and_then(|fh| m.backend.fsstat(&fh)) {
-                Ok(s) => (used + (s.total_bytes - s.free_bytes), avail + s.avail_bytes),
+                Ok(s) => (used + s.total_bytes.saturating_sub(s.free_bytes), avail + s.avail_bytes),
                 Err(_) => (used, avail),
             })
         });
@@ -300,5 +300,59 @@ impl Running {
         if let Some(s) = self.metrics_http.take() {
             s.shutdown();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Proves the pure wiring decisions: which MOUNT exports and listeners a
+    //! config yields, and that portmap registrations name the fixed ports.
+    use super::*;
+
+    fn cfg(exports: serde_json::Value, server: serde_json::Value) -> Config {
+        Config::parse(
+            &serde_json::json!({
+                "server": server,
+                "mounts": { "m": { "module": "memfs" } },
+                "exports": exports,
+                "admin": { "token": "t" }
+            })
+            .to_string(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn volumes_get_an_export_unless_one_covers_them() {
+        let names = |c: &Config| -> Vec<(String, String)> {
+            mount_exports(c)
+                .into_iter()
+                .map(|e| (String::from_utf8(e.name).unwrap(), String::from_utf8(e.path).unwrap()))
+                .collect()
+        };
+        let covered = cfg(serde_json::json!({ "/m": { "path": "/m" } }), serde_json::json!({}));
+        assert_eq!(names(&covered), [("/m".to_string(), "/m".to_string())]);
+        // An export whose client path differs from its namespace path does not
+        // make /m/volumes/<id> mountable under that name: add the identity one.
+        let renamed = cfg(serde_json::json!({ "/nfs1": { "path": "/m" } }), serde_json::json!({}));
+        assert_eq!(
+            names(&renamed),
+            [("/nfs1".to_string(), "/m".to_string()), ("/m/volumes".to_string(), "/m/volumes".to_string())]
+        );
+    }
+
+    #[test]
+    fn listeners_and_registrations_follow_ports_and_role() {
+        let c = cfg(serde_json::json!({}), serde_json::json!({ "bind": "127.0.0.1", "nfs_port": 2049, "mount_port": 20048, "portmap_port": 111 }));
+        let ports: Vec<u16> = listen_addrs(&c).iter().map(|a| a.port()).collect();
+        assert_eq!(ports, [2049, 20048, 111]);
+        let regs = portmap_registrations(&c);
+        assert!(regs.iter().any(|r| r.prog == 100005 && r.port == 20048));
+        assert!(regs.iter().all(|r| r.prot == nfs3::portmap::IPPROTO_TCP));
+        let c = cfg(serde_json::json!({}), serde_json::json!({ "nfs_port": 2049, "mount_port": 0, "portmap_port": 0 }));
+        assert_eq!(listen_addrs(&c).len(), 1);
+        assert!(portmap_registrations(&c).iter().any(|r| r.prog == 100005 && r.port == 2049));
+        let ds = cfg(serde_json::json!({}), serde_json::json!({ "role": "ds", "nfs_port": 2050, "mount_port": 20048 }));
+        assert_eq!(listen_addrs(&ds).iter().map(|a| a.port()).collect::<Vec<_>>(), [2050]);
     }
 }
