@@ -299,9 +299,9 @@ func TestCSITemplatesRejectBadValues(t *testing.T) {
 	helm := helmBin(t)
 	chart := scratchChart(t)
 	for _, c := range []struct{ values, mention string }{
-		{"csi:\n  storageClasses:\n    - {name: a, clusterName: c, clusterNamespace: n, mountMode: sidecar}\n", "mountMode"},
+		{"csi:\n  storageClasses:\n    - {name: a, clusterName: c1, clusterNamespace: ns1, mountMode: sidecar}\n", "mountMode"},
 		{"csi:\n  storageClasses:\n    - {name: a}\n", "clusterName"},
-		{"csi:\n  storageClasses:\n    - {clusterName: c, clusterNamespace: n}\n", "name is required"},
+		{"csi:\n  storageClasses:\n    - {clusterName: c1, clusterNamespace: ns1}\n", "name is required"},
 	} {
 		out, err := render(t, helm, chart, c.values)
 		if err == nil || !strings.Contains(out, c.mention) {
