@@ -16,5 +16,5 @@ build-dataplane: setup-rust ## build chimerad (release)
 	cd $(DATAPLANE) && $(CARGO) build --release --locked -p chimerad
 
 test-dataplane: setup-rust ## Rust unit, property and integration tests
-	cd $(DATAPLANE) && $(CARGO) test --release --locked --workspace 2>&1 | tee $(CACHE)/last-cargo-test.log | grep -E '^(test result|running|error|failures|---- )' ; \
+	cd $(DATAPLANE) && $(CARGO) test --locked --workspace 2>&1 | tee $(CACHE)/last-cargo-test.log | grep -E '^(test result|running|error|failures|---- )' ; \
 	  grep -q '^test result' $(CACHE)/last-cargo-test.log && ! grep -qE '^test result: FAILED|^error' $(CACHE)/last-cargo-test.log
