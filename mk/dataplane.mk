@@ -15,6 +15,33 @@ setup-rust: ## Rust toolchain and the system packages the dataplane needs
 build-dataplane: setup-rust ## build chimerad (release)
 	cd $(DATAPLANE) && $(CARGO) build --release --locked -p chimerad
 
-test-dataplane: setup-rust ## Rust unit, property and integration tests
-	cd $(DATAPLANE) && $(CARGO) test --locked --workspace 2>&1 | tee $(CACHE)/last-cargo-test.log | grep -E '^(test result|running|error|failures|---- )' ; \
+test-dataplane: setup-rust ## Rust tests of the crates without their own target (vfs, nfs4, chimerad have theirs)
+	cd $(DATAPLANE) && $(CARGO) test --release --locked --workspace --exclude vfs --exclude nfs4 --exclude chimerad 2>&1 | tee $(CACHE)/last-cargo-test.log | grep -E '^(test result|running|error|failures|---- )' ; \
 	  grep -q '^test result' $(CACHE)/last-cargo-test.log && ! grep -qE '^test result: FAILED|^error' $(CACHE)/last-cargo-test.log
+
+# `make run`: a local chimerad on the embedded memory backend, in the foreground.
+RUN_BIND ?= 127.0.0.1
+RUN_NFS_PORT ?= 2049
+RUN_MOUNT_PORT ?= 20048
+RUN_CAPACITY ?= 1G
+RUN_DIR := $(CACHE)/run
+
+.PHONY: run
+run: build-dataplane ## start a local chimerad (memfs) and print how to mount it
+	@mkdir -p $(RUN_DIR)
+	@[ -s $(RUN_DIR)/admin-token ] || head -c 24 /dev/urandom | base64 | tr -d '/+=' > $(RUN_DIR)/admin-token
+	@printf '%s\n' '{' \
+	  '  "server":  { "bind": "$(RUN_BIND)", "nfs_port": $(RUN_NFS_PORT), "mount_port": $(RUN_MOUNT_PORT), "portmap_port": 0 },' \
+	  '  "mounts":  { "memfs": { "module": "memfs", "capacity_bytes": "$(RUN_CAPACITY)" } },' \
+	  '  "exports": { "/memfs": { "path": "/memfs" } },' \
+	  '  "admin":   { "bind": "$(RUN_BIND)", "port": 8080, "token_file": "$(RUN_DIR)/admin-token" },' \
+	  '  "metrics": { "bind": "$(RUN_BIND)", "port": 9000 }' \
+	  '}' > $(RUN_DIR)/chimerad.json
+	@$(CHIMERAD) --check-config --config $(RUN_DIR)/chimerad.json >/dev/null
+	@echo "chimerad (memfs, $(RUN_CAPACITY)) on $(RUN_BIND); config $(RUN_DIR)/chimerad.json"
+	@echo "  NFSv4.1: mount -t nfs -o vers=4.1,port=$(RUN_NFS_PORT) $(RUN_BIND):/memfs /mnt"
+	@echo "  NFSv3:   mount -t nfs -o vers=3,proto=tcp,port=$(RUN_NFS_PORT),mountport=$(RUN_MOUNT_PORT),mountproto=tcp,nolock $(RUN_BIND):/memfs /mnt"
+	@echo "  libnfs:  nfs-ls 'nfs://$(RUN_BIND)/memfs/?nfsport=$(RUN_NFS_PORT)&mountport=$(RUN_MOUNT_PORT)&version=3'"
+	@echo "  admin:   curl -H \"Authorization: Bearer \$$(cat $(RUN_DIR)/admin-token)\" http://$(RUN_BIND):8080/api/v1/volumes"
+	@echo "  metrics: curl http://$(RUN_BIND):9000/metrics      (Ctrl-C stops the server)"
+	@exec $(CHIMERAD) --config $(RUN_DIR)/chimerad.json

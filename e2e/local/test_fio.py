@@ -12,7 +12,8 @@ import subprocess
 def fio_run(fio, tmp_path, job, name):
     path = tmp_path / f"{name}.fio"
     path.write_text(job)
-    p = subprocess.run([fio, "--output-format=json", str(path)], capture_output=True, timeout=300)
+    # cwd: fio drops verify state files into its working directory.
+    p = subprocess.run([fio, "--output-format=json", str(path)], capture_output=True, timeout=300, cwd=tmp_path)
     out = p.stdout.decode()
     data = json.loads(out[out.index("{") :]) if "{" in out else None
     return p.returncode, data, p.stderr.decode()
