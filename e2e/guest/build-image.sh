@@ -42,7 +42,7 @@ log "building image $key (kernel $kver)"
 # User-space packages the guest runs, and the library packages of their
 # dependency closure (recursive Depends, restricted to lib*; the ldd pass below
 # fails loudly if a needed library is not among them).
-tools_pkgs=(busybox-static dash nfs-common kmod iproute2 rdma-core ibverbs-utils ibverbs-providers
+tools_pkgs=(busybox-static dash mount nfs-common kmod iproute2 rdma-core ibverbs-utils ibverbs-providers
   rdmacm-utils perftest fio util-linux pciutils libtirpc-common)
 lib_pkgs=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
     --no-breaks --no-replaces --no-enhances "${tools_pkgs[@]}" 2>/dev/null \
@@ -100,7 +100,7 @@ find_in_stage() {
   done
   return 1
 }
-bins=(dash mount.nfs kmod ip rdma ibv_devices ibv_devinfo ibv_rc_pingpong rping ucmatose
+bins=(dash mount umount mount.nfs kmod ip rdma ibv_devices ibv_devinfo ibv_rc_pingpong rping ucmatose
   ib_send_lat ib_send_bw ib_write_bw flock lspci setpci nfsstat)
 bin_paths=()
 for b in "${bins[@]}"; do
@@ -209,6 +209,10 @@ depmod -b "$root" "$kver"
 printf 'root:x:0:0:root:/root:/bin/sh\n' >"$root/etc/passwd"
 printf 'root:x:0:\n' >"$root/etc/group"
 printf 'localhost\n' >"$root/etc/hostname"
+# mount.nfs resolves proto=tcp/rdma and service names through these.
+printf 'ip 0 IP\ntcp 6 TCP\nudp 17 UDP\n' >"$root/etc/protocols"
+printf 'sunrpc 111/tcp\nnfs 2049/tcp\nnfsrdma 20049/tcp\n' >"$root/etc/services"
+: >"$root/etc/fstab"
 printf '127.0.0.1 localhost\n10.0.2.2 host\n' >"$root/etc/hosts"
 cp "$here/init.sh" "$root/init"
 chmod 0755 "$root/init"
@@ -220,6 +224,7 @@ echo "$kernel_pkg" >"$work/out/KERNEL"
 rm -rf "$img"
 mv "$work/out" "$img"
 # Older images (other keys) are dead weight: keep only this one.
-find "$guest_cache" -maxdepth 1 -name 'img-*' ! -name "img-$key" -exec rm -rf {} +
+# (After an hour, so a guest booted from an older one keeps its share.)
+find "$guest_cache" -maxdepth 1 -name 'img-*' ! -name "img-$key" -mmin +60 -exec rm -rf {} +
 log "built $img: initrd $(du -h "$img/initrd.img" | cut -f1), kernel $kver"
 echo "$img"

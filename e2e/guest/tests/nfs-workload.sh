@@ -187,7 +187,7 @@ ok "all gone"
 
 step mountstats
 save_mountstats
-awk -v mnt="$MNT" '/^device /{ours = ($5 == mnt)} ours && /^ *[A-Z_]+: [0-9]/ && $2 > 0 {print "  " $1, $2 " ops"}' /proc/self/mountstats
+awk -v mnt="$MNT" '/^device /{ours = ($5 == mnt)} ours && /^[ \t]*[A-Z_]+: [0-9]/ && $2 > 0 {print "  " $1, $2 " ops"}' /proc/self/mountstats
 ok "saved to /results/mountstats-vers$VERS.txt"
 
 step unmount

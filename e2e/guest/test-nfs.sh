@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Kernel-client suite: boots the guest once per NFS version and runs
+# tests/nfs-workload.sh against a server on the host.
+#
+#   test-nfs.sh chimerad CHIMERAD_BINARY   # our server (what `make test-guest` runs)
+#   test-nfs.sh ganesha                    # NFS-Ganesha, to validate the harness
+#
+# VERSIONS (default "3 4.1") picks the versions. Results (consoles, mountstats)
+# go to OUT_DIR (default $CACHE/guest/results/<server>). Prints one line per
+# run and a summary; exits non-zero when any run failed or none ran.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+CACHE=${CACHE:-$HOME/.cache/chimera-test}
+VERSIONS=${VERSIONS:-3 4.1}
+RUN_TIMEOUT_S=900          # one guest boot + workload, generous for a loaded 2-core box
+CHIMERAD_NFS_PORT=22049
+CHIMERAD_MNT_PORT=22048
+CHIMERAD_CAPACITY_BYTES=$((512 << 20))
+START_WAIT_S_MAX=30
+
+die() { echo "guest-test: ERROR: $*" >&2; exit 2; }
+server=${1:-}
+case "$server" in
+  chimerad) [ $# -eq 2 ] || die "usage: test-nfs.sh chimerad CHIMERAD_BINARY"
+            chimerad=$2; [ -x "$chimerad" ] || die "chimerad binary '$chimerad' is missing: run make build-dataplane" ;;
+  ganesha) [ $# -eq 1 ] || die "usage: test-nfs.sh ganesha" ;;
+  --run-versions) ;;   # internal: the loop below, called once the server is up
+  *) die "usage: test-nfs.sh chimerad CHIMERAD_BINARY | ganesha" ;;
+esac
+
+# Runs the workload once per version against NFS_PORT/MNT_PORT/EXPORT in the
+# environment; prints the summary.
+run_versions() {
+  local passed=0 failed=0 v
+  for v in $VERSIONS; do
+    if "$here/run.sh" -t $RUN_TIMEOUT_S -o "$OUT_DIR" -e NFS_VERS="$v" -e NFS_PORT="$NFS_PORT" \
+        -e NFS_MOUNT_PORT="$MNT_PORT" -e NFS_EXPORT="$EXPORT" "$here/tests/nfs-workload.sh"; then
+      passed=$((passed + 1)); echo "guest-test: PASS nfs-workload vers=$v ($SERVER_NAME)"
+    else
+      failed=$((failed + 1)); echo "guest-test: FAIL nfs-workload vers=$v ($SERVER_NAME)"
+    fi
+    # The console log is per test name: keep one per version.
+    mv "$OUT_DIR/console-nfs-workload.log" "$OUT_DIR/console-nfs-workload-vers$v.log" 2>/dev/null || true
+  done
+  echo "guest-test: $SERVER_NAME: $passed passed, $failed failed (results in $OUT_DIR)"
+  [ $failed -eq 0 ] && [ $passed -gt 0 ]
+}
+
+if [ "$server" = --run-versions ]; then run_versions; exit; fi
+
+# Build (or find cached) the image before any server starts.
+"$here/build-image.sh" >/dev/null
+export OUT_DIR=${OUT_DIR:-$CACHE/guest/results/$server}
+rm -rf "$OUT_DIR"; mkdir -p "$OUT_DIR"
+
+if [ "$server" = ganesha ]; then
+  # Inside ganesha.sh's namespaces: QEMU's 10.0.2.2 is the namespace loopback.
+  export SERVER_NAME=ganesha
+  exec "$here/ganesha.sh" bash -c 'NFS_PORT=$GANESHA_NFS_PORT MNT_PORT=$GANESHA_MNT_PORT EXPORT=$GANESHA_EXPORT exec "$0" --run-versions' "$0"
+fi
+
+# chimerad on the host loopback; a config in the documented schema
+# (dataplane/chimerad/CONFIG.md). Admin API and portmapper off: not under test.
+cfg_dir=$(mktemp -d "${TMPDIR:-/tmp}/chimera-guest-srv.XXXXXX")
+cat >"$cfg_dir/chimerad.json" <<EOF
+{
+  "common":  { "log_level": "info" },
+  "server":  { "role": "both", "bind": "127.0.0.1", "cores": 1,
+               "nfs_port": $CHIMERAD_NFS_PORT, "mount_port": $CHIMERAD_MNT_PORT, "portmap_port": 0,
+               "grace_time_s": 0 },
+  "mounts":  { "memfs": { "module": "memfs", "path": "/", "capacity_bytes": $CHIMERAD_CAPACITY_BYTES } },
+  "exports": { "/export": { "path": "/memfs" } },
+  "admin":   { "enabled": false },
+  "metrics": { "enabled": false }
+}
+EOF
+srv_pid=""
+cleanup() {
+  if [ -n "$srv_pid" ]; then kill "$srv_pid" 2>/dev/null || true; wait "$srv_pid" 2>/dev/null || true; fi
+  cp "$cfg_dir/chimerad.log" "$OUT_DIR/" 2>/dev/null || true
+  rm -rf "$cfg_dir"
+}
+trap cleanup EXIT
+"$chimerad" --check-config --config "$cfg_dir/chimerad.json" >/dev/null || die "chimerad rejects the test config"
+# Bounded memory: the memfs capacity bounds data; the address-space cap
+# catches a leak before it hurts the shared box.
+(ulimit -v $((4 << 20)); exec "$chimerad" --config "$cfg_dir/chimerad.json") >"$cfg_dir/chimerad.log" 2>&1 &
+srv_pid=$!
+listening() { ss -Hltn "sport = :$1" | grep -q LISTEN; }
+for ((i = 0; i < START_WAIT_S_MAX * 10; i++)); do
+  listening $CHIMERAD_NFS_PORT && listening $CHIMERAD_MNT_PORT && break
+  kill -0 "$srv_pid" 2>/dev/null || { cat "$cfg_dir/chimerad.log" >&2; die "chimerad exited during start-up"; }
+  sleep 0.1
+done
+listening $CHIMERAD_NFS_PORT || die "chimerad did not listen on 127.0.0.1:$CHIMERAD_NFS_PORT within ${START_WAIT_S_MAX}s"
+SERVER_NAME=chimerad NFS_PORT=$CHIMERAD_NFS_PORT MNT_PORT=$CHIMERAD_MNT_PORT EXPORT=/export run_versions

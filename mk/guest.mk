@@ -1,0 +1,23 @@
+# QEMU guest with the Linux kernel NFS client, and the kernel-client suite
+# (e2e/guest). The guest image is cached under $(CACHE)/guest/.
+
+GUEST := e2e/guest
+
+SETUP_TARGETS += guest-image
+# test-guest joins TEST_TARGETS once it passes against chimerad (the NFSv3 and
+# NFSv4.1 services are still being written; the harness itself is validated
+# against NFS-Ganesha with `make test-guest-ganesha`).
+# TEST_TARGETS += test-guest
+
+.PHONY: guest-image test-guest test-guest-ganesha test-guest-smoke
+guest-image: ## build (or reuse) the QEMU guest: Debian kernel + NFS/RDMA tools initramfs
+	$(GUEST)/build-image.sh
+
+test-guest-smoke: guest-image ## boot the guest once: tools, modules, soft-RoCE and the results share work
+	$(GUEST)/run.sh -o $(CACHE)/guest/results/smoke $(GUEST)/tests/smoke.sh
+
+test-guest: guest-image build-dataplane ## kernel NFS client (v3, v4.1) in the guest against chimerad
+	$(GUEST)/test-nfs.sh chimerad $(CHIMERAD)
+
+test-guest-ganesha: guest-image ## the same suite against NFS-Ganesha (validates the harness)
+	$(GUEST)/test-nfs.sh ganesha
