@@ -1,0 +1,184 @@
+package webhook
+
+// Proves the webhook's cross-field rules name the offending field, that a
+// valid cluster passes with the warnings a user must see, and that the
+// self-managed certificates are created once, chain to the CA that lands in
+// the webhook configuration, are reused when valid and renewed near expiry.
+
+import (
+	"context"
+	"crypto/x509"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+func i32(v int32) *int32 { return &v }
+
+func base() *chimerav1.ChimeraCluster {
+	return &chimerav1.ChimeraCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: "ns"},
+		Spec: chimerav1.ChimeraClusterSpec{
+			Image:       "chimera/chimerad:1",
+			DataServers: chimerav1.DataServersSpec{Mode: chimerav1.DataServerModeStatefulSet, Count: i32(2)},
+			Storage:     chimerav1.StorageSpec{Backend: chimerav1.BackendMemFS},
+			Network:     chimerav1.NetworkSpec{Transport: chimerav1.TransportTCP},
+			PNFS:        chimerav1.PNFSSpec{StripeUnitBytes: 1 << 20, Mirrors: 1},
+		},
+	}
+}
+
+func TestValidateNamesTheField(t *testing.T) {
+	if errs := Validate(base()); len(errs) != 0 {
+		t.Fatalf("valid cluster rejected: %v", errs)
+	}
+	hp := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{"hugepages-1Gi": resource.MustParse("2Gi")},
+		Limits:   corev1.ResourceList{"hugepages-1Gi": resource.MustParse("2Gi")},
+	}
+	for name, tc := range map[string]struct {
+		mutate func(*chimerav1.ChimeraCluster)
+		field  string
+	}{
+		"mirrors > count":        {func(c *chimerav1.ChimeraCluster) { c.Spec.PNFS.Mirrors = 3 }, "spec.pnfs.mirrors"},
+		"name starts with digit": {func(c *chimerav1.ChimeraCluster) { c.Name = "9x" }, "metadata.name"},
+		"image with space":       {func(c *chimerav1.ChimeraCluster) { c.Spec.Image = "a b" }, "spec.image"},
+		"nvme without devices":   {func(c *chimerav1.ChimeraCluster) { c.Spec.Storage.Backend = chimerav1.BackendNVMe }, "spec.storage.nvme"},
+		"nvme both": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Storage = chimerav1.StorageSpec{Backend: chimerav1.BackendNVMe, NVMe: &chimerav1.NVMeSpec{ResourceName: "x.io/nvme", PCIAddresses: []chimerav1.PCIAddress{"0000:01:00.0"}}}
+		}, "spec.storage.nvme.pciAddresses"},
+		"duplicate PCI": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Storage = chimerav1.StorageSpec{Backend: chimerav1.BackendNVMe, NVMe: &chimerav1.NVMeSpec{PCIAddresses: []chimerav1.PCIAddress{"0000:01:00.0", "0000:01:00.0"}}}
+		}, "spec.storage.nvme.pciAddresses[1]"},
+		"nvme with memfs": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{ResourceName: "x.io/nvme"}
+		}, "spec.storage.nvme"},
+		"rdma no resource": {func(c *chimerav1.ChimeraCluster) { c.Spec.Network.Transport = chimerav1.TransportRDMA }, "spec.network.rdmaResourceName"},
+		"tos with tcp":     {func(c *chimerav1.ChimeraCluster) { c.Spec.Network.TOS = i32(104) }, "spec.network.tos"},
+		"port = metrics":   {func(c *chimerav1.ChimeraCluster) { c.Spec.Network.Port = 9000 }, "spec.network.port"},
+		"rdma on 2049": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Network = chimerav1.NetworkSpec{Transport: chimerav1.TransportRDMA, RDMAResourceName: "rdma/x", Port: 2049}
+		}, "spec.network.port"},
+		"hugepage size not requested": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Tuning.HugePageSize = "2Mi"
+			c.Spec.MetadataServer.Resources = hp
+			c.Spec.DataServers.Resources = hp
+		}, "spec.metadataServer.resources.limits[hugepages-2Mi]"},
+		"device resource by hand": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Network = chimerav1.NetworkSpec{Transport: chimerav1.TransportRDMA, RDMAResourceName: "rdma/x"}
+			c.Spec.DataServers.Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{"rdma/x": resource.MustParse("1")}}
+		}, "spec.dataServers.resources.limits[rdma/x]"},
+	} {
+		c := base()
+		tc.mutate(c)
+		errs := Validate(c)
+		if len(errs) == 0 {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		if !strings.Contains(errs.ToAggregate().Error(), tc.field) {
+			t.Errorf("%s: %v does not name %s", name, errs, tc.field)
+		}
+	}
+}
+
+func TestUpdateRulesAndWarnings(t *testing.T) {
+	old, cur := base(), base()
+	cur.Spec.Storage = chimerav1.StorageSpec{Backend: chimerav1.BackendNVMe, NVMe: &chimerav1.NVMeSpec{ResourceName: "x.io/nvme"}}
+	w, err := Validator{}.ValidateUpdate(context.Background(), old, cur)
+	if err == nil || !strings.Contains(err.Error(), "spec.storage.backend") {
+		t.Fatalf("backend change: %v", err)
+	}
+	if len(w) == 0 || !strings.Contains(w[0], "nvme") {
+		t.Errorf("nvme warning missing: %v", w)
+	}
+	// A cluster being deleted is never blocked (the finalizer must come off).
+	now := metav1.Now()
+	cur.DeletionTimestamp = &now
+	if _, err := (Validator{}).ValidateUpdate(context.Background(), old, cur); err != nil {
+		t.Errorf("update of a deleting cluster rejected: %v", err)
+	}
+	if _, err := (Validator{}).ValidateCreate(context.Background(), &corev1.Pod{}); err == nil {
+		t.Error("a non-ChimeraCluster object must be an error")
+	}
+}
+
+func TestSelfManagedCerts(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "vwc"},
+		Webhooks:   []admissionregistrationv1.ValidatingWebhook{{Name: "v.storage.chimera.io"}},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(vwc).Build()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	dir := t.TempDir()
+	o := CertOptions{Namespace: "sys", SecretName: "cert", ServiceName: "hook", WebhookName: "vwc", CertDir: dir, Now: func() time.Time { return now }}
+	ctx := context.Background()
+	if err := EnsureCerts(ctx, c, o); err != nil {
+		t.Fatal(err)
+	}
+	sec := &corev1.Secret{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "sys", Name: "cert"}, sec); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Name: "vwc"}, vwc); err != nil {
+		t.Fatal(err)
+	}
+	if string(vwc.Webhooks[0].ClientConfig.CABundle) != string(sec.Data["ca.crt"]) {
+		t.Fatal("caBundle is not the Secret's CA")
+	}
+	onDisk, _ := os.ReadFile(filepath.Join(dir, "tls.crt"))
+	if string(onDisk) != string(sec.Data["tls.crt"]) {
+		t.Fatal("tls.crt on disk differs from the Secret")
+	}
+	ca, _ := parseCert(sec.Data["ca.crt"])
+	leaf, _ := parseCert(onDisk)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "hook.sys.svc", Roots: pool, CurrentTime: now}); err != nil {
+		t.Fatalf("serving cert does not verify for hook.sys.svc: %v", err)
+	}
+
+	// Valid material is reused (a second replica must not rotate it).
+	if err := EnsureCerts(ctx, c, o); err != nil {
+		t.Fatal(err)
+	}
+	again := &corev1.Secret{}
+	_ = c.Get(ctx, types.NamespacedName{Namespace: "sys", Name: "cert"}, again)
+	if string(again.Data["tls.crt"]) != string(sec.Data["tls.crt"]) {
+		t.Fatal("valid certificate was replaced")
+	}
+	// Within RenewBefore of expiry it is replaced.
+	later := now.Add(ServingValidity - RenewBefore/2)
+	o.Now = func() time.Time { return later }
+	if err := EnsureCerts(ctx, c, o); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Get(ctx, types.NamespacedName{Namespace: "sys", Name: "cert"}, again)
+	if string(again.Data["tls.crt"]) == string(sec.Data["tls.crt"]) {
+		t.Fatal("certificate near expiry was not renewed")
+	}
+	// Garbage in the Secret is replaced, not served.
+	again.Data["tls.crt"] = []byte("garbage")
+	_ = c.Update(ctx, again)
+	if err := EnsureCerts(ctx, c, o); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Get(ctx, types.NamespacedName{Namespace: "sys", Name: "cert"}, again)
+	if _, err := parseCert(again.Data["tls.crt"]); err != nil {
+		t.Fatal("corrupt certificate was kept")
+	}
+}
