@@ -381,15 +381,33 @@ def fio_cmd(plan: Plan, server: Server, name: str, extra: list[str], out_json: P
 
 
 # fio's libnfs engine logs failed operations but does not always fail the job
-# (fio then counts them as done I/O): any of these on stderr fails the run.
+# (fio then counts them as done I/O): any of these on stderr fails the run...
 FIO_ENGINE_ERRORS = ("Failed NFS operation", "Got NFS EOF", "nfs: Failed", "Failed to open")
+# ...except one artefact of the engine at the end of a run. Its getevents()
+# ignores fio's `min` and only blocks when all iodepth slots are busy, so when a
+# time_based run ends fio tears the NFS context down with up to iodepth-1 I/Os
+# per job still in flight; libnfs then fails each with RPC_STATUS_ERROR, which
+# the engine logs as code -14. Observed against chimerad and both Ganesha
+# exports alike, always at most (iodepth-1) x numjobs per run (31 at QD32, 62
+# with two jobs). Up to that many are counted, recorded and tolerated; more, or
+# any at iodepth 1, or any other error, fail the run.
+FIO_TEARDOWN_ERROR = "Failed NFS operation(code:-14)"
 
 
 def engine_errors(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if any(e in line for e in FIO_ENGINE_ERRORS)]
 
 
-def run_fio(cmd: list[str], timeout_s: float, out_json: Path) -> dict:
+def split_teardown_errors(errors: list[str], teardown_max: int) -> tuple[int, list[str]]:
+    """(errors explained by the end-of-run teardown, errors that fail the run)."""
+    teardown = [e for e in errors if e.strip().startswith(FIO_TEARDOWN_ERROR)]
+    other = [e for e in errors if e not in teardown]
+    if len(teardown) > teardown_max:
+        return 0, errors
+    return len(teardown), other
+
+
+def run_fio(cmd: list[str], timeout_s: float, out_json: Path, teardown_max: int = 0) -> dict:
     """Run fio in its own process group; kill the group if it hangs."""
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
@@ -404,13 +422,16 @@ def run_fio(cmd: list[str], timeout_s: float, out_json: Path) -> dict:
         raise BenchError(f"fio failed (exit {proc.returncode}): {' | '.join(msg[-5:])}")
     if err.strip():
         out_json.with_suffix(".stderr").write_text(err)
-    bad = engine_errors(err)
+    teardown, bad = split_teardown_errors(engine_errors(err), teardown_max)
     if bad:
-        raise BenchError(f"the NFS client saw {len(bad)} failed operation(s), first: {bad[0].strip()}")
+        raise BenchError(f"the NFS client saw {len(bad)} failed operation(s) (at most {teardown_max} are "
+                         f"explained by the engine's end-of-run teardown), first: {bad[0].strip()}")
     try:
-        return json.loads(out_json.read_text())
+        doc = json.loads(out_json.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise BenchError(f"fio wrote no valid JSON to {out_json}: {e}") from e
+    doc["chimera_bench_teardown_errors"] = teardown
+    return doc
 
 
 def layout(plan: Plan, server: Server) -> None:
@@ -434,7 +455,7 @@ def run_cell(plan: Plan, server: Server, cell: Cell, rnd: int) -> dict:
     server.check_alive()
     reset_peak_rss(pid)
     cpu0 = proc_cpu_s(pid)
-    doc = run_fio(cmd, plan.runtime_s + FIO_SLACK_S, raw)
+    doc = run_fio(cmd, plan.runtime_s + FIO_SLACK_S, raw, teardown_max=(cell.iodepth - 1) * cell.numjobs)
     cpu_s = proc_cpu_s(pid) - cpu0
     rss_peak = proc_status_bytes(pid, "VmHWM")
     r = parse_fio(doc, cell)
@@ -444,16 +465,17 @@ def run_cell(plan: Plan, server: Server, cell: Cell, rnd: int) -> dict:
     r["rss_peak_mib"] = rss_peak / (1 << 20)
     r["round"] = rnd
     r["raw"] = str(raw.relative_to(plan.out_dir))
+    r["client_teardown_errors"] = doc["chimera_bench_teardown_errors"]
     return r
 
 
 def run_cell_retry(plan: Plan, server: Server, cell: Cell, rnd: int, results: dict, tag: str) -> dict:
     """One run; a failed run is repeated once while the server lives.
 
-    Why: at iodepth 32 the libnfs client now and then reports a transport-level
-    failure (code -14, RPC_STATUS_ERROR) against either server. A server that
-    fails consistently still fails (twice), and every retry is recorded in
-    results.json and printed, so nothing is hidden.
+    Why: on a shared machine a run can fail for reasons outside the server
+    (the client starved past a timeout). A server that fails consistently
+    still fails (twice), and every retry is recorded in results.json and
+    printed, so nothing is hidden.
     """
     try:
         return run_cell(plan, server, cell, rnd)

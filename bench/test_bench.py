@@ -72,6 +72,17 @@ class EngineErrors(unittest.TestCase):
         self.assertEqual(len(bench.engine_errors(err)), 2)
         self.assertEqual(bench.engine_errors("fio-3.33\nnote: both iodepth >= 1 and synchronous I/O engine\n"), [])
 
+    def test_teardown_errors_are_bounded_by_the_inflight_ios(self):
+        t = "Failed NFS operation(code:-14): (null)"
+        # QD32, one job: up to 31 explained; 32 are not.
+        self.assertEqual(bench.split_teardown_errors([t] * 31, 31), (31, []))
+        self.assertEqual(bench.split_teardown_errors([t] * 32, 31), (0, [t] * 32))
+        # QD1: nothing is in flight at the end, so any failure is real.
+        self.assertEqual(bench.split_teardown_errors([t], 0), (0, [t]))
+        # Another error code is never explained by the teardown.
+        eio = "Failed NFS operation(code:-5): (null)"
+        self.assertEqual(bench.split_teardown_errors([t, eio], 31), (1, [eio]))
+
 
 class Proc(unittest.TestCase):
     def test_cpu_and_rss_of_this_process(self):
