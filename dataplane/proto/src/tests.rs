@@ -138,6 +138,21 @@ fn oversize_file_handle_is_rejected_both_ways() {
 }
 
 #[test]
+fn standalone_typedefs_keep_their_maximum() {
+    // MOUNTPROC3_MNT's argument is a bare `dirpath` (string<MNTPATHLEN>).
+    let mut long = vec![0, 0, 0x04, 0x01]; // 1025 bytes
+    long.resize(4 + 1028, b'a');
+    let mut d = Decoder::new(&long);
+    assert_eq!(mount3::decode_dirpath(&mut d), Err(XdrError::TooLong { len: 1025, max: 1024 }));
+    let mnt = mount3::testgen::PROCEDURES.iter().find(|p| p.proc == mount3::MOUNTPROC3_MNT).unwrap();
+    assert!(matches!((mnt.check_args)(&long), Err(XdrError::TooLong { .. })));
+    let ok = [0, 0, 0, 2, b'/', b'x', 0, 0];
+    assert_eq!(mount3::decode_dirpath(&mut Decoder::new(&ok)), Ok(&b"/x"[..]));
+    let mut out = [0u8; 8];
+    assert!(mount3::encode_dirpath(&&[b'a'; 1025][..], &mut Encoder::new(&mut out)).is_err());
+}
+
+#[test]
 fn hostile_counts_fail_before_allocating() {
     // mountres3 MNT3_OK, 0-byte handle, then 2^32-1 auth flavors in 4 bytes.
     let buf = [0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1];

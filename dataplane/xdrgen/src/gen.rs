@@ -305,14 +305,14 @@ impl<'s> G<'s> {
         }
     }
 
-    /// Whether the type has an `Xdr` impl of its own (fixed arrays of
-    /// anything but bytes only exist inside generated types).
-    fn has_impl(&self, ty: &Ty) -> bool {
-        match self.resolve(ty) {
-            Ty::Array(..) => false,
-            Ty::VarArray(e, _) | Ty::Optional(e) => self.has_impl(&e),
-            _ => true,
-        }
+    /// A typedef of variable-length or array data: its maxima live only in
+    /// the definition, so it gets `decode_<name>`/`encode_<name>` functions.
+    fn bounded_typedef(&self, name: &str) -> bool {
+        matches!(self.types.get(name), Some(DefKind::Typedef(_)))
+            && !matches!(
+                self.resolve(&Ty::Named(name.to_string())),
+                Ty::Named(_) | Ty::Int | Ty::UInt | Ty::Hyper | Ty::UHyper | Ty::Bool
+            )
     }
 
     fn disc_kind(&self, u: &Union) -> Disc {
@@ -521,10 +521,26 @@ pub fn generate(spec: &Spec, deps: &[Dep]) -> Result<String, Error> {
             DefKind::Typedef(t) => {
                 let lt = if g.life_of(t) { "<'a>" } else { "" };
                 writeln!(out, "pub type {}{lt} = {};", d.name, g.rty(t, "'a")).unwrap();
-                writeln!(tg, "pub fn gen_{}(r: &mut Rng, depth: u32, out: &mut Vec<u8>) {{ {} }}", d.name, g.gen(t)).unwrap();
-                if g.has_impl(t) {
-                    types_table.push(d.name.clone());
+                if g.bounded_typedef(&d.name) {
+                    // The alias cannot carry the typedef's maxima into the
+                    // generic impls, so standalone use gets its own functions.
+                    let named = Ty::Named(d.name.clone());
+                    writeln!(
+                        out,
+                        "/// Decode a `{n}` on its own, enforcing the maxima of its definition.\n\
+                         pub fn decode_{n}<'a>(d: &mut Decoder<'a>) -> xdr::Result<{ra}> {{ Ok({dec}) }}\n\
+                         /// Encode a `{n}` on its own, enforcing the maxima of its definition.\n\
+                         pub fn encode_{n}(v: &{ru}, e: &mut Encoder<'_>) -> xdr::Result<()> {{ {enc} Ok(()) }}",
+                        n = d.name,
+                        ra = g.rty(&named, "'a"),
+                        ru = g.rty(&named, "'_"),
+                        dec = g.dec(t),
+                        enc = g.enc(t, "v"),
+                    )
+                    .unwrap();
                 }
+                writeln!(tg, "pub fn gen_{}(r: &mut Rng, depth: u32, out: &mut Vec<u8>) {{ {} }}", d.name, g.gen(t)).unwrap();
+                types_table.push(d.name.clone());
             }
             DefKind::Enum(ms) => {
                 emit_enum(&g, &mut out, &mut tg, &d.name, ms);
@@ -555,7 +571,7 @@ pub fn generate(spec: &Spec, deps: &[Dep]) -> Result<String, Error> {
     out.push_str(&tg);
     for n in &types_table {
         let ty = Ty::Named(n.clone());
-        writeln!(out, "pub fn check_{n}(buf: &[u8]) -> xdr::Result<(usize, Vec<u8>)> {{ {} }}", check_body(&g.rty(&ty, "'_"))).unwrap();
+        writeln!(out, "pub fn check_{n}(buf: &[u8]) -> xdr::Result<(usize, Vec<u8>)> {{ {} }}", check_body(&g, &ty)).unwrap();
     }
     out.push_str("/// Every type of this specification.\npub const TYPES: &[TypeCheck] = &[\n");
     for n in &types_table {
@@ -619,13 +635,23 @@ fn emit_const(out: &mut String, name: &str, v: i128) {
     }
 }
 
-fn check_body(rty: &str) -> String {
+/// Body of a `check_*` function: decode, re-encode, cross-check.
+fn check_body(g: &G, ty: &Ty) -> String {
+    let rty = g.rty(ty, "'_");
+    let (dec, enc, len) = match ty {
+        Ty::Named(n) if g.bounded_typedef(n) => {
+            (format!("decode_{n}(&mut D)"), format!("encode_{n}(&v, &mut e)"), g.len(ty, "&v"))
+        }
+        _ => (format!("<{rty} as Xdr>::decode(&mut D)"), "v.encode(&mut e)".to_string(), "v.encoded_len()".to_string()),
+    };
+    let dec1 = dec.replace("&mut D", "&mut d");
+    let dec2 = dec.replace("&mut D", "&mut d2");
     format!(
-        "let mut d = Decoder::new(buf); let v = <{rty} as Xdr>::decode(&mut d)?; let used = d.position(); \
-         let n = v.encoded_len(); let mut out = vec![0u8; n]; \
-         let wrote = {{ let mut e = Encoder::new(&mut out); v.encode(&mut e).expect(\"a decoded value must encode\"); e.position() }}; \
+        "let mut d = Decoder::new(buf); let v: {rty} = {dec1}?; let used = d.position(); \
+         let n = {len}; let mut out = vec![0u8; n]; \
+         let wrote = {{ let mut e = Encoder::new(&mut out); {enc}.expect(\"a decoded value must encode\"); e.position() }}; \
          assert_eq!(wrote, n, \"encoded_len disagrees with encode for {rty}\"); \
-         {{ let mut d2 = Decoder::new(&out); let v2 = <{rty} as Xdr>::decode(&mut d2).expect(\"our own encoding must decode\"); \
+         {{ let mut d2 = Decoder::new(&out); let v2: {rty} = {dec2}.expect(\"our own encoding must decode\"); \
          assert_eq!(d2.position(), n, \"re-decode of {rty} left bytes\"); assert_eq!(v, v2, \"decode(encode(v)) != v for {rty}\"); }} \
          Ok((used, out))"
     )
@@ -887,8 +913,7 @@ fn emit_program(
                 let f = format!("{what}_{}_{}", v.name, p.name);
                 let (gen, check) = match ty {
                     None => (String::new(), "Ok((0, Vec::new()))".to_string()),
-                    Some(t) if g.has_impl(t) => (g.gen(t), check_body(&g.rty(t, "'_"))),
-                    Some(t) => (g.gen(t), "let _ = buf; Ok((0, Vec::new()))".to_string()),
+                    Some(t) => (g.gen(t), check_body(g, t)),
                 };
                 writeln!(tg, "fn gen_{f}(r: &mut Rng, depth: u32, out: &mut Vec<u8>) {{ {gen} }}").unwrap();
                 writeln!(tg, "fn check_{f}(buf: &[u8]) -> xdr::Result<(usize, Vec<u8>)> {{ {check} }}").unwrap();
