@@ -337,7 +337,24 @@ func fakeMDS(t *testing.T, token string) (string, func() string) {
 		}
 		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		if r.Method == http.MethodPut {
-			last.Store(string(b))
+			// Answer as chimerad does: address as host:port.
+			var in struct {
+				DataServers []struct {
+					Name    string `json:"name"`
+					Address string `json:"address"`
+					Port    int    `json:"port"`
+					Ready   bool   `json:"ready"`
+				} `json:"dataServers"`
+			}
+			if err := json.Unmarshal(b, &in); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			for i := range in.DataServers {
+				in.DataServers[i].Address = fmt.Sprintf("%s:%d", in.DataServers[i].Address, in.DataServers[i].Port)
+			}
+			out, _ := json.Marshal(in)
+			last.Store(string(out))
 		}
 		_, _ = w.Write([]byte(last.Load()))
 	})}
