@@ -93,15 +93,34 @@ impl Config {
         }
     }
 
-    fn validate(&self) {
-        assert!(self.lease_time_s > 0 && self.lease_time_s <= 3600, "lease_time_s out of range");
-        assert!(self.grace_time_s <= 3600, "grace_time_s out of range");
-        assert!(self.read_bytes_max >= 4096 && self.write_bytes_max >= 4096);
-        assert!(self.response_bytes_max >= self.read_bytes_max + REPLY_OVERHEAD_BYTES, "responses must fit maxread");
-        assert!(self.request_bytes_max >= self.write_bytes_max + REPLY_OVERHEAD_BYTES, "requests must fit maxwrite");
-        assert!(self.slots_per_session_max >= 1 && self.slots_per_session_max <= 1024);
-        assert!(self.ops_per_compound_max >= 8 && self.ops_per_compound_max <= 1024);
-        assert!(self.server_owner.len() <= OPAQUE_BYTES_MAX && self.server_scope.len() <= OPAQUE_BYTES_MAX);
+    /// Check every limit; the error names the offending field so a config
+    /// loader can report it. `Nfs4Program::new` panics on an invalid config.
+    pub fn check(&self) -> Result<(), String> {
+        fn range(name: &str, v: u64, min: u64, max: u64) -> Result<(), String> {
+            if v < min || v > max {
+                return Err(format!("nfs4 config: {name} = {v} is outside {min}..={max}"));
+            }
+            Ok(())
+        }
+        range("lease_time_s", self.lease_time_s.into(), 1, 3600)?;
+        range("grace_time_s", self.grace_time_s.into(), 0, 3600)?;
+        range("read_bytes_max", self.read_bytes_max.into(), 4096, 16 << 20)?;
+        range("write_bytes_max", self.write_bytes_max.into(), 4096, 16 << 20)?;
+        let read_min = u64::from(self.read_bytes_max) + u64::from(REPLY_OVERHEAD_BYTES);
+        range("response_bytes_max", self.response_bytes_max.into(), read_min, u32::MAX.into())?;
+        let write_min = u64::from(self.write_bytes_max) + u64::from(REPLY_OVERHEAD_BYTES);
+        range("request_bytes_max", self.request_bytes_max.into(), write_min, u32::MAX.into())?;
+        range("response_cached_bytes_max", self.response_cached_bytes_max.into(), 512, 1 << 20)?;
+        range("slots_per_session_max", self.slots_per_session_max.into(), 1, 1024)?;
+        // The Linux client refuses sessions allowing fewer than 8 operations.
+        range("ops_per_compound_max", self.ops_per_compound_max.into(), 8, 1024)?;
+        range("clients_max", self.clients_max as u64, 1, 1 << 24)?;
+        range("sessions_per_client_max", self.sessions_per_client_max as u64, 1, 1024)?;
+        range("stateids_max", self.stateids_max as u64, 1, 1 << 28)?;
+        range("locks_max", self.locks_max as u64, 2, 1 << 28)?;
+        range("server_owner bytes", self.server_owner.len() as u64, 1, OPAQUE_BYTES_MAX as u64)?;
+        range("server_scope bytes", self.server_scope.len() as u64, 1, OPAQUE_BYTES_MAX as u64)?;
+        Ok(())
     }
 }
 
@@ -160,7 +179,9 @@ impl Nfs4Program {
 
     /// Without the background thread: tests drive expiry with `reap_now`.
     pub fn new_without_reaper(vfs: Arc<dyn Vfs>, cfg: Config) -> Self {
-        cfg.validate();
+        if let Err(e) = cfg.check() {
+            panic!("{e}");
+        }
         let boot_epoch = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as u32)

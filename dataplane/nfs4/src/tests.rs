@@ -1253,3 +1253,61 @@ fn access_downgrade_secinfo_and_exclusive_create() {
         assert_eq!(r.next(p::OP_OPEN), want);
     }
 }
+
+/// Negotiated limits are enforced: a request larger than ca_maxrequestsize
+/// fails SEQUENCE with REQ_TOO_BIG; the op that pushes the reply past
+/// ca_maxresponsesize fails with REP_TOO_BIG, or REP_TOO_BIG_TO_CACHE when
+/// the client asked for caching; a hostile config is refused by name.
+#[test]
+fn negotiated_sizes_are_enforced() {
+    let s = server();
+    let x = exchange_id(&s, b"small");
+    let small = p::channel_attrs4 {
+        ca_headerpadsize: 0,
+        ca_maxrequestsize: 600,
+        ca_maxresponsesize: 600,
+        ca_maxresponsesize_cached: 200,
+        ca_maxoperations: 8,
+        ca_maxrequests: 1,
+        ca_rdma_ird: vec![],
+    };
+    let args = p::CREATE_SESSION4args {
+        csa_clientid: x.eir_clientid,
+        csa_sequence: x.eir_sequenceid,
+        csa_flags: 0,
+        csa_fore_chan_attrs: small,
+        csa_back_chan_attrs: chan(2, 1),
+        csa_cb_program: 0,
+        csa_sec_parms: vec![p::callback_sec_parms4::AUTH_NONE],
+    };
+    let mut r = s.call(Req::new(1).op(p::OP_CREATE_SESSION, &args));
+    let cs: p::CREATE_SESSION4resok = r.ok(p::OP_CREATE_SESSION);
+    assert_eq!(cs.csr_fore_chan_attrs.ca_maxresponsesize, 600);
+    let mut c = Client { clientid: x.eir_clientid, session: cs.csr_sessionid, seq: 0 };
+    let all = p::GETATTR4args { attr_request: crate::attrs::SUPPORTED.to_vec() };
+    let req = |c: &mut Client, cache: bool| c.seq_req(cache).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_GETATTR, &all).op(p::OP_GETATTR, &all);
+    let mut r = s.call(req(&mut c, false));
+    assert_eq!(r.status, p::NFS4ERR_REP_TOO_BIG);
+    assert_eq!(r.count, 4);
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    r.ok::<p::GETATTR4resok>(p::OP_GETATTR);
+    assert_eq!(r.next(p::OP_GETATTR), p::NFS4ERR_REP_TOO_BIG);
+    let mut r = s.call(req(&mut c, true));
+    assert_eq!(r.status, p::NFS4ERR_REP_TOO_BIG_TO_CACHE);
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    assert_eq!(r.next(p::OP_GETATTR), p::NFS4ERR_REP_TOO_BIG_TO_CACHE);
+    let w = p::WRITE4args { stateid: stateid0(), offset: 0, stable: p::stable_how4::UNSTABLE4, data: &[0; 700] };
+    let mut r = s.call(c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_WRITE, &w));
+    assert_eq!(r.next(p::OP_SEQUENCE), p::NFS4ERR_REQ_TOO_BIG);
+    // The slot is still usable after all of that (none was left busy).
+    c.seq -= 1;
+    assert_eq!(s.call(c.seq_req(false)).status, p::NFS4_OK);
+    // Config errors name the field.
+    let bad = Config { ops_per_compound_max: 4, ..Config::default() };
+    assert!(bad.check().unwrap_err().contains("ops_per_compound_max"));
+    let bad = Config { response_bytes_max: 1 << 20, ..Config::default() };
+    assert!(bad.check().unwrap_err().contains("response_bytes_max"));
+    assert_eq!(Config::default().check(), Ok(()));
+}
