@@ -276,3 +276,105 @@ fn rpc_call_header_decodes_from_known_bytes() {
     assert_eq!(m.encoded_len(), buf.len());
     assert_eq!(xdr::to_vec(&m).unwrap(), buf);
 }
+
+#[test]
+fn nfs41_compound_with_pnfs_ops_round_trips_and_has_rfc_layout() {
+    use nfs4::*;
+    let sessionid = [9u8; 16];
+    let fh = [0xabu8; 20];
+    let args = COMPOUND4args {
+        tag: b"t",
+        minorversion: 1,
+        argarray: vec![
+            nfs_argop4::OP_SEQUENCE(SEQUENCE4args {
+                sa_sessionid: sessionid,
+                sa_sequenceid: 5,
+                sa_slotid: 0,
+                sa_highest_slotid: 0,
+                sa_cachethis: false,
+            }),
+            nfs_argop4::OP_PUTFH(PUTFH4args { object: &fh }),
+            nfs_argop4::OP_LAYOUTGET(LAYOUTGET4args {
+                loga_signal_layout_avail: false,
+                loga_layout_type: layouttype4::LAYOUT4_FLEX_FILES,
+                loga_iomode: layoutiomode4::LAYOUTIOMODE4_RW,
+                loga_offset: 0,
+                loga_length: NFS4_UINT64_MAX,
+                loga_minlength: 4096,
+                loga_stateid: stateid4 { seqid: 1, other: [3; 12] },
+                loga_maxcount: 65536,
+            }),
+            nfs_argop4::OP_GETFH,
+        ],
+    };
+    let bytes = xdr::to_vec(&args).unwrap();
+    // tag (4 + 4 padded), minorversion, count, then the first opcode.
+    assert_eq!(&bytes[..20], &[0, 0, 0, 1, b't', 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, OP_SEQUENCE as u8]);
+    assert_eq!(xdr::from_bytes::<COMPOUND4args>(&bytes).unwrap(), args);
+    // A server decodes operation by operation: the header by hand, then each op.
+    let mut d = Decoder::new(&bytes);
+    let _tag = d.opaque_var(NFS4_OPAQUE_LIMIT).unwrap();
+    assert_eq!(d.u32().unwrap(), 1);
+    let count = d.array_len(u32::MAX, nfs_argop4::MIN_LEN).unwrap();
+    let ops: Vec<nfs_argop4> = (0..count).map(|_| nfs_argop4::decode(&mut d).unwrap()).collect();
+    assert_eq!(ops, args.argarray);
+    // An operation number that does not exist is a decode error the server maps to OP_ILLEGAL.
+    assert_eq!(
+        xdr::from_bytes::<nfs_argop4>(&[0, 0, 0, 99]),
+        Err(XdrError::BadUnion { name: "nfs_argop4", value: 99 })
+    );
+}
+
+#[test]
+fn flex_files_layout_travels_inside_layoutget_reply() {
+    use flexfiles::*;
+    use nfs4::*;
+    let ds_fh = [0x11u8; 12];
+    let ff = ff_layout4 {
+        ffl_stripe_unit: 1 << 20,
+        ffl_mirrors: vec![ff_mirror4 {
+            ffm_data_servers: vec![ff_data_server4 {
+                ffds_deviceid: [7; 16],
+                ffds_efficiency: 1,
+                ffds_stateid: stateid4 { seqid: 0, other: [0; 12] },
+                ffds_fh_vers: vec![&ds_fh[..]],
+                ffds_user: b"1000",
+                ffds_group: b"1000",
+            }],
+        }],
+        ffl_flags: FF_FLAGS_NO_LAYOUTCOMMIT,
+        ffl_stats_collect_hint: 0,
+    };
+    let body = xdr::to_vec(&ff).unwrap();
+    let res = LAYOUTGET4res::NFS4_OK(LAYOUTGET4resok {
+        logr_return_on_close: true,
+        logr_stateid: stateid4 { seqid: 1, other: [1; 12] },
+        logr_layout: vec![layout4 {
+            lo_offset: 0,
+            lo_length: NFS4_UINT64_MAX,
+            lo_iomode: layoutiomode4::LAYOUTIOMODE4_RW,
+            lo_content: layout_content4 { loc_type: layouttype4::LAYOUT4_FLEX_FILES, loc_body: &body },
+        }],
+    });
+    let wire = xdr::to_vec(&res).unwrap();
+    let LAYOUTGET4res::NFS4_OK(ok) = xdr::from_bytes::<LAYOUTGET4res>(&wire).unwrap() else { panic!("not OK") };
+    let inner = xdr::from_bytes::<ff_layout4>(ok.logr_layout[0].lo_content.loc_body).unwrap();
+    assert_eq!(inner, ff);
+    // Device address: RDMA first, TCP fallback, NFSv3 loosely coupled.
+    let addr = ff_device_addr4 {
+        ffda_netaddrs: vec![
+            netaddr4 { na_r_netid: b"rdma", na_r_addr: b"10.0.0.1.78.81" },
+            netaddr4 { na_r_netid: b"tcp", na_r_addr: b"10.0.0.1.8.1" },
+        ],
+        ffda_versions: vec![ff_device_versions4 {
+            ffdv_version: 3,
+            ffdv_minorversion: 0,
+            ffdv_rsize: 1 << 20,
+            ffdv_wsize: 1 << 20,
+            ffdv_tightly_coupled: false,
+        }],
+    };
+    let a = xdr::to_vec(&addr).unwrap();
+    assert_eq!(addr.encoded_len(), a.len());
+    assert_eq!(xdr::from_bytes::<ff_device_addr4>(&a).unwrap(), addr);
+}
