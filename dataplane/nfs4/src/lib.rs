@@ -43,6 +43,8 @@ pub struct Config {
     pub response_cached_bytes_max: u32,
     pub stateids_max: usize,
     pub locks_max: usize,
+    /// Replay-cache memory of all sessions together.
+    pub reply_cache_bytes_max: u64,
 }
 
 impl Default for Config {
@@ -65,6 +67,7 @@ impl Default for Config {
             response_cached_bytes_max: l.response_cached_bytes_max,
             stateids_max: l.stateids_max,
             locks_max: l.locks_max,
+            reply_cache_bytes_max: l.reply_cache_bytes_max,
         }
     }
 }
@@ -90,6 +93,7 @@ impl Config {
             stateids_max: self.stateids_max,
             locks_max: self.locks_max,
             expired_remembered_max: 4096,
+            reply_cache_bytes_max: self.reply_cache_bytes_max,
         }
     }
 
@@ -117,6 +121,7 @@ impl Config {
         range("clients_max", self.clients_max as u64, 1, 1 << 24)?;
         range("sessions_per_client_max", self.sessions_per_client_max as u64, 1, 1024)?;
         range("stateids_max", self.stateids_max as u64, 1, 1 << 28)?;
+        range("reply_cache_bytes_max", self.reply_cache_bytes_max, u64::from(self.response_cached_bytes_max), 1 << 40)?;
         range("locks_max", self.locks_max as u64, 2, 1 << 28)?;
         range("server_owner bytes", self.server_owner.len() as u64, 1, OPAQUE_BYTES_MAX as u64)?;
         range("server_scope bytes", self.server_scope.len() as u64, 1, OPAQUE_BYTES_MAX as u64)?;

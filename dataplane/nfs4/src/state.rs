@@ -33,6 +33,9 @@ pub struct Limits {
     pub locks_max: usize,
     /// Stateids of expired clients remembered so they get NFS4ERR_EXPIRED.
     pub expired_remembered_max: usize,
+    /// Replay-cache memory of all sessions together (slots x cached reply
+    /// size): CREATE_SESSION grants fewer slots when it runs short.
+    pub reply_cache_bytes_max: u64,
 }
 
 impl Default for Limits {
@@ -50,6 +53,7 @@ impl Default for Limits {
             stateids_max: 1 << 20,
             locks_max: 1 << 20,
             expired_remembered_max: 4096,
+            reply_cache_bytes_max: 256 << 20,
         }
     }
 }
@@ -268,6 +272,8 @@ pub struct State {
     states: HashMap<u64, StateRec>,
     files: HashMap<FileHandle, FileState>,
     locks_total: usize,
+    /// Sum over sessions of slots x negotiated cached reply size.
+    reply_cache_bytes: u64,
     expired: HashSet<u64>,
     expired_order: VecDeque<u64>,
 }
@@ -309,6 +315,7 @@ impl State {
             states: HashMap::new(),
             files: HashMap::new(),
             locks_total: 0,
+            reply_cache_bytes: 0,
             expired: HashSet::new(),
             expired_order: VecDeque::new(),
         }
@@ -430,20 +437,25 @@ impl State {
         if c.sessions.len() >= sessions_max {
             return Err(StateError::Resource);
         }
-        let fore = self.negotiate_fore(&fore_asked);
+        let mut fore = self.negotiate_fore(&fore_asked);
+        // Fit the slot table into what is left of the replay-cache budget.
+        let per_slot = u64::from(fore.response_cached_bytes_max).max(1);
+        let left = self.limits.reply_cache_bytes_max.saturating_sub(self.reply_cache_bytes);
+        let fit = (left / per_slot).min(u64::from(fore.requests_max)) as u32;
+        if fit == 0 {
+            return Err(StateError::Resource);
+        }
+        fore.requests_max = fit;
+        self.reply_cache_bytes += per_slot * u64::from(fit);
         let back = negotiate_back(&back_asked);
         let mut id = [0u8; 16];
         id[..8].copy_from_slice(&clientid.to_be_bytes());
         id[8..12].copy_from_slice(&self.next_session.to_be_bytes());
         id[12..].copy_from_slice(&self.boot_epoch.to_be_bytes());
         self.next_session = self.next_session.wrapping_add(1);
+        // Reply buffers grow on first use, up to the negotiated size (charged above).
         let slots = (0..fore.requests_max)
-            .map(|_| Slot {
-                seqid: 0,
-                busy: false,
-                cached: false,
-                reply: Vec::with_capacity(fore.response_cached_bytes_max as usize),
-            })
+            .map(|_| Slot { seqid: 0, busy: false, cached: false, reply: Vec::new() })
             .collect();
         let created = CreatedSession { id, sequence, flags, fore, back };
         self.sessions.insert(
@@ -471,9 +483,16 @@ impl State {
         }
     }
 
+    fn remove_session(&mut self, id: &SessionId) -> Option<Session> {
+        let s = self.sessions.remove(id)?;
+        let charged = u64::from(s.fore.response_cached_bytes_max).max(1) * s.slots.len() as u64;
+        self.reply_cache_bytes -= charged;
+        Some(s)
+    }
+
     /// DESTROY_SESSION (§18.37).
     pub fn destroy_session(&mut self, id: &SessionId) -> StateResult<()> {
-        let s = self.sessions.remove(id).ok_or(StateError::BadSession)?;
+        let s = self.remove_session(id).ok_or(StateError::BadSession)?;
         if let Some(c) = self.clients.get_mut(&s.clientid) {
             c.sessions.retain(|x| x != id);
         }
@@ -613,7 +632,7 @@ impl State {
         let Some(c) = self.clients.remove(&clientid) else { return };
         self.by_owner.remove(&c.owner);
         for sid in &c.sessions {
-            self.sessions.remove(sid);
+            self.remove_session(sid);
         }
         let keys: Vec<u64> =
             self.states.iter().filter(|(_, s)| s.clientid == clientid).map(|(k, _)| *k).collect();
@@ -1291,6 +1310,22 @@ mod tests {
         st.open(a, b"o2", FH2, SHARE_READ, 0, false, 6_000).unwrap();
         let (b, _) = setup(&mut st, b"b");
         assert_eq!(st.open(b, b"o", FH2, SHARE_READ, 0, true, 6_000), Err(StateError::NoGrace));
+    }
+
+    #[test]
+    fn reply_cache_budget_limits_slots() {
+        // Room for 6 slots of 4096 bytes: the first session gets its 4, the
+        // second the 2 left, the third none until one is destroyed.
+        let limits = Limits { reply_cache_bytes_max: 6 * 4096, ..no_grace() };
+        let mut st = State::new(limits, 7, 0);
+        let x = st.exchange_id(b"c", [1; 8], false, 0).unwrap();
+        let s1 = st.create_session(x.clientid, 1, 0, attrs(), attrs(), 0, 0).unwrap();
+        assert_eq!(s1.fore.requests_max, 4);
+        let s2 = st.create_session(x.clientid, 2, 0, attrs(), attrs(), 0, 0).unwrap();
+        assert_eq!(s2.fore.requests_max, 2);
+        assert_eq!(st.create_session(x.clientid, 3, 0, attrs(), attrs(), 0, 0), Err(StateError::Resource));
+        st.destroy_session(&s1.id).unwrap();
+        assert_eq!(st.create_session(x.clientid, 3, 0, attrs(), attrs(), 0, 0).unwrap().fore.requests_max, 4);
     }
 
     #[test]
