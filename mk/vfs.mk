@@ -15,7 +15,7 @@ build-vfs: setup-rust ## build the vfs crate (memfs, router)
 test-vfs: setup-rust ## vfs unit tests, router tests, memory-bound test
 	@mkdir -p $(CACHE)
 	@set +e; cd $(DATAPLANE) && nice -n 10 $(CARGO) test --release --locked -p vfs -- --nocapture > $(VFS_TEST_LOG) 2>&1; rc=$$?; set -e; \
-	  grep -E '^(test result|running|error|failures|---- |written|after reuse)|panicked' $(VFS_TEST_LOG) || true; \
+	  grep -E '^(test result|running|error|failures|---- |written|after reuse|created)|panicked' $(VFS_TEST_LOG) || true; \
 	  passed=$$( { grep -oE '^test result: ok\. [0-9]+ passed' $(VFS_TEST_LOG) || true; } | awk '{s += $$4} END {print s + 0}'); \
 	  echo "test-vfs: $$passed tests passed, cargo exit $$rc (full log: $(VFS_TEST_LOG))"; \
 	  [ $$rc -eq 0 ] || { echo "test-vfs: FAILED"; exit 1; }; \
