@@ -218,7 +218,7 @@ func TestFakeCluster(t *testing.T) {
 
 	// The operator (in this process), pointed at a DS-list sink on 127.0.0.1.
 	adminURL, dsPushes := startAdmin(t)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Cache: controller.CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@
 #
 # Exit status: the test's own status when it ran; 124 when it started but did
 # not finish in time; 125 when the guest never started the test (twice).
-# Environment: GUEST_MEM_MB (default 1024), GUEST_SMP (2), GUEST_NETDEV_OPTS
+# Environment: GUEST_MEM_MB (default 1024), GUEST_SMP (2), GUEST_NICS (1 or 2), GUEST_NETDEV_OPTS
 # (appended to the user netdev, e.g. ",hostfwd=tcp:127.0.0.1:10250-:10250").
 set -euo pipefail
 
@@ -73,12 +73,22 @@ cp "$test_script" "$work/tree/test/run.sh"
 (cd "$work/tree" && find . -print0 | cpio --null -o -H newc --quiet) | zstd -q >"$work/test.cpio.zst"
 cat "$img/initrd.img" "$work/test.cpio.zst" >"$work/initrd.img"
 
+# GUEST_NICS=2 adds eth1 on a second, independent user network: a test moves
+# it into a network namespace to act as a second NFS client (the kernel keeps
+# NFS client state per network namespace).
+nic2=()
+case "${GUEST_NICS:-1}" in
+  1) ;;
+  2) nic2=(-netdev user,id=n1 -device virtio-net-pci,netdev=n1,romfile=) ;;
+  *) die "GUEST_NICS must be 1 or 2, got '${GUEST_NICS}'" ;;
+esac
 qemu=(qemu-system-x86_64 -accel tcg -cpu max -machine q35 -m "${GUEST_MEM_MB:-1024}"
   -smp "${GUEST_SMP:-2}" -nographic -no-reboot -serial mon:stdio
   -kernel "$img/vmlinuz" -initrd "$work/initrd.img"
   -append "console=ttyS0 quiet intel_iommu=on panic=-1"
   -device intel-iommu
   -netdev "user,id=n0${GUEST_NETDEV_OPTS:-}" -device virtio-net-pci,netdev=n0,romfile=
+  "${nic2[@]}"
   -virtfs "local,path=$out_dir,mount_tag=results,security_model=none,id=results"
   -virtfs "local,path=$img/extra,mount_tag=extra,security_model=none,readonly=on,id=extra"
   "$@")

@@ -34,7 +34,7 @@ esac
 run_versions() {
   local passed=0 failed=0 v
   for v in $VERSIONS; do
-    if "$here/run.sh" -t $RUN_TIMEOUT_S -o "$OUT_DIR" -e NFS_VERS="$v" -e NFS_PORT="$NFS_PORT" \
+    if GUEST_NICS=2 "$here/run.sh" -t $RUN_TIMEOUT_S -o "$OUT_DIR" -e NFS_VERS="$v" -e NFS_PORT="$NFS_PORT" \
         -e NFS_MOUNT_PORT="$MNT_PORT" -e NFS_EXPORT="$EXPORT" "$here/tests/nfs-workload.sh"; then
       passed=$((passed + 1)); echo "guest-test: PASS nfs-workload vers=$v ($SERVER_NAME)"
     else

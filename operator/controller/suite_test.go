@@ -84,6 +84,7 @@ func runSuite(m *testing.M) int {
 	wo := env.WebhookInstallOptions
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  scheme,
+		Cache:   controller.CacheOptions(),
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
 			Host: wo.LocalServingHost, Port: wo.LocalServingPort, CertDir: wo.LocalServingCertDir,

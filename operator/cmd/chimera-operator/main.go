@@ -83,6 +83,7 @@ func run(metricsAddr, probeAddr, certDir string, webhookPort int, leaderElect, e
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
+		Cache:                   controller.CacheOptions(),
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr, SecureServing: metricsAddr != "0"},
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          leaderElect,
