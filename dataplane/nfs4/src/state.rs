@@ -973,8 +973,12 @@ impl State {
                 if !matches!(self.states[&open].kind, Kind::Open { .. }) {
                     return Err(StateError::BadStateid.into());
                 }
+                // One lock stateid per (lock-owner, file) (§8.2): a lock-owner
+                // reached through another open of the same file reuses it.
                 let found = self.states.iter().find_map(|(k, s)| match &s.kind {
-                    Kind::Lock { open: o, owner: w } if *o == open && w[..] == *owner => Some(*k),
+                    Kind::Lock { owner: w, .. } if s.clientid == clientid && s.fh == *fh && w[..] == *owner => {
+                        Some(*k)
+                    }
                     _ => None,
                 });
                 (found, open, owner.to_vec())
@@ -1080,6 +1084,54 @@ impl State {
     pub fn lock_count(&self, fh: &FileHandle) -> usize {
         self.files.get(fh).map_or(0, |f| f.locks.len())
     }
+
+    /// Check every cross-table invariant; panics naming the broken one.
+    /// Used by the randomized tests after each step.
+    pub fn assert_invariants(&self) {
+        let locks: usize = self.files.values().map(|f| f.locks.len()).sum();
+        assert_eq!(locks, self.locks_total, "locks_total matches the lock table");
+        let charged: u64 = self
+            .sessions
+            .values()
+            .map(|s| u64::from(s.fore.response_cached_bytes_max).max(1) * s.slots.len() as u64)
+            .sum();
+        assert_eq!(charged, self.reply_cache_bytes, "replay-cache charge matches the sessions");
+        assert!(self.reply_cache_bytes <= self.limits.reply_cache_bytes_max);
+        for (fh, f) in &self.files {
+            assert!(!f.opens.is_empty() || !f.locks.is_empty(), "empty file entries are dropped");
+            for k in &f.opens {
+                let rec = self.states.get(k).expect("open in file table exists");
+                assert!(matches!(rec.kind, Kind::Open { .. }) && rec.fh == *fh);
+            }
+            for (i, a) in f.locks.iter().enumerate() {
+                let rec = self.states.get(&a.state).expect("lock range's state exists");
+                assert!(matches!(rec.kind, Kind::Lock { .. }) && rec.fh == *fh);
+                assert!(a.start <= a.last);
+                for b in &f.locks[i + 1..] {
+                    let overlap = a.start <= b.last && b.start <= a.last;
+                    if !overlap {
+                        continue;
+                    }
+                    let same = self.lock_owner_of(a.state) == self.lock_owner_of(b.state);
+                    assert!(!same, "one owner's ranges never overlap (they are merged/split)");
+                    assert!(a.kind == LockKind::Read && b.kind == LockKind::Read, "conflicting locks coexist");
+                }
+            }
+        }
+        for (k, rec) in &self.states {
+            assert!(self.clients.contains_key(&rec.clientid), "state {k} outlived its client");
+            if let Kind::Lock { open, .. } = rec.kind {
+                assert!(self.states.contains_key(&open), "lock state {k} outlived its open");
+            }
+        }
+        for (id, s) in &self.sessions {
+            let c = self.clients.get(&s.clientid).expect("session's client exists");
+            assert!(c.sessions.contains(id));
+        }
+        for (owner, id) in &self.by_owner {
+            assert_eq!(&self.clients[id].owner, owner);
+        }
+    }
 }
 
 fn negotiate_back(a: &ChannelAttrs) -> ChannelAttrs {
@@ -1118,9 +1170,13 @@ mod tests {
 
     /// A confirmed client with one session, at time 0.
     fn setup(st: &mut State, owner: &[u8]) -> (ClientId, SessionId) {
-        let x = st.exchange_id(owner, [1; 8], false, 0).unwrap();
+        setup_at(st, owner, 0)
+    }
+
+    fn setup_at(st: &mut State, owner: &[u8], now: u64) -> (ClientId, SessionId) {
+        let x = st.exchange_id(owner, [1; 8], false, now).unwrap();
         assert!(!x.confirmed);
-        let cs = st.create_session(x.clientid, x.sequence, 0, attrs(), attrs(), 0x4000_0000, 0).unwrap();
+        let cs = st.create_session(x.clientid, x.sequence, 0, attrs(), attrs(), 0x4000_0000, now).unwrap();
         (x.clientid, cs.id)
     }
 
@@ -1326,6 +1382,81 @@ mod tests {
         assert_eq!(st.create_session(x.clientid, 3, 0, attrs(), attrs(), 0, 0), Err(StateError::Resource));
         st.destroy_session(&s1.id).unwrap();
         assert_eq!(st.create_session(x.clientid, 3, 0, attrs(), attrs(), 0, 0).unwrap().fore.requests_max, 4);
+    }
+
+    /// Seeded random walk over clients, opens, locks, unlocks, closes and
+    /// lease expiry; the cross-table invariants hold after every step and
+    /// every granted lock is re-checked against the others.
+    #[test]
+    fn random_walk_keeps_invariants() {
+        let mut st = State::new(Limits { lease_time_s: 5, ..no_grace() }, 7, 0);
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let files = [FH, FH2];
+        let mut now = 0u64;
+        let mut clients: Vec<(ClientId, SessionId)> = Vec::new();
+        let mut opens: Vec<(ClientId, Stateid, FileHandle)> = Vec::new();
+        let mut locks: Vec<(ClientId, Stateid, FileHandle)> = Vec::new();
+        for step in 0..5000u32 {
+            now += next(300);
+            match next(9) {
+                0 if clients.len() < 4 => {
+                    let owner = format!("c{step}");
+                    clients.push(setup_at(&mut st, owner.as_bytes(), now));
+                }
+                1 | 2 if !clients.is_empty() => {
+                    let (c, _) = clients[next(clients.len() as u64) as usize];
+                    let fh = files[next(2) as usize];
+                    let owner = [b'o', next(3) as u8];
+                    if let Ok(sid) = st.open(c, &owner, fh, 1 + next(3) as u32, next(2) as u32, false, now) {
+                        opens.push((c, sid, fh));
+                    }
+                }
+                3 | 4 if !opens.is_empty() => {
+                    let (c, sid, fh) = opens[next(opens.len() as u64) as usize];
+                    let kind = if next(2) == 0 { LockKind::Read } else { LockKind::Write };
+                    let owner = [b'l', next(2) as u8];
+                    let locker = Locker::New { open_stateid: Stateid { seqid: 0, ..sid }, owner: &owner };
+                    let (off, len) = (next(50), 1 + next(50));
+                    if let Ok(l) = st.lock(c, &fh, locker, kind, off, len, false, now) {
+                        locks.push((c, l, fh));
+                    }
+                }
+                5 if !locks.is_empty() => {
+                    let (c, l, fh) = locks[next(locks.len() as u64) as usize];
+                    let _ = st.locku(c, &fh, &Stateid { seqid: 0, ..l }, next(50), 1 + next(50));
+                }
+                6 if !opens.is_empty() => {
+                    let i = next(opens.len() as u64) as usize;
+                    let (c, sid, _) = opens[i];
+                    if st.close(c, &Stateid { seqid: 0, ..sid }).is_ok() {
+                        opens.swap_remove(i);
+                    }
+                }
+                7 if !clients.is_empty() => {
+                    // Renew one client; others may lapse.
+                    let (_, sid) = clients[next(clients.len() as u64) as usize];
+                    if let Some(s) = st.sessions.get(&sid) {
+                        let seq = s.slots[0].seqid.wrapping_add(1);
+                        if st.sequence_begin(&sid, 0, seq, 1, now) == Ok(false) {
+                            st.sequence_end(&sid, 0, None);
+                        }
+                    }
+                }
+                _ => {
+                    st.reap(now);
+                    clients.retain(|(c, _)| st.client_exists(*c));
+                    opens.retain(|(c, _, _)| st.client_exists(*c));
+                    locks.retain(|(c, _, _)| st.client_exists(*c));
+                }
+            }
+            st.assert_invariants();
+        }
     }
 
     #[test]
