@@ -62,6 +62,9 @@ fi
 
 # chimerad on the host loopback; a config in the documented schema
 # (dataplane/chimerad/CONFIG.md). Admin API and portmapper off: not under test.
+# The export is named like its namespace path because NFSv4 clients walk
+# chimerad's pseudo-root (whose entries are the mounts), while v3 MOUNT looks
+# the export name up: one path serves both versions.
 cfg_dir=$(mktemp -d "${TMPDIR:-/tmp}/chimera-guest-srv.XXXXXX")
 cat >"$cfg_dir/chimerad.json" <<EOF
 {
@@ -70,7 +73,7 @@ cat >"$cfg_dir/chimerad.json" <<EOF
                "nfs_port": $CHIMERAD_NFS_PORT, "mount_port": $CHIMERAD_MNT_PORT, "portmap_port": 0,
                "grace_time_s": 0 },
   "mounts":  { "memfs": { "module": "memfs", "path": "/", "capacity_bytes": $CHIMERAD_CAPACITY_BYTES } },
-  "exports": { "/export": { "path": "/memfs" } },
+  "exports": { "/memfs": { "path": "/memfs" } },
   "admin":   { "enabled": false },
   "metrics": { "enabled": false }
 }
@@ -94,4 +97,4 @@ for ((i = 0; i < START_WAIT_S_MAX * 10; i++)); do
   sleep 0.1
 done
 listening $CHIMERAD_NFS_PORT || die "chimerad did not listen on 127.0.0.1:$CHIMERAD_NFS_PORT within ${START_WAIT_S_MAX}s"
-SERVER_NAME=chimerad NFS_PORT=$CHIMERAD_NFS_PORT MNT_PORT=$CHIMERAD_MNT_PORT EXPORT=/export run_versions
+SERVER_NAME=chimerad NFS_PORT=$CHIMERAD_NFS_PORT MNT_PORT=$CHIMERAD_MNT_PORT EXPORT=/memfs run_versions
