@@ -1311,3 +1311,48 @@ fn negotiated_sizes_are_enforced() {
     assert!(bad.check().unwrap_err().contains("response_bytes_max"));
     assert_eq!(Config::default().check(), Ok(()));
 }
+
+/// Through the RPC layer: registered with `rpc::Dispatcher`, a full ONC RPC
+/// call record (AUTH_SYS) reaches COMPOUND and comes back as an accepted
+/// reply; NULL answers empty; an unknown procedure is PROC_UNAVAIL.
+#[test]
+fn through_the_rpc_dispatcher() {
+    let s = server();
+    let prog: Arc<dyn Program> = Arc::new(s.prog);
+    let mut disp = rpc::Dispatcher::new(rpc::Limits::default());
+    disp.register(prog, "nfs4", &["null", "compound"]);
+    let conn = rpc::ConnInfo { conn_id: 5, peer: "127.0.0.1:800".parse().unwrap(), core: 0 };
+    let record = |proc_num: u32, args: &[u8]| {
+        let mut r = Vec::new();
+        for w in [0x1234u32, 0, 2, p::NFS4_PROGRAM, p::NFS_V4, proc_num, 1] {
+            r.extend_from_slice(&w.to_be_bytes()); // xid, CALL, rpcvers, prog, vers, proc, AUTH_SYS
+        }
+        let cred: [u32; 6] = [0, 4, 0x6775_6573, 0, 0, 0]; // stamp, "gues", uid 0, gid 0, no gids
+        r.extend_from_slice(&((cred.len() * 4) as u32).to_be_bytes());
+        for w in cred {
+            r.extend_from_slice(&w.to_be_bytes());
+        }
+        r.extend_from_slice(&[0; 8]); // verifier AUTH_NONE
+        r.extend_from_slice(args);
+        r
+    };
+    let mut out = vec![0u8; 1 << 20];
+    let args = p::EXCHANGE_ID4args {
+        eia_clientowner: p::client_owner4 { co_verifier: [1; 8], co_ownerid: b"rpc" },
+        eia_flags: 0,
+        eia_state_protect: p::state_protect4_a::SP4_NONE,
+        eia_client_impl_id: vec![],
+    };
+    let rec = record(1, &Req::new(1).op(p::OP_EXCHANGE_ID, &args).bytes());
+    let rpc::Outcome::Reply(n) = disp.handle(&conn, &rec, &mut out) else { panic!("no reply") };
+    let mut d = Decoder::new(&out[4..n]);
+    let head: Vec<u32> = (0..6).map(|_| d.u32().unwrap()).collect();
+    assert_eq!(head, vec![0x1234, 1, 0, 0, 0, 0], "xid, REPLY, MSG_ACCEPTED, null verifier, SUCCESS");
+    let mut r = Reply::parse(d.rest().to_vec());
+    assert_eq!(r.status, p::NFS4_OK);
+    r.ok::<p::EXCHANGE_ID4resok>(p::OP_EXCHANGE_ID);
+    let rpc::Outcome::Reply(n) = disp.handle(&conn, &record(0, &[]), &mut out) else { panic!() };
+    assert_eq!(n, 4 + 24, "NULL: header only");
+    let rpc::Outcome::Reply(n) = disp.handle(&conn, &record(7, &[]), &mut out) else { panic!() };
+    assert_eq!(u32::from_be_bytes(out[n - 4..n].try_into().unwrap()), 3, "PROC_UNAVAIL");
+}
