@@ -175,6 +175,9 @@ struct Client {
     renewed_ms: u64,
     sessions: Vec<SessionId>,
     reclaim_complete: bool,
+    /// The confirmed record of the same owner this unconfirmed one will
+    /// replace when confirmed (a client reboot).
+    replaces: Option<ClientId>,
 }
 
 /// Result of EXCHANGE_ID.
@@ -362,6 +365,7 @@ impl State {
         update: bool,
         now_ms: u64,
     ) -> StateResult<Exchanged> {
+        let mut replaces = None;
         if let Some(&id) = self.by_owner.get(owner) {
             let c = self.clients.get_mut(&id).expect("owner index points at a live client");
             if update {
@@ -380,9 +384,16 @@ impl State {
                 c.renewed_ms = now_ms;
                 return Ok(Exchanged { clientid: id, sequence: c.cs_seq.wrapping_add(1), confirmed: true });
             }
-            // The client rebooted (new verifier) or an unconfirmed record is
-            // being replaced: its old state goes, a new record starts.
-            self.expire_client(id, false);
+            if c.confirmed {
+                // The client rebooted (new verifier): a new unconfirmed record
+                // starts; the old one keeps its state until the new one is
+                // confirmed by CREATE_SESSION (§18.35.4 case 5).
+                replaces = Some(id);
+            } else {
+                // An unconfirmed record is replaced outright (case 4).
+                replaces = c.replaces;
+                self.expire_client(id, false);
+            }
         } else if update {
             return Err(StateError::NoEnt);
         }
@@ -401,6 +412,7 @@ impl State {
             renewed_ms: now_ms,
             sessions: Vec::new(),
             reclaim_complete: false,
+            replaces,
         };
         self.by_owner.insert(c.owner.clone(), id);
         self.clients.insert(id, c);
@@ -463,11 +475,16 @@ impl State {
             Session { id, clientid, fore, back, flags, cb_program, slots, conns: Vec::new() },
         );
         let c = self.clients.get_mut(&clientid).expect("checked above");
+        let replaced = c.replaces.take();
         c.cs_seq = sequence;
         c.cs_last = Some(created);
         c.sessions.push(id);
         c.renewed_ms = now_ms;
         c.confirmed = true;
+        if let Some(old) = replaced {
+            // The rebooted client's previous incarnation and its state go now.
+            self.expire_client(old, false);
+        }
         Ok(created)
     }
 
@@ -630,7 +647,10 @@ impl State {
 
     fn expire_client(&mut self, clientid: ClientId, remember: bool) {
         let Some(c) = self.clients.remove(&clientid) else { return };
-        self.by_owner.remove(&c.owner);
+        // During a reboot two records share the owner; the index names the newer.
+        if self.by_owner.get(&c.owner) == Some(&clientid) {
+            self.by_owner.remove(&c.owner);
+        }
         for sid in &c.sessions {
             self.remove_session(sid);
         }
@@ -1198,10 +1218,23 @@ mod tests {
         // Update with the wrong verifier is refused.
         assert_eq!(st.exchange_id(b"alice", [2; 8], true, 0), Err(StateError::NotSame));
         assert_eq!(st.exchange_id(b"bob", [2; 8], true, 0), Err(StateError::NoEnt));
-        // A reboot (new verifier) gives a new client and drops the old sessions.
+        // A reboot (new verifier) gives a new client; the old one keeps its
+        // session and state until the new one is confirmed.
+        let o = st.open(a2.clientid, b"o", FH, SHARE_READ, 0, false, 0).unwrap();
         let a4 = st.exchange_id(b"alice", [9; 8], false, 0).unwrap();
         assert_ne!(a4.clientid, a2.clientid);
-        assert_eq!(st.session_count(), 0);
+        assert!(!a4.confirmed);
+        assert_eq!(st.session_count(), 1);
+        assert!(st.test_stateid(a2.clientid, &o).is_ok());
+        st.assert_invariants();
+        // Retried before confirmation: still one replacement pending.
+        let a5 = st.exchange_id(b"alice", [9; 8], false, 0).unwrap();
+        st.create_session(a5.clientid, a5.sequence, 0, attrs(), attrs(), 0, 0).unwrap();
+        assert!(!st.client_exists(a2.clientid) && !st.client_exists(a4.clientid));
+        assert_eq!(st.test_stateid(a2.clientid, &o), Err(StateError::BadStateid));
+        assert_eq!(st.session_count(), 1);
+        assert_eq!(st.client_count(), 1);
+        st.assert_invariants();
     }
 
     #[test]
