@@ -294,6 +294,9 @@ fn evaluate(
                 e.truncate(op_at);
                 e.u32(opres).map_err(xdr_sys)?;
                 e.u32(code as u32).map_err(xdr_sys)?;
+                if opres == p::OP_SETATTR as u32 {
+                    e.u32(0).map_err(xdr_sys)?; // SETATTR4res always has attrsset
+                }
                 status = code;
             }
         }
