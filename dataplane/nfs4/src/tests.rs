@@ -544,7 +544,9 @@ fn lease_expiry_frees_state() {
     let args = open(&a, 1, 2, b"denier");
     let mut r = s.call(a.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &args));
     assert_eq!(r.status, p::NFS4_OK);
-    let _ = r.next(p::OP_SEQUENCE);
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    let a_open = r.ok::<p::OPEN4resok>(p::OP_OPEN).stateid;
     let args = open(&b, 2, 0, b"writer");
     let mut r = s.call(b.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &args));
     r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
@@ -558,6 +560,14 @@ fn lease_expiry_frees_state() {
     assert_eq!(s.prog.reap_now(), 1, "a's lease ran out");
     let mut r = s.call(a.seq_req(false));
     assert_eq!(r.next(p::OP_SEQUENCE), p::NFS4ERR_BADSESSION);
+    // a comes back as a new client: its old stateid is reported expired.
+    let mut a2 = connect(&s, b"sleepy");
+    assert_ne!(a2.clientid, a.clientid);
+    let rd = p::READ4args { stateid: a_open, offset: 0, count: 1 };
+    let mut r = s.call(a2.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_READ, &rd));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_READ), p::NFS4ERR_EXPIRED);
     // a's share reservation went with it: b may now open for writing.
     let args = open(&b, 2, 0, b"writer");
     let mut r = s.call(b.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &args));
