@@ -1366,3 +1366,21 @@ fn through_the_rpc_dispatcher() {
     let rpc::Outcome::Reply(n) = disp.handle(&conn, &record(7, &[]), &mut out) else { panic!() };
     assert_eq!(u32::from_be_bytes(out[n - 4..n].try_into().unwrap()), 3, "PROC_UNAVAIL");
 }
+
+/// The background reaper (started by `Nfs4Program::new`) expires a silent
+/// client on its own within a bounded time, and dropping the program stops
+/// it (the drop joins the thread, so this test would hang otherwise).
+#[test]
+fn background_reaper_expires_silent_clients() {
+    let fs = Arc::new(MemFs::new(MemFsConfig { export_id: EXPORT, capacity_bytes: 1 << 20 }));
+    let prog = Nfs4Program::new(fs.clone(), Config { root_export: EXPORT, grace_time_s: 0, lease_time_s: 1, ..Config::default() });
+    let s = Server { prog, fs };
+    connect(&s, b"silent");
+    assert_eq!(s.prog.state().client_count(), 1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while s.prog.state().client_count() != 0 {
+        assert!(std::time::Instant::now() < deadline, "reaper did not expire the client within 10 s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    drop(s);
+}
