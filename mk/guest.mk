@@ -4,10 +4,7 @@
 GUEST := e2e/guest
 
 SETUP_TARGETS += guest-image
-# test-guest joins TEST_TARGETS once it passes against chimerad (the NFSv3 and
-# NFSv4.1 services are still being written; the harness itself is validated
-# against NFS-Ganesha with `make test-guest-ganesha`).
-# TEST_TARGETS += test-guest
+TEST_TARGETS += test-guest
 
 .PHONY: guest-image test-guest test-guest-ganesha test-guest-smoke
 guest-image: ## build (or reuse) the QEMU guest: Debian kernel + NFS/RDMA tools initramfs

@@ -181,7 +181,7 @@ mkdir -p /mnt/client2
 mount.nfs "$SERVER:$EXPORT" /mnt/client2 -o "$OPTS" || { echo "client2: mount failed"; exit 12; }
 lockhelper try "/mnt/client2/$rel/lockfile" 50 100; echo "client2: overlap rc=\$?"
 lockhelper try "/mnt/client2/$rel/lockfile" 100 100; echo "client2: disjoint rc=\$?"
-awk '\$1 == "LOCK:" {print "client2: LOCK ops=" \$2}' /proc/self/mountstats
+awk '/^device / {ours = (\$5 == "/mnt/client2")} ours && \$1 == "LOCK:" {print "client2: LOCK ops=" \$2}' /proc/self/mountstats
 umount /mnt/client2 || echo "client2: umount failed"
 CLIENT2
   unshare -n -u -m dash /tmp/client2.sh >/tmp/client2.out 2>&1 &
