@@ -171,6 +171,7 @@ if [ "$VERS" = 4.1 ]; then
   ip link show eth1 >/dev/null 2>&1 || fail "no eth1 for the second NFS client (run.sh needs GUEST_NICS=2)"
   rel=${D#"$MNT"/}
   cat >/tmp/client2.sh <<CLIENT2
+echo \$\$ >/tmp/client2.pid
 hostname nfs-client-2
 i=0
 while ! ip link show eth1 >/dev/null 2>&1; do
@@ -184,16 +185,21 @@ lockhelper try "/mnt/client2/$rel/lockfile" 100 100; echo "client2: disjoint rc=
 awk '/^device / {ours = (\$5 == "/mnt/client2")} ours && \$1 == "LOCK:" {print "client2: LOCK ops=" \$2}' /proc/self/mountstats
 umount /mnt/client2 || echo "client2: umount failed"
 CLIENT2
-  unshare -n -u -m dash /tmp/client2.sh >/tmp/client2.out 2>&1 &
+  # Bounded: a server that never answers the second client must fail this
+  # step, not stall the run until the guest watchdog.
+  rm -f /tmp/client2.pid
+  timeout -s KILL 180 unshare -n -u -m dash /tmp/client2.sh >/tmp/client2.out 2>&1 &
   client2=$!
   waited=0
-  until ip link set eth1 netns $client2 2>/dev/null; do
+  # The pid inside the new namespaces comes from the script itself, whatever
+  # timeout does with pids.
+  until [ -s /tmp/client2.pid ] && ip link set eth1 netns "$(cat /tmp/client2.pid)" 2>/dev/null; do
     [ $waited -lt 100 ] || fail "cannot move eth1 into the second client's namespace"
     sleep 0.1; waited=$((waited + 1))
   done
   wait $client2; rc=$?
   sed 's/^/  /' /tmp/client2.out
-  [ $rc = 0 ] || fail "second client failed (rc $rc)"
+  [ $rc = 0 ] || fail "second client failed (rc $rc; 137 = killed after 180s)"
   grep -q "client2: overlap rc=2" /tmp/client2.out || fail "the server granted another client [50,150) while [0,100) was held"
   grep -q "client2: disjoint rc=0" /tmp/client2.out || fail "the server refused another client the free range [100,200)"
   ok "second client: the server denies the overlapping range and grants the disjoint one"
