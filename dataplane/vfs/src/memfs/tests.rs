@@ -899,3 +899,129 @@ fn volume_and_backend_limits_combine_without_partial_effects() {
     fs.rmdir(&r, b"d").unwrap();
     assert_eq!(fs.lookup_parent(&d).map(|x| x.0), Err(VfsError::Stale));
 }
+
+/// What a walk of the tree finds: every entry and the charges it implies.
+struct Walk {
+    /// (parent, name, handle, type) for every entry below the root.
+    entries: Vec<(FileHandle, Vec<u8>, FileHandle, FileType)>,
+    used_bytes: u64,
+    volume_used_bytes: u64,
+}
+
+/// Walk everything from the root, checking link counts on the way, and
+/// add up what the backend and the volume `vol` should be charged.
+fn walk(fs: &MemFs, vol: Option<&FileHandle>) -> Walk {
+    use std::collections::{HashMap, HashSet};
+    let r = root(fs);
+    let mut entries = Vec::new();
+    let mut seen: HashSet<FileHandle> = HashSet::new();
+    let mut links: HashMap<FileHandle, (u32, Attr)> = HashMap::new();
+    let mut subdirs: HashMap<FileHandle, u32> = HashMap::new();
+    let mut used_bytes = fs.getattr(&r).unwrap().used;
+    let mut volume_used_bytes = 0;
+    // (dir, inside the volume)
+    let mut stack = vec![(r, false)];
+    while let Some((d, in_vol)) = stack.pop() {
+        let mut here = Vec::new();
+        fs.readdir(&d, 0, &mut |e| {
+            here.push((e.name.to_vec(), e.fh, e.attr));
+            true
+        })
+        .unwrap();
+        for (name, fh, attr) in here {
+            let charge = DIRENT_CHARGE_BYTES + name.len() as u64;
+            used_bytes += charge;
+            if in_vol {
+                volume_used_bytes += charge;
+            }
+            let child_in_vol = in_vol || Some(&fh) == vol;
+            if seen.insert(fh) {
+                used_bytes += attr.used;
+                if child_in_vol {
+                    volume_used_bytes += attr.used;
+                }
+            }
+            links.entry(fh).or_insert((0, attr)).0 += 1;
+            if attr.ftype == FileType::Directory {
+                *subdirs.entry(d).or_insert(0) += 1;
+                stack.push((fh, child_in_vol));
+            }
+            entries.push((d, name, fh, attr.ftype));
+        }
+    }
+    for (fh, (count, attr)) in &links {
+        let expect = if attr.ftype == FileType::Directory { 2 + subdirs.get(fh).copied().unwrap_or(0) } else { *count };
+        assert_eq!(fs.getattr(fh).unwrap().nlink, expect, "nlink of {fh:?}");
+    }
+    assert_eq!(fs.getattr(&r).unwrap().nlink, 2 + subdirs.get(&r).copied().unwrap_or(0));
+    assert_eq!(fs.inode_count(), 1 + seen.len() as u64, "live objects");
+    Walk { entries, used_bytes, volume_used_bytes }
+}
+
+#[test]
+fn random_operations_keep_accounting_and_links_exact() {
+    // A seeded random mix of every namespace and data operation, against a
+    // small backend and a smaller volume so NoSpace and QuotaExceeded
+    // happen too. After every operation, a full walk must account for
+    // exactly the bytes the backend and the volume report, and every
+    // object's link count must match the entries naming it. VFS_SEED=<n>
+    // explores other sequences (the limit assertion is tuned for the default).
+    let fs = fs_with(160 * 1024);
+    let r = root(&fs);
+    let vol = mkdir(&fs, &r, b"vol");
+    fs.set_quota(&vol, 48 * 1024).unwrap();
+    let mut seed = std::env::var("VFS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_u64);
+    let mut next = move |n: usize| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((seed >> 33) as usize) % n
+    };
+    let mut ok = [0u32; 9];
+    let mut full = [0u32; 2]; // NoSpace, QuotaExceeded
+    let data = vec![0x5au8; 3 * CHUNK_BYTES];
+    for _ in 0..3000 {
+        let w = walk(&fs, Some(&vol));
+        assert_eq!(fs.used_bytes(), w.used_bytes);
+        assert_eq!(fs.quota(&vol).unwrap().unwrap().used_bytes, w.volume_used_bytes);
+        let dirs: Vec<FileHandle> =
+            std::iter::once(r).chain(w.entries.iter().filter(|e| e.3 == FileType::Directory).map(|e| e.2)).collect();
+        let dir = dirs[next(dirs.len())];
+        let dir2 = dirs[next(dirs.len())];
+        let name = format!("n{}", next(12)).into_bytes();
+        let any = if w.entries.is_empty() { None } else { Some(&w.entries[next(w.entries.len())]) };
+        let op = next(9);
+        let result = match (op, any) {
+            (0, _) => fs.create(&dir, &name, NodeKind::File, 0o644, &ROOT, CreateMode::Unchecked).map(|_| ()),
+            (1, _) => fs.create(&dir, &name, NodeKind::Directory, 0o755, &ROOT, CreateMode::Guarded).map(|_| ()),
+            (2, _) => fs
+                .create(&dir, &name, NodeKind::Symlink { target: b"target" }, 0o777, &ROOT, CreateMode::Guarded)
+                .map(|_| ()),
+            (3, Some(e)) => {
+                let len = 1 + next(data.len());
+                fs.write(&e.2, (next(128) * 1000) as u64, &data[..len], Stability::FileSync).map(|_| ())
+            }
+            (4, Some(e)) => fs
+                .setattr(&e.2, &SetAttr { size: Some((next(40) * 2000) as u64), ..SetAttr::default() }, None)
+                .map(|_| ()),
+            (5, Some(e)) if e.2 == vol => continue, // keep the volume under test
+            (5, Some(e)) if e.3 == FileType::Directory => fs.rmdir(&e.0, &e.1),
+            (5, Some(e)) => fs.remove(&e.0, &e.1),
+            // The volume under test stays where it is and is not replaced.
+            (6, Some(e)) if e.2 == vol || fs.lookup(&dir2, &name).map(|x| x.0) == Ok(vol) => continue,
+            (6, Some(e)) => fs.rename(&e.0, &e.1, &dir2, &name),
+            (7, Some(e)) => fs.link(&e.2, &dir2, &name).map(|_| ()),
+            (8, Some(e)) if e.3 == FileType::Directory && e.2 != vol && next(4) == 0 => fs.remove_tree(&e.0, &e.1),
+            _ => continue,
+        };
+        match result {
+            Ok(()) => ok[op] += 1,
+            Err(VfsError::NoSpace) => full[0] += 1,
+            Err(VfsError::QuotaExceeded) => full[1] += 1,
+            Err(_) => {}
+        }
+    }
+    let w = walk(&fs, Some(&vol));
+    assert_eq!(fs.used_bytes(), w.used_bytes);
+    println!("successful operations by kind: {ok:?}, NoSpace {}, QuotaExceeded {}", full[0], full[1]);
+    assert!(ok.iter().all(|&n| n > 0), "every kind of operation succeeded at least once: {ok:?}");
+    assert!(full.iter().all(|&n| n > 0), "both limits were hit: {full:?}");
+}
