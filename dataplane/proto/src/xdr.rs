@@ -356,7 +356,8 @@ prim!(u64, u64, 8);
 prim!(i64, i64, 8);
 prim!(bool, bool, 4);
 
-/// Decode a whole value from `buf`, requiring that nothing is left over.
+/// Decode one value from the start of `buf` (trailing bytes are not checked:
+/// callers that need a whole-buffer match compare `Decoder::remaining`).
 pub fn from_bytes<'a, T: Xdr<'a>>(buf: &'a [u8]) -> Result<T> {
     let mut d = Decoder::new(buf);
     let v = T::decode(&mut d)?;
