@@ -28,7 +28,7 @@ generate: ## regenerate deepcopy, the CRD and RBAC/webhook manifests from the Go
 	sed -n '/^rules:/,$$p' config/rbac/role.yaml | tail -n +2 > charts/chimera/files/operator-clusterrole-rules.yaml
 
 build-operator: ## build the operator binary into bin/
-	CGO_ENABLED=0 nice -n 10 $(GO) build -trimpath -o $(OPERATOR_BIN) ./operator/cmd/chimera-operator
+	CGO_ENABLED=0 nice -n 10 $(GO) build -o $(OPERATOR_BIN) ./operator/cmd/chimera-operator
 
 # The rendered chimerad config is checked by the real chimerad (--check-config),
 # and the envtest suite pushes the DS list to a real chimerad's admin API.
