@@ -121,9 +121,9 @@ fn dispatcher(cfg: &Config, router: &Arc<Router>) -> rpc::Dispatcher {
         let r = router.clone();
         let resolve = Arc::new(move |p: &[u8]| r.resolve_path(p));
         d.register(Arc::new(nfs3::Mount3Program::new(mount_exports(cfg), resolve)), "mount3", &nfs3::mount::PROC_NAMES);
-        if cfg.server.portmap_port != 0 {
-            d.register(Arc::new(nfs3::PortmapProgram::new(portmap_registrations(cfg))), "portmap", &nfs3::portmap::PROC_NAMES);
-        }
+        // Registered even without its own listener: it then answers on the
+        // NFS port, which costs nothing and helps clients that ask there.
+        d.register(Arc::new(nfs3::PortmapProgram::new(portmap_registrations(cfg))), "portmap", &nfs3::portmap::PROC_NAMES);
     }
     d
 }

@@ -166,6 +166,8 @@ fn serves_admin_metrics_and_nfs_then_stops_on_sigterm() {
     // An unknown export is refused (MNT3ERR_NOENT = 2 or MNT3ERR_ACCES = 13).
     let bad = rpc_call(&mut nfs, 4, 100005, 3, 1, &xdr_opaque(b"/elsewhere"));
     assert_ne!(&bad[..4], &[0, 0, 0, 0]);
+    // The portmapper answers on the NFS port too (NULL).
+    assert_eq!(rpc_call_raw(&mut nfs, 5, 100000, 2, 0, &[]).0, 0);
     drop(nfs);
     // Those calls are counted per program and operation.
     let m = get(d.metrics, "/metrics", None).text();
@@ -232,6 +234,7 @@ fn ds_role_serves_nfs3_only() {
     // NFSv3 NULL answers; MOUNT and NFSv4 are not registered (PROG_UNAVAIL).
     assert_eq!(rpc_call_raw(&mut s, 1, 100003, 3, 0, &[]).0, 0);
     assert_eq!(rpc_call_raw(&mut s, 2, 100005, 3, 0, &[]).0, 1);
+    assert_eq!(rpc_call_raw(&mut s, 4, 100000, 2, 0, &[]).0, 1);
     // NFSv4 shares program 100003: version 4 is a PROG_MISMATCH (2).
     assert_eq!(rpc_call_raw(&mut s, 3, 100003, 4, 0, &[]).0, 2);
     assert_eq!(get(d.metrics, "/healthz", None).status, 200);
