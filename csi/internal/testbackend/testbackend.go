@@ -43,6 +43,15 @@ type Backend struct {
 // Start starts the backend and registers its shutdown with t.Cleanup.
 func Start(t testing.TB) *Backend {
 	t.Helper()
+	if url := os.Getenv("CHIMERA_ADMIN_URL"); url != "" {
+		// An already running chimerad (the guest reaches the host's as 10.0.2.2).
+		token := os.Getenv("CHIMERA_ADMIN_TOKEN")
+		if token == "" {
+			t.Fatal("CHIMERA_ADMIN_URL is set but CHIMERA_ADMIN_TOKEN is empty")
+		}
+		t.Logf("admin API backend: external chimerad at %s", url)
+		return &Backend{URL: url, Token: token, Real: true}
+	}
 	bin := os.Getenv("CHIMERAD")
 	if bin == "" {
 		if os.Getenv("CHIMERA_CSI_REQUIRE_CHIMERAD") != "" {

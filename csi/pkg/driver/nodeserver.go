@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -20,6 +21,51 @@ import (
 type nodeServer struct {
 	csi.UnimplementedNodeServer
 	d *Driver
+
+	// published records each volume's publish targets, to refuse a second
+	// target for SINGLE_NODE_SINGLE_WRITER (ReadWriteOncePod) as the spec asks.
+	// It is rebuilt by publish retries after a plugin restart.
+	mu        sync.Mutex
+	published map[string]map[string]bool
+}
+
+func (s *nodeServer) targets(volumeID string) map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.published == nil {
+		s.published = map[string]map[string]bool{}
+	}
+	if s.published[volumeID] == nil {
+		s.published[volumeID] = map[string]bool{}
+	}
+	return s.published[volumeID]
+}
+
+func (s *nodeServer) setPublished(volumeID, target string, on bool) {
+	t := s.targets(volumeID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on {
+		t[target] = true
+		return
+	}
+	delete(t, target)
+	if len(t) == 0 {
+		delete(s.published, volumeID)
+	}
+}
+
+// otherTarget returns a target other than target the volume is published at.
+func (s *nodeServer) otherTarget(volumeID, target string) string {
+	t := s.targets(volumeID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p := range t {
+		if p != target {
+			return p
+		}
+	}
+	return ""
 }
 
 // mountState is what a path looks like before we touch it.
@@ -199,9 +245,18 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		}
 	}
 
+	if req.GetVolumeCapability().GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+		if other := s.otherTarget(req.GetVolumeId(), req.GetTargetPath()); other != "" {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s has access mode SINGLE_NODE_SINGLE_WRITER and is already published at %s", req.GetVolumeId(), other)
+		}
+	}
 	mounted, err := s.prepare(req.GetTargetPath())
-	if err != nil || mounted {
-		return &csi.NodePublishVolumeResponse{}, err
+	if err != nil {
+		return nil, err
+	}
+	if mounted {
+		s.setPublished(req.GetVolumeId(), req.GetTargetPath(), true)
+		return &csi.NodePublishVolumeResponse{}, nil
 	}
 	opts := []string{"bind"}
 	if req.GetReadonly() || readOnlyMode(req.GetVolumeCapability().GetAccessMode().GetMode()) {
@@ -210,6 +265,7 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if err := s.d.cfg.Mounter.Mount(req.GetStagingTargetPath(), req.GetTargetPath(), "", opts); err != nil {
 		return nil, status.Errorf(codes.Internal, "bind mount %s at %s: %v", req.GetStagingTargetPath(), req.GetTargetPath(), err)
 	}
+	s.setPublished(req.GetVolumeId(), req.GetTargetPath(), true)
 	return &csi.NodePublishVolumeResponse{}, nil
 }
 
@@ -225,7 +281,11 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 		return nil, err
 	}
 	defer release()
-	return &csi.NodeUnpublishVolumeResponse{}, s.unmount(req.GetTargetPath())
+	if err := s.unmount(req.GetTargetPath()); err != nil {
+		return nil, err
+	}
+	s.setPublished(req.GetVolumeId(), req.GetTargetPath(), false)
+	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
 
 func (s *nodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {

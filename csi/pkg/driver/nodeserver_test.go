@@ -228,6 +228,22 @@ func TestNodeRejections(t *testing.T) {
 		t.Fatalf("stage after release: %v", err)
 	}
 
+	// ReadWriteOncePod: a second target for the same volume is refused.
+	once := capMode(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER)
+	pub := &csi.NodePublishVolumeRequest{VolumeId: "vol1", StagingTargetPath: f.staging, TargetPath: f.target, VolumeCapability: once, VolumeContext: f.ctx}
+	if _, err := f.ns.NodePublishVolume(ctx, pub); err != nil {
+		t.Fatalf("first single-writer publish: %v", err)
+	}
+	pub.TargetPath = f.target + "-other"
+	_, err = f.ns.NodePublishVolume(ctx, pub)
+	wantCode(t, err, codes.FailedPrecondition, "SINGLE_NODE_SINGLE_WRITER")
+	if _, err := f.ns.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol1", TargetPath: f.target}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ns.NodePublishVolume(ctx, pub); err != nil {
+		t.Fatalf("single-writer publish after unpublish: %v", err)
+	}
+
 	info, err := f.ns.NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
 	if err != nil || info.NodeId != "node-a" || info.AccessibleTopology.Segments[TopologyKeyNode] != "node-a" {
 		t.Fatalf("info %v %v", info, err)
