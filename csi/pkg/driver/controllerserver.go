@@ -94,10 +94,9 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if req.GetVolumeContentSource() != nil {
 		return nil, status.Error(codes.InvalidArgument, "volume_content_source: snapshots and clones are not supported yet")
 	}
-	if len(req.GetAccessibilityRequirements().GetRequisite()) > 0 || len(req.GetAccessibilityRequirements().GetPreferred()) > 0 {
-		// We do not advertise VOLUME_ACCESSIBILITY_CONSTRAINTS: every node reaches the cluster.
-		return nil, status.Error(codes.InvalidArgument, "accessibility_requirements: not supported, Chimera volumes are reachable from every node")
-	}
+	// accessibility_requirements are satisfied whatever they say: every node
+	// reaches the cluster over the network, so the volume carries no topology
+	// (VOLUME_ACCESSIBILITY_CONSTRAINTS is not advertised).
 	capacityBytes, err := capacityFor(req.GetCapacityRange())
 	if err != nil {
 		return nil, err
