@@ -84,7 +84,7 @@ type MetadataServerSpec struct {
 }
 
 // DataServersSpec describes the data servers (DS) that hold file data.
-// +kubebuilder:validation:XValidation:rule="self.mode != 'DaemonSet' || !has(self.count)",message="dataServers.count must not be set when dataServers.mode is DaemonSet (one DS runs per selected node)",fieldPath=".count"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'DaemonSet' || !has(self.count)",message="dataServers.count must not be set when dataServers.mode is DaemonSet (one DS runs per selected node)",fieldPath=".count"
 type DataServersSpec struct {
 	Placement `json:",inline"`
 	// Mode: StatefulSet (count pods) or DaemonSet (one pod per selected node).
@@ -130,8 +130,8 @@ type NVMeSpec struct {
 type PCIAddress string
 
 // StorageSpec selects the backend and the devices behind it.
-// +kubebuilder:validation:XValidation:rule="self.backend != 'nvme' || has(self.nvme)",message="storage.nvme is required when storage.backend is nvme",fieldPath=".nvme"
-// +kubebuilder:validation:XValidation:rule="self.backend != 'memfs' || !has(self.nvme)",message="storage.nvme must not be set when storage.backend is memfs",fieldPath=".nvme"
+// +kubebuilder:validation:XValidation:rule="!has(self.backend) || self.backend != 'nvme' || has(self.nvme)",message="storage.nvme is required when storage.backend is nvme",fieldPath=".nvme"
+// +kubebuilder:validation:XValidation:rule="!has(self.nvme) || (has(self.backend) && self.backend == 'nvme')",message="storage.nvme is only valid when storage.backend is nvme",fieldPath=".nvme"
 type StorageSpec struct {
 	// Backend: memfs (bounded memory) or nvme (userspace NVMe through VFIO).
 	// +kubebuilder:default=memfs
@@ -148,7 +148,7 @@ type StorageSpec struct {
 }
 
 // NetworkSpec says how clients and servers talk.
-// +kubebuilder:validation:XValidation:rule="self.transport != 'rdma' || has(self.rdmaResourceName)",message="network.rdmaResourceName is required when network.transport is rdma",fieldPath=".rdmaResourceName"
+// +kubebuilder:validation:XValidation:rule="!has(self.transport) || self.transport != 'rdma' || has(self.rdmaResourceName)",message="network.rdmaResourceName is required when network.transport is rdma",fieldPath=".rdmaResourceName"
 type NetworkSpec struct {
 	// Transport: tcp, or rdma (RPC-over-RDMA v1 with TCP fallback).
 	// +kubebuilder:default=tcp
@@ -180,7 +180,7 @@ type NetworkSpec struct {
 }
 
 // PNFSSpec shapes flex-files layouts.
-// +kubebuilder:validation:XValidation:rule="self.stripeUnitBytes % 4096 == 0",message="pnfs.stripeUnitBytes must be a multiple of 4096",fieldPath=".stripeUnitBytes"
+// +kubebuilder:validation:XValidation:rule="!has(self.stripeUnitBytes) || self.stripeUnitBytes % 4096 == 0",message="pnfs.stripeUnitBytes must be a multiple of 4096",fieldPath=".stripeUnitBytes"
 type PNFSSpec struct {
 	// StripeUnitBytes is the bytes written to one DS before moving to the next.
 	// +kubebuilder:validation:Minimum=4096
