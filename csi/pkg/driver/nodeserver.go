@@ -119,6 +119,18 @@ func (s *nodeServer) prepare(path string) (mounted bool, err error) {
 	return false, nil
 }
 
+// checkVolumePath validates volume_path of NodeGetVolumeStats/NodeExpandVolume:
+// the spec names NotFound for a path that holds no volume, relative ones included.
+func checkVolumePath(p string) error {
+	if p == "" {
+		return status.Error(codes.InvalidArgument, "volume_path: missing in request")
+	}
+	if !filepath.IsAbs(p) {
+		return status.Errorf(codes.NotFound, "volume_path %q: no volume there (not an absolute path)", p)
+	}
+	return nil
+}
+
 func checkPath(field, p string) error {
 	if p == "" {
 		return status.Errorf(codes.InvalidArgument, "%s: missing in request", field)
@@ -292,7 +304,7 @@ func (s *nodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVol
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id: missing in request")
 	}
-	if err := checkPath("volume_path", req.GetVolumePath()); err != nil {
+	if err := checkVolumePath(req.GetVolumePath()); err != nil {
 		return nil, err
 	}
 	if sp := req.GetStagingTargetPath(); sp != "" {
@@ -338,7 +350,7 @@ func (s *nodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id: missing in request")
 	}
-	if err := checkPath("volume_path", req.GetVolumePath()); err != nil {
+	if err := checkVolumePath(req.GetVolumePath()); err != nil {
 		return nil, err
 	}
 	if vc := req.GetVolumeCapability(); vc != nil {
