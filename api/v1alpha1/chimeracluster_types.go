@@ -22,8 +22,9 @@ const (
 	StripeUnitBytesMax = 64 << 20
 	// NVMeDevicesPerPodMax bounds the NVMe devices one server pod binds.
 	NVMeDevicesPerPodMax = 64
-	// ThreadsMax bounds the per-pod event-loop count.
-	ThreadsMax = 1024
+	// ThreadsMax bounds the per-pod event-loop count: chimerad's runtime
+	// accepts at most 64 cores (server.cores, dataplane/chimerad/CONFIG.md).
+	ThreadsMax = 64
 )
 
 // Transport selects how clients reach the servers.
@@ -201,7 +202,7 @@ type TuningSpec struct {
 	// Threads is the number of per-core event loops in each server pod
 	// (default: chimerad picks the CPUs it is given).
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=1024
+	// +kubebuilder:validation:Maximum=64
 	// +optional
 	Threads int32 `json:"threads,omitempty"`
 	// HugePageSize backs chimerad's buffer pools with hugepages of this size;

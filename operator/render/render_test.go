@@ -49,7 +49,7 @@ func productionCluster() *chimerav1.ChimeraCluster {
 	c.Spec.Storage = chimerav1.StorageSpec{Backend: chimerav1.BackendNVMe, NVMe: &chimerav1.NVMeSpec{ResourceName: "chimera.io/nvme", DevicesPerPod: 16}}
 	c.Spec.Network = chimerav1.NetworkSpec{Transport: chimerav1.TransportRDMA, Port: 20049, TOS: i32(104), NetworkAttachment: "roce-a", RDMAResourceName: "rdma/roce_a"}
 	c.Spec.PNFS = chimerav1.PNFSSpec{StripeUnitBytes: 512 << 10, Mirrors: 1}
-	c.Spec.Tuning = chimerav1.TuningSpec{Threads: 80, HugePageSize: "1Gi"}
+	c.Spec.Tuning = chimerav1.TuningSpec{Threads: 64, HugePageSize: "1Gi"}
 	return c
 }
 
@@ -167,7 +167,7 @@ func TestConfigRendering(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := m["server"]
-	if srv["role"] != "mds" || srv["cores"] != 80.0 || srv["rdma"] != true || srv["rdma_port"] != 20049.0 || srv["nfs_port"] != 2049.0 {
+	if srv["role"] != "mds" || srv["cores"] != 64.0 || srv["rdma"] != true || srv["rdma_port"] != 20049.0 || srv["nfs_port"] != 2049.0 {
 		t.Errorf("server section %v", srv)
 	}
 	pnfs := srv["pnfs"].(map[string]any)
