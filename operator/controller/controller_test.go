@@ -34,6 +34,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 )
 
 func i32(v int32) *int32 { return &v }
@@ -612,4 +613,38 @@ func TestDeletionTearsDownDataServersFirst(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestSamplesAreAccepted applies every ChimeraCluster sample in config/samples
+// to the real apiserver (schema, CEL) and the webhook: what we ship must be valid.
+func TestSamplesAreAccepted(t *testing.T) {
+	ctx := context.Background()
+	files, _ := filepath.Glob(filepath.Join("..", "..", "config", "samples", "storage_v1alpha1_chimeracluster_*.yaml"))
+	if len(files) < 2 {
+		t.Fatalf("found %d ChimeraCluster samples, want at least 2", len(files))
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, doc := range strings.Split(string(b), "\n---\n") {
+			if !strings.Contains(doc, "kind: ChimeraCluster") {
+				continue
+			}
+			c := &chimerav1.ChimeraCluster{}
+			if err := yaml.Unmarshal([]byte(doc), c); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			namespace(t, c.Namespace)
+			if err := k8s.Create(ctx, c); err != nil {
+				t.Fatalf("%s rejected: %v", f, err)
+			}
+			found = true
+		}
+		if !found {
+			t.Fatalf("%s has no ChimeraCluster", f)
+		}
+	}
 }
