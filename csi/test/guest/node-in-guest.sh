@@ -6,8 +6,10 @@
 # for the host to read back over NFS; NodeGetVolumeStats reports the quota; a
 # write past the quota fails with EDQUOT; restarting the node plugin leaves the
 # mount working; Unpublish/Unstage leave no NFS mount behind.
-# Inputs in /results (the 9p share): chimera-csi, csicall, volume.json, env
-# CAPACITY_BYTES. Outputs: /results/data.sha256, /results/guest.log lines.
+# Then runs csi-sanity (csi-test v5) including the Node Service specs, which
+# cannot run on the host, against the same chimerad.
+# Inputs in /results (the 9p share): chimera-csi, csicall, sanity.test,
+# volume.json; env CAPACITY_BYTES, ADMIN_URL, ADMIN_TOKEN, NFS_PORT. Outputs: /results/data.sha256, /results/guest.log lines.
 set -u
 R=/results
 fail() { echo "node-in-guest: FAIL: $*"; exit 1; }
@@ -91,4 +93,14 @@ step "NodeUnpublish + NodeUnstage leave no mount"
 /tmp/csicall -endpoint $SOCK unpublish -volume $R/volume.json -staging $STAGING -target $TARGET || fail "unpublish retry"
 if grep -q " nfs4 " /proc/mounts; then cat /proc/mounts; fail "NFS mounts left"; fi
 kill $PLUGIN
+
+step "csi-sanity with the node specs, real kernel NFS mounts"
+cp $R/sanity.test /tmp/ && chmod +x /tmp/sanity.test
+( cd /tmp && CHIMERA_SANITY_NODE=1 CHIMERA_ADMIN_URL=$ADMIN_URL CHIMERA_ADMIN_TOKEN=$ADMIN_TOKEN \
+    CHIMERA_NFS_SERVER=10.0.2.2 CHIMERA_NFS_PORT=$NFS_PORT \
+    /tmp/sanity.test -test.v -test.run TestSanity -test.timeout 300s > /tmp/sanity.log 2>&1 )
+src=$?
+grep -E "^(--- |ok|PASS|FAIL)|admin API backend|running sanity|^Ran |SUCCESS|FAIL!|\[FAIL\]" /tmp/sanity.log
+[ $src -eq 0 ] || { tail -n 80 /tmp/sanity.log; fail "csi-sanity node specs"; }
+if grep -q " nfs4 " /proc/mounts; then cat /proc/mounts; fail "csi-sanity left NFS mounts"; fi
 step "PASS"

@@ -11,6 +11,7 @@
 # kernel NFSv4.1 client, writes, checks stats/quota/restart/unmount. Back on the
 # host: the bytes the guest wrote are read through libnfs (an independent NFS
 # client) and compared, then the volume is deleted through the controller.
+# The guest also runs csi-sanity with its Node Service specs (real mounts).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
@@ -18,7 +19,7 @@ CACHE=${CACHE:-$HOME/.cache/chimera-test}
 GO=${GO:-go}
 CAPACITY_BYTES=$((8 << 20))
 TOKEN=csi-guest-token-0123456789
-GUEST_TIMEOUT_S=300
+GUEST_TIMEOUT_S=600
 
 die() { echo "csi-guest: FAIL: $*" >&2; exit 1; }
 [ $# -eq 2 ] || die "usage: run.sh CHIMERAD_BIN CHIMERA_CSI_BIN"
@@ -52,6 +53,7 @@ curl -fsS "http://127.0.0.1:$admin_port/healthz" >/dev/null || { cat "$work/chim
 
 # Static binaries for the guest (no libc there to match).
 CGO_ENABLED=0 "$GO" build -o "$out/csicall" "$repo/csi/test/guest/csicall"
+(cd "$repo" && CGO_ENABLED=0 "$GO" test -c -o "$out/sanity.test" ./csi/test/sanity)
 cp "$csi_bin" "$out/chimera-csi"
 
 "$csi_bin" --mode=controller --endpoint="unix://$work/ctl.sock" > "$work/controller.log" 2>&1 & pids+=($!)
@@ -63,7 +65,8 @@ cat "$out/volume.json"
 export_path=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["volumeContext"]["exportPath"])' "$out/volume.json")
 
 set +e
-"$repo/e2e/guest/run.sh" -e CAPACITY_BYTES=$CAPACITY_BYTES -o "$out" -t $GUEST_TIMEOUT_S "$here/node-in-guest.sh"
+"$repo/e2e/guest/run.sh" -e CAPACITY_BYTES=$CAPACITY_BYTES -e ADMIN_URL="http://10.0.2.2:$admin_port" \
+  -e ADMIN_TOKEN=$TOKEN -e NFS_PORT=$nfs_port -o "$out" -t $GUEST_TIMEOUT_S "$here/node-in-guest.sh"
 rc=$?
 set -e
 [ $rc -eq 0 ] || { tail -n 40 "$work/chimerad.log"; die "guest test rc=$rc"; }

@@ -10,9 +10,10 @@
 // ValidateVolumeCapabilities, ControllerExpandVolume).
 //
 // Skipped, with the reason:
-//   - "Node Service": node mounts need a kernel NFS client, which this host's
-//     kernel does not have. The node service is proven in the QEMU guest
-//     (e2e/guest) and by the unit tests in csi/pkg/driver with a fake mounter.
+//   - "Node Service" (on the host only): node mounts need a kernel NFS client,
+//     which this host's kernel does not have. `make test-csi-guest` runs this
+//     same suite inside the QEMU guest with CHIMERA_SANITY_NODE=1, node specs
+//     included, with real kernel NFSv4.1 mounts of chimerad volumes.
 //   - Snapshot, ControllerPublish, ModifyVolume and GroupController specs skip
 //     themselves: the driver does not advertise those capabilities.
 package sanity
@@ -36,7 +37,7 @@ import (
 
 // skipped lists sanity Describe texts that cannot run on this host, with why.
 var skipped = map[string]string{
-	"Node Service": "needs kernel NFS mounts; runs in the QEMU guest (e2e/guest), node logic unit-tested with a fake mounter",
+	"Node Service": "needs kernel NFS mounts; runs in the QEMU guest (make test-csi-guest), node logic unit-tested with a fake mounter",
 }
 
 // suiteTimeout bounds the whole suite; it takes seconds.
