@@ -27,9 +27,9 @@ import (
 	"time"
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
-	mount "k8s.io/mount-utils"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	mount "k8s.io/mount-utils"
 
 	"github.com/chimera-k8s/chimera/csi/internal/testbackend"
 	"github.com/chimera-k8s/chimera/csi/pkg/driver"
