@@ -415,8 +415,15 @@ def run_fio(cmd: list[str], timeout_s: float, out_json: Path, teardown_max: int 
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise BenchError(f"fio did not finish within {timeout_s:.0f}s (server hung or too slow)")
+        # fio's job processes call setsid(), so the group kill misses them and
+        # they keep our pipes open (seen: a job stuck in libnfs teardown after
+        # UMNT). They carry the unique --output path on their command line.
+        subprocess.run(["pkill", "-9", "-f", str(out_json)], check=False)
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        raise BenchError(f"fio did not finish within {timeout_s:.0f}s (server hung, client stuck, or too slow)")
     if proc.returncode != 0:
         msg = (err or out).strip().splitlines()
         raise BenchError(f"fio failed (exit {proc.returncode}): {' | '.join(msg[-5:])}")
