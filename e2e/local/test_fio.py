@@ -12,11 +12,21 @@ import subprocess
 def fio_run(fio, tmp_path, job, name):
     path = tmp_path / f"{name}.fio"
     path.write_text(job)
+    out_path, err_path = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+    # Output goes to files, not pipes: fio's job processes call setsid(), so a
+    # job stuck in libnfs teardown would otherwise hold our pipes open forever.
     # cwd: fio drops verify state files into its working directory.
-    p = subprocess.run([fio, "--output-format=json", str(path)], capture_output=True, timeout=300, cwd=tmp_path)
-    out = p.stdout.decode()
-    data = json.loads(out[out.index("{") :]) if "{" in out else None
-    return p.returncode, data, p.stderr.decode()
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        p = subprocess.Popen([fio, "--output-format=json", str(path)], stdout=out, stderr=err, cwd=tmp_path)
+        try:
+            rc = p.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            subprocess.run(["pkill", "-9", "-f", str(path)], check=False)
+            raise AssertionError(f"fio job {name} did not finish in 300 s")
+    text = out_path.read_text()
+    data = json.loads(text[text.index("{") :]) if "{" in text else None
+    return rc, data, err_path.read_text()
 
 
 def job(server, body, size="16m"):
