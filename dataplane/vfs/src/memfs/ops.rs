@@ -235,40 +235,11 @@ impl Vfs for MemFs {
     }
 
     fn remove(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
-        check_name(name)?;
-        let mut ns = self.lock_ns();
-        let d = self.get(dir)?;
-        let mut ds = d.write();
-        live(&ds)?;
-        let ent = dir_of(&ds)?.get(name).ok_or(VfsError::NoEnt)?;
-        let child = self.get_entry(ent.ino, ent.generation).expect("entry names a live object");
-        let mut cs = child.write();
-        if cs.ftype == FileType::Directory {
-            return Err(VfsError::IsDir);
-        }
-        let now = Time::now();
-        self.unlink_entry(&mut ds, name, now);
-        self.drop_link(&mut ns, &child, &mut cs, now);
-        Ok(())
+        self.unlink(dir, name, false)
     }
 
     fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
-        check_name(name)?;
-        let mut ns = self.lock_ns();
-        let d = self.get(dir)?;
-        let mut ds = d.write();
-        live(&ds)?;
-        let ent = dir_of(&ds)?.get(name).ok_or(VfsError::NoEnt)?;
-        let child = self.get_entry(ent.ino, ent.generation).expect("entry names a live object");
-        let mut cs = child.write();
-        if !dir_of(&cs)?.is_empty() {
-            return Err(VfsError::NotEmpty);
-        }
-        let now = Time::now();
-        self.unlink_entry(&mut ds, name, now);
-        ds.nlink -= 1;
-        self.destroy(&mut ns, &child, &mut cs);
-        Ok(())
+        self.unlink(dir, name, true)
     }
 
     fn rename(&self, from_dir: &FileHandle, from_name: &[u8], to_dir: &FileHandle, to_name: &[u8]) -> VfsResult<()> {
@@ -722,6 +693,37 @@ impl MemFs {
         ss.touch_ctime(now);
         if moves_dir_across {
             ts.nlink += 1;
+        }
+        Ok(())
+    }
+}
+
+impl MemFs {
+    /// REMOVE and RMDIR share one locking order (namespace, directory,
+    /// child); `dir_op` says which kind of child may go.
+    fn unlink(&self, dir: &FileHandle, name: &[u8], dir_op: bool) -> VfsResult<()> {
+        check_name(name)?;
+        let mut ns = self.lock_ns();
+        let d = self.get(dir)?;
+        let mut ds = d.write();
+        live(&ds)?;
+        let ent = dir_of(&ds)?.get(name).ok_or(VfsError::NoEnt)?;
+        let child = self.get_entry(ent.ino, ent.generation).expect("entry names a live object");
+        let mut cs = child.write();
+        if dir_op {
+            if !dir_of(&cs)?.is_empty() {
+                return Err(VfsError::NotEmpty);
+            }
+        } else if cs.ftype == FileType::Directory {
+            return Err(VfsError::IsDir);
+        }
+        let now = Time::now();
+        self.unlink_entry(&mut ds, name, now);
+        if dir_op {
+            ds.nlink -= 1;
+            self.destroy(&mut ns, &child, &mut cs);
+        } else {
+            self.drop_link(&mut ns, &child, &mut cs, now);
         }
         Ok(())
     }
