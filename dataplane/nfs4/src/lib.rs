@@ -6,6 +6,7 @@
 //! Everything below the protocol goes through `vfs::Vfs`.
 
 pub mod attrs;
+pub mod callback;
 mod compound;
 pub mod error;
 mod ops;
@@ -138,6 +139,7 @@ pub struct Nfs4Program {
     /// Added to the clock: lets tests move time forward (leases, grace).
     skew_ms: std::sync::atomic::AtomicU64,
     reaper: Option<Reaper>,
+    callbacks: Arc<callback::Callbacks>,
 }
 
 /// Background lease reaper: wakes every second, stops when the program drops.
@@ -192,7 +194,7 @@ impl Nfs4Program {
             .map(|d| d.as_secs() as u32)
             .unwrap_or(1);
         let state = state::State::new(cfg.limits(), boot_epoch, 0);
-        Nfs4Program { vfs, cfg, state: Arc::new(Mutex::new(state)), clock: Instant::now(), skew_ms: Default::default(), reaper: None }
+        Nfs4Program { vfs, cfg, state: Arc::new(Mutex::new(state)), clock: Instant::now(), skew_ms: Default::default(), reaper: None, callbacks: Default::default() }
     }
 
     fn now_ms(&self) -> u64 {
@@ -220,6 +222,11 @@ impl Nfs4Program {
 
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// The back channel: CB_LAYOUTRECALL and friends (see `callback`).
+    pub fn callbacks(&self) -> Arc<callback::Callbacks> {
+        self.callbacks.clone()
     }
 }
 
