@@ -196,7 +196,11 @@ func podTemplate(c *chimerav1.ChimeraCluster, component, configHash string) core
 		mounts = append(mounts, corev1.VolumeMount{Name: "hugepages", MountPath: HugePagesDir})
 	}
 	nvme := c.Spec.Storage.NVMe
-	useNVMe := c.Spec.Storage.Backend == chimerav1.BackendNVMe && nvme != nil
+	// Only DS pods take NVMe devices: pNFS file data lives on the DSes, and
+	// device-plugin devices are exclusive, so an MDS holding a node's devices
+	// would leave none for the DS next to it (the reference layout runs the
+	// MDS and a DS on the same node; the fake-cluster e2e caught this).
+	useNVMe := c.Spec.Storage.Backend == chimerav1.BackendNVMe && nvme != nil && component == ComponentDS
 	if useNVMe && len(nvme.PCIAddresses) > 0 {
 		hostDir := corev1.HostPathDirectory
 		volumes = append(volumes, corev1.Volume{Name: "vfio", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: VFIODir, Type: &hostDir}}})

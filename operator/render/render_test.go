@@ -107,14 +107,21 @@ func TestPodsGetOnlyTheNeededPrivileges(t *testing.T) {
 		if sc.Privileged != nil && *sc.Privileged {
 			t.Error("device-plugin NVMe must not make the pod privileged")
 		}
-		if strings.Join(capStrings(sc.Capabilities.Add), ",") != "IPC_LOCK,NET_BIND_SERVICE,SYS_RAWIO" || capStrings(sc.Capabilities.Drop)[0] != "ALL" {
-			t.Errorf("capabilities add %v drop %v", sc.Capabilities.Add, sc.Capabilities.Drop)
+		isDS := pod.Labels[LabelComponent] == ComponentDS
+		wantCaps := "IPC_LOCK,NET_BIND_SERVICE"
+		if isDS {
+			wantCaps += ",SYS_RAWIO" // VFIO access to the NVMe devices
+		}
+		if strings.Join(capStrings(sc.Capabilities.Add), ",") != wantCaps || capStrings(sc.Capabilities.Drop)[0] != "ALL" {
+			t.Errorf("capabilities add %v drop %v, want add %s", sc.Capabilities.Add, sc.Capabilities.Drop, wantCaps)
 		}
 		if pod.Annotations[AnnotationNetworks] != "roce-a" {
 			t.Errorf("networks annotation %q", pod.Annotations[AnnotationNetworks])
 		}
-		if q := ctr.Resources.Limits["chimera.io/nvme"]; q.Value() != 16 {
-			t.Errorf("nvme limit %v, want 16", q.String())
+		// Only DSes take NVMe devices (they are exclusive; the MDS would
+		// starve the DS on its node).
+		if q, ok := ctr.Resources.Limits["chimera.io/nvme"]; isDS && q.Value() != 16 || !isDS && ok {
+			t.Errorf("%s: nvme limit %v (present %v), want 16 on the DS only", pod.Labels[LabelComponent], q.String(), ok)
 		}
 		if q := ctr.Resources.Requests["rdma/roce_a"]; q.Value() != 1 {
 			t.Errorf("rdma request %v, want 1", q.String())

@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -47,7 +48,12 @@ type CertOptions struct {
 	ServiceName string // the webhook Service; the certificate's DNS names
 	WebhookName string // ValidatingWebhookConfiguration whose caBundle is set
 	CertDir     string
-	Now         func() time.Time
+	// ExtraSANs are further names (DNS names or IP addresses) the serving
+	// certificate must carry, for a webhook reached by URL rather than through
+	// its Service (an operator run outside the cluster, as in the fake-cluster
+	// e2e where the apiserver calls https://127.0.0.1:<port>).
+	ExtraSANs []string
+	Now       func() time.Time
 }
 
 // EnsureCerts makes sure a valid CA and serving certificate exist in the
@@ -61,6 +67,13 @@ func EnsureCerts(ctx context.Context, c client.Client, o CertOptions) error {
 	switch {
 	case apierrors.IsNotFound(err):
 		sec = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.SecretName}, Type: corev1.SecretTypeOpaque}
+		// Owned by the webhook configuration (cluster-scoped owners of
+		// namespaced objects are allowed): uninstalling the chart removes the
+		// configuration and the garbage collector removes this Secret, which
+		// helm never knew about.
+		if err := ownByWebhookConfig(ctx, c, o.WebhookName, sec); err != nil {
+			return err
+		}
 		if err := fill(sec, o); err != nil {
 			return err
 		}
@@ -94,6 +107,20 @@ func EnsureCerts(ctx context.Context, c client.Client, o CertOptions) error {
 		}
 	}
 	return patchCABundle(ctx, c, o.WebhookName, sec.Data[keyCACert])
+}
+
+func ownByWebhookConfig(ctx context.Context, c client.Client, name string, sec *corev1.Secret) error {
+	if name == "" {
+		return nil
+	}
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := c.Get(ctx, types.NamespacedName{Name: name}, vwc); err != nil {
+		return fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", name, err)
+	}
+	sec.OwnerReferences = []metav1.OwnerReference{{
+		APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration", Name: vwc.Name, UID: vwc.UID,
+	}}
+	return nil
 }
 
 func patchCABundle(ctx context.Context, c client.Client, name string, ca []byte) error {
@@ -132,7 +159,28 @@ func valid(sec *corev1.Secret, o CertOptions) bool {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
 	_, err = leaf.Verify(x509.VerifyOptions{DNSName: dnsNames(o)[1], Roots: pool, CurrentTime: o.Now().Add(RenewBefore)})
-	return err == nil && len(sec.Data[keyKey]) > 0
+	if err != nil || len(sec.Data[keyKey]) == 0 {
+		return false
+	}
+	// A SAN asked for since the certificate was issued means a new one.
+	for _, san := range o.ExtraSANs {
+		if leaf.VerifyHostname(san) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// splitSANs separates the extra names into IP addresses and DNS names.
+func splitSANs(sans []string) (ips []net.IP, dns []string) {
+	for _, s := range sans {
+		if ip := net.ParseIP(s); ip != nil {
+			ips = append(ips, ip)
+		} else if s != "" {
+			dns = append(dns, s)
+		}
+	}
+	return ips, dns
 }
 
 func dnsNames(o CertOptions) []string {
@@ -168,10 +216,12 @@ func fill(sec *corev1.Secret, o CertOptions) error {
 	if err != nil {
 		return err
 	}
+	extraIPs, extraDNS := splitSANs(o.ExtraSANs)
 	tpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: dnsNames(o)[1]},
-		DNSNames:     dnsNames(o),
+		DNSNames:     append(dnsNames(o), extraDNS...),
+		IPAddresses:  extraIPs,
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(ServingValidity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,

@@ -181,4 +181,25 @@ func TestSelfManagedCerts(t *testing.T) {
 	if _, err := parseCert(again.Data["tls.crt"]); err != nil {
 		t.Fatal("corrupt certificate was kept")
 	}
+	// The Secret is owned by the webhook configuration, so deleting the
+	// configuration (helm uninstall) lets the garbage collector remove it.
+	if refs := again.OwnerReferences; len(refs) != 1 || refs[0].Kind != "ValidatingWebhookConfiguration" || refs[0].Name != "vwc" {
+		t.Fatalf("cert Secret owner references: %+v", refs)
+	}
+	// An extra SAN (webhook reached by URL) that the current certificate
+	// lacks forces a new one carrying it; IPs become IP SANs.
+	o.ExtraSANs = []string{"127.0.0.1", "hook.example"}
+	if err := EnsureCerts(ctx, c, o); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Get(ctx, types.NamespacedName{Namespace: "sys", Name: "cert"}, again)
+	leaf, err := parseCert(again.Data["tls.crt"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"127.0.0.1", "hook.example", "hook.sys.svc"} {
+		if err := leaf.VerifyHostname(h); err != nil {
+			t.Errorf("serving cert lacks %s: %v", h, err)
+		}
+	}
 }

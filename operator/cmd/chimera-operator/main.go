@@ -8,11 +8,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
 	"github.com/chimera-k8s/chimera/operator/controller"
 	"github.com/chimera-k8s/chimera/operator/webhook"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -33,32 +35,65 @@ func main() {
 		webhookPort                           int
 		leaderElect, enableWebhook, selfCerts bool
 		certSecret, webhookService, vwcName   string
-		namespace                             string
+		namespace, mdsAdminURL, extraSANs     string
+		webhookHost                           string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "metrics endpoint address (0 disables)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "/healthz and /readyz address")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "elect a leader so one replica reconciles")
 	flag.BoolVar(&enableWebhook, "enable-webhook", true, "serve the validating admission webhook")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "webhook server port")
+	flag.StringVar(&webhookHost, "webhook-host", "", "address the webhook server binds (empty: all, as in a pod)")
 	flag.StringVar(&certDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory holding tls.crt and tls.key")
 	flag.BoolVar(&selfCerts, "self-managed-certs", true, "generate the webhook CA and certificate into --webhook-cert-secret (disable with cert-manager)")
 	flag.StringVar(&certSecret, "webhook-cert-secret", "chimera-webhook-cert", "Secret holding the self-managed CA and serving certificate")
 	flag.StringVar(&webhookService, "webhook-service", "chimera-webhook", "Service in front of the webhook (certificate DNS name)")
 	flag.StringVar(&vwcName, "webhook-config-name", "chimera-validating-webhook", "ValidatingWebhookConfiguration whose caBundle the operator sets")
 	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace the operator runs in (default $POD_NAMESPACE)")
+	// Out-of-cluster runs only (development, the fake-cluster e2e): there the
+	// operator cannot reach MDS pod IPs, and the apiserver reaches the webhook
+	// by URL instead of through its Service.
+	flag.StringVar(&mdsAdminURL, "mds-admin-url", "", "admin API base URL used for every cluster's MDS instead of http://<MDS pod IP>:8080 (out-of-cluster runs and tests only)")
+	flag.StringVar(&extraSANs, "webhook-cert-extra-sans", "", "comma-separated extra DNS names / IPs for the self-managed webhook certificate (a webhook reached by URL)")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
-	if err := run(metricsAddr, probeAddr, certDir, webhookPort, leaderElect, enableWebhook, selfCerts, certSecret, webhookService, vwcName, namespace); err != nil {
+	o := options{
+		metricsAddr: metricsAddr, probeAddr: probeAddr, certDir: certDir, webhookPort: webhookPort,
+		leaderElect: leaderElect, enableWebhook: enableWebhook, selfCerts: selfCerts,
+		certSecret: certSecret, webhookService: webhookService, vwcName: vwcName, namespace: namespace,
+		mdsAdminURL: strings.TrimRight(mdsAdminURL, "/"), webhookHost: webhookHost,
+	}
+	for _, s := range strings.Split(extraSANs, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			o.extraSANs = append(o.extraSANs, s)
+		}
+	}
+	if o.mdsAdminURL != "" {
+		log.Info("MDS admin API overridden for every cluster (out-of-cluster run)", "url", o.mdsAdminURL)
+	}
+	if err := run(o); err != nil {
 		log.Error(err, "operator stopped")
 		os.Exit(1)
 	}
 }
 
-func run(metricsAddr, probeAddr, certDir string, webhookPort int, leaderElect, enableWebhook, selfCerts bool, certSecret, webhookService, vwcName, namespace string) error {
+type options struct {
+	metricsAddr, probeAddr, certDir       string
+	webhookPort                           int
+	leaderElect, enableWebhook, selfCerts bool
+	certSecret, webhookService, vwcName   string
+	namespace, mdsAdminURL, webhookHost   string
+	extraSANs                             []string
+}
+
+func run(o options) error {
+	metricsAddr, probeAddr, certDir, webhookPort := o.metricsAddr, o.probeAddr, o.certDir, o.webhookPort
+	leaderElect, enableWebhook, selfCerts := o.leaderElect, o.enableWebhook, o.selfCerts
+	certSecret, webhookService, vwcName, namespace := o.certSecret, o.webhookService, o.vwcName, o.namespace
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(chimerav1.AddToScheme(scheme))
@@ -76,6 +111,7 @@ func run(metricsAddr, probeAddr, certDir string, webhookPort int, leaderElect, e
 		defer cancel()
 		if err := webhook.EnsureCerts(ctx, direct, webhook.CertOptions{
 			Namespace: namespace, SecretName: certSecret, ServiceName: webhookService, WebhookName: vwcName, CertDir: certDir,
+			ExtraSANs: o.extraSANs,
 		}); err != nil {
 			return fmt.Errorf("webhook certificates: %w", err)
 		}
@@ -91,14 +127,18 @@ func run(metricsAddr, probeAddr, certDir string, webhookPort int, leaderElect, e
 		LeaderElectionNamespace: namespace,
 		// Step down promptly on SIGTERM so a new leader takes over fast.
 		LeaderElectionReleaseOnCancel: true,
-		WebhookServer:                 ctrlwebhook.NewServer(ctrlwebhook.Options{Port: webhookPort, CertDir: certDir}),
+		WebhookServer:                 ctrlwebhook.NewServer(ctrlwebhook.Options{Host: o.webhookHost, Port: webhookPort, CertDir: certDir}),
 	})
 	if err != nil {
 		return err
 	}
-	if err := (&controller.Reconciler{
+	r := &controller.Reconciler{
 		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorderFor("chimera-operator"),
-	}).SetupWithManager(mgr); err != nil {
+	}
+	if o.mdsAdminURL != "" {
+		r.AdminURL = func(*chimerav1.ChimeraCluster, *corev1.Pod) string { return o.mdsAdminURL }
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if enableWebhook {
