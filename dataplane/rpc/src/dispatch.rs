@@ -8,8 +8,14 @@ use crate::record;
 use crate::{Auth, CallContext, CallError, Program};
 use proto::xdr::{Decoder, Encoder, XdrError};
 use std::net::SocketAddr;
+use crate::backchannel::ReplySink;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+
+/// Log the first few dropped REPLY records, then one in this many.
+const LOG_FIRST: u64 = 8;
+const LOG_EVERY: u64 = 1000;
 
 // RFC 5531 constants (msg_type, reply_stat, accept_stat, reject_stat,
 // auth_stat, auth_flavor).
@@ -96,6 +102,11 @@ const PROCS_MAX: u32 = 64;
 
 pub struct Dispatcher {
     programs: Vec<Registered>,
+    /// Receives REPLY records (answers to our back-channel calls) and
+    /// connection closes.
+    reply_sink: Option<Arc<dyn ReplySink>>,
+    /// REPLY records dropped for want of a sink (logged sparingly).
+    replies_unrouted: AtomicU64,
     drc: Drc,
     pub limits: Limits,
     op_garbage: OpId,
@@ -107,6 +118,8 @@ impl Dispatcher {
         assert!(limits.inflight_per_conn_max >= 1 && limits.conns_max >= 1);
         Dispatcher {
             programs: Vec::new(),
+            reply_sink: None,
+            replies_unrouted: AtomicU64::new(0),
             drc: Drc::new(limits.drc_entries_max, limits.drc_bytes_max),
             limits,
             op_garbage: metrics::register_op("rpc", "rejected"),
@@ -128,6 +141,20 @@ impl Dispatcher {
         self.programs.push(Registered { prog, proc_ops });
     }
 
+    /// Route REPLY records and connection closes to `sink` (the program
+    /// that makes server-initiated calls). One sink per dispatcher.
+    pub fn set_reply_sink(&mut self, sink: Arc<dyn ReplySink>) {
+        assert!(self.reply_sink.is_none(), "reply sink set twice");
+        self.reply_sink = Some(sink);
+    }
+
+    /// The transport closed `conn` (called once per connection).
+    pub fn conn_closed(&self, conn: &ConnInfo) {
+        if let Some(s) = &self.reply_sink {
+            s.conn_closed(conn.conn_id);
+        }
+    }
+
     /// Handle one complete record; write the reply record into `out`.
     pub fn handle(&self, conn: &ConnInfo, record: &[u8], out: &mut [u8]) -> Outcome {
         let started = Instant::now();
@@ -135,8 +162,22 @@ impl Dispatcher {
         let mut d = Decoder::new(record);
         let Ok(xid) = d.u32() else { return Outcome::Close };
         let Ok(mtype) = d.u32() else { return Outcome::Close };
+        if mtype == REPLY {
+            // An answer to one of our back-channel calls: never answered,
+            // whatever it holds; the sink validates the rest.
+            match &self.reply_sink {
+                Some(s) => s.reply(conn, xid, record),
+                None => {
+                    let n = self.replies_unrouted.fetch_add(1, Ordering::Relaxed);
+                    if n < LOG_FIRST || n % LOG_EVERY == 0 {
+                        eprintln!("rpc: REPLY xid {xid:#x} from {} with no back channel: dropped ({} so far)", conn.peer, n + 1);
+                    }
+                }
+            }
+            return Outcome::Nothing;
+        }
         if mtype != CALL {
-            // Replies belong to the back channel (callbacks), not handled here.
+            // Neither CALL nor REPLY: nothing to answer, nothing to route.
             return Outcome::Nothing;
         }
         let (body_at, mut e) = start_reply(out, xid);

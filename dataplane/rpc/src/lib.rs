@@ -78,6 +78,7 @@ pub trait Program: Send + Sync {
     fn call(&self, ctx: &CallContext<'_>, args: &[u8], reply: &mut Encoder<'_>) -> Result<(), CallError>;
 }
 
+pub mod backchannel;
 pub mod drc;
 pub mod metrics;
 pub mod record;

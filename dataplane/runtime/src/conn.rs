@@ -16,6 +16,7 @@ const KIND_ACCEPT: u64 = 1;
 const KIND_RECV: u64 = 2;
 const KIND_SEND: u64 = 3;
 const KIND_TIMEOUT: u64 = 4;
+const KIND_WAKE: u64 = 5;
 
 /// How long a sleeping loop waits before rechecking the stop flag.
 const IDLE_WAKE: Duration = Duration::from_millis(100);
@@ -24,6 +25,9 @@ const IDLE_WAKE: Duration = Duration::from_millis(100);
 const RECV_SLACK_BYTES: usize = 64 << 10;
 /// How long shutdown waits for in-flight operations to drain.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(2);
+/// Server-initiated records held per connection while its reply buffer is
+/// full; more are dropped (the caller's timeout reports it).
+const OUT_PENDING_PER_CONN_MAX: usize = 64;
 
 fn user_data(kind: u64, gen: u32, slot: usize) -> u64 {
     debug_assert!(slot < (1 << 32));
@@ -53,6 +57,8 @@ struct Conn {
     send_off: usize,
     recv_inflight: bool,
     closing: bool,
+    /// Server-initiated records (back-channel calls) not yet in a buffer.
+    out: std::collections::VecDeque<Vec<u8>>,
 }
 
 impl Conn {
@@ -75,6 +81,9 @@ pub(crate) struct Loop {
     record_bytes_max: usize,
     reply_bytes_max: usize,
     inflight_per_conn_max: usize,
+    /// Target of the eventfd read that wakes the loop for queued records.
+    wake_buf: Box<u64>,
+    wake_inflight: bool,
 }
 
 impl Loop {
@@ -95,6 +104,8 @@ impl Loop {
             record_bytes_max: limits.record_bytes_max,
             reply_bytes_max: limits.reply_bytes_max,
             inflight_per_conn_max: limits.inflight_per_conn_max,
+            wake_buf: Box::new(0),
+            wake_inflight: false,
         }
     }
 
@@ -116,6 +127,7 @@ impl Loop {
         for i in 0..self.listeners.len() {
             self.arm_accept(i);
         }
+        self.arm_wake();
         let spin = Duration::from_micros(self.shared.cfg.poll_spin_us);
         let mut last_event = Instant::now();
         let mut batch: Vec<(u64, i32)> = Vec::with_capacity(4096);
@@ -162,6 +174,7 @@ impl Loop {
             KIND_RECV => self.on_recv(slot, gen, res),
             KIND_SEND => self.on_send(slot, gen, res),
             KIND_TIMEOUT => self.timeout_armed = false,
+            KIND_WAKE => self.on_wake(),
             _ => unreachable!("unknown completion kind {kind}"),
         }
     }
@@ -209,7 +222,9 @@ impl Loop {
             }
         };
         self.gens[slot] = self.gens[slot].wrapping_add(1);
-        let conn_id = self.shared.next_conn_id.fetch_add(1, Ordering::Relaxed);
+        // The low bits name this core (see `CONN_CORE_BITS`).
+        let n = self.shared.next_conn_id.fetch_add(1, Ordering::Relaxed);
+        let conn_id = (n << crate::CONN_CORE_BITS) | self.core as u64;
         let wcap = 2 * self.reply_bytes_max;
         self.conns[slot] = Some(Conn {
             fd,
@@ -226,6 +241,7 @@ impl Loop {
             send_off: 0,
             recv_inflight: false,
             closing: false,
+            out: std::collections::VecDeque::new(),
         });
         metrics::conn_event(ConnEvent::Accepted);
         self.maybe_recv(slot);
@@ -349,7 +365,8 @@ impl Loop {
         self.maybe_recv(slot);
         let done = matches!(&self.conns[slot], Some(c) if c.closing && !c.recv_inflight && !c.sending);
         if done {
-            self.conns[slot] = None;
+            let c = self.conns[slot].take().expect("checked above");
+            self.shared.dispatcher.conn_closed(&c.info);
             self.free.push(slot);
             self.shared.conns_open.fetch_sub(1, Ordering::SeqCst);
             metrics::conn_event(ConnEvent::Closed);
@@ -358,6 +375,17 @@ impl Loop {
 
     fn maybe_send(&mut self, slot: usize) {
         let Some(c) = self.conns[slot].as_mut() else { return };
+        // Queued server-initiated records join the buffer being filled
+        // while they fit; the rest wait for the next send to complete.
+        while let Some(r) = c.out.front() {
+            let f = c.fill;
+            if c.wbuf[f].len() - c.wlen[f] < r.len() {
+                break;
+            }
+            let r = c.out.pop_front().expect("front exists");
+            c.wbuf[f][c.wlen[f]..c.wlen[f] + r.len()].copy_from_slice(&r);
+            c.wlen[f] += r.len();
+        }
         if c.sending || c.wlen[c.fill] == 0 || c.closing {
             return;
         }
@@ -390,6 +418,44 @@ impl Loop {
         self.push(sqe);
     }
 
+    fn arm_wake(&mut self) {
+        if self.wake_inflight {
+            return;
+        }
+        let fd = self.shared.mail.boxes[self.core].efd.as_raw_fd();
+        let buf = &mut *self.wake_buf as *mut u64 as *mut u8;
+        let sqe = opcode::Read::new(types::Fd(fd), buf, 8).build().user_data(user_data(KIND_WAKE, 0, 0));
+        self.push(sqe);
+        self.wake_inflight = true;
+    }
+
+    /// A control thread queued records for connections of this core: move
+    /// each to its connection and start sending.
+    fn on_wake(&mut self) {
+        self.wake_inflight = false;
+        let batch: Vec<(u64, Vec<u8>)> = {
+            let mut q = self.shared.mail.boxes[self.core].queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.drain(..).collect()
+        };
+        for (conn_id, rec) in batch {
+            let slot = self.conns.iter().position(|c| matches!(c, Some(c) if c.info.conn_id == conn_id && !c.closing));
+            let Some(slot) = slot else {
+                eprintln!("chimera-core-{}: server-initiated record for closed connection {conn_id}: dropped", self.core);
+                continue;
+            };
+            let c = self.conns[slot].as_mut().expect("found above");
+            if c.out.len() >= OUT_PENDING_PER_CONN_MAX {
+                eprintln!("chimera-core-{}: connection {conn_id} has {} records waiting: dropped one", self.core, c.out.len());
+                continue;
+            }
+            c.out.push_back(rec);
+            self.settle(slot);
+        }
+        if !self.shared.stop.load(Ordering::Relaxed) {
+            self.arm_wake();
+        }
+    }
+
     /// Begin closing: in-flight operations are woken by the shutdown and the
     /// slot is freed in `settle` once they complete.
     fn close(&mut self, slot: usize, protocol_error: bool) {
@@ -414,7 +480,13 @@ impl Loop {
         }
         let deadline = Instant::now() + SHUTDOWN_DRAIN;
         loop {
-            let busy = self.accept_inflight.iter().any(|&a| a) || self.conns.iter().any(|c| c.is_some());
+            if self.wake_inflight {
+                // Complete the pending eventfd read: its buffer lives in self.
+                self.shared.mail.wake(self.core);
+            }
+            let busy = self.wake_inflight
+                || self.accept_inflight.iter().any(|&a| a)
+                || self.conns.iter().any(|c| c.is_some());
             if !busy || Instant::now() > deadline {
                 break;
             }

@@ -13,17 +13,83 @@
 //! being read while its replies are not drained (`inflight_per_conn_max`, or
 //! too little room for another reply), so a client that does not read its
 //! replies cannot make the server grow.
+//!
+//! Server-initiated calls (the NFSv4.1 back channel) enter through
+//! [`Server::sender`]: a control thread queues a record for a connection on
+//! that connection's core (bounded, `OUTBOX_PER_CORE_MAX`) and wakes the
+//! loop through an eventfd; the loop appends the record to the connection's
+//! reply buffer between replies. REPLY records coming back are routed by the
+//! dispatcher to its reply sink; every connection close is reported to it.
 
 mod conn;
 mod sys;
 
+use rpc::backchannel::{CallSender, SendError};
 use rpc::Dispatcher;
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+
+/// Server-initiated records waiting for their core, per core. A full
+/// outbox refuses (`SendError::QueueFull`): callers retry or time out.
+pub const OUTBOX_PER_CORE_MAX: usize = 1024;
+/// Low bits of a conn_id name the core owning the connection, so a record
+/// for it reaches the right loop without a shared table.
+pub(crate) const CONN_CORE_BITS: u32 = 8;
+const _: () = assert!(rpc::metrics::CORES_MAX <= 1 << CONN_CORE_BITS);
+
+/// One core's incoming server-initiated records and its wake-up eventfd.
+pub(crate) struct Mailbox {
+    pub queue: Mutex<VecDeque<(u64, Vec<u8>)>>,
+    pub efd: OwnedFd,
+}
+
+pub(crate) struct Mailboxes {
+    pub boxes: Vec<Mailbox>,
+    pub stop: Arc<AtomicBool>,
+    pub record_bytes_max: usize,
+}
+
+impl Mailboxes {
+    pub(crate) fn wake(&self, core: usize) {
+        let one: u64 = 1;
+        // An eventfd write only fails when the counter would overflow,
+        // which means a wake-up is pending anyway.
+        let _ = unsafe { libc::write(self.boxes[core].efd.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
+    }
+}
+
+/// The transport side of `rpc::backchannel::CallSender` (see `Server::sender`).
+struct Outbox(Arc<Mailboxes>);
+
+impl CallSender for Outbox {
+    fn send(&self, conn_id: u64, record: Vec<u8>) -> Result<(), SendError> {
+        let m = &self.0;
+        if m.stop.load(Ordering::Relaxed) {
+            return Err(SendError::Stopped);
+        }
+        if record.len() > m.record_bytes_max {
+            return Err(SendError::TooLarge);
+        }
+        let core = (conn_id & ((1 << CONN_CORE_BITS) - 1)) as usize;
+        let Some(b) = m.boxes.get(core) else { return Err(SendError::NoConnection) };
+        let mut q = b.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.len() >= OUTBOX_PER_CORE_MAX {
+            return Err(SendError::QueueFull);
+        }
+        let was_empty = q.is_empty();
+        q.push_back((conn_id, record));
+        drop(q);
+        if was_empty {
+            m.wake(core);
+        }
+        Ok(())
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -55,6 +121,7 @@ pub struct Server {
     threads: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
     addrs: Vec<SocketAddr>,
+    mail: Arc<Mailboxes>,
 }
 
 pub(crate) struct Shared {
@@ -63,6 +130,7 @@ pub(crate) struct Shared {
     pub conns_open: AtomicUsize,
     pub next_conn_id: std::sync::atomic::AtomicU64,
     pub cfg: Config,
+    pub mail: Arc<Mailboxes>,
 }
 
 impl Server {
@@ -91,12 +159,20 @@ impl Server {
             }
         }
         let stop = Arc::new(AtomicBool::new(false));
+        let mut boxes = Vec::with_capacity(cfg.cores);
+        for _ in 0..cfg.cores {
+            boxes.push(Mailbox { queue: Mutex::new(VecDeque::new()), efd: sys::eventfd()? });
+        }
+        // A server-initiated record goes into a connection's reply buffer.
+        let record_bytes_max = cfg.limits.reply_bytes_max;
+        let mail = Arc::new(Mailboxes { boxes, stop: stop.clone(), record_bytes_max });
         let shared = Arc::new(Shared {
             dispatcher,
             stop: stop.clone(),
             conns_open: AtomicUsize::new(0),
             next_conn_id: std::sync::atomic::AtomicU64::new(1),
             cfg: cfg.clone(),
+            mail: mail.clone(),
         });
         let mut threads = Vec::new();
         for (core, listeners) in per_core.into_iter().enumerate() {
@@ -108,7 +184,13 @@ impl Server {
                     .spawn(move || conn::Loop::new(core, ring, listeners, shared).run())?,
             );
         }
-        Ok(Server { threads, stop, addrs })
+        Ok(Server { threads, stop, addrs, mail })
+    }
+
+    /// Queue server-initiated records (back-channel calls) on a connection
+    /// named by its `rpc::ConnInfo::conn_id`. Never blocks.
+    pub fn sender(&self) -> Arc<dyn CallSender> {
+        Arc::new(Outbox(self.mail.clone()))
     }
 
     /// The addresses actually bound (port 0 resolved), in `listen` order.
@@ -119,6 +201,9 @@ impl Server {
     /// Stop accepting, close connections and join the loops.
     pub fn shutdown(self) {
         self.stop.store(true, Ordering::SeqCst);
+        for core in 0..self.mail.boxes.len() {
+            self.mail.wake(core);
+        }
         for t in self.threads {
             let _ = t.join();
         }

@@ -107,3 +107,10 @@ pub(crate) fn peer_addr(fd: RawFd) -> io::Result<SocketAddr> {
 pub(crate) fn tune_conn(fd: RawFd) {
     let _ = setopt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
 }
+
+/// An eventfd (blocking: io_uring polls it itself) that control threads
+/// write to wake a sleeping loop.
+pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+    let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) })?;
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
