@@ -1,0 +1,390 @@
+#!/usr/bin/env bash
+# pNFS multi-host test: one MDS and three data servers, each chimerad in its
+# own network namespace with its own address (topology.sh), and the Linux
+# kernel client in the QEMU guest started inside a fifth namespace.
+#
+#   test-pnfs.sh CHIMERAD_BINARY [CASE...]
+#
+# Cases (default: stripe mirror2 dsfail):
+#   topology  MDS without layouts (pnfs.enabled=false) + three DSes. Proves the
+#             harness: namespaces and addresses, the guest reaching the MDS and
+#             each DS at its own address through slirp, a v4.1 mount of the
+#             MDS, data verified by checksum after a remount, metrics scraped
+#             from every server — and that without layouts every byte goes
+#             through the MDS (the metrics tell the two cases apart).
+#   stripe    pnfs.enabled, mirrors=1, stripe unit 1 MiB: files spanning many
+#             stripe units are written and read back bit-exact; mountstats
+#             shows LAYOUTGET and GETDEVICEINFO, no READ/WRITE bytes on the
+#             MDS transport, the pNFS read/write events; the guest holds TCP
+#             connections to every DS; every DS's metrics show written and
+#             read bytes (striping) adding up to the bytes moved, the MDS's
+#             show almost none.
+#   mirror2   the same with mirrors=2: the DSes together received every byte
+#             twice.
+#   dsfail    mirrors=2; after the files are written, one DS is killed
+#             (SIGKILL); the guest remounts and every byte still verifies,
+#             read from the survivors.
+#
+# One guest boot per case, servers restarted per case (fresh counters).
+# Results (server configs and logs, metrics before/after, mountstats,
+# /proc/net/tcp, consoles) stay in $CACHE/pnfs/results/<run>/<case>/; the
+# path is printed. Prints a timeline and one PASS/FAIL line per case, then a
+# summary line; exits non-zero when any case failed or none ran.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+guest=$(cd "$here/../guest" && pwd)
+CACHE=${CACHE:-$HOME/.cache/chimera-test}
+
+NFS_PORT=2049
+METRICS_PORT=9000
+ADMIN_PORT=8080
+STRIPE_UNIT_BYTES=$((1 << 20))
+MDS_CAPACITY_BYTES=$((256 << 20))
+DS_CAPACITY_BYTES=$((256 << 20))
+SERVER_VMEM_KIB=$((4 << 20))     # address-space cap per chimerad: a leak fails, the box survives
+START_WAIT_S_MAX=30
+GUEST_RUN_TIMEOUT_S=600          # one boot + workload on a loaded 2-core box
+LOCK_WAIT_S_MAX=900              # another run of this test holds the namespaces
+RUNS_KEPT_MAX=10
+# The data set: files spanning many stripe units (emulation moves ~8 MB/s).
+# The odd-sized one ends mid-unit and mid-page.
+FILES=("big.bin:$((12 << 20))" "odd.bin:$(((5 << 19) + 123))")
+# Tolerances. The MDS carries only metadata when layouts work; its bytes are
+# judged against the bytes moved, not zero (COMPOUND headers, attributes).
+MDS_BYTES_FRACTION_MAX_PCT=5     # MDS RPC bytes in+out vs the bytes moved
+DS_BYTES_FRACTION_MIN_PCT=95     # DS WRITE/READ payload vs the bytes moved (x mirrors)
+
+die() { echo "pnfs-test: ERROR: $*" >&2; exit 2; }
+[ $# -ge 1 ] || die "usage: test-pnfs.sh CHIMERAD_BINARY [topology|stripe|mirror2|dsfail]..."
+chimerad=$(realpath "$1"); shift
+[ -x "$chimerad" ] || die "chimerad binary '$chimerad' is missing: run make build-dataplane"
+cases=("$@")
+[ ${#cases[@]} -gt 0 ] || cases=(stripe mirror2 dsfail)
+for c in "${cases[@]}"; do
+  case "$c" in topology|stripe|mirror2|dsfail) ;; *) die "unknown case '$c'" ;; esac
+done
+for t in ip ss ping curl python3 flock; do command -v $t >/dev/null || die "$t is missing (make test-pnfs installs it)"; done
+
+t_start=$(date +%s)
+tl() { echo "pnfs-test: [+$(( $(date +%s) - t_start ))s] $*"; }
+
+# The namespaces are machine-wide names: one run at a time.
+mkdir -p "$CACHE/pnfs/results"
+exec 9>"$CACHE/pnfs/lock"
+flock -w $LOCK_WAIT_S_MAX 9 || die "another pNFS test held $CACHE/pnfs/lock for ${LOCK_WAIT_S_MAX}s"
+
+run_dir=$CACHE/pnfs/results/$(date -u +%Y%m%dT%H%M%SZ)-$$
+mkdir -p "$run_dir"
+# Keep the newest runs only.
+ls -1d "$CACHE"/pnfs/results/*/ 2>/dev/null | sort | head -n -$RUNS_KEPT_MAX | xargs -r rm -rf
+
+declare -A ADDR=()
+for n in mds ds1 ds2 ds3 cli; do ADDR[$n]=$("$here/topology.sh" addr $n); done
+DS_NODES=(ds1 ds2 ds3)
+declare -A PID=()
+
+stop_server() {  # $1: node, $2: signal
+  local p=${PID[$1]:-}
+  [ -n "$p" ] || return 0
+  kill "-${2:-TERM}" "$p" 2>/dev/null || true
+  wait "$p" 2>/dev/null || true
+  PID[$1]=""
+}
+stop_all() { local n; for n in mds "${DS_NODES[@]}"; do stop_server $n TERM; done; }
+cleanup() {
+  stop_all
+  "$here/topology.sh" down || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+in_ns() { local n=$1; shift; ip netns exec "chim-$n" "$@"; }
+
+write_configs() {  # $1: case dir, $2: pnfs enabled (true/false), $3: mirrors
+  local d=$1 pnfs=$2 mirrors=$3 n dss=""
+  for n in "${DS_NODES[@]}"; do dss+="${dss:+, }{ \"netid\": \"tcp\", \"uaddr\": \"${ADDR[$n]}:$NFS_PORT\" }"; done
+  head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$d/admin-token"
+  cat >"$d/mds.json" <<EOF
+{
+  "common":  { "log_level": "info" },
+  "server":  { "role": "mds", "bind": "${ADDR[mds]}", "cores": 1,
+               "nfs_port": $NFS_PORT, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0,
+               "pnfs": { "enabled": $pnfs, "stripe_unit_bytes": $STRIPE_UNIT_BYTES, "mirrors": $mirrors,
+                         "data_servers": [ $dss ] } },
+  "mounts":  { "memfs": { "module": "memfs", "path": "/", "capacity_bytes": $MDS_CAPACITY_BYTES } },
+  "exports": { "/memfs": { "path": "/memfs" } },
+  "admin":   { "bind": "${ADDR[mds]}", "port": $ADMIN_PORT, "token_file": "$d/admin-token" },
+  "metrics": { "bind": "${ADDR[mds]}", "port": $METRICS_PORT }
+}
+EOF
+  for n in "${DS_NODES[@]}"; do
+    cat >"$d/$n.json" <<EOF
+{
+  "common":  { "log_level": "info" },
+  "server":  { "role": "ds", "bind": "${ADDR[$n]}", "cores": 1,
+               "nfs_port": $NFS_PORT, "mount_port": 0, "portmap_port": 0 },
+  "mounts":  { "ds": { "module": "memfs", "path": "/", "capacity_bytes": $DS_CAPACITY_BYTES } },
+  "metrics": { "bind": "${ADDR[$n]}", "port": $METRICS_PORT }
+}
+EOF
+  done
+  for n in mds "${DS_NODES[@]}"; do
+    "$chimerad" --check-config --config "$d/$n.json" >/dev/null 2>"$d/$n.check" \
+      || { cat "$d/$n.check" >&2; die "chimerad rejects the $n config"; }
+  done
+}
+
+start_server() {  # $1: node, $2: case dir
+  local n=$1 d=$2 i
+  (ulimit -v $SERVER_VMEM_KIB; exec ip netns exec "chim-$n" "$chimerad" --config "$d/$n.json") >"$d/$n.log" 2>&1 &
+  PID[$n]=$!
+  for ((i = 0; i < START_WAIT_S_MAX * 10; i++)); do
+    in_ns "$n" ss -Hltn "src ${ADDR[$n]} and sport = :$NFS_PORT" | grep -q LISTEN && return 0
+    kill -0 "${PID[$n]}" 2>/dev/null || { tail -n 20 "$d/$n.log" >&2; die "$n: chimerad exited during start-up"; }
+    sleep 0.1
+  done
+  die "$n: chimerad did not listen on ${ADDR[$n]}:$NFS_PORT within ${START_WAIT_S_MAX}s"
+}
+
+# Prometheus text from a server, fetched from the client's namespace (as a
+# scraper on the storage network would).
+scrape() {  # $1: node, $2: output file
+  in_ns cli curl -fsS --max-time 10 "http://${ADDR[$1]}:$METRICS_PORT/metrics" >"$2" \
+    || die "cannot scrape $1's metrics at ${ADDR[$1]}:$METRICS_PORT"
+}
+# Sum of a metric's samples whose labels contain every given label pair.
+metric_sum() {  # $1: file, $2: metric name, $3...: label="value" filters
+  local f=$1 m=$2; shift 2
+  awk -v m="$m" -v filt="$*" '
+    BEGIN { nf = split(filt, want, " ") }
+    { name = $1; sub(/\{.*/, "", name) }
+    name == m {
+      ok = 1
+      for (i = 1; i <= nf; i++) if (index($1, want[i]) == 0) ok = 0
+      if (ok) s += $NF
+    }
+    END { printf "%d\n", s }' "$f"
+}
+
+# Deterministic data: 64-byte records, each naming its file and offset, so a
+# stripe unit read from the wrong place or the wrong DS cannot checksum right.
+make_inputs() {  # $1: dir; prints "name:sha256 ..."
+  python3 - "$1" "${FILES[@]}" <<'PY'
+import hashlib, os, sys
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+sums = []
+for spec in sys.argv[2:]:
+    name, size = spec.split(":"); size = int(size)
+    rec = 64
+    data = b"".join(("chimera-pnfs %s offset %012x" % (name, off)).ljust(rec - 1).encode() + b"\n"
+                    for off in range(0, size + rec, rec))[:size]
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(data)
+    sums.append("%s:%s" % (name, hashlib.sha256(data).hexdigest()))
+print(" ".join(sums))
+PY
+}
+
+# Per-operation field from mountstats for the mount at /mnt/pnfs:
+# "OP: ops transmissions timeouts bytes_sent bytes_recv ...".
+ms_op() {  # $1: file, $2: op, $3: field (2 = ops, 5 = bytes sent, 6 = bytes received)
+  awk -v op="$2:" -v f="$3" '
+    /^device / { ours = ($5 == "/mnt/pnfs") }
+    ours && $1 == op { print $f; found = 1; exit }
+    END { if (!found) print 0 }' "$1"
+}
+# events: counters; the last two on Linux 6.1 are pnfs_read and pnfs_write
+# (NFSIOS_PNFS_READ, NFSIOS_PNFS_WRITE in include/linux/nfs_iostat.h).
+ms_event() {  # $1: file, $2: pnfs_read | pnfs_write
+  awk -v which="$2" '
+    /^device / { ours = ($5 == "/mnt/pnfs") }
+    ours && $1 == "events:" { print (which == "pnfs_read" ? $(NF - 1) : $NF); found = 1; exit }
+    END { if (!found) print 0 }' "$1"
+}
+# Established TCP connections from the guest to ADDR:PORT in a /proc/net/tcp copy.
+tcp_conns() {  # $1: file, $2: address, $3: port
+  python3 - "$@" <<'PY'
+import socket, struct, sys
+f, addr, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+want = "%08X:%04X" % (struct.unpack("<I", socket.inet_aton(addr))[0], port)
+n = 0
+for line in open(f).read().splitlines()[1:]:
+    cols = line.split()
+    if len(cols) > 3 and cols[2] == want and cols[3] == "01":   # 01 = ESTABLISHED
+        n += 1
+print(n)
+PY
+}
+
+failures=()
+check() {  # $1: description; the rest: a command that must succeed
+  local what=$1; shift
+  if "$@"; then echo "pnfs-test:   ok   $what"; else echo "pnfs-test:   FAIL $what"; failures+=("$what"); fi
+}
+ge() { [ "$1" -ge "$2" ]; }
+le() { [ "$1" -le "$2" ]; }
+
+run_case() {  # $1: case name
+  local c=$1 d=$run_dir/$1 pnfs=true mirrors=1 sync=0 victim="" n
+  case "$c" in
+    topology) pnfs=false ;;
+    mirror2) mirrors=2 ;;
+    dsfail) mirrors=2; sync=1; victim=ds2 ;;
+  esac
+  mkdir -p "$d/results"
+  failures=()
+  tl "$c: configs (pnfs.enabled=$pnfs mirrors=$mirrors stripe_unit_bytes=$STRIPE_UNIT_BYTES)"
+  write_configs "$d" $pnfs $mirrors
+  for n in "${DS_NODES[@]}" mds; do start_server $n "$d"; done
+  tl "$c: servers up: mds ${ADDR[mds]}, ${DS_NODES[*]} ${ADDR[ds1]} ${ADDR[ds2]} ${ADDR[ds3]} (port $NFS_PORT)"
+  local expect bytes=0 spec
+  expect=$(make_inputs "$d/results/in")
+  for spec in "${FILES[@]}"; do bytes=$((bytes + ${spec#*:})); done
+  for n in mds "${DS_NODES[@]}"; do scrape $n "$d/metrics-$n-before.txt"; done
+
+  tl "$c: guest boots in chim-cli (${ADDR[cli]}); $bytes bytes in ${#FILES[@]} files"
+  local args=(-t $GUEST_RUN_TIMEOUT_S -o "$d/results" -e PNFS_MDS="${ADDR[mds]}" -e PNFS_SUBNET="${ADDR[mds]%.*}.0/24"
+    -e PNFS_DS_ADDRS="${ADDR[ds1]} ${ADDR[ds2]} ${ADDR[ds3]}" -e PNFS_EXPORT=/memfs -e PNFS_NFS_PORT=$NFS_PORT
+    -e PNFS_EXPECT="$expect" -e PNFS_HOST_SYNC=$sync)
+  in_ns cli "$guest/run.sh" "${args[@]}" "$here/guest-io.sh" >"$d/guest.out" 2>&1 &
+  local guest_pid=$! guest_rc=0 i
+  # Who the servers see: their established NFS connections, sampled once a
+  # second while the guest runs (each line: node, local, peer).
+  ( while kill -0 $guest_pid 2>/dev/null; do
+      for n in mds "${DS_NODES[@]}"; do
+        in_ns "$n" ss -Htn state established "sport = :$NFS_PORT" 2>/dev/null | awk -v n=$n '{print n, $(NF-1), $NF}'
+      done
+      sleep 1
+    done | sort -u >"$d/server-conns.txt" ) &
+  local sampler_pid=$!
+  if [ -n "$victim" ]; then
+    # Wait for the guest's "written" marker (bounded by the guest run), then
+    # kill the victim DS and let the guest read.
+    while [ ! -e "$d/results/guest-written" ] && kill -0 $guest_pid 2>/dev/null; do sleep 0.2; done
+    if [ -e "$d/results/guest-written" ]; then
+      scrape $victim "$d/metrics-$victim-at-kill.txt"
+      stop_server $victim KILL
+      tl "$c: files written; $victim (${ADDR[$victim]}) killed with SIGKILL"
+      echo "$victim stopped" >"$d/results/host-go"
+    fi
+  fi
+  wait $guest_pid || guest_rc=$?
+  wait $sampler_pid || true
+  grep -E '^\[guest [^]]*\] (ok|FAIL|PASS|----)|^guest-run:' "$d/guest.out" | sed 's/^/pnfs-test:   | /' || true
+  tl "$c: guest finished (rc $guest_rc)"
+  for n in mds "${DS_NODES[@]}"; do
+    [ "$n" = "$victim" ] && continue
+    scrape $n "$d/metrics-$n-after.txt"
+  done
+  [ -n "$victim" ] && [ -f "$d/metrics-$victim-at-kill.txt" ] && cp "$d/metrics-$victim-at-kill.txt" "$d/metrics-$victim-after.txt"
+  rm -rf "$d/results/in"
+
+  # ---- assertions
+  check "guest workload passed (mount, write, remount, checksums)" [ "$guest_rc" = 0 ]
+  local sums_ok=1 e
+  for e in $expect; do
+    grep -qx "${e%%:*} ${e#*:}" "$d/results/sums-read.txt" 2>/dev/null || sums_ok=0
+  done
+  check "read-back sha256 of every file equals the host's" [ $sums_ok = 1 ]
+  local w=$d/results/mountstats-write.txt r=$d/results/mountstats-read.txt
+  if [ ! -s "$w" ] || [ ! -s "$r" ]; then
+    check "guest saved mountstats after writing and after reading" false
+    return
+  fi
+  local lg gdi mds_wr mds_rd ev_pr ev_pw
+  lg=$(( $(ms_op "$w" LAYOUTGET 2) + $(ms_op "$r" LAYOUTGET 2) ))
+  gdi=$(( $(ms_op "$w" GETDEVICEINFO 2) + $(ms_op "$r" GETDEVICEINFO 2) ))
+  mds_wr=$(ms_op "$w" WRITE 5); mds_rd=$(ms_op "$r" READ 6)
+  ev_pw=$(ms_event "$w" pnfs_write); ev_pr=$(ms_event "$r" pnfs_read)
+  echo "pnfs-test:   mountstats: LAYOUTGET $lg, GETDEVICEINFO $gdi; on the MDS transport WRITE $(ms_op "$w" WRITE 2) ops / $mds_wr bytes sent, READ $(ms_op "$r" READ 2) ops / $mds_rd bytes received; events pnfs_write $ev_pw, pnfs_read $ev_pr"
+  local tcp_line="" conns
+  for n in "${DS_NODES[@]}"; do
+    conns=$(tcp_conns "$d/results/tcp-write.txt" "${ADDR[$n]}" $NFS_PORT)
+    tcp_line+=" $n=$conns"
+    eval "conns_$n=$conns"
+  done
+  echo "pnfs-test:   guest TCP connections to the DSes after writing:$tcp_line; kernel NFS clients: $(awk 'NR>1 {printf "%s(v%s) ", $5, substr($1,2)}' "$d/results/nfsfs-servers-write.txt" 2>/dev/null)"
+
+  local mds_in mds_out line="" wsum=0 rsum=0 ds_w ds_r ds_acc
+  mds_in=$(metric_sum "$d/metrics-mds-after.txt" chimera_rpc_received_bytes_total)
+  mds_out=$(metric_sum "$d/metrics-mds-after.txt" chimera_rpc_sent_bytes_total)
+  declare -A DSW=() DSR=() DSACC=()
+  for n in "${DS_NODES[@]}"; do
+    ds_w=$(metric_sum "$d/metrics-$n-after.txt" chimera_rpc_received_bytes_total 'program="nfs3"' 'op="write"')
+    ds_r=$(metric_sum "$d/metrics-$n-after.txt" chimera_rpc_sent_bytes_total 'program="nfs3"' 'op="read"')
+    ds_acc=$(metric_sum "$d/metrics-$n-after.txt" chimera_connections_accepted_total)
+    DSW[$n]=$ds_w; DSR[$n]=$ds_r; DSACC[$n]=$ds_acc
+    wsum=$((wsum + ds_w)); rsum=$((rsum + ds_r))
+    line+=" $n write-in=$ds_w read-out=$ds_r conns=$ds_acc;"
+  done
+  echo "pnfs-test:   metrics: mds rpc-in=$mds_in rpc-out=$mds_out;$line bytes moved $bytes each way"
+
+  local peers_seen
+  peers_seen=$(awk '{sub(/:[0-9]+$/, "", $3); print $1 "<-" $3}' "$d/server-conns.txt" | sort -u | tr '\n' ' ')
+  echo "pnfs-test:   NFS connections the servers saw (node<-peer): $peers_seen"
+  check "the MDS saw the guest's mount come from the client's address ${ADDR[cli]}" \
+    grep -q "^mds [^ ]* ${ADDR[cli]}:" "$d/server-conns.txt"
+
+  if [ "$c" = topology ]; then
+    # Without layouts the MDS serves the data itself; the DSes saw only the
+    # guest's connection probes. This is the contrast the pNFS cases invert.
+    check "no layouts without pnfs.enabled (LAYOUTGET $lg)" [ "$lg" = 0 ]
+    check "WRITE bytes on the MDS transport ($mds_wr) >= bytes written ($bytes)" ge "$mds_wr" "$bytes"
+    check "MDS metrics: RPC bytes received ($mds_in) >= bytes written ($bytes)" ge "$mds_in" "$bytes"
+    check "MDS metrics: RPC bytes sent ($mds_out) >= bytes read ($bytes)" ge "$mds_out" "$bytes"
+    for n in "${DS_NODES[@]}"; do
+      check "$n (${ADDR[$n]}) accepted the guest's connection (chimera_connections_accepted_total ${DSACC[$n]})" ge "${DSACC[$n]}" 1
+      check "$n received no data without layouts (${DSW[$n]})" [ "${DSW[$n]}" = 0 ]
+    done
+    return
+  fi
+
+  local mds_max=$((bytes * MDS_BYTES_FRACTION_MAX_PCT / 100))
+  local wmin=$((bytes * mirrors * DS_BYTES_FRACTION_MIN_PCT / 100)) rmin=$((bytes * DS_BYTES_FRACTION_MIN_PCT / 100))
+  check "LAYOUTGET happened ($lg)" ge "$lg" 1
+  check "GETDEVICEINFO happened ($gdi)" ge "$gdi" 1
+  check "pNFS write events ($ev_pw) and read events ($ev_pr) counted by the client" eval '[ "$ev_pw" -ge 1 ] && [ "$ev_pr" -ge 1 ]'
+  check "WRITE bytes on the MDS transport ($mds_wr) <= ${MDS_BYTES_FRACTION_MAX_PCT}% of $bytes" le "$mds_wr" "$mds_max"
+  check "READ bytes on the MDS transport ($mds_rd) <= ${MDS_BYTES_FRACTION_MAX_PCT}% of $bytes" le "$mds_rd" "$mds_max"
+  check "MDS metrics: RPC bytes in ($mds_in) and out ($mds_out) each <= ${MDS_BYTES_FRACTION_MAX_PCT}% of $bytes" \
+    eval '[ "$mds_in" -le "$mds_max" ] && [ "$mds_out" -le "$mds_max" ]'
+  check "DS metrics: WRITE bytes on the DSes ($wsum) >= ${DS_BYTES_FRACTION_MIN_PCT}% of $bytes x $mirrors mirror(s)" ge "$wsum" "$wmin"
+  check "DS metrics: READ bytes from the DSes ($rsum) >= ${DS_BYTES_FRACTION_MIN_PCT}% of $bytes" ge "$rsum" "$rmin"
+  for n in "${DS_NODES[@]}"; do
+    check "$n (${ADDR[$n]}) received written data (striping): ${DSW[$n]} bytes" ge "${DSW[$n]}" 1
+    check "guest held a TCP connection to $n (${ADDR[$n]}:$NFS_PORT) after writing" ge "$(eval echo "\$conns_$n")" 1
+    check "$n saw the guest's data connection from ${ADDR[cli]}" grep -q "^$n [^ ]* ${ADDR[cli]}:" "$d/server-conns.txt"
+  done
+  if [ "$c" = stripe ]; then
+    for n in "${DS_NODES[@]}"; do
+      check "$n served reads: ${DSR[$n]} bytes" ge "${DSR[$n]}" 1
+    done
+  fi
+  if [ -n "$victim" ]; then
+    local vr_kill
+    vr_kill=$(metric_sum "$d/metrics-$victim-at-kill.txt" chimera_rpc_sent_bytes_total 'program="nfs3"' 'op="read"')
+    check "$victim was killed after writing (its metrics at kill: write-in ${DSW[$victim]}, read-out $vr_kill)" [ -f "$d/results/host-go" ]
+    check "survivors served every byte read ($rsum >= ${DS_BYTES_FRACTION_MIN_PCT}% of $bytes)" ge "$rsum" "$rmin"
+  fi
+}
+
+passed=0; failed=0
+"$guest/build-image.sh" >/dev/null
+tl "run $run_dir; cases: ${cases[*]}"
+"$here/topology.sh" down
+"$here/topology.sh" up
+"$here/topology.sh" check
+tl "topology up: mds ${ADDR[mds]}, ds1 ${ADDR[ds1]}, ds2 ${ADDR[ds2]}, ds3 ${ADDR[ds3]}, cli ${ADDR[cli]} on one bridge"
+for c in "${cases[@]}"; do
+  run_case "$c"
+  stop_all
+  if [ ${#failures[@]} -eq 0 ]; then
+    passed=$((passed + 1)); tl "PASS $c"
+  else
+    failed=$((failed + 1)); tl "FAIL $c (${#failures[@]} checks failed; results in $run_dir/$c)"
+  fi
+done
+tl "pNFS: $passed passed, $failed failed (cases: ${cases[*]}; results in $run_dir)"
+[ $failed -eq 0 ] && [ $passed -gt 0 ]
