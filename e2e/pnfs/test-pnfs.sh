@@ -203,6 +203,14 @@ ms_event() {  # $1: file, $2: pnfs_read | pnfs_write
     ours && $1 == "events:" { print (which == "pnfs_read" ? $(NF - 1) : $NF); found = 1; exit }
     END { if (!found) print 0 }' "$1"
 }
+# The layout driver the client bound to the mount ("nfsv4: ... pnfs=NAME,"):
+# LAYOUT_FLEX_FILES once the MDS advertised flex-files, "not configured" without.
+ms_pnfs_driver() {  # $1: file
+  awk '/^device / { ours = ($5 == "/mnt/pnfs") }
+    ours && $1 == "nfsv4:" { if (match($0, /pnfs=[^,]*/)) print substr($0, RSTART + 5, RLENGTH - 5); exit }' "$1"
+}
+# RPC transports of the mount's (MDS) client: one "xprt:" line each.
+ms_xprts() { awk '/^device / { ours = ($5 == "/mnt/pnfs") } ours && $1 == "xprt:" { n++ } END { print n + 0 }' "$1"; }
 # Established TCP connections from the guest to ADDR:PORT in a /proc/net/tcp copy.
 tcp_conns() {  # $1: file, $2: address, $3: port
   python3 - "$@" <<'PY'
@@ -298,6 +306,9 @@ run_case() {  # $1: case name
   gdi=$(( $(ms_op "$w" GETDEVICEINFO 2) + $(ms_op "$r" GETDEVICEINFO 2) ))
   mds_wr=$(ms_op "$w" WRITE 5); mds_rd=$(ms_op "$r" READ 6)
   ev_pw=$(ms_event "$w" pnfs_write); ev_pr=$(ms_event "$r" pnfs_read)
+  local drv xprts
+  drv=$(ms_pnfs_driver "$w"); xprts=$(ms_xprts "$w")
+  echo "pnfs-test:   mountstats: layout driver '$drv', $xprts MDS transport(s); bytes: $(awk '/^device / { ours = ($5 == "/mnt/pnfs") } ours && $1 == "bytes:" { print "serverwritten " $7; exit }' "$w"), $(awk '/^device / { ours = ($5 == "/mnt/pnfs") } ours && $1 == "bytes:" { print "serverread " $6; exit }' "$r")"
   echo "pnfs-test:   mountstats: LAYOUTGET $lg, GETDEVICEINFO $gdi; on the MDS transport WRITE $(ms_op "$w" WRITE 2) ops / $mds_wr bytes sent, READ $(ms_op "$r" READ 2) ops / $mds_rd bytes received; events pnfs_write $ev_pw, pnfs_read $ev_pr"
   local tcp_line="" conns
   for n in "${DS_NODES[@]}"; do
@@ -330,7 +341,7 @@ run_case() {  # $1: case name
   if [ "$c" = topology ]; then
     # Without layouts the MDS serves the data itself; the DSes saw only the
     # guest's connection probes. This is the contrast the pNFS cases invert.
-    check "no layouts without pnfs.enabled (LAYOUTGET $lg)" [ "$lg" = 0 ]
+    check "no layouts without pnfs.enabled (LAYOUTGET $lg, layout driver '$drv')" eval '[ "$lg" = 0 ] && [ "$drv" = "not configured" ]'
     check "WRITE bytes on the MDS transport ($mds_wr) >= bytes written ($bytes)" ge "$mds_wr" "$bytes"
     check "MDS metrics: RPC bytes received ($mds_in) >= bytes written ($bytes)" ge "$mds_in" "$bytes"
     check "MDS metrics: RPC bytes sent ($mds_out) >= bytes read ($bytes)" ge "$mds_out" "$bytes"
@@ -343,7 +354,14 @@ run_case() {  # $1: case name
 
   local mds_max=$((bytes * MDS_BYTES_FRACTION_MAX_PCT / 100))
   local wmin=$((bytes * mirrors * DS_BYTES_FRACTION_MIN_PCT / 100)) rmin=$((bytes * DS_BYTES_FRACTION_MIN_PCT / 100))
+  local granted proxied
+  granted=$(metric_sum "$d/metrics-mds-after.txt" chimera_pnfs_layouts_granted_total)
+  proxied=$(metric_sum "$d/metrics-mds-after.txt" chimera_pnfs_mds_io_bytes_total)
+  echo "pnfs-test:   MDS pNFS metrics: layouts granted $granted, I/O proxied through the MDS $proxied bytes; per DS: $(grep -E '^chimera_pnfs_ds_(layouts_granted_total|files|healthy)' "$d/metrics-mds-after.txt" | tr '\n' ' ')"
+  check "the client bound the flex-files layout driver (mountstats pnfs=$drv)" [ "$drv" = LAYOUT_FLEX_FILES ]
   check "LAYOUTGET happened ($lg)" ge "$lg" 1
+  check "MDS metrics: layouts granted ($granted)" ge "$granted" 1
+  check "MDS metrics: I/O proxied through the MDS ($proxied) <= ${MDS_BYTES_FRACTION_MAX_PCT}% of $bytes" le "$proxied" "$((bytes * MDS_BYTES_FRACTION_MAX_PCT / 100))"
   check "GETDEVICEINFO happened ($gdi)" ge "$gdi" 1
   check "pNFS write events ($ev_pw) and read events ($ev_pr) counted by the client" eval '[ "$ev_pw" -ge 1 ] && [ "$ev_pr" -ge 1 ]'
   check "WRITE bytes on the MDS transport ($mds_wr) <= ${MDS_BYTES_FRACTION_MAX_PCT}% of $bytes" le "$mds_wr" "$mds_max"
