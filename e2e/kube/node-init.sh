@@ -1,0 +1,78 @@
+#!/bin/sh
+# PID 1 of the guest Kubernetes node (after the initramfs switch_root).
+# Mounts, modules and sysctls a kubelet + containerd node needs, the host's
+# share (/run/kube: kubelet config, credentials; logs go back there), the
+# images disk (/dev/vdb: containerd's store, filled on the host by
+# images-disk.sh), then containerd and the kubelet (in a restart loop: about
+# one start in six hit a start-up crash in the kubelet that a restart clears).
+# The host ends the node by killing QEMU; nothing here needs to survive it.
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+say() { echo "node-init: $*" >/dev/console; }
+
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mount -t tmpfs tmpfs /run
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+for c in $(cat /sys/fs/cgroup/cgroup.controllers); do
+  echo "+$c" >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || say "cgroup controller $c not enabled"
+done
+# Bidirectional mount propagation (the CSI node plugin's mounts reaching pods)
+# needs shared mounts.
+mount --make-rshared /
+hostname localhost
+
+for m in virtio_net 9p 9pnet_virtio overlay br_netfilter veth bridge nf_conntrack nf_nat nf_tables \
+    nft_compat nft_chain_nat xt_nat xt_MASQUERADE xt_conntrack xt_addrtype xt_comment xt_mark \
+    sunrpc nfs nfsv4 nfs_layout_flexfiles; do
+  modprobe "$m" 2>/dev/null || say "modprobe $m failed"
+done
+sysctl -qw net.ipv4.ip_forward=1
+sysctl -qw net.bridge.bridge-nf-call-iptables=1
+sysctl -qw kernel.panic=10
+
+ip link set lo up
+ip link set eth0 up
+ip addr add 10.0.2.15/24 dev eth0
+
+mkdir -p /run/kube
+if ! mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 kube /run/kube; then
+  say "FATAL: the host share 'kube' did not mount"; poweroff -f
+fi
+mkdir -p /run/kube/logs
+if [ -b /dev/vdb ]; then
+  mount -t ext4 /dev/vdb /var/lib/containerd || { say "FATAL: cannot mount the images disk"; poweroff -f; }
+else
+  say "no images disk (/dev/vdb): containerd starts empty"
+fi
+
+# No kube-proxy here: the one Service pods need is the apiserver's
+# (KUBERNETES_SERVICE_HOST, the first address of the service range), so the
+# node rewrites it to the host's apiserver and masquerades pod traffic
+# towards the host (slirp answers only its own network).
+iptables -t nat -A PREROUTING -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.2.2:6443
+iptables -t nat -A OUTPUT -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.2.2:6443
+iptables -t nat -A POSTROUTING -s 10.88.0.0/24 -d 10.0.2.0/24 -j MASQUERADE || say "iptables rules failed"
+
+containerd --config /etc/containerd/config.toml >/run/kube/logs/containerd.log 2>&1 &
+i=0
+while [ ! -S /run/containerd/containerd.sock ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+[ -S /run/containerd/containerd.sock ] || say "containerd did not start (see logs/containerd.log)"
+say "containerd up; images: $(ctr -n k8s.io images ls -q 2>/dev/null | tr '\n' ' ')"
+
+(
+  n=0
+  while :; do
+    n=$((n + 1))
+    say "kubelet start $n"
+    kubelet --config=/run/kube/kubelet.yaml --kubeconfig=/run/kube/kubelet.kubeconfig \
+      --hostname-override=localhost --node-ip=10.0.2.15 --v=1 >>/run/kube/logs/kubelet.log 2>&1
+    say "kubelet exited ($?)"
+    sleep 1
+  done
+) &
+say "node up"
+while :; do sleep 3600; done
