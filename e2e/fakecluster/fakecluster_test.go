@@ -1,21 +1,48 @@
 package fakecluster
 
-// Proves on a fake cluster (real apiserver, controller-manager, scheduler;
-// kwok nodes and pod lifecycle): the chart installs; the operator's
-// ChimeraCluster becomes StatefulSets whose pods the real scheduler places
-// only on nodes with the hugepages, NVMe and RDMA capacity they request (a
-// node lacking them gets no storage pod); the cluster reports Available once
-// the MDS has the DS list; scaling DSes down and deleting the cluster and
-// the release leave nothing behind.
+// Proves, on a whole cluster minus containers (real etcd, kube-apiserver,
+// kube-controller-manager and kube-scheduler; kwok fakes three nodes and
+// the pod lifecycle):
+//   - `helm install` of charts/chimera is accepted by the apiserver: CRDs,
+//     operator Deployment, RBAC, the validating webhook, the CSI driver's
+//     CSIDriver, controller Deployment, node DaemonSet and StorageClass; their
+//     pods are scheduled and marked Running.
+//   - the real operator binary (on the host, see below) serves its webhook
+//     with a self-managed certificate: a bad ChimeraCluster sent with
+//     `kubectl apply` is refused with a message naming the field.
+//   - `kubectl apply` of the production sample (RDMA + NVMe) gives MDS and DS
+//     pods that the real scheduler places only on nodes with the hugepages,
+//     NVMe and RDMA capacity they request (a node without them gets none),
+//     with the device requests, Multus annotation, hugepage volume and
+//     capabilities the design names, Running with pod IPs.
+//   - the operator reads each DS's storage address from its Multus
+//     network-status annotation and pushes the list to a real chimerad's
+//     admin API; status turns Available with per-DS entries; a DS pod that is
+//     deleted and comes back with a new address is re-pushed; scaling down
+//     shrinks the list.
+//   - a PVC on the chart's StorageClass is provisioned by our CSI controller
+//     against the same chimerad and becomes Bound; deleting it deletes the
+//     volume on the server.
+//   - deleting the ChimeraCluster leaves no children (owner references +
+//     the garbage collector in kube-controller-manager, after the finalizer),
+//     and `helm uninstall` leaves nothing behind.
 //
-// What is played by the test, and why: the operator runs in this process
-// (its Deployment is installed by helm and "runs" on a kwok node, but kwok
-// runs no containers); the chart's webhook is disabled (the apiserver could
-// not reach a fake pod); the test writes the Multus network-status
-// annotation a CNI would write; the MDS admin API is a recorder on 127.0.0.1.
+// What the test plays, and why:
+//   - kwok runs no containers, so the operator Deployment's pod "runs" on a
+//     fake node while the real operator binary runs on the host against the
+//     apiserver (--mds-admin-url points it at chimerad on 127.0.0.1, which
+//     stands for the MDS pod; the chart's webhook.url makes the apiserver
+//     call the host's webhook at https://127.0.0.1:<port>).
+//   - Multus: the test writes the network-status annotation a CNI would.
+//   - external-provisioner: its image cannot be fetched here (TESTING.md),
+//     so the test does what the sidecar does: CreateVolume over gRPC to the
+//     chimera-csi controller with the StorageClass parameters and the
+//     provisioner secret, then a PV bound to the PVC with the sidecar's
+//     fields; on PVC deletion DeleteVolume and the PV removed.
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -24,34 +51,54 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
-	"github.com/chimera-k8s/chimera/operator/controller"
 	"github.com/chimera-k8s/chimera/operator/render"
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
-// Bounds of the whole-cluster test.
+// Bounds of the whole-cluster test (the Makefile's go test -timeout is the
+// outer bound; processes die with the test through Pdeathsig and pid files).
 const (
 	waitTimeout    = 90 * time.Second
-	processTimeout = 10 * time.Minute
+	processTimeout = 8 * time.Minute
+	pollInterval   = 250 * time.Millisecond
+	// The PVC's size: small, the server is a memfs of memfsCapacity.
+	pvcBytes      = 64 << 20
+	memfsCapacity = "256M"
+
+	releaseNS    = "chimera-system"
+	sampleNS     = "storage"
+	clusterName  = "chimera-prod"
+	scName       = "chimera"
+	storageNet   = "192.168.50."
+	samplePath   = "../../config/samples/storage_v1alpha1_chimeracluster_rdma_nvme.yaml"
+	provisionerD = "csi.chimera.io"
 )
 
 func env(t *testing.T, name string) string {
@@ -73,115 +120,143 @@ func eventually(t *testing.T, what string, f func() error) {
 		if err = f(); err == nil {
 			return
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(pollInterval)
 	}
 	t.Fatalf("timed out after %v waiting for %s: %v", waitTimeout, what, err)
 }
 
-// startProcess runs a control-plane binary until the test ends.
-func startProcess(t *testing.T, dir, name string, args ...string) {
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startProcess runs a binary until stopped or the test ends. Its pid goes
+// into dir/<name>.pid so controlplane.sh stop (run by the Makefile even when
+// the test binary dies) kills it too; Pdeathsig covers a killed test.
+func startProcess(t *testing.T, dir, name, bin string, args ...string) *proc {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), processTimeout)
-	cmd := exec.CommandContext(ctx, name, args...)
-	logPath := filepath.Join(dir, filepath.Base(name)+".log")
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("start %s: %v", bin, err)
 	}
+	pidFile := filepath.Join(dir, name+".pid")
+	_ = os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600)
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
+		p.stop()
 		cancel()
-		_ = cmd.Wait()
 		f.Close()
+		_ = os.Remove(pidFile)
 		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			if len(b) > 4000 {
-				b = b[len(b)-4000:]
-			}
-			t.Logf("%s log tail:\n%s", filepath.Base(name), b)
+			t.Logf("%s log tail:\n%s", name, tail(logPath, 3000))
 		}
 	})
+	return p
 }
 
-func fakeNode(name string, labels map[string]string, capacity corev1.ResourceList) *corev1.Node {
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        name,
-			Labels:      labels,
-			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
-		},
-		Spec:   corev1.NodeSpec{},
-		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
+// stop asks for an orderly exit, then kills.
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
 	}
 }
 
-func storageCapacity(nvme, rdma string) corev1.ResourceList {
-	rl := corev1.ResourceList{
-		"cpu": resource.MustParse("128"), "memory": resource.MustParse("512Gi"), "pods": resource.MustParse("110"),
-		"hugepages-1Gi": resource.MustParse("64Gi"),
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > n {
+		b = b[len(b)-n:]
 	}
-	if nvme != "" {
-		rl["chimera.io/nvme"] = resource.MustParse(nvme)
+	return string(b)
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if rdma != "" {
-		rl["rdma/roce_a"] = resource.MustParse(rdma)
-	}
-	return rl
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// tool runs helm or kubectl against the cluster and returns its output.
+func tool(kc, bin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, append(args, "--kubeconfig", kc)...).CombinedOutput()
+	return string(out), err
 }
 
 func TestFakeCluster(t *testing.T) {
-	assets := env(t, "KUBEBUILDER_ASSETS")
-	bins := env(t, "CHIMERA_K8S_BIN") // kube-controller-manager, kube-scheduler
+	bins := env(t, "CHIMERA_K8S_BIN")
 	kwok := env(t, "KWOK")
 	stages := env(t, "KWOK_STAGES")
 	helm := env(t, "HELM")
-	_ = assets
+	kubectl := env(t, "KUBECTL")
+	chimerad := env(t, "CHIMERAD")
+	operator := env(t, "CHIMERA_OPERATOR")
+	csiBin := env(t, "CHIMERA_CSI")
+	dir := os.Getenv("FAKECLUSTER_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
 	ctx := context.Background()
-	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	// Our client's warnings (the webhook's, on update) are asserted, not logged.
+	logf.SetLogger(logr.Discard())
 
+	// The control plane, torn down however the test ends.
+	cp := exec.Command("./controlplane.sh", "start", dir)
+	cp.Env = append(os.Environ(), "K8S_BIN="+bins)
+	if out, err := cp.CombinedOutput(); err != nil {
+		t.Fatalf("controlplane.sh start: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, c := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+				t.Logf("%s log tail:\n%s", c, tail(filepath.Join(dir, c+".log"), 2000))
+			}
+		}
+		_ = exec.Command("./controlplane.sh", "stop", dir).Run()
+	})
+	kc := filepath.Join(dir, "kubeconfig")
+	kcBytes, err := os.ReadFile(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kcBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(chimerav1.AddToScheme(scheme))
-	te := &envtest.Environment{CRDDirectoryPaths: []string{"../../config/crd/bases"}, ErrorIfCRDPathMissing: true}
-	cfg, err := te.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = te.Stop() })
-	admin, err := te.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := admin.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	kc := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kc, kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	startProcess(t, dir, filepath.Join(bins, "kube-controller-manager"), "--kubeconfig="+kc,
-		"--controllers=*,-serviceaccount-token", "--leader-elect=false", "--secure-port=0",
-		"--concurrent-statefulset-syncs=2", "--node-monitor-grace-period=1h")
-	startProcess(t, dir, filepath.Join(bins, "kube-scheduler"), "--kubeconfig="+kc, "--leader-elect=false", "--secure-port=0")
-	startProcess(t, dir, kwok, "--kubeconfig="+kc, "--config="+stages, "--manage-all-nodes=false",
-		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", "--server-address=", "--cidr=10.0.0.1/24", "--node-ip=10.0.0.1")
-
 	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Two storage nodes with the reference deployment's devices, and a node
-	// carrying the storage label but none of the devices.
+	startProcess(t, dir, "kwok", kwok, "--kubeconfig="+kc, "--config="+stages, "--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", "--server-address=",
+		"--cidr=10.0.0.1/24", "--node-ip=10.0.0.1")
+
+	// Two storage nodes shaped like the reference deployment (16 NVMe, RoCE
+	// VFs, 1 GiB hugepages) and a node with the storage label but none of
+	// the devices.
 	nodes := []*corev1.Node{
-		fakeNode("storage-1", map[string]string{"chimera.io/storage": "true", "chimera.io/mds": "true", "kubernetes.io/hostname": "storage-1"}, storageCapacity("16", "8")),
-		fakeNode("storage-2", map[string]string{"chimera.io/storage": "true", "kubernetes.io/hostname": "storage-2"}, storageCapacity("16", "8")),
-		fakeNode("plain-1", map[string]string{"chimera.io/storage": "true", "kubernetes.io/hostname": "plain-1"}, corev1.ResourceList{
-			"cpu": resource.MustParse("128"), "memory": resource.MustParse("512Gi"), "pods": resource.MustParse("110")}),
+		fakeNode("storage-1", map[string]string{"chimera.io/storage": "true", "chimera.io/mds": "true"}, storageCapacity(true)),
+		fakeNode("storage-2", map[string]string{"chimera.io/storage": "true"}, storageCapacity(true)),
+		fakeNode("plain-1", map[string]string{"chimera.io/storage": "true"}, storageCapacity(false)),
 	}
 	for _, n := range nodes {
 		if err := k8s.Create(ctx, n); err != nil {
@@ -201,113 +276,313 @@ func TestFakeCluster(t *testing.T) {
 		return nil
 	})
 
-	// helm install the chart (webhook off: the apiserver cannot reach a fake pod).
-	helmRun := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command(helm, append(args, "--kubeconfig", kc)...)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("helm %v: %v\n%s", args, err, out)
-		}
-	}
-	helmRun("install", "chimera", "../../charts/chimera", "--namespace", "chimera-system", "--create-namespace",
-		"--set", "webhook.enabled=false", "--set", "csi.enabled=false", "--skip-crds")
-	eventually(t, "operator pod Running", func() error {
-		return podsRunning(ctx, k8s, "chimera-system", client.MatchingLabels{"app.kubernetes.io/name": "chimera-operator"}, 1)
+	webhookPort, adminPort, probePort := freePort(t), freePort(t), freePort(t)
+	adminURL := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
+	installChart(t, ctx, k8s, kc, helm, webhookPort, adminURL)
+
+	// The operator binary on the host, its webhook on 127.0.0.1.
+	opProc := startProcess(t, dir, "chimera-operator", operator, "--kubeconfig="+kc,
+		"--namespace="+releaseNS, "--leader-elect=true", "--metrics-bind-address=0",
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probePort),
+		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", webhookPort),
+		"--webhook-cert-dir="+filepath.Join(dir, "webhook-certs"), "--webhook-cert-extra-sans=127.0.0.1",
+		"--mds-admin-url="+adminURL)
+	eventually(t, "operator /readyz (webhook serving)", func() error {
+		return httpOK(fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort))
 	})
 
-	// The operator (in this process), pointed at a DS-list sink on 127.0.0.1.
-	adminURL, dsPushes := startAdmin(t)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Cache: controller.CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	// The sample's namespace, then a bad cluster: refused by the webhook.
+	sample, err := os.ReadFile(samplePath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (&controller.Reconciler{Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorderFor("chimera-operator"),
-		AdminURL: func(*chimerav1.ChimeraCluster, *corev1.Pod) string { return adminURL }}).SetupWithManager(mgr); err != nil {
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sampleNS}}); err != nil {
 		t.Fatal(err)
 	}
-	mctx, mcancel := context.WithCancel(ctx)
-	var mwg sync.WaitGroup
-	mwg.Add(1)
-	go func() { defer mwg.Done(); _ = mgr.Start(mctx) }()
-	t.Cleanup(func() { mcancel(); mwg.Wait() })
+	webhookRejectsBadCluster(t, ctx, k8s, kc, kubectl, string(sample))
 
-	// Apply the production sample (RDMA + NVMe, 2 DS) as shipped.
-	c := loadSample(t, "../../config/samples/storage_v1alpha1_chimeracluster_rdma_nvme.yaml")
-	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.Namespace}}); err != nil {
-		t.Fatal(err)
+	// The production sample, as shipped, with kubectl.
+	if out, err := tool(kc, kubectl, "apply", "-f", samplePath); err != nil {
+		t.Fatalf("kubectl apply %s: %v\n%s", samplePath, err, out)
 	}
-	if err := k8s.Create(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	// Play Multus: give every DS pod a storage-network address.
-	stopMultus := playMultus(t, k8s, c)
-	defer stopMultus()
+	// The MDS (played by chimerad on 127.0.0.1) reads the token the operator
+	// generated, as the MDS pod does from the mounted Secret.
+	sec := &corev1.Secret{}
+	eventually(t, "admin-token Secret", func() error {
+		return k8s.Get(ctx, types.NamespacedName{Namespace: sampleNS, Name: clusterName + "-admin-token"}, sec)
+	})
+	mdsToken := string(sec.Data["token"])
+	startChimerad(t, dir, chimerad, adminPort, mdsToken)
+	multus := playMultus(t, k8s)
 
-	eventually(t, "MDS on storage-1, DSes on storage-1 and storage-2", func() error {
-		placement, err := placementOf(ctx, k8s, c.Namespace)
+	c := &chimerav1.ChimeraCluster{}
+	eventually(t, "MDS on storage-1, one DS on each storage node, all Running with pod IPs", func() error {
+		placement, err := placementOf(ctx, k8s, sampleNS)
 		if err != nil {
 			return err
 		}
-		want := "chimera-prod-ds-0,chimera-prod-ds-1=storage-1|storage-2 chimera-prod-mds-0=storage-1"
+		want := clusterName + "-ds-0," + clusterName + "-ds-1=storage-1|storage-2 " + clusterName + "-mds-0=storage-1"
 		if placement != want {
 			return fmt.Errorf("placement %q, want %q", placement, want)
 		}
-		return podsRunning(ctx, k8s, c.Namespace, client.MatchingLabels{render.LabelCluster: c.Name}, 3)
+		return podsRunningWithIPs(ctx, k8s, sampleNS, client.MatchingLabels{render.LabelCluster: clusterName}, 3)
 	})
-	noPodOn(t, ctx, k8s, "plain-1")
+	noStoragePodOn(t, ctx, k8s, "plain-1")
+	checkPodShapes(t, ctx, k8s)
 
-	eventually(t, "ChimeraCluster Available", func() error {
-		cur := &chimerav1.ChimeraCluster{}
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), cur); err != nil {
+	eventually(t, "ChimeraCluster Available with both DS addresses at the MDS", func() error {
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: sampleNS, Name: clusterName}, c); err != nil {
 			return err
 		}
-		if cur.Status.Phase != chimerav1.PhaseAvailable || cur.Status.DataServersReady != 2 {
-			return fmt.Errorf("phase %q ready %d conditions %+v", cur.Status.Phase, cur.Status.DataServersReady, cur.Status.Conditions)
+		if c.Status.Phase != chimerav1.PhaseAvailable || c.Status.DataServersReady != 2 || len(c.Status.DataServers) != 2 {
+			return fmt.Errorf("phase %q ready %d dataServers %+v conditions %+v", c.Status.Phase, c.Status.DataServersReady, c.Status.DataServers, c.Status.Conditions)
+		}
+		return mdsHas(adminURL, mdsToken, multus.addresses())
+	})
+	for _, ds := range c.Status.DataServers {
+		if !strings.HasPrefix(ds.StorageAddress, storageNet) || ds.Node == "" || ds.Pod == "" || !ds.Ready {
+			t.Fatalf("status entry %+v: want a ready pod on a node with a storage-network address", ds)
+		}
+	}
+	if !conditionTrue(c, "Available") || c.Status.MetadataServerEndpoint == "" {
+		t.Fatalf("Available condition / MDS endpoint missing: %+v endpoint %q", c.Status.Conditions, c.Status.MetadataServerEndpoint)
+	}
+
+	// A DS rescheduled with a new storage address is re-pushed.
+	ds1 := &corev1.Pod{}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: sampleNS, Name: clusterName + "-ds-1"}, ds1); err != nil {
+		t.Fatal(err)
+	}
+	oldAddr := multus.addressOf(ds1.UID)
+	if err := k8s.Delete(ctx, ds1); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ds-1 back with a new address, re-pushed to the MDS", func() error {
+		cur := &corev1.Pod{}
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: sampleNS, Name: clusterName + "-ds-1"}, cur); err != nil {
+			return err
+		}
+		newAddr := multus.addressOf(cur.UID)
+		if cur.UID == ds1.UID || newAddr == "" || cur.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("ds-1 not replaced yet (uid %s phase %s)", cur.UID, cur.Status.Phase)
+		}
+		got, err := mdsList(adminURL, mdsToken)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(got, `"`+oldAddr) || !strings.Contains(got, newAddr) {
+			return fmt.Errorf("MDS list %s: want %s instead of %s", got, newAddr, oldAddr)
 		}
 		return nil
 	})
-	if last := dsPushes(); !strings.Contains(last, "192.168.50.") {
-		t.Fatalf("MDS never got storage-network addresses: %s", last)
-	}
 
-	// Scale the DSes down to one: the second DS pod goes, status follows.
-	eventually(t, "scale down accepted", func() error {
-		cur := &chimerav1.ChimeraCluster{}
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), cur); err != nil {
+	provisionThroughCSI(t, ctx, k8s, dir, csiBin, adminURL, mdsToken)
+
+	// Scale the DSes down to one: the pod goes, the MDS list follows.
+	eventually(t, "scale to one DS accepted", func() error {
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: sampleNS, Name: clusterName}, c); err != nil {
 			return err
 		}
 		one := int32(1)
-		cur.Spec.DataServers.Count = &one
-		return k8s.Update(ctx, cur)
+		c.Spec.DataServers.Count = &one
+		return k8s.Update(ctx, c)
 	})
-	eventually(t, "one DS left, cluster Available", func() error {
+	eventually(t, "one DS left, at the MDS too, cluster Available", func() error {
+		pods := &corev1.PodList{}
+		if err := k8s.List(ctx, pods, client.InNamespace(sampleNS), client.MatchingLabels(render.SelectorLabels(c, render.ComponentDS))); err != nil {
+			return err
+		}
 		cur := &chimerav1.ChimeraCluster{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), cur); err != nil {
 			return err
 		}
-		pods := &corev1.PodList{}
-		if err := k8s.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(render.SelectorLabels(c, render.ComponentDS))); err != nil {
+		got, err := mdsList(adminURL, mdsToken)
+		if err != nil {
 			return err
 		}
-		if len(pods.Items) != 1 || cur.Status.DataServersDesired != 1 || cur.Status.Phase != chimerav1.PhaseAvailable || len(cur.Status.DataServers) != 1 {
-			return fmt.Errorf("%d DS pods, status desired %d phase %q", len(pods.Items), cur.Status.DataServersDesired, cur.Status.Phase)
+		if len(pods.Items) != 1 || cur.Status.Phase != chimerav1.PhaseAvailable || len(cur.Status.DataServers) != 1 || strings.Count(got, storageNet) != 1 {
+			return fmt.Errorf("%d DS pods, phase %q, %d status entries, MDS list %s", len(pods.Items), cur.Status.Phase, len(cur.Status.DataServers), got)
 		}
 		return nil
 	})
 
-	// Delete the cluster, then the release: nothing is left behind.
-	if err := k8s.Delete(ctx, c); err != nil {
+	// Deleting the cluster leaves no children.
+	if out, err := tool(kc, kubectl, "delete", "chimeracluster", clusterName, "-n", sampleNS, "--wait=true", "--timeout=90s"); err != nil {
+		t.Fatalf("kubectl delete chimeracluster: %v\n%s", err, out)
+	}
+	eventually(t, "no children of the cluster left", func() error { return noneLeft(ctx, k8s, sampleNS) })
+	multus.stop()
+
+	// Uninstall: the operator goes first, as its pod would with the release.
+	opProc.stop()
+	if out, err := tool(kc, helm, "uninstall", "chimera", "--namespace", releaseNS, "--wait", "--timeout", "90s"); err != nil {
+		t.Fatalf("helm uninstall: %v\n%s", err, out)
+	}
+	eventually(t, "nothing of the release left", func() error {
+		if err := noneLeft(ctx, k8s, releaseNS); err != nil {
+			return err
+		}
+		return noClusterScopedLeft(ctx, k8s)
+	})
+}
+
+// installChart runs `helm install` with the CSI StorageClass pointing at the
+// MDS admin API on 127.0.0.1 and the webhook reached by URL, then checks
+// that every chart workload is scheduled and Running and the CSI objects
+// have the fields the design names.
+func installChart(t *testing.T, ctx context.Context, k8s client.Client, kc, helm string, webhookPort int, adminURL string) {
+	t.Helper()
+	out, err := tool(kc, helm, "install", "chimera", "../../charts/chimera", "--namespace", releaseNS, "--create-namespace",
+		"--set", fmt.Sprintf("webhook.url=https://127.0.0.1:%d", webhookPort),
+		"--set", "csi.storageClasses[0].name="+scName,
+		"--set", "csi.storageClasses[0].adminEndpoint="+adminURL,
+		"--set", "csi.storageClasses[0].secretName="+clusterName+"-admin-token",
+		"--set", "csi.storageClasses[0].secretNamespace="+sampleNS,
+		"--set", "csi.storageClasses[0].nconnect=4",
+		"--wait", "--timeout", "90s")
+	if err != nil {
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+	eventually(t, "chart workloads Running on fake nodes", func() error {
+		if err := podsRunningWithIPs(ctx, k8s, releaseNS, client.MatchingLabels{"app.kubernetes.io/name": "chimera-operator"}, 1); err != nil {
+			return err
+		}
+		if err := podsRunningWithIPs(ctx, k8s, releaseNS, client.MatchingLabels{"app.kubernetes.io/component": "csi-controller"}, 2); err != nil {
+			return err
+		}
+		// The node plugin tolerates everything: one per node.
+		return podsRunningWithIPs(ctx, k8s, releaseNS, client.MatchingLabels{"app.kubernetes.io/component": "csi-node"}, 3)
+	})
+	drv := &storagev1.CSIDriver{}
+	if err := k8s.Get(ctx, types.NamespacedName{Name: provisionerD}, drv); err != nil {
+		t.Fatalf("CSIDriver %s: %v", provisionerD, err)
+	}
+	if drv.Spec.AttachRequired == nil || *drv.Spec.AttachRequired || drv.Spec.PodInfoOnMount == nil || !*drv.Spec.PodInfoOnMount ||
+		drv.Spec.FSGroupPolicy == nil || *drv.Spec.FSGroupPolicy != storagev1.FileFSGroupPolicy {
+		t.Fatalf("CSIDriver spec %+v: want attachRequired false, podInfoOnMount true, fsGroupPolicy File", drv.Spec)
+	}
+	sc := &storagev1.StorageClass{}
+	if err := k8s.Get(ctx, types.NamespacedName{Name: scName}, sc); err != nil {
+		t.Fatalf("StorageClass %s: %v", scName, err)
+	}
+	if sc.Provisioner != provisionerD || sc.Parameters["adminEndpoint"] != adminURL {
+		t.Fatalf("StorageClass %+v", sc)
+	}
+}
+
+func webhookRejectsBadCluster(t *testing.T, ctx context.Context, k8s client.Client, kc, kubectl, sample string) {
+	t.Helper()
+	// Two DSes cannot hold three mirrors: only the webhook can say that
+	// (the schema allows 1-3 mirrors and any count).
+	bad := strings.Replace(sample[strings.Index(sample, "apiVersion: storage.chimera.io"):], "name: "+clusterName+"\n", "name: chimera-bad\n", 1)
+	bad = strings.Replace(bad, "mirrors: 1", "mirrors: 3", 1)
+	if !strings.Contains(bad, "mirrors: 3") || !strings.Contains(bad, "name: chimera-bad") {
+		t.Fatal("sample changed shape: cannot derive the bad cluster")
+	}
+	f := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(f, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "cluster and its pods gone", func() error {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), &chimerav1.ChimeraCluster{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("cluster still there: %v", err)
+	out, err := tool(kc, kubectl, "apply", "-f", f)
+	if err == nil {
+		t.Fatalf("a cluster with 3 mirrors on 2 DSes was accepted:\n%s", out)
+	}
+	// The webhook answers with a field error (the apiserver passes it on as
+	// is) and its warnings; both texts exist only in operator/webhook, so
+	// seeing them proves the apiserver called our webhook over TLS.
+	for _, want := range []string{`spec.pnfs.mirrors: Invalid value: 3`, "each mirror needs its own data server", "Warning: spec.storage.backend nvme"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("rejection does not say %q:\n%s", want, out)
 		}
-		return noneLeft(ctx, k8s, c.Namespace)
-	})
-	helmRun("uninstall", "chimera", "--namespace", "chimera-system", "--wait", "--timeout", "60s")
-	eventually(t, "release gone", func() error { return noneLeft(ctx, k8s, "chimera-system") })
+	}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: sampleNS, Name: "chimera-bad"}, &chimerav1.ChimeraCluster{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("rejected cluster exists: %v", err)
+	}
+	t.Logf("webhook refused the bad cluster: %s", strings.TrimSpace(out))
+}
+
+// checkPodShapes: what the scheduler placed carries the devices, network,
+// hugepages and only the capabilities the design names.
+func checkPodShapes(t *testing.T, ctx context.Context, k8s client.Client) {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := k8s.List(ctx, pods, client.InNamespace(sampleNS), client.MatchingLabels{render.LabelCluster: clusterName}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		ctr := p.Spec.Containers[0]
+		isDS := p.Labels[render.LabelComponent] == render.ComponentDS
+		lim := ctr.Resources.Limits
+		wantHuge := "8Gi"
+		if isDS {
+			wantHuge = "32Gi"
+		}
+		if q := lim["hugepages-1Gi"]; q.String() != wantHuge {
+			t.Errorf("%s: hugepages-1Gi limit %s, want %s", p.Name, q.String(), wantHuge)
+		}
+		if q := lim["rdma/roce_a"]; q.Value() != 1 {
+			t.Errorf("%s: rdma/roce_a limit %s, want 1", p.Name, q.String())
+		}
+		if q, ok := lim["chimera.io/nvme"]; isDS && q.Value() != 16 || !isDS && ok {
+			t.Errorf("%s: chimera.io/nvme limit %s (set %v): want 16 on a DS, none on the MDS", p.Name, q.String(), ok)
+		}
+		if p.Annotations[render.AnnotationNetworks] != "roce-a" {
+			t.Errorf("%s: %s annotation %q, want roce-a", p.Name, render.AnnotationNetworks, p.Annotations[render.AnnotationNetworks])
+		}
+		huge := false
+		for _, v := range p.Spec.Volumes {
+			if v.EmptyDir != nil && v.EmptyDir.Medium == "HugePages-1Gi" {
+				huge = true
+			}
+			if v.HostPath != nil {
+				t.Errorf("%s: hostPath %s: device-plugin NVMe needs none", p.Name, v.HostPath.Path)
+			}
+		}
+		if !huge {
+			t.Errorf("%s: no HugePages-1Gi emptyDir", p.Name)
+		}
+		sc := ctr.SecurityContext
+		var add []string
+		for _, c := range sc.Capabilities.Add {
+			add = append(add, string(c))
+		}
+		sort.Strings(add)
+		want := "IPC_LOCK,NET_BIND_SERVICE"
+		if isDS {
+			want += ",SYS_RAWIO"
+		}
+		if strings.Join(add, ",") != want || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" ||
+			(sc.Privileged != nil && *sc.Privileged) {
+			t.Errorf("%s: capabilities add %v drop %v privileged %v, want add %s drop ALL, unprivileged", p.Name, add, sc.Capabilities.Drop, sc.Privileged, want)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+func fakeNode(name string, labels map[string]string, capacity corev1.ResourceList) *corev1.Node {
+	labels["kubernetes.io/hostname"] = name
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Labels:      labels,
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+		},
+		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
+	}
+}
+
+func storageCapacity(devices bool) corev1.ResourceList {
+	rl := corev1.ResourceList{
+		"cpu": resource.MustParse("128"), "memory": resource.MustParse("512Gi"), "pods": resource.MustParse("110"),
+	}
+	if devices {
+		rl["hugepages-1Gi"] = resource.MustParse("64Gi")
+		rl["chimera.io/nvme"] = resource.MustParse("16")
+		rl["rdma/roce_a"] = resource.MustParse("8")
+	}
+	return rl
 }
 
 func nodeReady(n *corev1.Node) bool {
@@ -319,24 +594,33 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-func podsRunning(ctx context.Context, k8s client.Client, ns string, sel client.MatchingLabels, want int) error {
+func conditionTrue(c *chimerav1.ChimeraCluster, typ string) bool {
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == typ {
+			return cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == c.Generation
+		}
+	}
+	return false
+}
+
+func podsRunningWithIPs(ctx context.Context, k8s client.Client, ns string, sel client.MatchingLabels, want int) error {
 	pods := &corev1.PodList{}
 	if err := k8s.List(ctx, pods, client.InNamespace(ns), sel); err != nil {
 		return err
 	}
 	running := 0
 	for _, p := range pods.Items {
-		if p.Status.Phase == corev1.PodRunning {
+		if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && p.DeletionTimestamp == nil {
 			running++
 		}
 	}
-	if running != want {
-		return fmt.Errorf("%d/%d pods running in %s", running, want, ns)
+	if running != want || len(pods.Items) != want {
+		return fmt.Errorf("%d/%d pods Running with an IP in %s (%v), want %d", running, len(pods.Items), ns, sel, want)
 	}
 	return nil
 }
 
-// placementOf renders "mds-0=node ds-0,ds-1=nodeA|nodeB" (DS order-free:
+// placementOf renders "ds-0,ds-1=nodeA|nodeB mds-0=node" (DS order-free:
 // either DS may land on either storage node).
 func placementOf(ctx context.Context, k8s client.Client, ns string) (string, error) {
 	pods := &corev1.PodList{}
@@ -364,7 +648,7 @@ func placementOf(ctx context.Context, k8s client.Client, ns string) (string, err
 	return strings.Join(out, " "), nil
 }
 
-func noPodOn(t *testing.T, ctx context.Context, k8s client.Client, node string) {
+func noStoragePodOn(t *testing.T, ctx context.Context, k8s client.Client, node string) {
 	t.Helper()
 	pods := &corev1.PodList{}
 	if err := k8s.List(ctx, pods); err != nil {
@@ -377,69 +661,90 @@ func noPodOn(t *testing.T, ctx context.Context, k8s client.Client, node string) 
 	}
 }
 
+// noneLeft lists what remains in ns of the kinds a release or a cluster
+// creates (the per-namespace defaults excepted).
 func noneLeft(ctx context.Context, k8s client.Client, ns string) error {
+	lists := map[string]client.ObjectList{
+		"Pod": &corev1.PodList{}, "Service": &corev1.ServiceList{}, "ConfigMap": &corev1.ConfigMapList{},
+		"Secret": &corev1.SecretList{}, "ServiceAccount": &corev1.ServiceAccountList{},
+		"StatefulSet": &appsv1.StatefulSetList{}, "DaemonSet": &appsv1.DaemonSetList{}, "Deployment": &appsv1.DeploymentList{},
+		"PodDisruptionBudget": &policyv1.PodDisruptionBudgetList{}, "Role": &rbacv1.RoleList{}, "RoleBinding": &rbacv1.RoleBindingList{},
+		"PersistentVolumeClaim": &corev1.PersistentVolumeClaimList{},
+	}
 	var left []string
-	for kind, l := range map[string]client.ObjectList{
-		"Pod": &corev1.PodList{}, "Service": &corev1.ServiceList{}, "ConfigMap": &corev1.ConfigMapList{}, "Secret": &corev1.SecretList{},
-	} {
+	for kind, l := range lists {
 		if err := k8s.List(ctx, l, client.InNamespace(ns)); err != nil {
 			return err
 		}
-		items, _ := metaItems(l)
+		items, err := metaItems(l)
+		if err != nil {
+			return err
+		}
 		for _, o := range items {
-			if kind == "ConfigMap" && o.GetName() == "kube-root-ca.crt" {
+			if (kind == "ConfigMap" && o.GetName() == "kube-root-ca.crt") || (kind == "ServiceAccount" && o.GetName() == "default") {
 				continue
 			}
 			left = append(left, kind+"/"+o.GetName())
 		}
 	}
 	if len(left) > 0 {
+		sort.Strings(left)
 		return fmt.Errorf("left in %s: %v", ns, left)
 	}
 	return nil
 }
 
-func loadSample(t *testing.T, path string) *chimerav1.ChimeraCluster {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	dec := yaml.NewYAMLOrJSONDecoder(f, 4096)
-	for {
-		c := &chimerav1.ChimeraCluster{}
-		if err := dec.Decode(c); err != nil {
-			t.Fatalf("%s: no ChimeraCluster found: %v", path, err)
+// noClusterScopedLeft: the release's cluster-scoped objects are gone (the
+// CRD stays: helm never deletes CRDs, so clusters survive an uninstall).
+func noClusterScopedLeft(ctx context.Context, k8s client.Client) error {
+	var left []string
+	vwcs := &admissionregistrationv1.ValidatingWebhookConfigurationList{}
+	crs := &rbacv1.ClusterRoleList{}
+	crbs := &rbacv1.ClusterRoleBindingList{}
+	drivers := &storagev1.CSIDriverList{}
+	scs := &storagev1.StorageClassList{}
+	pvs := &corev1.PersistentVolumeList{}
+	for _, l := range []client.ObjectList{vwcs, crs, crbs, drivers, scs, pvs} {
+		if err := k8s.List(ctx, l); err != nil {
+			return err
 		}
-		if c.Kind == "ChimeraCluster" {
-			return c
+		items, err := metaItems(l)
+		if err != nil {
+			return err
+		}
+		for _, o := range items {
+			if strings.Contains(o.GetName(), "chimera") || o.GetLabels()["app.kubernetes.io/instance"] == "chimera" {
+				left = append(left, fmt.Sprintf("%T/%s", o, o.GetName()))
+			}
 		}
 	}
+	if len(left) > 0 {
+		return fmt.Errorf("cluster-scoped objects left: %v", left)
+	}
+	return nil
 }
 
-// playMultus annotates DS pods with a storage-network address, as the
-// Multus CNI would once the pod's sandbox exists.
-func playMultus(t *testing.T, k8s client.Client, c *chimerav1.ChimeraCluster) func() {
+// multus plays the Multus CNI: every DS pod, once scheduled, gets a
+// network-status annotation with a fresh storage-network address (a
+// replaced pod gets a new one, as a new VF would).
+type multus struct {
+	mu     sync.Mutex
+	byUID  map[types.UID]string
+	next   int
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func playMultus(t *testing.T, k8s client.Client) *multus {
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	m := &multus{byUID: map[types.UID]string{}, next: 10, cancel: cancel, done: make(chan struct{})}
 	go func() {
-		defer close(done)
+		defer close(m.done)
 		for ctx.Err() == nil {
 			pods := &corev1.PodList{}
-			if err := k8s.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(render.SelectorLabels(c, render.ComponentDS))); err == nil {
+			if err := k8s.List(ctx, pods, client.InNamespace(sampleNS), client.MatchingLabels{render.LabelCluster: clusterName, render.LabelComponent: render.ComponentDS}); err == nil {
 				for i := range pods.Items {
-					p := &pods.Items[i]
-					if _, ok := p.Annotations[render.AnnotationNetworkStatus]; ok || p.Spec.NodeName == "" {
-						continue
-					}
-					idx := strings.TrimPrefix(p.Name, c.Name+"-ds-")
-					patch := client.MergeFrom(p.DeepCopy())
-					if p.Annotations == nil {
-						p.Annotations = map[string]string{}
-					}
-					p.Annotations[render.AnnotationNetworkStatus] = fmt.Sprintf(`[{"name":"%s/roce-a","interface":"net1","ips":["192.168.50.1%s"]}]`, c.Namespace, idx)
-					_ = k8s.Patch(ctx, p, patch)
+					m.annotate(ctx, k8s, &pods.Items[i])
 				}
 			}
 			select {
@@ -448,30 +753,306 @@ func playMultus(t *testing.T, k8s client.Client, c *chimerav1.ChimeraCluster) fu
 			}
 		}
 	}()
-	return func() { cancel(); <-done }
+	t.Cleanup(m.stop)
+	return m
 }
 
-// startAdmin is the MDS admin API the operator pushes to: a recorder that
-// wants a bearer token (the envtest suite covers the real chimerad).
-func startAdmin(t *testing.T) (string, func() string) {
-	var mu sync.Mutex
-	last := ""
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		mu.Lock()
-		last = string(b)
-		mu.Unlock()
-		_, _ = w.Write([]byte(`{"generation":1,"dataServers":[]}`))
-	})}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+func (m *multus) annotate(ctx context.Context, k8s client.Client, p *corev1.Pod) {
+	if p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
+		return
+	}
+	if _, ok := p.Annotations[render.AnnotationNetworkStatus]; ok {
+		return
+	}
+	m.mu.Lock()
+	addr, ok := m.byUID[p.UID]
+	if !ok {
+		addr = fmt.Sprintf("%s%d", storageNet, m.next)
+		m.next++
+		m.byUID[p.UID] = addr
+	}
+	m.mu.Unlock()
+	status := fmt.Sprintf(`[{"name":"kwok","interface":"eth0","ips":[%q],"default":true},{"name":"%s/roce-a","interface":"net1","ips":[%q]}]`, p.Status.PodIP, sampleNS, addr)
+	patch := client.MergeFrom(p.DeepCopy())
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[render.AnnotationNetworkStatus] = status
+	_ = k8s.Patch(ctx, p, patch)
+}
+
+func (m *multus) addressOf(uid types.UID) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.byUID[uid]
+}
+
+func (m *multus) addresses() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, a := range m.byUID {
+		out = append(out, a)
+	}
+	return out
+}
+
+func (m *multus) stop() {
+	m.cancel()
+	<-m.done
+}
+
+// startChimerad runs the real chimerad as the MDS: admin API on 127.0.0.1
+// with the cluster's token, pNFS on, a memfs for CSI volumes.
+func startChimerad(t *testing.T, dir, bin string, adminPort int, token string) {
+	t.Helper()
+	tokenFile := filepath.Join(dir, "mds-token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return "http://" + l.Addr().String(), func() string { mu.Lock(); defer mu.Unlock(); return last }
+	cfg := map[string]any{
+		"common": map[string]any{"log_level": "info"},
+		"server": map[string]any{
+			"role": "mds", "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0,
+			"pnfs": map[string]any{"enabled": true, "mirrors": 1},
+		},
+		"mounts":  map[string]any{"data": map[string]any{"module": "memfs", "path": "/", "capacity_bytes": memfsCapacity}},
+		"exports": map[string]any{"/data": map[string]any{"path": "/data"}},
+		"admin":   map[string]any{"bind": "127.0.0.1", "port": adminPort, "token_file": tokenFile},
+		"metrics": map[string]any{"enabled": false},
+	}
+	b, _ := json.MarshalIndent(cfg, "", "  ")
+	cfgPath := filepath.Join(dir, "mds.json")
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startProcess(t, dir, "chimerad", bin, "--config", cfgPath)
+	eventually(t, "chimerad /healthz", func() error { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/healthz", adminPort)) })
 }
+
+func httpOK(url string) error {
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: HTTP %d", url, resp.StatusCode)
+	}
+	return nil
+}
+
+func adminGet(url, token string) (string, error) {
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: HTTP %d: %s", url, resp.StatusCode, b)
+	}
+	return string(b), nil
+}
+
+func mdsList(adminURL, token string) (string, error) {
+	return adminGet(adminURL+"/api/v1/dataservers", token)
+}
+
+func mdsHas(adminURL, token string, addrs []string) error {
+	got, err := mdsList(adminURL, token)
+	if err != nil {
+		return err
+	}
+	if len(addrs) == 0 {
+		return fmt.Errorf("no DS addresses handed out yet")
+	}
+	for _, a := range addrs {
+		if !strings.Contains(got, a) {
+			return fmt.Errorf("MDS list %s lacks %s", got, a)
+		}
+	}
+	return nil
+}
+
+// provisionThroughCSI plays external-provisioner (its image cannot be
+// fetched here) against our CSI controller: the calls and the PV fields are
+// the sidecar's, the driver and the server are real.
+func provisionThroughCSI(t *testing.T, ctx context.Context, k8s client.Client, dir, csiBin, adminURL, token string) {
+	t.Helper()
+	sock := filepath.Join(dir, "csi.sock")
+	startProcess(t, dir, "chimera-csi", csiBin, "--mode=controller", "--endpoint=unix://"+sock)
+	var conn *grpc.ClientConn
+	eventually(t, "CSI controller socket", func() error {
+		if _, err := os.Stat(sock); err != nil {
+			return err
+		}
+		var err error
+		conn, err = grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		return err
+	})
+	defer conn.Close()
+	ctrlClient := csi.NewControllerClient(conn)
+
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: sampleNS, Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			StorageClassName: ptr(scName),
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(pvcBytes, resource.BinarySI)}},
+		},
+	}
+	if err := k8s.Create(ctx, pvc); err != nil {
+		t.Fatal(err)
+	}
+	// kube-controller-manager hands the claim to our driver.
+	eventually(t, "PVC handed to csi.chimera.io", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pvc), pvc); err != nil {
+			return err
+		}
+		if pvc.Annotations["volume.kubernetes.io/storage-provisioner"] != provisionerD {
+			return fmt.Errorf("annotations %v", pvc.Annotations)
+		}
+		return nil
+	})
+	sc := &storagev1.StorageClass{}
+	if err := k8s.Get(ctx, types.NamespacedName{Name: scName}, sc); err != nil {
+		t.Fatal(err)
+	}
+	params, secretRef := map[string]string{}, types.NamespacedName{}
+	for k, v := range sc.Parameters {
+		switch k {
+		case "csi.storage.k8s.io/provisioner-secret-name":
+			secretRef.Name = v
+		case "csi.storage.k8s.io/provisioner-secret-namespace":
+			secretRef.Namespace = v
+		default:
+			if !strings.HasPrefix(k, "csi.storage.k8s.io/") {
+				params[k] = v
+			}
+		}
+	}
+	sec := &corev1.Secret{}
+	if err := k8s.Get(ctx, secretRef, sec); err != nil {
+		t.Fatalf("provisioner secret %v: %v", secretRef, err)
+	}
+	secrets := map[string]string{}
+	for k, v := range sec.Data {
+		secrets[k] = string(v)
+	}
+	pvName := "pvc-" + string(pvc.UID)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := ctrlClient.CreateVolume(cctx, &csi.CreateVolumeRequest{
+		Name:          pvName,
+		CapacityRange: &csi.CapacityRange{RequiredBytes: pvcBytes},
+		VolumeCapabilities: []*csi.VolumeCapability{{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: sc.MountOptions}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER},
+		}},
+		Parameters: params,
+		Secrets:    secrets,
+	})
+	if err != nil {
+		t.Fatalf("CreateVolume: %v", err)
+	}
+	vol := resp.GetVolume()
+	if vol.GetCapacityBytes() < pvcBytes {
+		t.Fatalf("CreateVolume gave %d bytes, asked %d", vol.GetCapacityBytes(), pvcBytes)
+	}
+	got, err := adminGet(adminURL+"/api/v1/volumes", token)
+	if err != nil || !strings.Contains(got, pvName) {
+		t.Fatalf("volume %s not on the server: %v %s", pvName, err, got)
+	}
+	// The PV as external-provisioner writes it.
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pvName,
+			Annotations: map[string]string{
+				"pv.kubernetes.io/provisioned-by":                            provisionerD,
+				"volume.kubernetes.io/provisioner-deletion-secret-name":      secretRef.Name,
+				"volume.kubernetes.io/provisioner-deletion-secret-namespace": secretRef.Namespace,
+			},
+			Finalizers: []string{"external-provisioner.volume.kubernetes.io/finalizer"},
+		},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(vol.GetCapacityBytes(), resource.BinarySI)},
+			AccessModes:                   pvc.Spec.AccessModes,
+			PersistentVolumeReclaimPolicy: *sc.ReclaimPolicy,
+			StorageClassName:              scName,
+			MountOptions:                  sc.MountOptions,
+			VolumeMode:                    pvc.Spec.VolumeMode,
+			ClaimRef: &corev1.ObjectReference{
+				Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: pvc.Namespace, Name: pvc.Name,
+				UID: pvc.UID, ResourceVersion: pvc.ResourceVersion,
+			},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver: provisionerD, VolumeHandle: vol.GetVolumeId(), VolumeAttributes: vol.GetVolumeContext(),
+				ControllerExpandSecretRef: &corev1.SecretReference{Name: sc.Parameters["csi.storage.k8s.io/controller-expand-secret-name"], Namespace: sc.Parameters["csi.storage.k8s.io/controller-expand-secret-namespace"]},
+			}},
+		},
+	}
+	if err := k8s.Create(ctx, pv); err != nil {
+		t.Fatalf("create PV: %v", err)
+	}
+	eventually(t, "PVC Bound to the provisioned PV", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pvc), pvc); err != nil {
+			return err
+		}
+		if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName != pvName {
+			return fmt.Errorf("PVC phase %s volume %q", pvc.Status.Phase, pvc.Spec.VolumeName)
+		}
+		return nil
+	})
+	t.Logf("PVC %s/%s Bound to %s (volume %s, context %v)", pvc.Namespace, pvc.Name, pvName, vol.GetVolumeId(), vol.GetVolumeContext())
+
+	// Delete the claim: the PV is Released (reclaim Delete, external
+	// provisioner), the sidecar's DeleteVolume removes the server volume.
+	if err := k8s.Delete(ctx, pvc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "PV Released", func() error {
+		if err := k8s.Get(ctx, types.NamespacedName{Name: pvName}, pv); err != nil {
+			return err
+		}
+		if pv.Status.Phase != corev1.VolumeReleased {
+			return fmt.Errorf("PV phase %s", pv.Status.Phase)
+		}
+		return nil
+	})
+	delSec := &corev1.Secret{}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: pv.Annotations["volume.kubernetes.io/provisioner-deletion-secret-namespace"],
+		Name: pv.Annotations["volume.kubernetes.io/provisioner-deletion-secret-name"]}, delSec); err != nil {
+		t.Fatal(err)
+	}
+	delSecrets := map[string]string{}
+	for k, v := range delSec.Data {
+		delSecrets[k] = string(v)
+	}
+	if _, err := ctrlClient.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: pv.Spec.CSI.VolumeHandle, Secrets: delSecrets}); err != nil {
+		t.Fatalf("DeleteVolume: %v", err)
+	}
+	got, err = adminGet(adminURL+"/api/v1/volumes", token)
+	if err != nil || strings.Contains(got, pvName) {
+		t.Fatalf("volume %s still on the server after DeleteVolume: %v %s", pvName, err, got)
+	}
+	patch := client.MergeFrom(pv.DeepCopy())
+	pv.Finalizers = nil
+	if err := k8s.Patch(ctx, pv, patch); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(ctx, pv); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	eventually(t, "PV gone", func() error {
+		if err := k8s.Get(ctx, types.NamespacedName{Name: pvName}, &corev1.PersistentVolume{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("PV still there: %v", err)
+		}
+		return nil
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
