@@ -5,13 +5,17 @@
 #   3. kubeconform -strict over the rendered chart (default values, and with
 #      cert-manager) and every YAML file in config/, against Kubernetes 1.34
 #      schemas and our CRD (hack/kubeconform-schemas.py prepares them),
-#   4. the check can fail: a manifest with an unknown field must be rejected.
+#   4. every kustomization under config/ renders (kubectl kustomize, the
+#      Kubernetes-version kubectl built by hack/build-k8s.sh) and the result
+#      passes kubeconform too,
+#   5. the check can fail: a manifest with an unknown field must be rejected.
 # Prints kubeconform's summary lines; exits non-zero on any failure.
 set -euo pipefail
 
 CACHE="${CACHE:-$HOME/.cache/chimera-test}"
 HELM="${HELM:-$CACHE/bin/helm}"
 KUBECONFORM="${KUBECONFORM:-$CACHE/bin/kubeconform}"
+KUBECTL="${KUBECTL:-$CACHE/k8s/v1.34.4/kubectl}"
 K8S_SCHEMA_VERSION=1.34.0
 WHEEL_VERSION=1.37.0
 SCHEMAS="$CACHE/kubeconform-schemas"
@@ -54,9 +58,27 @@ mapfile -t config_files < <(find config -name '*.yaml' ! -name kustomization.yam
 conform "$WORK/chart-default.yaml" "${config_files[@]}"
 # cert-manager kinds have no offline schema here: skipped, named.
 conform -skip Certificate,Issuer "$WORK/chart-certmanager.yaml"
-echo "test-chart: kubeconform passed (chart default + cert-manager render, ${#config_files[@]} files in config/)"
+# The values the fake-cluster e2e installs with: StorageClass + webhook URL.
+"$HELM" template chimera charts/chimera --namespace chimera-system --set webhook.url=https://127.0.0.1:9443 \
+  --set 'csi.storageClasses[0].name=chimera' --set 'csi.storageClasses[0].clusterName=chimera' \
+  --set 'csi.storageClasses[0].clusterNamespace=chimera' > "$WORK/chart-sc.yaml"
+grep -q 'kind: StorageClass' "$WORK/chart-sc.yaml" || fail "rendered chart has no StorageClass with csi.storageClasses set"
+conform "$WORK/chart-sc.yaml"
+echo "test-chart: kubeconform passed (chart default + cert-manager + StorageClass/webhook-URL renders, ${#config_files[@]} files in config/)"
 
-# 4. the validation can fail
+# 4. kustomizations render and validate
+mapfile -t kdirs < <(find config -name kustomization.yaml -printf '%h\n' | sort)
+[ "${#kdirs[@]}" -ge 5 ] || fail "found only ${#kdirs[@]} kustomizations under config/"
+for d in "${kdirs[@]}"; do
+  out="$WORK/kustomize-$(echo "$d" | tr / -).yaml"
+  "$KUBECTL" kustomize "$d" > "$out" || fail "kubectl kustomize $d"
+  grep -q '^kind:' "$out" || fail "kubectl kustomize $d rendered nothing"
+done
+conform "$WORK"/kustomize-*.yaml
+grep -q '^kind: Deployment' "$WORK/kustomize-config-default.yaml" || fail "config/default renders no operator Deployment"
+echo "test-chart: kustomize passed (${#kdirs[@]} kustomizations rendered and validated)"
+
+# 5. the validation can fail
 sed 's/^  storage:$/  storge:/' config/samples/storage_v1alpha1_chimeracluster_tcp_memfs.yaml > "$WORK/bad.yaml"
 grep -q storge "$WORK/bad.yaml" || fail "could not build the negative sample"
 if out=$(conform "$WORK/bad.yaml" 2>&1); then

@@ -45,8 +45,9 @@ test-operator: setup-operator build-dataplane ## unit tests, generated-file stal
 	  for t in TestGeneratedFilesUpToDate TestRenderedConfigPassesChimerad TestInvalidSpecsAreRejectedNamingTheField TestStorageAddressesReachTheMDSAndConditionsProgress; do \
 	    grep -q -- "^--- PASS: $$t " $$log || { echo "test-operator: $$t did not run (skipped?)"; exit 1; }; done
 
-test-chart: ## helm lint + kubeconform (strict, offline schemas, our CRD) over the chart and config/
+test-chart: ## helm lint + kubeconform (strict, offline schemas, our CRD) over the chart, config/ and its kustomize renders
 	hack/tools.sh helm kubeconform
+	nice -n 10 hack/build-k8s.sh kubectl
 	hack/test-chart.sh
 
 # Whole-cluster test on fake nodes: etcd, kube-apiserver, kube-controller-manager,
