@@ -200,7 +200,11 @@ type PNFSSpec struct {
 // TuningSpec carries chimerad's performance knobs.
 type TuningSpec struct {
 	// Threads is the number of per-core event loops in each server pod
-	// (default: chimerad picks the CPUs it is given).
+	// (default: chimerad picks the CPUs it is given). At most 64, the bound
+	// chimerad itself accepts (server.threads / server.cores): its metrics
+	// keep per-core counter shards allocated up front for 64 cores. The
+	// reference deployment ran 80 loops per server; raising this maximum
+	// needs chimerad's bound raised first.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=64
 	// +optional
