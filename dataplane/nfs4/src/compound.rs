@@ -189,6 +189,7 @@ impl<'p> Compound<'p> {
             p::OP_SECINFO => self.op_secinfo(d, e),
             p::OP_SETATTR => self.op_setattr(d, e),
             p::OP_WRITE => self.op_write(d, e),
+            p::OP_BACKCHANNEL_CTL => self.op_backchannel_ctl(d, e),
             p::OP_BIND_CONN_TO_SESSION => self.op_bind_conn_to_session(d, e),
             p::OP_EXCHANGE_ID => self.op_exchange_id(d, e),
             p::OP_CREATE_SESSION => self.op_create_session(d, e),

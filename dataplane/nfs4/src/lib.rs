@@ -193,8 +193,9 @@ impl Nfs4Program {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as u32)
             .unwrap_or(1);
-        let state = state::State::new(cfg.limits(), boot_epoch, 0);
-        Nfs4Program { vfs, cfg, state: Arc::new(Mutex::new(state)), clock: Instant::now(), skew_ms: Default::default(), reaper: None, callbacks: Default::default() }
+        let state = Arc::new(Mutex::new(state::State::new(cfg.limits(), boot_epoch, 0)));
+        let callbacks = Arc::new(callback::Callbacks::new(state.clone(), u64::from(cfg.lease_time_s) * 1000));
+        Nfs4Program { vfs, cfg, state, clock: Instant::now(), skew_ms: Default::default(), reaper: None, callbacks }
     }
 
     fn now_ms(&self) -> u64 {

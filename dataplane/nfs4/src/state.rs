@@ -151,6 +151,61 @@ pub struct Session {
     pub cb_program: u32,
     slots: Vec<Slot>,
     conns: Vec<u64>,
+    /// The back channel (RFC 8881 §2.10.3.1), used by `crate::callback`.
+    pub back_chan: BackChan,
+}
+
+/// Back-channel slots used per session at most, whatever the client offers
+/// in ca_maxrequests (we use min of the two).
+pub const CB_SLOTS_MAX: u32 = 16;
+/// Connections remembered per session for each channel.
+pub const CONNS_PER_SESSION_MAX: usize = 64;
+
+/// One session's back channel: the connections the client bound for
+/// callbacks, the program and credential to call with, and the callback
+/// slot table (RFC 8881 §2.10.6.3: the server is the requester here).
+#[derive(Debug, Clone, Default)]
+pub struct BackChan {
+    /// csa_cb_program / bca_cb_program.
+    pub program: u32,
+    /// The first credential flavor we can use from csa_sec_parms /
+    /// bca_sec_parms; None: the client offered only RPCSEC_GSS.
+    pub cred: Option<rpc::backchannel::CallCred>,
+    /// Connections bound for the back channel, most recent last.
+    pub conns: Vec<u64>,
+    pub slots: Vec<CbSlot>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CbSlot {
+    /// Sequence id of the last CB_SEQUENCE sent on this slot (0 before any).
+    pub seqid: u32,
+    pub busy: bool,
+    /// The last call timed out: the client may or may not have seen `seqid`.
+    pub uncertain: bool,
+}
+
+/// A callback slot taken by `cb_begin`: everything needed to send.
+#[derive(Debug, Clone)]
+pub struct CbCall {
+    pub session: SessionId,
+    pub slot: u32,
+    pub seqid: u32,
+    pub highest_slot: u32,
+    pub conn: u64,
+    pub program: u32,
+    pub cred: rpc::backchannel::CallCred,
+    pub request_bytes_max: u32,
+    pub ops_max: u32,
+}
+
+/// Why `cb_begin` found no slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CbBusy {
+    /// No session of the client has a usable back channel.
+    NoBackChannel,
+    /// Every slot of every usable back channel is in use.
+    SlotsBusy,
 }
 
 /// What CREATE_SESSION returned, kept for its replay (§18.36.4).
@@ -472,7 +527,22 @@ impl State {
         let created = CreatedSession { id, sequence, flags, fore, back };
         self.sessions.insert(
             id,
-            Session { id, clientid, fore, back, flags, cb_program, slots, conns: Vec::new() },
+            Session {
+                id,
+                clientid,
+                fore,
+                back,
+                flags,
+                cb_program,
+                slots,
+                conns: Vec::new(),
+                back_chan: BackChan {
+                    program: cb_program,
+                    cred: None,
+                    conns: Vec::new(),
+                    slots: vec![CbSlot::default(); back.requests_max.clamp(1, CB_SLOTS_MAX) as usize],
+                },
+            },
         );
         let c = self.clients.get_mut(&clientid).expect("checked above");
         let replaced = c.replaces.take();
@@ -551,12 +621,122 @@ impl State {
         let s = self.sessions.get_mut(id).ok_or(StateError::BadSession)?;
         if !s.conns.contains(&conn) {
             // Bounded: one entry per connection of this session, capped at the slot count.
-            if s.conns.len() >= 64 {
+            if s.conns.len() >= CONNS_PER_SESSION_MAX {
                 s.conns.remove(0);
             }
             s.conns.push(conn);
         }
         Ok(())
+    }
+
+    /// BIND_CONN_TO_SESSION with a direction, and CREATE_SESSION with
+    /// CONN_BACK_CHAN (§18.34.3, §18.36.3): `back` adds the connection to
+    /// the back channel, `!back` takes it off (a fore-only binding).
+    pub fn bind_conn_dir(&mut self, id: &SessionId, conn: u64, back: bool) -> StateResult<()> {
+        self.bind_conn(id, conn)?;
+        let b = &mut self.sessions.get_mut(id).ok_or(StateError::BadSession)?.back_chan;
+        b.conns.retain(|c| *c != conn);
+        if back {
+            if b.conns.len() >= CONNS_PER_SESSION_MAX {
+                b.conns.remove(0);
+            }
+            b.conns.push(conn);
+        }
+        Ok(())
+    }
+
+    /// CREATE_SESSION / BACKCHANNEL_CTL (§18.33): how to call the client.
+    pub fn set_callback_sec(&mut self, id: &SessionId, program: u32, cred: Option<rpc::backchannel::CallCred>) -> StateResult<()> {
+        let b = &mut self.sessions.get_mut(id).ok_or(StateError::BadSession)?.back_chan;
+        b.program = program;
+        b.cred = cred;
+        Ok(())
+    }
+
+    /// A transport connection closed: it carries neither channel any more.
+    pub fn conn_closed(&mut self, conn: u64) {
+        for s in self.sessions.values_mut() {
+            s.conns.retain(|c| *c != conn);
+            s.back_chan.conns.retain(|c| *c != conn);
+        }
+    }
+
+    fn back_usable(s: &Session) -> bool {
+        !s.back_chan.conns.is_empty() && s.back_chan.cred.is_some()
+    }
+
+    /// SEQ4_STATUS_CB_PATH_DOWN[_SESSION] bits for a SEQUENCE on `id`
+    /// (§18.46.3): this session, and all of its client's sessions, without
+    /// a usable back channel.
+    pub fn cb_path_flags(&self, id: &SessionId) -> u32 {
+        let Some(s) = self.sessions.get(id) else { return 0 };
+        let mut flags = 0;
+        if !Self::back_usable(s) {
+            flags |= proto::nfs4::SEQ4_STATUS_CB_PATH_DOWN_SESSION;
+        }
+        let any = self
+            .clients
+            .get(&s.clientid)
+            .is_some_and(|c| c.sessions.iter().any(|sid| self.sessions.get(sid).is_some_and(Self::back_usable)));
+        if !any {
+            flags |= proto::nfs4::SEQ4_STATUS_CB_PATH_DOWN;
+        }
+        flags
+    }
+
+    /// Take a callback slot on a usable back channel of `clientid` (the
+    /// most recently bound connection of the first session that has a free
+    /// slot) and advance its sequence id.
+    pub fn cb_begin(&mut self, clientid: ClientId) -> Result<CbCall, CbBusy> {
+        let c = self.clients.get(&clientid).ok_or(CbBusy::NoBackChannel)?;
+        let mut usable = false;
+        for sid in &c.sessions {
+            let Some(s) = self.sessions.get_mut(sid) else { continue };
+            if !Self::back_usable(s) {
+                continue;
+            }
+            usable = true;
+            let b = &mut s.back_chan;
+            let Some(i) = b.slots.iter().position(|x| !x.busy) else { continue };
+            let slot = &mut b.slots[i];
+            slot.busy = true;
+            // Sequence ids skip 0 when they wrap (§2.10.6.1).
+            slot.seqid = if slot.seqid == u32::MAX { 1 } else { slot.seqid + 1 };
+            return Ok(CbCall {
+                session: s.id,
+                slot: i as u32,
+                seqid: slot.seqid,
+                highest_slot: b.slots.len() as u32 - 1,
+                conn: *b.conns.last().expect("usable has a connection"),
+                program: b.program,
+                cred: b.cred.clone().expect("usable has a credential"),
+                request_bytes_max: s.back.request_bytes_max,
+                ops_max: s.back.ops_max,
+            });
+        }
+        Err(if usable { CbBusy::SlotsBusy } else { CbBusy::NoBackChannel })
+    }
+
+    /// Release a slot taken by `cb_begin`. `outcome`: Some(true) the client
+    /// executed CB_SEQUENCE; Some(false) it refused it (the sequence id was
+    /// not consumed: step back); None no reply (timeout: unknown).
+    pub fn cb_end(&mut self, session: &SessionId, slot: u32, outcome: Option<bool>) {
+        let Some(s) = self.sessions.get_mut(session) else { return };
+        let Some(x) = s.back_chan.slots.get_mut(slot as usize) else { return };
+        x.busy = false;
+        match outcome {
+            Some(true) => x.uncertain = false,
+            Some(false) => {
+                x.seqid = if x.seqid <= 1 { 0 } else { x.seqid - 1 };
+                x.uncertain = false;
+            }
+            None => x.uncertain = true,
+        }
+    }
+
+    /// Was the last call on this slot a timeout (see `cb_end`)?
+    pub fn cb_uncertain(&self, session: &SessionId, slot: u32) -> bool {
+        self.sessions.get(session).and_then(|s| s.back_chan.slots.get(slot as usize)).is_some_and(|x| x.uncertain)
     }
 
     /// The slot check of SEQUENCE (§2.10.6.1). `Ok(false)`: execute the

@@ -5,6 +5,7 @@ use crate::compound::{Compound, Seq, Step};
 use crate::error::{fail, OpResult};
 use crate::state::ChannelAttrs;
 use proto::nfs4 as p;
+use rpc::backchannel::CallCred;
 use proto::xdr::{Decoder, Encoder, Xdr};
 
 /// Smallest request/response size a client may negotiate: below it not even
@@ -42,6 +43,26 @@ fn attrs_out(a: &ChannelAttrs) -> p::channel_attrs4 {
     }
 }
 
+/// The first callback credential we can use (§18.33.3, §18.36.3): AUTH_NONE
+/// or AUTH_SYS; RPCSEC_GSS needs a GSS context we do not have. An empty list
+/// means AUTH_NONE. None: only RPCSEC_GSS was offered.
+fn callback_cred(parms: &[p::callback_sec_parms4<'_>]) -> Option<CallCred> {
+    if parms.is_empty() {
+        return Some(CallCred::None);
+    }
+    parms.iter().find_map(|s| match s {
+        p::callback_sec_parms4::AUTH_NONE => Some(CallCred::None),
+        p::callback_sec_parms4::AUTH_SYS(a) => Some(CallCred::Sys {
+            stamp: a.stamp,
+            machine_name: a.machinename[..a.machinename.len().min(rpc::backchannel::MACHINE_NAME_MAX)].to_vec(),
+            uid: a.uid,
+            gid: a.gid,
+            gids: a.gids.iter().copied().take(16).collect(),
+        }),
+        p::callback_sec_parms4::RPCSEC_GSS(_) => None,
+    })
+}
+
 impl Compound<'_> {
     /// SEQUENCE (RFC 8881 §18.46): find the session, apply its limits to
     /// this COMPOUND, run the slot check (§2.10.6.1), renew the lease.
@@ -57,6 +78,8 @@ impl Compound<'_> {
             return fail(p::NFS4ERR_REQ_TOO_BIG);
         }
         let replay = st.sequence_begin(&a.sa_sessionid, a.sa_slotid, a.sa_sequenceid, self.conn_id, self.now_ms)?;
+        // The client learns here that it must bind a back channel (§18.46.3).
+        let status_flags = st.cb_path_flags(&a.sa_sessionid);
         drop(st);
         self.seq = Some(Seq {
             session: a.sa_sessionid,
@@ -76,7 +99,7 @@ impl Compound<'_> {
             sr_slotid: a.sa_slotid,
             sr_highest_slotid: highest,
             sr_target_highest_slotid: highest,
-            sr_status_flags: 0,
+            sr_status_flags: status_flags,
         }
         .encode(e)?;
         Ok(Step::Done)
@@ -119,8 +142,9 @@ impl Compound<'_> {
     }
 
     /// CREATE_SESSION (RFC 8881 §18.36): fore-channel sizes and slots are
-    /// negotiated down to our limits; a back channel is accepted (we send
-    /// no callbacks yet).
+    /// negotiated down to our limits; with CONN_BACK_CHAN this connection
+    /// also carries the back channel (`crate::callback`), unless the client
+    /// offered only RPCSEC_GSS for it (then the flag is not granted).
     pub(crate) fn op_create_session(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
         let a = p::CREATE_SESSION4args::decode(d)?;
         let fore = attrs_in(&a.csa_fore_chan_attrs);
@@ -128,10 +152,15 @@ impl Compound<'_> {
         if fore.request_bytes_max < CHANNEL_BYTES_MIN || fore.response_bytes_max < CHANNEL_BYTES_MIN {
             return fail(p::NFS4ERR_TOOSMALL);
         }
-        let flags = a.csa_flags & p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN;
+        let cred = callback_cred(&a.csa_sec_parms);
+        let mut flags = a.csa_flags & p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN;
+        if cred.is_none() {
+            flags = 0;
+        }
         let mut st = self.prog.state();
         let cs = st.create_session(a.csa_clientid, a.csa_sequence, flags, fore, back, a.csa_cb_program, self.now_ms)?;
-        st.bind_conn(&cs.id, self.conn_id)?;
+        st.set_callback_sec(&cs.id, a.csa_cb_program, cred)?;
+        st.bind_conn_dir(&cs.id, self.conn_id, cs.flags & p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0)?;
         drop(st);
         p::CREATE_SESSION4resok {
             csr_sessionid: cs.id,
@@ -150,19 +179,30 @@ impl Compound<'_> {
         if a.bctsa_use_conn_in_rdma_mode {
             // RPC-over-RDMA is not wired yet; the connection stays in TCP mode.
         }
-        self.prog.state().bind_conn(&a.bctsa_sessid, self.conn_id)?;
-        let dir = match a.bctsa_dir {
-            p::channel_dir_from_client4::CDFC4_FORE => p::channel_dir_from_server4::CDFS4_FORE,
-            p::channel_dir_from_client4::CDFC4_BACK => p::channel_dir_from_server4::CDFS4_BACK,
+        let (back, dir) = match a.bctsa_dir {
+            p::channel_dir_from_client4::CDFC4_FORE => (false, p::channel_dir_from_server4::CDFS4_FORE),
+            p::channel_dir_from_client4::CDFC4_BACK => (true, p::channel_dir_from_server4::CDFS4_BACK),
             p::channel_dir_from_client4::CDFC4_FORE_OR_BOTH
-            | p::channel_dir_from_client4::CDFC4_BACK_OR_BOTH => p::channel_dir_from_server4::CDFS4_BOTH,
+            | p::channel_dir_from_client4::CDFC4_BACK_OR_BOTH => (true, p::channel_dir_from_server4::CDFS4_BOTH),
         };
+        self.prog.state().bind_conn_dir(&a.bctsa_sessid, self.conn_id, back)?;
         p::BIND_CONN_TO_SESSION4resok {
             bctsr_sessid: a.bctsa_sessid,
             bctsr_dir: dir,
             bctsr_use_conn_in_rdma_mode: false,
         }
         .encode(e)?;
+        Ok(())
+    }
+
+    /// BACKCHANNEL_CTL (RFC 8881 §18.33): a new callback program and
+    /// credential for this session's back channel. Only RPCSEC_GSS offered:
+    /// NFS4ERR_ENCR_ALG_UNSUPP (we cannot call with it).
+    pub(crate) fn op_backchannel_ctl(&mut self, d: &mut Decoder<'_>, _e: &mut Encoder<'_>) -> OpResult {
+        let a = p::BACKCHANNEL_CTL4args::decode(d)?;
+        let seq = self.seq.ok_or(crate::error::Nfs4Error(p::NFS4ERR_OP_NOT_IN_SESSION))?;
+        let Some(cred) = callback_cred(&a.bca_sec_parms) else { return fail(p::NFS4ERR_ENCR_ALG_UNSUPP) };
+        self.prog.state().set_callback_sec(&seq.session, a.bca_cb_program, Some(cred))?;
         Ok(())
     }
 
