@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# What this proves: every image `images/build.sh all` made is usable as shipped.
+# For each of the five images it checks that the image is in buildah's store,
+# that its OCI archive in $CACHE/images is a valid OCI layout (oci-layout, an
+# index.json naming the image, every manifest/config/layer blob present with the
+# digest it claims), that the image's own ENTRYPOINT runs inside the image
+# (--version or --help), the users (operator non-root), that runtime images carry
+# no compiler, the CSI image's mount.nfs and mount, that the pause binary really
+# sleeps until SIGTERM and then exits 0, and that sizes stay under named limits.
+# Any failure names the image and exits non-zero; the last line is a summary.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CACHE=${CACHE:-$HOME/.cache/chimera-test}
+OUT=${IMAGES_OUT:-$CACHE/images}
+export CONTAINERS_CONF="$OUT/containers.conf"
+[ -r "$CONTAINERS_CONF" ] || { echo "test-images: $CONTAINERS_CONF missing: run images/build.sh first" >&2; exit 1; }
+
+# Size limits (the image's filesystem, du of the mounted image, MB). Measured sizes
+# are printed; these catch a compiler or a build tree slipping into an image.
+declare -A SIZE_MB_MAX=([operator]=160 [csi]=200 [dataplane]=130 [pause]=5 [fio]=220)
+declare -A IMAGE=(
+  [operator]=localhost/chimera-operator:dev [csi]=localhost/chimera-csi:dev [dataplane]=localhost/chimerad:dev
+  [pause]=localhost/pause:3.10 [fio]=localhost/chimera-fio:dev
+)
+declare -A ARCHIVE=(
+  [operator]=chimera-operator.tar [csi]=chimera-csi.tar [dataplane]=chimerad.tar
+  [pause]=pause.tar [fio]=chimera-fio.tar
+)
+ORDER=(operator csi dataplane pause fio)
+# The pause binary must still be running after this long, then exit 0 on SIGTERM.
+PAUSE_ALIVE_S=2
+PAUSE_EXIT_S_MAX=5
+
+failures=()
+summary=()
+current=""
+fail() { echo "test-images: FAIL ${IMAGE[$current]}: $*" >&2; failures+=("${IMAGE[$current]}: $*"); }
+ok() { echo "test-images: ok   ${IMAGE[$current]}: $*"; }
+
+CTR=""
+cleanup() { [ -z "$CTR" ] || buildah rm "$CTR" >/dev/null 2>&1 || true; CTR=""; }
+trap cleanup EXIT
+
+# Runs a command inside a fresh container of the current image (as the image's user).
+in_image() { timeout 60 buildah run --network none "$CTR" -- "$@"; }
+
+# index.json -> manifest -> config + layers, each blob present with its digest.
+check_archive() {
+  local archive=$1 img=$2 dir
+  [ -s "$archive" ] || { fail "archive $archive missing"; return; }
+  dir=$(mktemp -d)
+  if ! tar -C "$dir" -xf "$archive"; then fail "$archive is not a tar"; rm -rf "$dir"; return; fi
+  python3 - "$dir" "$img" <<'EOF' || fail "$archive is not a valid OCI layout for $img"
+import hashlib, json, os, sys
+d, img = sys.argv[1], sys.argv[2]
+def blob(desc):
+    algo, hexd = desc["digest"].split(":", 1)
+    p = os.path.join(d, "blobs", algo, hexd)
+    data = open(p, "rb").read()
+    assert hashlib.new(algo, data).hexdigest() == hexd, f"blob {desc['digest']} content does not match its digest"
+    assert len(data) == desc["size"], f"blob {desc['digest']} size {len(data)} != {desc['size']}"
+    return data
+layout = json.load(open(os.path.join(d, "oci-layout")))
+assert layout.get("imageLayoutVersion") == "1.0.0", f"oci-layout: {layout}"
+index = json.load(open(os.path.join(d, "index.json")))
+names = [m.get("annotations", {}).get("org.opencontainers.image.ref.name") for m in index["manifests"]]
+assert img in names, f"index.json names {names}, not {img}"
+m = index["manifests"][names.index(img)]
+manifest = json.loads(blob(m))
+blob(manifest["config"])
+assert manifest["layers"], "manifest has no layers"
+for layer in manifest["layers"]:
+    blob(layer)
+print(f"  {len(manifest['layers'])} layer(s), all blobs verified")
+EOF
+  rm -rf "$dir"
+}
+
+check_image() {
+  current=$1
+  local img=${IMAGE[$1]} archive="$OUT/${ARCHIVE[$1]}" entry user size_mb mnt out
+  if ! buildah inspect --type image "$img" >/dev/null 2>&1; then fail "not in buildah's store"; return; fi
+  check_archive "$archive" "$img"
+  entry=$(buildah inspect --type image --format '{{range .OCIv1.Config.Entrypoint}}{{.}} {{end}}' "$img")
+  entry=${entry%% *}
+  user=$(buildah inspect --type image --format '{{.OCIv1.Config.User}}' "$img")
+  CTR=$(buildah from --pull-never "$img") || { fail "buildah from failed"; return; }
+  case $1 in
+    dataplane)
+      [ "$entry" = /usr/local/bin/chimerad ] || fail "entrypoint is '$entry', want /usr/local/bin/chimerad"
+      out=$(in_image "$entry" --version 2>&1) && [[ $out == chimerad\ * ]] && ok "entrypoint runs: $out" \
+        || fail "'$entry --version' failed: $out"
+      ;;
+    operator|csi)
+      out=$(in_image "$entry" --help 2>&1) && ok "entrypoint $entry --help exits 0 ($(grep -c -- '^ *-' <<<"$out") flags listed)" \
+        || fail "'$entry --help' failed: $(tail -3 <<<"$out")"
+      ;;
+    pause)
+      [ "$entry" = /pause ] || fail "entrypoint is '$entry', want /pause"
+      out=$(in_image /pause --version 2>&1) && ok "entrypoint runs: $out" || fail "'/pause --version' failed: $out"
+      check_pause_sleeps
+      ;;
+    fio)
+      out=$(in_image fio --version 2>&1) && [[ $out == fio-* ]] && ok "fio runs: $out" || fail "'fio --version' failed: $out"
+      ;;
+  esac
+  case $1 in
+    operator)
+      # Non-root both as configured and as actually run.
+      case ${user%%:*} in ""|0|root) fail "image user is '${user:-unset}', want non-root" ;; esac
+      out=$(in_image id -u 2>&1) && [ "$out" = 65532 ] && ok "runs as uid $out" || fail "runs as uid '$out', want 65532"
+      ;;
+    csi)
+      out=$(in_image sh -c 'command -v mount.nfs && mount.nfs -V && mount --version' 2>&1) \
+        && ok "has $(head -1 <<<"$out"): $(sed -n 2p <<<"$out"); $(sed -n 3p <<<"$out")" \
+        || fail "mount.nfs / mount missing or broken: $out"
+      ;;
+  esac
+  case $1 in
+    operator|csi|dataplane|fio)
+      # Runtime images carry no toolchain.
+      out=$(in_image sh -c 'for t in cc gcc go cargo rustc; do command -v $t; done; exit 0' 2>&1)
+      [ -z "$out" ] && ok "no compiler inside" || fail "compiler inside the runtime image: $out"
+      ;;
+  esac
+  # Size of the image's filesystem as a container sees it.
+  mnt=$(buildah mount "$CTR") && size_mb=$(du -sm "$mnt" | cut -f1) && buildah umount "$CTR" >/dev/null \
+    || { fail "could not measure the size"; size_mb=0; }
+  cleanup
+  if [ "$size_mb" -le "${SIZE_MB_MAX[$1]}" ]; then
+    ok "size $size_mb MB (limit ${SIZE_MB_MAX[$1]}), archive $(( $(stat -c %s "$archive" 2>/dev/null || echo 0) / 1000000 )) MB"
+  else
+    fail "size $size_mb MB exceeds the limit of ${SIZE_MB_MAX[$1]} MB"
+  fi
+  summary+=("$img ${size_mb}MB")
+}
+
+# The sandbox image's one job: stay up until told to stop, then stop cleanly.
+check_pause_sleeps() {
+  local mnt rc t0 elapsed_s
+  mnt=$(buildah mount "$CTR") || { fail "buildah mount failed"; return; }
+  t0=$(date +%s)
+  rc=0
+  timeout --preserve-status -s TERM -k "$PAUSE_EXIT_S_MAX" "$PAUSE_ALIVE_S" "$mnt/pause" 2>/dev/null || rc=$?
+  elapsed_s=$(( $(date +%s) - t0 ))
+  buildah umount "$CTR" >/dev/null
+  if [ "$rc" -eq 0 ] && [ "$elapsed_s" -ge "$PAUSE_ALIVE_S" ] && [ "$elapsed_s" -lt $(( PAUSE_ALIVE_S + PAUSE_EXIT_S_MAX )) ]; then
+    ok "pause slept ${PAUSE_ALIVE_S} s and exited 0 on SIGTERM"
+  else
+    fail "pause: exit status $rc after $elapsed_s s (want 0 after SIGTERM at ${PAUSE_ALIVE_S} s)"
+  fi
+}
+
+for c in "${ORDER[@]}"; do check_image "$c"; done
+
+if [ ${#failures[@]} -ne 0 ]; then
+  echo "test-images: FAILED: ${#failures[@]} check(s) failed:" >&2
+  printf '  %s\n' "${failures[@]}" >&2
+  exit 1
+fi
+echo "test-images: ${#ORDER[@]}/${#ORDER[@]} images passed: $(IFS=,; echo "${summary[*]}" | sed 's/,/, /g')"
