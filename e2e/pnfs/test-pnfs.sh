@@ -24,6 +24,9 @@
 #   dsfail    mirrors=2; after the files are written, one DS is killed
 #             (SIGKILL); the guest remounts and every byte still verifies,
 #             read from the survivors.
+#   dsfail1   mirrors=1, the same kill: a file with a stripe on the dead DS
+#             may fail to read with an I/O error (what the server documents),
+#             but no file may read back wrong, and the others verify.
 #
 # One guest boot per case, servers restarted per case (fresh counters).
 # Results (server configs and logs, metrics before/after, mountstats,
@@ -56,13 +59,13 @@ MDS_BYTES_FRACTION_MAX_PCT=5     # MDS RPC bytes in+out vs the bytes moved
 DS_BYTES_FRACTION_MIN_PCT=95     # DS WRITE/READ payload vs the bytes moved (x mirrors)
 
 die() { echo "pnfs-test: ERROR: $*" >&2; exit 2; }
-[ $# -ge 1 ] || die "usage: test-pnfs.sh CHIMERAD_BINARY [topology|stripe|mirror2|dsfail]..."
+[ $# -ge 1 ] || die "usage: test-pnfs.sh CHIMERAD_BINARY [topology|stripe|mirror2|dsfail|dsfail1]..."
 chimerad=$(realpath "$1"); shift
 [ -x "$chimerad" ] || die "chimerad binary '$chimerad' is missing: run make build-dataplane"
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=(stripe mirror2 dsfail)
 for c in "${cases[@]}"; do
-  case "$c" in topology|stripe|mirror2|dsfail) ;; *) die "unknown case '$c'" ;; esac
+  case "$c" in topology|stripe|mirror2|dsfail|dsfail1) ;; *) die "unknown case '$c'" ;; esac
 done
 for t in ip ss ping curl python3 flock; do command -v $t >/dev/null || die "$t is missing (make test-pnfs installs it)"; done
 
@@ -235,11 +238,12 @@ ge() { [ "$1" -ge "$2" ]; }
 le() { [ "$1" -le "$2" ]; }
 
 run_case() {  # $1: case name
-  local c=$1 d=$run_dir/$1 pnfs=true mirrors=1 sync=0 victim="" n
+  local c=$1 d=$run_dir/$1 pnfs=true mirrors=1 sync=0 victim="" errors_ok=0 n
   case "$c" in
     topology) pnfs=false ;;
     mirror2) mirrors=2 ;;
     dsfail) mirrors=2; sync=1; victim=ds2 ;;
+    dsfail1) sync=1; victim=ds2; errors_ok=1 ;;
   esac
   mkdir -p "$d/results"
   failures=()
@@ -255,7 +259,7 @@ run_case() {  # $1: case name
   tl "$c: guest boots in chim-cli (${ADDR[cli]}); $bytes bytes in ${#FILES[@]} files"
   local args=(-t $GUEST_RUN_TIMEOUT_S -o "$d/results" -e PNFS_MDS="${ADDR[mds]}" -e PNFS_SUBNET="${ADDR[mds]%.*}.0/24"
     -e PNFS_DS_ADDRS="${ADDR[ds1]} ${ADDR[ds2]} ${ADDR[ds3]}" -e PNFS_EXPORT=/memfs -e PNFS_NFS_PORT=$NFS_PORT
-    -e PNFS_EXPECT="$expect" -e PNFS_HOST_SYNC=$sync)
+    -e PNFS_EXPECT="$expect" -e PNFS_HOST_SYNC=$sync -e PNFS_READ_ERRORS_OK=$errors_ok)
   in_ns cli "$guest/run.sh" "${args[@]}" "$here/guest-io.sh" >"$d/guest.out" 2>&1 &
   local guest_pid=$! guest_rc=0 i
   # Who the servers see: their established NFS connections, sampled once a
@@ -291,11 +295,23 @@ run_case() {  # $1: case name
 
   # ---- assertions
   check "guest workload passed (mount, write, remount, checksums)" [ "$guest_rc" = 0 ]
-  local sums_ok=1 e
+  local sums_ok=1 e wrong=0 errs=0 good=0 got
   for e in $expect; do
-    grep -qx "${e%%:*} ${e#*:}" "$d/results/sums-read.txt" 2>/dev/null || sums_ok=0
+    got=$(awk -v n="${e%%:*}" '$1 == n {print $2}' "$d/results/sums-read.txt" 2>/dev/null)
+    if [ "$got" = "${e#*:}" ]; then good=$((good + 1))
+    elif [ "$got" = ERROR ]; then errs=$((errs + 1)); sums_ok=0
+    else wrong=$((wrong + 1)); sums_ok=0
+    fi
   done
-  check "read-back sha256 of every file equals the host's" [ $sums_ok = 1 ]
+  if [ "$c" = dsfail1 ]; then
+    # Single copy: an I/O error is allowed for a file that had a stripe on the
+    # dead DS; wrong data never is, and something must have been read.
+    echo "pnfs-test:   single copy, ${victim} dead: $good file(s) verified, $errs read error(s), $wrong wrong"
+    check "no file read back wrong with one DS dead and mirrors=1 ($good verified, $errs I/O errors)" \
+      eval '[ $wrong = 0 ] && [ $((good + errs)) = $(echo $expect | wc -w) ]'
+  else
+    check "read-back sha256 of every file equals the host's" [ $sums_ok = 1 ]
+  fi
   local w=$d/results/mountstats-write.txt r=$d/results/mountstats-read.txt
   if [ ! -s "$w" ] || [ ! -s "$r" ]; then
     check "guest saved mountstats after writing and after reading" false
@@ -361,15 +377,21 @@ run_case() {  # $1: case name
   check "the client bound the flex-files layout driver (mountstats pnfs=$drv)" [ "$drv" = LAYOUT_FLEX_FILES ]
   check "LAYOUTGET happened ($lg)" ge "$lg" 1
   check "MDS metrics: layouts granted ($granted)" ge "$granted" 1
-  check "MDS metrics: I/O proxied through the MDS ($proxied) <= ${MDS_BYTES_FRACTION_MAX_PCT}% of $bytes" le "$proxied" "$((bytes * MDS_BYTES_FRACTION_MAX_PCT / 100))"
   check "GETDEVICEINFO happened ($gdi)" ge "$gdi" 1
-  check "pNFS write events ($ev_pw) and read events ($ev_pr) counted by the client" eval '[ "$ev_pw" -ge 1 ] && [ "$ev_pr" -ge 1 ]'
+  check "pNFS write events counted by the client ($ev_pw)" ge "$ev_pw" 1
   check "WRITE bytes on the MDS transport ($mds_wr) <= ${MDS_BYTES_FRACTION_MAX_PCT}% of $bytes" le "$mds_wr" "$mds_max"
-  check "READ bytes on the MDS transport ($mds_rd) <= ${MDS_BYTES_FRACTION_MAX_PCT}% of $bytes" le "$mds_rd" "$mds_max"
-  check "MDS metrics: RPC bytes in ($mds_in) and out ($mds_out) each <= ${MDS_BYTES_FRACTION_MAX_PCT}% of $bytes" \
-    eval '[ "$mds_in" -le "$mds_max" ] && [ "$mds_out" -le "$mds_max" ]'
+  check "MDS metrics: RPC bytes received ($mds_in) <= ${MDS_BYTES_FRACTION_MAX_PCT}% of $bytes" le "$mds_in" "$mds_max"
   check "DS metrics: WRITE bytes on the DSes ($wsum) >= ${DS_BYTES_FRACTION_MIN_PCT}% of $bytes x $mirrors mirror(s)" ge "$wsum" "$wmin"
-  check "DS metrics: READ bytes from the DSes ($rsum) >= ${DS_BYTES_FRACTION_MIN_PCT}% of $bytes" ge "$rsum" "$rmin"
+  # The read path. With one copy and its DS dead the client may fall back to
+  # I/O through the MDS (the kernel does unless the layout forbids it): the
+  # single-copy case judges the data only.
+  if [ "$c" != dsfail1 ]; then
+    check "pNFS read events counted by the client ($ev_pr)" ge "$ev_pr" 1
+    check "READ bytes on the MDS transport ($mds_rd) <= ${MDS_BYTES_FRACTION_MAX_PCT}% of $bytes" le "$mds_rd" "$mds_max"
+    check "MDS metrics: RPC bytes sent ($mds_out) <= ${MDS_BYTES_FRACTION_MAX_PCT}% of $bytes" le "$mds_out" "$mds_max"
+    check "MDS metrics: I/O proxied through the MDS ($proxied) <= ${MDS_BYTES_FRACTION_MAX_PCT}% of $bytes" le "$proxied" "$mds_max"
+    check "DS metrics: READ bytes from the DSes ($rsum) >= ${DS_BYTES_FRACTION_MIN_PCT}% of $bytes" ge "$rsum" "$rmin"
+  fi
   for n in "${DS_NODES[@]}"; do
     check "$n (${ADDR[$n]}) received written data (striping): ${DSW[$n]} bytes" ge "${DSW[$n]}" 1
     check "guest held a TCP connection to $n (${ADDR[$n]}:$NFS_PORT) after writing" ge "$(eval echo "\$conns_$n")" 1
@@ -384,7 +406,9 @@ run_case() {  # $1: case name
     local vr_kill
     vr_kill=$(metric_sum "$d/metrics-$victim-at-kill.txt" chimera_rpc_sent_bytes_total 'program="nfs3"' 'op="read"')
     check "$victim was killed after writing (its metrics at kill: write-in ${DSW[$victim]}, read-out $vr_kill)" [ -f "$d/results/host-go" ]
-    check "survivors served every byte read ($rsum >= ${DS_BYTES_FRACTION_MIN_PCT}% of $bytes)" ge "$rsum" "$rmin"
+    if [ "$c" = dsfail ]; then
+      check "survivors served every byte read ($rsum >= ${DS_BYTES_FRACTION_MIN_PCT}% of $bytes)" ge "$rsum" "$rmin"
+    fi
   fi
 }
 
@@ -396,7 +420,7 @@ tl "run $run_dir; cases: ${cases[*]}"
 "$here/topology.sh" check
 tl "topology up: mds ${ADDR[mds]}, ds1 ${ADDR[ds1]}, ds2 ${ADDR[ds2]}, ds3 ${ADDR[ds3]}, cli ${ADDR[cli]} on one bridge"
 for c in "${cases[@]}"; do
-  run_case "$c"
+  run_case "$c" || failures+=("case $c aborted")
   stop_all
   if [ ${#failures[@]} -eq 0 ]; then
     passed=$((passed + 1)); tl "PASS $c"
