@@ -13,7 +13,7 @@
 # Environment (defaults in brackets):
 #   K8S_BIN            dir with etcd kube-apiserver kube-controller-manager kube-scheduler
 #                      [$HOME/.cache/chimera-test/k8s/v1.34.4]
-#   APISERVER_PORT     [16443]   ETCD_PORT [12379] (the etcd peer port is ETCD_PORT+1)
+#   APISERVER_PORT     [16443]   ETCD_PORT [12379]   ETCD_PEER_PORT [ETCD_PORT+1]
 #   ADVERTISE_ADDRESS  [127.0.0.1] the apiserver's advertised address (a SAN too)
 #   EXTRA_SANS         comma-separated extra IPs / DNS names for the serving cert
 #   AUTHORIZATION_MODE [RBAC] (Node,RBAC when a real kubelet joins)
@@ -28,7 +28,7 @@ dir="${2:-}"
 K8S_BIN="${K8S_BIN:-$HOME/.cache/chimera-test/k8s/v1.34.4}"
 APISERVER_PORT="${APISERVER_PORT:-16443}"
 ETCD_PORT="${ETCD_PORT:-12379}"
-ETCD_PEER_PORT=$((ETCD_PORT + 1))
+ETCD_PEER_PORT="${ETCD_PEER_PORT:-$((ETCD_PORT + 1))}"
 ADVERTISE_ADDRESS="${ADVERTISE_ADDRESS:-127.0.0.1}"
 EXTRA_SANS="${EXTRA_SANS:-}"
 AUTHORIZATION_MODE="${AUTHORIZATION_MODE:-RBAC}"

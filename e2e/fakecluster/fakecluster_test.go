@@ -218,7 +218,10 @@ func TestFakeCluster(t *testing.T) {
 
 	// The control plane, torn down however the test ends.
 	cp := exec.Command("./controlplane.sh", "start", dir)
-	cp.Env = append(os.Environ(), "K8S_BIN="+bins)
+	// Free ports rather than the script's defaults: two runs on one machine
+	// (CI and a developer) must not collide.
+	cp.Env = append(os.Environ(), "K8S_BIN="+bins, fmt.Sprintf("APISERVER_PORT=%d", freePort(t)),
+		fmt.Sprintf("ETCD_PORT=%d", freePort(t)), fmt.Sprintf("ETCD_PEER_PORT=%d", freePort(t)))
 	if out, err := cp.CombinedOutput(); err != nil {
 		t.Fatalf("controlplane.sh start: %v\n%s", err, out)
 	}
