@@ -3,6 +3,7 @@
 #   make bench          full matrix, 3 rounds, chimerad vs Ganesha MEM and VFS (~25 min)
 #   make bench-quick    one round, 5 cells, chimerad vs Ganesha MEM (< 5 min)
 #   make bench-peers    the harness against Ganesha alone (MEM vs VFS), no chimerad
+#   make bench-profile  instructions per NFSv3 call, chimerad under callgrind (stable figure)
 #   BENCH_ARGS='--rounds 5 --cells 4k-randread-qd1-j1' make bench   extra harness flags
 
 # Debian's python3 (the one python3-matplotlib installs into), not a user's pyenv.
@@ -20,7 +21,7 @@ BUILD_TARGETS += build-rpcbench
 # check_results.py; asserts the harness worked, never performance.
 TEST_TARGETS += test-bench-unit test-peers test-bench-smoke
 
-.PHONY: setup-bench build-rpcbench bench bench-quick bench-peers test-bench-unit test-peers test-bench-smoke
+.PHONY: setup-bench build-rpcbench bench bench-quick bench-peers bench-profile test-bench-unit test-peers test-bench-smoke
 setup-bench: ## fio with the libnfs engine, NFS-Ganesha, rpcbind, matplotlib (idempotent)
 	@scripts/apt-ensure.sh python3 python3-matplotlib nfs-ganesha nfs-ganesha-mem nfs-ganesha-vfs rpcbind libnfs-utils libnfs-dev iproute2 util-linux
 	@e2e/peers/fio-libnfs.sh >/dev/null
@@ -36,6 +37,12 @@ bench-quick: setup-bench build-dataplane build-rpcbench ## one-round benchmark, 
 
 bench-peers: setup-bench build-rpcbench ## the harness against Ganesha alone (MEM vs VFS), no chimerad
 	$(BENCH_RUN) --servers ganesha-mem,ganesha-vfs --quick $(BENCH_ARGS)
+
+# PROFILE_ARGS='--phases read4k:5000:16' picks the calls; results in bench/results/profile-<UTC time>/.
+PROFILE_ARGS ?=
+bench-profile: setup-bench build-dataplane ## instructions per NFSv3 call (GETATTR, 4 KiB READ/WRITE, 1 MiB READ) under callgrind
+	@scripts/apt-ensure.sh valgrind
+	$(BENCH_PYTHON) bench/opsprofile.py --chimerad $(CHIMERAD) $(PROFILE_ARGS)
 
 test-bench-unit: ## unit tests of the harness (no servers, seconds)
 	@scripts/apt-ensure.sh python3 python3-matplotlib
