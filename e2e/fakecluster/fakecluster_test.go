@@ -16,8 +16,8 @@ package fakecluster
 //     with the device requests, Multus annotation, hugepage volume and
 //     capabilities the design names, Running with pod IPs.
 //   - the operator reads each DS's storage address from its Multus
-//     network-status annotation and pushes the list to a real chimerad's
-//     admin API; status turns Available with per-DS entries; a DS pod that is
+//     network-status annotation (or, for the TCP sample without Multus, its
+//     pod IP) and pushes the list to a real chimerad's admin API; status turns Available with per-DS entries; a DS pod that is
 //     deleted and comes back with a new address is re-pushed; scaling down
 //     shrinks the list.
 //   - a PVC on the chart's StorageClass is provisioned by our CSI controller
@@ -315,7 +315,7 @@ func TestFakeCluster(t *testing.T) {
 		return k8s.Get(ctx, types.NamespacedName{Namespace: sampleNS, Name: clusterName + "-admin-token"}, sec)
 	})
 	mdsToken := string(sec.Data["token"])
-	startChimerad(t, dir, chimerad, adminPort, mdsToken)
+	mdsProc := startChimerad(t, dir, "chimerad", chimerad, adminPort, mdsToken)
 	multus := playMultus(t, k8s)
 
 	c := &chimerav1.ChimeraCluster{}
@@ -415,6 +415,10 @@ func TestFakeCluster(t *testing.T) {
 	}
 	eventually(t, "no children of the cluster left", func() error { return noneLeft(ctx, k8s, sampleNS) })
 	multus.stop()
+
+	// Without Multus a DS's storage address is its pod IP (kwok's here).
+	mdsProc.stop()
+	podIPCluster(t, ctx, k8s, dir, kc, kubectl, chimerad, adminPort)
 
 	// Uninstall: the operator goes first, as its pod would with the release.
 	opProc.stop()
@@ -807,9 +811,9 @@ func (m *multus) stop() {
 
 // startChimerad runs the real chimerad as the MDS: admin API on 127.0.0.1
 // with the cluster's token, pNFS on, a memfs for CSI volumes.
-func startChimerad(t *testing.T, dir, bin string, adminPort int, token string) {
+func startChimerad(t *testing.T, dir, name, bin string, adminPort int, token string) *proc {
 	t.Helper()
-	tokenFile := filepath.Join(dir, "mds-token")
+	tokenFile := filepath.Join(dir, name+"-token")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -825,12 +829,13 @@ func startChimerad(t *testing.T, dir, bin string, adminPort int, token string) {
 		"metrics": map[string]any{"enabled": false},
 	}
 	b, _ := json.MarshalIndent(cfg, "", "  ")
-	cfgPath := filepath.Join(dir, "mds.json")
+	cfgPath := filepath.Join(dir, name+".json")
 	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	startProcess(t, dir, "chimerad", bin, "--config", cfgPath)
-	eventually(t, "chimerad /healthz", func() error { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/healthz", adminPort)) })
+	p := startProcess(t, dir, name, bin, "--config", cfgPath)
+	eventually(t, name+" /healthz", func() error { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/healthz", adminPort)) })
+	return p
 }
 
 func httpOK(url string) error {
@@ -879,6 +884,52 @@ func mdsHas(adminURL, token string, addrs []string) error {
 		}
 	}
 	return nil
+}
+
+// podIPCluster applies the small TCP memfs sample (no Multus network): the
+// MDS must get the DS pod IPs kwok assigned. The cluster has its own admin
+// token, so a fresh chimerad plays its MDS on the same port.
+func podIPCluster(t *testing.T, ctx context.Context, k8s client.Client, dir, kc, kubectl, chimerad string, adminPort int) {
+	t.Helper()
+	const path, ns, name = "../../config/samples/storage_v1alpha1_chimeracluster_tcp_memfs.yaml", "chimera", "chimera"
+	if out, err := tool(kc, kubectl, "apply", "-f", path); err != nil {
+		t.Fatalf("kubectl apply %s: %v\n%s", path, err, out)
+	}
+	sec := &corev1.Secret{}
+	eventually(t, "TCP cluster admin-token Secret", func() error {
+		return k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-admin-token"}, sec)
+	})
+	token := string(sec.Data["token"])
+	adminURL := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
+	startChimerad(t, dir, "chimerad-tcp", chimerad, adminPort, token)
+	eventually(t, "TCP cluster Available with the DS pod IPs at the MDS", func() error {
+		pods := &corev1.PodList{}
+		if err := k8s.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{render.LabelCluster: name, render.LabelComponent: render.ComponentDS}); err != nil {
+			return err
+		}
+		var ips []string
+		for _, p := range pods.Items {
+			if p.Status.PodIP == "" {
+				return fmt.Errorf("pod %s has no IP yet", p.Name)
+			}
+			ips = append(ips, p.Status.PodIP)
+		}
+		if len(ips) != 2 {
+			return fmt.Errorf("%d DS pods, want 2", len(ips))
+		}
+		c := &chimerav1.ChimeraCluster{}
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, c); err != nil {
+			return err
+		}
+		if c.Status.Phase != chimerav1.PhaseAvailable {
+			return fmt.Errorf("phase %q conditions %+v", c.Status.Phase, c.Status.Conditions)
+		}
+		return mdsHas(adminURL, token, ips)
+	})
+	if out, err := tool(kc, kubectl, "delete", "-f", path, "--wait=true", "--timeout=90s"); err != nil {
+		t.Fatalf("kubectl delete -f %s: %v\n%s", path, err, out)
+	}
+	eventually(t, "TCP cluster's children gone", func() error { return noneLeft(ctx, k8s, ns) })
 }
 
 // provisionThroughCSI plays external-provisioner (its image cannot be
