@@ -290,6 +290,8 @@ run_case() {  # $1: case name
     [ "$n" = "$victim" ] && continue
     scrape $n "$d/metrics-$n-after.txt"
   done
+  in_ns cli curl -fsS --max-time 10 -H "Authorization: Bearer $(cat "$d/admin-token")" \
+    "http://${ADDR[mds]}:$ADMIN_PORT/api/v1/cluster" >"$d/cluster.json" 2>"$d/cluster.err" || true
   [ -n "$victim" ] && [ -f "$d/metrics-$victim-at-kill.txt" ] && cp "$d/metrics-$victim-at-kill.txt" "$d/metrics-$victim-after.txt"
   rm -rf "$d/results/in"
 
@@ -374,6 +376,19 @@ run_case() {  # $1: case name
   granted=$(metric_sum "$d/metrics-mds-after.txt" chimera_pnfs_layouts_granted_total)
   proxied=$(metric_sum "$d/metrics-mds-after.txt" chimera_pnfs_mds_io_bytes_total)
   echo "pnfs-test:   MDS pNFS metrics: layouts granted $granted, I/O proxied through the MDS $proxied bytes; per DS: $(grep -E '^chimera_pnfs_ds_(layouts_granted_total|files|healthy)' "$d/metrics-mds-after.txt" | tr '\n' ' ')"
+  # What the MDS says about each DS (admin API), for the record.
+  python3 - "$d/cluster.json" <<'PY' || true
+import json, sys
+try:
+    c = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("pnfs-test:   /api/v1/cluster unreadable: %s" % e); sys.exit(0)
+p = c.get("pnfs", {})
+for ds in p.get("dataServers", []) if isinstance(p.get("dataServers"), list) else []:
+    print("pnfs-test:   MDS view of %s %s: healthy=%s draining=%s files=%s layoutsGranted=%s errors=%s" % (
+        ds.get("name"), ds.get("address"), ds.get("healthy"), ds.get("draining"), ds.get("files"),
+        ds.get("layoutsGranted"), ds.get("errors")))
+PY
   check "the client bound the flex-files layout driver (mountstats pnfs=$drv)" [ "$drv" = LAYOUT_FLEX_FILES ]
   check "LAYOUTGET happened ($lg)" ge "$lg" 1
   check "MDS metrics: layouts granted ($granted)" ge "$granted" 1
