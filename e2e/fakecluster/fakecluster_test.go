@@ -23,6 +23,8 @@ package fakecluster
 //   - a PVC on the chart's StorageClass is provisioned by our CSI controller
 //     against the same chimerad and becomes Bound; deleting it deletes the
 //     volume on the server.
+//   - the operator records events for the transitions and holds its
+//     leader-election lease.
 //   - deleting the ChimeraCluster leaves no children (owner references +
 //     the garbage collector in kube-controller-manager, after the finalizer),
 //     and `helm uninstall` leaves nothing behind.
@@ -66,6 +68,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -350,6 +353,16 @@ func TestFakeCluster(t *testing.T) {
 	if !conditionTrue(c, "Available") || c.Status.MetadataServerEndpoint == "" {
 		t.Fatalf("Available condition / MDS endpoint missing: %+v endpoint %q", c.Status.Conditions, c.Status.MetadataServerEndpoint)
 	}
+	// The transitions were told as events, and the operator holds its
+	// leader-election lease.
+	eventually(t, "operator events on the cluster", func() error {
+		return eventsSay(ctx, k8s, sampleNS, clusterName, "AdminTokenCreated", "PhaseAvailable")
+	})
+	lease := &coordinationv1.Lease{}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: releaseNS, Name: "chimera-operator.storage.chimera.io"}, lease); err != nil ||
+		lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		t.Fatalf("leader-election lease: %v %+v", err, lease.Spec)
+	}
 
 	// A DS rescheduled with a new storage address is re-pushed.
 	ds1 := &corev1.Pod{}
@@ -599,6 +612,26 @@ func nodeReady(n *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// eventsSay: every reason was recorded on the ChimeraCluster.
+func eventsSay(ctx context.Context, k8s client.Client, ns, name string, reasons ...string) error {
+	evs := &corev1.EventList{}
+	if err := k8s.List(ctx, evs, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, e := range evs.Items {
+		if e.InvolvedObject.Kind == "ChimeraCluster" && e.InvolvedObject.Name == name {
+			seen[e.Reason] = true
+		}
+	}
+	for _, r := range reasons {
+		if !seen[r] {
+			return fmt.Errorf("no %s event on ChimeraCluster %s/%s (seen %v)", r, ns, name, seen)
+		}
+	}
+	return nil
 }
 
 func conditionTrue(c *chimerav1.ChimeraCluster, typ string) bool {
