@@ -71,6 +71,6 @@ e2e-fakecluster: setup-operator build-operator build-csi build-dataplane ## helm
 	  FAKECLUSTER_DIR=$(FAKECLUSTER_DIR) CHIMERA_REQUIRE_FAKECLUSTER=1 \
 	  nice -n 10 $(GO) test -count=1 -timeout $(FAKECLUSTER_TIMEOUT) -v ./e2e/fakecluster/... > $$log 2>&1; rc=$$?; \
 	  e2e/fakecluster/controlplane.sh stop $(FAKECLUSTER_DIR) >/dev/null; set -e; \
-	  grep -E '^(    )?--- (PASS|FAIL|SKIP)|^(ok|FAIL|PASS)|^panic:|webhook refused|Bound to' $$log; \
+	  grep -E '^(    )?--- (PASS|FAIL|SKIP)|^(ok|FAIL|PASS)|^panic:|webhook refused|Bound to|data-server list' $$log; \
 	  grep -q -- '^--- PASS: TestFakeCluster ' $$log || { echo "e2e-fakecluster: FAILED (log: $$log, processes' logs: $(FAKECLUSTER_DIR))"; exit 1; }; \
 	  [ $$rc -eq 0 ] && echo "e2e-fakecluster: passed"

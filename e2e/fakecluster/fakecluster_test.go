@@ -345,6 +345,9 @@ func TestFakeCluster(t *testing.T) {
 		}
 		return mdsHas(adminURL, mdsToken, multus.addresses())
 	})
+	if got, err := mdsList(adminURL, mdsToken); err == nil {
+		t.Logf("MDS data-server list: %s", got)
+	}
 	for _, ds := range c.Status.DataServers {
 		if !strings.HasPrefix(ds.StorageAddress, storageNet) || ds.Node == "" || ds.Pod == "" || !ds.Ready {
 			t.Fatalf("status entry %+v: want a ready pod on a node with a storage-network address", ds)
