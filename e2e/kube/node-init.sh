@@ -74,5 +74,13 @@ say "containerd up; images: $(ctr -n k8s.io images ls -q 2>/dev/null | tr '\n' '
     sleep 1
   done
 ) &
+# The host-side test reads the node's NFS mounts from here (no pod needed).
+(
+  while :; do
+    grep -E ' nfs4? ' /proc/mounts >/run/kube/nfs-mounts.tmp
+    mv -f /run/kube/nfs-mounts.tmp /run/kube/nfs-mounts
+    sleep 1
+  done
+) &
 say "node up"
 while :; do sleep 3600; done

@@ -17,6 +17,11 @@
 //   - livenessprobe: /healthz on --health-port answers the driver's Probe.
 //   - resizer:     idles (expansion is not part of this e2e).
 //
+// `chimera-e2e-sidecar httpget URL [TOKEN]` is the test's curl inside the
+// node (run with kubectl exec in the node plugin's pod, on the node's
+// network, where pod IPs are reachable and the host's are not): it prints
+// "HTTP <code>" and the body.
+//
 // The mode comes from argv[0] (the image links /csi-node-driver-registrar
 // here, the name the chart's liveness probe executes) or the first argument
 // (the images' entrypoints). It is test infrastructure, never shipped.
@@ -27,6 +32,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"os"
@@ -47,12 +53,17 @@ const (
 	// csiConnectTimeout bounds waiting for the driver's socket at start-up.
 	csiConnectTimeout      = 5 * time.Minute
 	registrationStatusFile = "/tmp/chimera-e2e-registered"
+	// httpGetBodyMax bounds what httpget prints (metrics pages are ~100 KiB).
+	httpGetBodyMax = 8 << 20
 )
 
 func main() {
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	mode := filepath.Base(os.Args[0])
 	args := os.Args[1:]
+	if mode == "chimera-e2e-sidecar" && len(args) > 0 && args[0] == "httpget" {
+		os.Exit(httpGet(args[1:]))
+	}
 	if mode == "chimera-e2e-sidecar" {
 		if len(args) == 0 {
 			log.Fatal("usage: chimera-e2e-sidecar registrar|provisioner|livenessprobe|resizer [flags]")
@@ -161,4 +172,29 @@ func runLivenessProbe(ctx context.Context, address string, port int, timeout tim
 		return err
 	}
 	return nil
+}
+
+// httpGet prints the status line and body of one GET (bearer TOKEN if given).
+func httpGet(args []string) int {
+	if len(args) < 1 || len(args) > 2 {
+		fmt.Fprintln(os.Stderr, "usage: chimera-e2e-sidecar httpget URL [TOKEN]")
+		return 2
+	}
+	req, err := http.NewRequest(http.MethodGet, args[0], nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if len(args) == 2 {
+		req.Header.Set("Authorization", "Bearer "+args[1])
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer resp.Body.Close()
+	fmt.Printf("HTTP %d\n", resp.StatusCode)
+	_, _ = io.Copy(os.Stdout, io.LimitReader(resp.Body, httpGetBodyMax))
+	return 0
 }

@@ -1,0 +1,978 @@
+// Package kube is the real end-to-end: the user's whole path on a real
+// kubelet node (a QEMU guest, see run.sh), timed step by step.
+//
+// TestRealNode proves, against a real kube-apiserver, kube-controller-manager,
+// kube-scheduler and a real kubelet + containerd + runc node whose kernel has
+// the NFS client, with our images built from the Dockerfile:
+//   - `helm install` of charts/chimera runs the operator and the CSI driver
+//     (controller Deployment, node DaemonSet) in containers, and the kubelet
+//     registers the node plugin (CSINode lists csi.chimera.io);
+//   - the TCP/memfs ChimeraCluster sample (1 MDS + 2 DS) turns Available, and
+//     the MDS's admin API lists both DS addresses;
+//   - a PVC on a Chimera StorageClass is Bound to a volume created on the
+//     MDS. The external-provisioner image cannot be had here, so our stand-in
+//     (sidecars/, running as the chart's csi-provisioner container) plays it:
+//     CreateVolume on our controller, then the PV with that sidecar's fields;
+//   - the fio Job from config/samples (scaled down, verify=crc32c on the
+//     layout phase) mounts it through the node plugin with the kernel NFSv4.1
+//     client and completes with zero errors; mountstats show vers=4.1. Whether
+//     the MDS granted flex-files layouts (LAYOUTGET > 0) is reported, and
+//     when it did, the data servers' metrics must show the written bytes;
+//   - a second pod mounts the same RWX volume and reads the first pod's files
+//     (same SHA-256);
+//   - deleting the PVC deletes the volume on the server (admin API 404);
+//     deleting the cluster and `helm uninstall` leave no pods, no chart
+//     objects and no NFS mount on the node.
+//
+// It needs the cluster run.sh starts (KUBECONFIG) and is skipped unless
+// CHIMERA_KUBE_E2E=1; `make e2e` sets everything up and checks it ran.
+package kube
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
+	"github.com/chimera-k8s/chimera/operator/render"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	releaseName = "chimera"
+	releaseNS   = "chimera-system"
+	clusterNS   = "chimera" // the samples' namespace
+	clusterName = "chimera"
+	driverName  = "csi.chimera.io"
+	nodeName    = "localhost"
+	scName      = "chimera-e2e"
+
+	pollInterval = 500 * time.Millisecond
+	// Budgets per step on a loaded 2-core host running TCG emulation.
+	podsUpTimeout    = 180 * time.Second
+	clusterUpTimeout = 180 * time.Second
+	pvcBoundTimeout  = 60 * time.Second
+	fioJobTimeout    = 300 * time.Second
+	teardownTimeout  = 120 * time.Second
+	toolTimeout      = 120 * time.Second
+
+	// The scaled-down cluster: memfs bounded per pod, small requests so the
+	// MDS, two DSes, the chart and fio fit a 2-CPU guest.
+	memfsBytes  = 128 << 20
+	volumeBytes = 64 << 20
+	// fio: SCALE percent of the sample's 32 jobs x 100 files (-> 1 job x 2
+	// files of 8 MiB), RUNTIME_S per timed phase.
+	fioScale    = "2"
+	fioRuntimeS = "5"
+)
+
+type step struct {
+	name string
+	dur  time.Duration
+	ok   bool
+	note string
+}
+
+type timeline struct {
+	t0    time.Time
+	steps []step
+}
+
+// run executes one step, records its time and stops the test on failure.
+func (tl *timeline) run(t *testing.T, name string, fn func() (string, error)) {
+	t.Helper()
+	start := time.Now()
+	note, err := fn()
+	s := step{name: name, dur: time.Since(start), ok: err == nil, note: note}
+	tl.steps = append(tl.steps, s)
+	status := "ok"
+	if err != nil {
+		status = "FAILED"
+	}
+	t.Logf("STEP %-52s %6.1fs  %s %s", name, s.dur.Seconds(), status, note)
+	if err != nil {
+		t.Fatalf("step %q: %v", name, err)
+	}
+}
+
+func (tl *timeline) print(t *testing.T) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "timeline (real node, wall clock):\n")
+	var at time.Duration
+	for _, s := range tl.steps {
+		at += s.dur
+		mark := "ok"
+		if !s.ok {
+			mark = "FAILED"
+		}
+		fmt.Fprintf(&b, "  %7.1fs  +%6.1fs  %-52s %s  %s\n", at.Seconds(), s.dur.Seconds(), s.name, mark, s.note)
+	}
+	t.Log(b.String())
+}
+
+type env struct {
+	t       *testing.T
+	ctx     context.Context
+	k8s     client.Client
+	kc      string
+	helm    string
+	kubectl string
+	repo    string
+	share   string
+}
+
+func mustEnv(t *testing.T, k string) string {
+	v := os.Getenv(k)
+	if v == "" {
+		t.Fatalf("%s is not set (make e2e sets it)", k)
+	}
+	return v
+}
+
+// tool runs helm or kubectl against the cluster.
+func (e *env) tool(bin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(e.ctx, toolTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, append(args, "--kubeconfig", e.kc)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// eventually polls fn until it returns nil or the timeout passes.
+func eventually(ctx context.Context, timeout time.Duration, fn func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %v: %w", timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podsReady waits for exactly n Ready pods matching the labels.
+func (e *env) podsReady(ns string, labels map[string]string, n int) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	err := eventually(e.ctx, podsUpTimeout, func() error {
+		if err := e.k8s.List(e.ctx, &pods, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
+			return err
+		}
+		ready := 0
+		var states []string
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if podReady(p) {
+				ready++
+			}
+			states = append(states, p.Name+"="+podState(p))
+		}
+		if ready != n || len(pods.Items) != n {
+			return fmt.Errorf("%d/%d pods Ready in %s %v: %v", ready, n, ns, labels, states)
+		}
+		return nil
+	})
+	return pods.Items, err
+}
+
+// podState is a one-word summary of why a pod is not running, for messages.
+func podState(p *corev1.Pod) string {
+	for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+		if w := cs.State.Waiting; w != nil {
+			return fmt.Sprintf("%s(%s:%s %s)", p.Status.Phase, cs.Name, w.Reason, w.Message)
+		}
+		if tm := cs.State.Terminated; tm != nil && tm.ExitCode != 0 {
+			return fmt.Sprintf("%s(%s:exit %d %s)", p.Status.Phase, cs.Name, tm.ExitCode, tm.Reason)
+		}
+	}
+	return string(p.Status.Phase)
+}
+
+// nodeGet runs `chimera-e2e-sidecar httpget` in the node plugin's
+// livenessprobe container: on the node's network, where pod IPs are
+// reachable (from the host they are not). Returns the status code and body.
+func (e *env) nodeGet(url, token string) (int, string, error) {
+	pods, err := e.podsReady(releaseNS, map[string]string{"app.kubernetes.io/component": "csi-node"}, 1)
+	if err != nil {
+		return 0, "", err
+	}
+	args := []string{"exec", "-n", releaseNS, pods[0].Name, "-c", "liveness-probe", "--", "/chimera-e2e-sidecar", "httpget", url}
+	if token != "" {
+		args = append(args, token)
+	}
+	out, err := e.tool(e.kubectl, args...)
+	if err != nil {
+		return 0, "", err
+	}
+	first, body, _ := strings.Cut(out, "\n")
+	code, err := strconv.Atoi(strings.TrimPrefix(first, "HTTP "))
+	if err != nil {
+		return 0, "", fmt.Errorf("httpget printed %q", first)
+	}
+	return code, body, nil
+}
+
+// nodeNFSMounts reads the NFS mounts the guest's init publishes on the share
+// every second (independent of any pod still running there).
+func (e *env) nodeNFSMounts() ([]string, error) {
+	b, err := os.ReadFile(filepath.Join(e.share, "nfs-mounts"))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+func readYAMLDocs(path string) ([][]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var docs [][]byte
+	for _, d := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
+		if strings.TrimSpace(regexp.MustCompile(`(?m)^#.*$`).ReplaceAllString(d, "")) != "" {
+			docs = append(docs, []byte(d))
+		}
+	}
+	return docs, nil
+}
+
+// sampleObject decodes the document of the given kind from a samples file.
+func sampleObject(path, kind string, into any) error {
+	docs, err := readYAMLDocs(path)
+	if err != nil {
+		return err
+	}
+	for _, d := range docs {
+		var meta struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal(d, &meta); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if meta.Kind == kind {
+			return yaml.UnmarshalStrict(d, into)
+		}
+	}
+	return fmt.Errorf("%s has no %s", path, kind)
+}
+
+// section returns the lines between "@@<name>-begin" and "@@<name>-end".
+func section(log, name string) string {
+	_, rest, ok := strings.Cut(log, "@@"+name+"-begin")
+	if !ok {
+		return ""
+	}
+	body, _, _ := strings.Cut(rest, "@@"+name+"-end")
+	return strings.TrimSpace(body)
+}
+
+// mountStats finds the NFS mount at mountpoint in /proc/self/mountstats
+// text: its opts line and per-operation call counts.
+func mountStats(text, mountpoint string) (opts string, ops map[string]int64, ok bool) {
+	ops = map[string]int64{}
+	in := false
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if strings.HasPrefix(l, "device ") {
+			in = strings.Contains(l, " mounted on "+mountpoint+" with fstype nfs")
+			ok = ok || in
+			continue
+		}
+		if !in {
+			continue
+		}
+		f := strings.Fields(l)
+		if len(f) >= 2 && f[0] == "opts:" {
+			opts = f[1]
+		}
+		if len(f) >= 2 && strings.HasSuffix(f[0], ":") && f[0] == strings.ToUpper(f[0]) {
+			if n, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				ops[strings.TrimSuffix(f[0], ":")] = n
+			}
+		}
+	}
+	return opts, ops, ok
+}
+
+// fioErrors returns the error count and bytes moved over every job of one
+// fio JSON report.
+func fioSummary(js string) (errs int, readBytes, writeBytes int64, err error) {
+	var r struct {
+		Jobs []struct {
+			Error int `json:"error"`
+			Read  struct {
+				IOBytes int64 `json:"io_bytes"`
+			} `json:"read"`
+			Write struct {
+				IOBytes int64 `json:"io_bytes"`
+			} `json:"write"`
+		} `json:"jobs"`
+	}
+	if err := yaml.Unmarshal([]byte(js), &r); err != nil {
+		return 0, 0, 0, err
+	}
+	if len(r.Jobs) == 0 {
+		return 0, 0, 0, fmt.Errorf("no jobs in the report")
+	}
+	for _, j := range r.Jobs {
+		errs += j.Error
+		readBytes += j.Read.IOBytes
+		writeBytes += j.Write.IOBytes
+	}
+	return errs, readBytes, writeBytes, nil
+}
+
+// metricSum adds the values of every sample of a metric whose labels contain
+// all the given fragments.
+func metricSum(text, name string, fragments ...string) float64 {
+	var sum float64
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
+			continue
+		}
+		match := true
+		for _, f := range fragments {
+			match = match && strings.Contains(l, f)
+		}
+		if f := strings.Fields(l); match && len(f) >= 2 {
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			sum += v
+		}
+	}
+	return sum
+}
+
+func TestRealNode(t *testing.T) {
+	if os.Getenv("CHIMERA_KUBE_E2E") != "1" {
+		t.Skip("needs the guest node cluster: run `make e2e`")
+	}
+	e := &env{t: t, ctx: context.Background(), kc: mustEnv(t, "KUBECONFIG"), helm: mustEnv(t, "HELM"),
+		kubectl: mustEnv(t, "KUBECTL"), repo: mustEnv(t, "CHIMERA_REPO"), share: mustEnv(t, "NODE_SHARE")}
+	kcBytes, err := os.ReadFile(e.kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kcBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(chimerav1.AddToScheme(scheme))
+	if e.k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		t.Fatal(err)
+	}
+	tl := &timeline{t0: time.Now()}
+	t.Cleanup(func() {
+		tl.print(t)
+		if t.Failed() {
+			e.dumpState()
+		}
+	})
+	samples := filepath.Join(e.repo, "config", "samples")
+
+	tl.run(t, "helm install chimera (e2e values)", func() (string, error) {
+		_, err := e.tool(e.helm, "install", releaseName, filepath.Join(e.repo, "charts", "chimera"),
+			"--namespace", releaseNS, "--create-namespace", "-f", filepath.Join(e.repo, "e2e", "kube", "values-e2e.yaml"))
+		return "", err
+	})
+	tl.run(t, "operator Running", func() (string, error) {
+		_, err := e.podsReady(releaseNS, map[string]string{"app.kubernetes.io/name": "chimera-operator"}, 1)
+		return "", err
+	})
+	tl.run(t, "CSI controller + node plugin Running", func() (string, error) {
+		if _, err := e.podsReady(releaseNS, map[string]string{"app.kubernetes.io/component": "csi-controller"}, 1); err != nil {
+			return "", err
+		}
+		_, err := e.podsReady(releaseNS, map[string]string{"app.kubernetes.io/component": "csi-node"}, 1)
+		return "", err
+	})
+	tl.run(t, "CSINode lists csi.chimera.io (kubelet registration)", func() (string, error) {
+		var note string
+		return note, eventually(e.ctx, podsUpTimeout, func() error {
+			cn := &storagev1.CSINode{}
+			if err := e.k8s.Get(e.ctx, client.ObjectKey{Name: nodeName}, cn); err != nil {
+				return err
+			}
+			for _, d := range cn.Spec.Drivers {
+				if d.Name == driverName {
+					if d.NodeID != nodeName {
+						return fmt.Errorf("CSINode driver %s has nodeID %q, want %q", driverName, d.NodeID, nodeName)
+					}
+					note = "nodeID " + d.NodeID
+					return nil
+				}
+			}
+			return fmt.Errorf("CSINode %s drivers %+v", nodeName, cn.Spec.Drivers)
+		})
+	})
+
+	// The TCP/memfs sample, scaled to the guest: our image, small requests.
+	cc := &chimerav1.ChimeraCluster{}
+	tl.run(t, "ChimeraCluster sample (memfs, TCP, 1 MDS + 2 DS) Available", func() (string, error) {
+		path := filepath.Join(samples, "storage_v1alpha1_chimeracluster_tcp_memfs.yaml")
+		if err := sampleObject(path, "ChimeraCluster", cc); err != nil {
+			return "", err
+		}
+		if cc.Name != clusterName || cc.Namespace != clusterNS || cc.Spec.DataServers.Count == nil || *cc.Spec.DataServers.Count != 2 {
+			return "", fmt.Errorf("the sample changed shape (%s/%s): update the test", cc.Namespace, cc.Name)
+		}
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: clusterNS}}
+		if err := e.k8s.Create(e.ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+			return "", err
+		}
+		small := corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+		}
+		cc.Spec.Image = "localhost/chimerad:dev"
+		cc.Spec.MetadataServer.Resources = small
+		cc.Spec.DataServers.Resources = small
+		cc.Spec.Storage.MemfsCapacityBytes = memfsBytes
+		if err := e.k8s.Create(e.ctx, cc); err != nil {
+			return "", err
+		}
+		err := eventually(e.ctx, clusterUpTimeout, func() error {
+			if err := e.k8s.Get(e.ctx, client.ObjectKeyFromObject(cc), cc); err != nil {
+				return err
+			}
+			if cc.Status.Phase != chimerav1.PhaseAvailable || cc.Status.DataServersReady != 2 || len(cc.Status.DataServers) != 2 {
+				var pods corev1.PodList
+				_ = e.k8s.List(e.ctx, &pods, client.InNamespace(clusterNS))
+				var states []string
+				for i := range pods.Items {
+					states = append(states, pods.Items[i].Name+"="+podState(&pods.Items[i]))
+				}
+				return fmt.Errorf("phase %q, %d DS ready, status %+v, pods %v", cc.Status.Phase, cc.Status.DataServersReady, cc.Status.DataServers, states)
+			}
+			return nil
+		})
+		return fmt.Sprintf("MDS %s", cc.Status.MetadataServerEndpoint), err
+	})
+
+	var mdsIP, token string
+	var dsAddrs []string
+	tl.run(t, "MDS admin API lists both DS addresses", func() (string, error) {
+		mds := &corev1.Pod{}
+		if err := e.k8s.Get(e.ctx, client.ObjectKey{Namespace: clusterNS, Name: render.MDSName(cc) + "-0"}, mds); err != nil {
+			return "", err
+		}
+		mdsIP = mds.Status.PodIP
+		sec := &corev1.Secret{}
+		if err := e.k8s.Get(e.ctx, client.ObjectKey{Namespace: clusterNS, Name: render.AdminSecretName(cc)}, sec); err != nil {
+			return "", err
+		}
+		token = string(sec.Data[render.SecretKeyToken])
+		for _, ds := range cc.Status.DataServers {
+			if ds.StorageAddress == "" || !ds.Ready {
+				return "", fmt.Errorf("DS %s has no ready storage address: %+v", ds.Pod, ds)
+			}
+			dsAddrs = append(dsAddrs, ds.StorageAddress)
+		}
+		var body string
+		err := eventually(e.ctx, 30*time.Second, func() error {
+			code, b, err := e.nodeGet(fmt.Sprintf("http://%s:%d/api/v1/dataservers", mdsIP, render.PortAdmin), token)
+			if err != nil {
+				return err
+			}
+			if code != 200 {
+				return fmt.Errorf("GET /api/v1/dataservers: HTTP %d %s", code, b)
+			}
+			for _, a := range dsAddrs {
+				if !strings.Contains(b, a) {
+					return fmt.Errorf("MDS data servers %s lack %s", b, a)
+				}
+			}
+			body = b
+			return nil
+		})
+		// An unauthenticated call must be refused.
+		if err == nil {
+			if code, _, err2 := e.nodeGet(fmt.Sprintf("http://%s:%d/api/v1/dataservers", mdsIP, render.PortAdmin), ""); err2 != nil || code != 401 {
+				err = fmt.Errorf("admin API without a token: HTTP %d (%v), want 401", code, err2)
+			}
+		}
+		return fmt.Sprintf("%v %s", dsAddrs, strings.TrimSpace(body)), err
+	})
+
+	// The sample StorageClass names the MDS by its Service's DNS name; this
+	// node has no cluster DNS and no kube-proxy, so the class names the MDS
+	// by pod IP (adminEndpoint; the NFS server defaults to the same host).
+	pvc := &corev1.PersistentVolumeClaim{}
+	var pv corev1.PersistentVolume
+	var serverVolID string
+	tl.run(t, "PVC Bound (provisioner stand-in: CreateVolume + PV)", func() (string, error) {
+		sc := &storagev1.StorageClass{}
+		if err := sampleObject(filepath.Join(samples, "storageclass.yaml"), "StorageClass", sc); err != nil {
+			return "", err
+		}
+		sc.Name = scName
+		delete(sc.Parameters, "clusterName")
+		delete(sc.Parameters, "clusterNamespace")
+		sc.Parameters["adminEndpoint"] = fmt.Sprintf("http://%s:%d", mdsIP, render.PortAdmin)
+		if err := e.k8s.Create(e.ctx, sc); err != nil {
+			return "", err
+		}
+		if err := sampleObject(filepath.Join(samples, "fio", "fio-kernel-job.yaml"), "PersistentVolumeClaim", pvc); err != nil {
+			return "", err
+		}
+		pvc.Spec.StorageClassName = &sc.Name
+		pvc.Spec.Resources.Requests[corev1.ResourceStorage] = *resource.NewQuantity(volumeBytes, resource.BinarySI)
+		if err := e.k8s.Create(e.ctx, pvc); err != nil {
+			return "", err
+		}
+		err := eventually(e.ctx, pvcBoundTimeout, func() error {
+			if err := e.k8s.Get(e.ctx, client.ObjectKeyFromObject(pvc), pvc); err != nil {
+				return err
+			}
+			if pvc.Status.Phase != corev1.ClaimBound {
+				return fmt.Errorf("PVC %s: %s", pvc.Status.Phase, e.events(clusterNS, pvc.Name))
+			}
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+		if err := e.k8s.Get(e.ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, &pv); err != nil {
+			return "", err
+		}
+		if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != driverName || pv.Annotations["pv.kubernetes.io/provisioned-by"] != driverName {
+			return "", fmt.Errorf("PV %s is not a %s volume: %+v", pv.Name, driverName, pv.Spec.PersistentVolumeSource)
+		}
+		parts := strings.Split(pv.Spec.CSI.VolumeHandle, "#")
+		serverVolID = parts[len(parts)-1]
+		code, body, err := e.nodeGet(fmt.Sprintf("http://%s:%d/api/v1/volumes/%s", mdsIP, render.PortAdmin, serverVolID), token)
+		if err != nil || code != 200 {
+			return "", fmt.Errorf("the server does not know volume %s: HTTP %d %s (%v)", serverVolID, code, body, err)
+		}
+		return fmt.Sprintf("%s -> server volume %s", pv.Name, serverVolID), nil
+	})
+
+	var fioLog string
+	var layoutGets int64
+	tl.run(t, "fio Job (sample, scaled, verify=crc32c) Completed", func() (string, error) {
+		cm := &corev1.ConfigMap{}
+		if err := sampleObject(filepath.Join(samples, "fio", "fio-workload-configmap.yaml"), "ConfigMap", cm); err != nil {
+			return "", err
+		}
+		job := &batchv1.Job{}
+		if err := sampleObject(filepath.Join(samples, "fio", "fio-kernel-job.yaml"), "Job", job); err != nil {
+			return "", err
+		}
+		// verify=crc32c: the layout phase writes each block with a checksum
+		// header and reads everything back checking it.
+		wl := cm.Data["workload.fio"]
+		if !strings.Contains(wl, "[layout]\nrw=write\n") {
+			return "", fmt.Errorf("the sample workload changed shape: update the test")
+		}
+		cm.Data["workload.fio"] = strings.Replace(wl, "[layout]\nrw=write\n", "[layout]\nrw=write\nverify=crc32c\ndo_verify=1\n", 1)
+		// What the test asserts on goes to the pod's log.
+		cm.Data["run.sh"] += `
+for phase in layout randwrite randread; do echo "@@fio-$phase-begin"; cat "/results/$phase.json"; echo "@@fio-$phase-end"; done
+echo "@@mountstats-begin"; cat /proc/self/mountstats; echo "@@mountstats-end"
+echo "@@sha256-begin"; (cd "$DIRECTORY" && sha256sum *); echo "@@sha256-end"
+`
+		if err := e.k8s.Create(e.ctx, cm); err != nil {
+			return "", err
+		}
+		c := &job.Spec.Template.Spec.Containers[0]
+		c.Image, c.ImagePullPolicy = "localhost/chimera-fio:dev", corev1.PullNever
+		c.Resources = corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+		}
+		for i := range c.Env {
+			switch c.Env[i].Name {
+			case "SCALE":
+				c.Env[i].Value = fioScale
+			case "RUNTIME_S":
+				c.Env[i].Value = fioRuntimeS
+			}
+		}
+		job.Spec.Template.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = pvc.Name
+		if err := e.k8s.Create(e.ctx, job); err != nil {
+			return "", err
+		}
+		err := eventually(e.ctx, fioJobTimeout, func() error {
+			if err := e.k8s.Get(e.ctx, client.ObjectKeyFromObject(job), job); err != nil {
+				return err
+			}
+			for _, cond := range job.Status.Conditions {
+				if cond.Type == batchv1.JobFailed && cond.Status == corev1.ConditionTrue {
+					return fmt.Errorf("job failed: %s %s", cond.Reason, cond.Message)
+				}
+				if cond.Type == batchv1.JobComplete && cond.Status == corev1.ConditionTrue {
+					return nil
+				}
+			}
+			var pods corev1.PodList
+			_ = e.k8s.List(e.ctx, &pods, client.InNamespace(clusterNS), client.MatchingLabels{"job-name": job.Name})
+			var states []string
+			for i := range pods.Items {
+				states = append(states, pods.Items[i].Name+"="+podState(&pods.Items[i])+" "+e.events(clusterNS, pods.Items[i].Name))
+			}
+			return fmt.Errorf("job active %d, pods %v", job.Status.Active, states)
+		})
+		out, lerr := e.tool(e.kubectl, "logs", "-n", clusterNS, "job/"+job.Name)
+		fioLog = out
+		if err != nil {
+			return "", fmt.Errorf("%w\nfio log:\n%s", err, out)
+		}
+		if lerr != nil {
+			return "", lerr
+		}
+		var notes []string
+		for _, phase := range []string{"layout", "randwrite", "randread"} {
+			errs, rb, wb, err := fioSummary(section(fioLog, "fio-"+phase))
+			if err != nil {
+				return "", fmt.Errorf("fio %s report: %v", phase, err)
+			}
+			if errs != 0 {
+				return "", fmt.Errorf("fio %s: %d errors", phase, errs)
+			}
+			if (phase != "randread" && wb == 0) || (phase != "randwrite" && rb == 0) {
+				return "", fmt.Errorf("fio %s moved no data (read %d, write %d bytes)", phase, rb, wb)
+			}
+			notes = append(notes, fmt.Sprintf("%s w%dKiB/r%dKiB", phase, wb>>10, rb>>10))
+		}
+		opts, ops, ok := mountStats(section(fioLog, "mountstats"), "/data")
+		if !ok {
+			return "", fmt.Errorf("no NFS mount at /data in the pod's mountstats")
+		}
+		if !strings.Contains(opts, "vers=4.1") {
+			return "", fmt.Errorf("/data is not NFSv4.1: opts %s", opts)
+		}
+		if ops["WRITE"]+ops["READ"] == 0 && ops["LAYOUTGET"] == 0 {
+			return "", fmt.Errorf("mountstats show no READ/WRITE/LAYOUTGET: %v", ops)
+		}
+		layoutGets = ops["LAYOUTGET"]
+		notes = append(notes, fmt.Sprintf("vers=4.1, MDS ops WRITE %d READ %d LAYOUTGET %d", ops["WRITE"], ops["READ"], ops["LAYOUTGET"]))
+		return strings.Join(notes, ", "), nil
+	})
+
+	tl.run(t, "pNFS flex-files: layouts granted, I/O on the DSes", func() (string, error) {
+		if layoutGets == 0 {
+			t.Logf("FLEXFILES-CHECK: OFF — the MDS granted no layouts (LAYOUTGET 0 in mountstats): all I/O went through the MDS; the DS-metrics assertion turns on when it does")
+			return "SKIPPED: LAYOUTGET 0 (I/O through the MDS)", nil
+		}
+		var written float64
+		for _, a := range dsAddrs {
+			code, body, err := e.nodeGet(fmt.Sprintf("http://%s:%d/metrics", a, render.PortMetrics), "")
+			if err != nil || code != 200 {
+				return "", fmt.Errorf("DS %s metrics: HTTP %d (%v)", a, code, err)
+			}
+			written += metricSum(body, "chimera_rpc_received_bytes_total", `op="WRITE"`)
+		}
+		t.Logf("FLEXFILES-CHECK: ON — LAYOUTGET %d, DS WRITE bytes %.0f", layoutGets, written)
+		if written < volumeBytes/8 {
+			return "", fmt.Errorf("layouts were granted (LAYOUTGET %d) but the DSes received only %.0f WRITE bytes", layoutGets, written)
+		}
+		return fmt.Sprintf("LAYOUTGET %d, DS WRITE bytes %.0f", layoutGets, written), nil
+	})
+
+	tl.run(t, "second pod reads the first pod's files over RWX", func() (string, error) {
+		want := section(fioLog, "sha256")
+		if want == "" {
+			return "", fmt.Errorf("the fio pod printed no checksums")
+		}
+		reader := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "rwx-reader", Namespace: clusterNS},
+			Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{
+					Name: "reader", Image: "localhost/chimera-fio:dev", ImagePullPolicy: corev1.PullNever,
+					Command:      []string{"/bin/sh", "-c", "cd /data/fio && sha256sum *"},
+					VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data", ReadOnly: true}},
+				}},
+				Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.Name, ReadOnly: true}}}},
+			},
+		}
+		if err := e.k8s.Create(e.ctx, reader); err != nil {
+			return "", err
+		}
+		err := eventually(e.ctx, podsUpTimeout, func() error {
+			if err := e.k8s.Get(e.ctx, client.ObjectKeyFromObject(reader), reader); err != nil {
+				return err
+			}
+			switch reader.Status.Phase {
+			case corev1.PodSucceeded:
+				return nil
+			case corev1.PodFailed:
+				out, _ := e.tool(e.kubectl, "logs", "-n", clusterNS, reader.Name)
+				return fmt.Errorf("reader failed: %s", out)
+			}
+			return fmt.Errorf("reader %s %s", podState(reader), e.events(clusterNS, reader.Name))
+		})
+		if err != nil {
+			return "", err
+		}
+		got, err := e.tool(e.kubectl, "logs", "-n", clusterNS, reader.Name)
+		if err != nil {
+			return "", err
+		}
+		if strings.TrimSpace(got) != want {
+			return "", fmt.Errorf("the reader saw\n%s\nthe writer wrote\n%s", got, want)
+		}
+		return fmt.Sprintf("%d files, same SHA-256", len(strings.Split(want, "\n"))), nil
+	})
+
+	tl.run(t, "pods gone: no NFS mount left on the node", func() (string, error) {
+		bg := client.PropagationPolicy(metav1.DeletePropagationBackground)
+		if err := e.k8s.Delete(e.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "rwx-reader", Namespace: clusterNS}}); err != nil {
+			return "", err
+		}
+		if err := e.k8s.Delete(e.ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "fio-kernel", Namespace: clusterNS}}, bg); err != nil {
+			return "", err
+		}
+		return "", eventually(e.ctx, teardownTimeout, func() error {
+			var pods corev1.PodList
+			if err := e.k8s.List(e.ctx, &pods, client.InNamespace(clusterNS), client.MatchingLabels{"job-name": "fio-kernel"}); err != nil {
+				return err
+			}
+			if len(pods.Items) != 0 {
+				return fmt.Errorf("%d fio pods left", len(pods.Items))
+			}
+			m, err := e.nodeNFSMounts()
+			if err != nil {
+				return err
+			}
+			if len(m) != 0 {
+				return fmt.Errorf("NFS mounts left on the node: %v", m)
+			}
+			return nil
+		})
+	})
+
+	tl.run(t, "delete PVC deletes the server volume", func() (string, error) {
+		if err := e.k8s.Delete(e.ctx, pvc); err != nil {
+			return "", err
+		}
+		return "", eventually(e.ctx, teardownTimeout, func() error {
+			err := e.k8s.Get(e.ctx, client.ObjectKey{Name: pv.Name}, &corev1.PersistentVolume{})
+			if err == nil {
+				return fmt.Errorf("PV %s still exists: %s", pv.Name, e.events("", pv.Name))
+			}
+			if !apierrors.IsNotFound(err) {
+				return err
+			}
+			code, body, err := e.nodeGet(fmt.Sprintf("http://%s:%d/api/v1/volumes/%s", mdsIP, render.PortAdmin, serverVolID), token)
+			if err != nil {
+				return err
+			}
+			if code != 404 {
+				return fmt.Errorf("server volume %s: HTTP %d %s, want 404", serverVolID, code, body)
+			}
+			return nil
+		})
+	})
+
+	tl.run(t, "delete ChimeraCluster: its pods and objects gone", func() (string, error) {
+		if err := e.k8s.Delete(e.ctx, cc); err != nil {
+			return "", err
+		}
+		return "", eventually(e.ctx, teardownTimeout, func() error {
+			err := e.k8s.Get(e.ctx, client.ObjectKeyFromObject(cc), &chimerav1.ChimeraCluster{})
+			if err == nil {
+				return fmt.Errorf("ChimeraCluster still exists")
+			}
+			if !apierrors.IsNotFound(err) {
+				return err
+			}
+			var pods corev1.PodList
+			if err := e.k8s.List(e.ctx, &pods, client.InNamespace(clusterNS)); err != nil {
+				return err
+			}
+			if len(pods.Items) != 0 {
+				return fmt.Errorf("%d pods left in %s", len(pods.Items), clusterNS)
+			}
+			return nil
+		})
+	})
+
+	tl.run(t, "helm uninstall: nothing left, no mounts", func() (string, error) {
+		if _, err := e.tool(e.helm, "uninstall", releaseName, "--namespace", releaseNS, "--wait", "--timeout", "120s"); err != nil {
+			return "", err
+		}
+		if err := e.k8s.Delete(e.ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: scName}}); err != nil {
+			return "", err
+		}
+		var left []string
+		err := eventually(e.ctx, teardownTimeout, func() error {
+			left = e.leftovers()
+			if len(left) != 0 {
+				return fmt.Errorf("left behind: %v", left)
+			}
+			m, err := e.nodeNFSMounts()
+			if err != nil {
+				return err
+			}
+			if len(m) != 0 {
+				return fmt.Errorf("NFS mounts left on the node: %v", m)
+			}
+			return nil
+		})
+		return "", err
+	})
+}
+
+// leftovers lists what the product left in the cluster: pods and workloads in
+// the release and cluster namespaces, PVs, the CSIDriver, the driver in
+// CSINode. (The CRD stays: helm never deletes CRDs. The namespaces' default
+// objects are not ours.)
+func (e *env) leftovers() []string {
+	var left []string
+	for _, ns := range []string{releaseNS, clusterNS} {
+		lists := map[string]client.ObjectList{
+			"pods": &corev1.PodList{}, "services": &corev1.ServiceList{}, "secrets": &corev1.SecretList{},
+			"configmaps": &corev1.ConfigMapList{}, "serviceaccounts": &corev1.ServiceAccountList{},
+			"pvcs": &corev1.PersistentVolumeClaimList{},
+		}
+		keys := make([]string, 0, len(lists))
+		for k := range lists {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, kind := range keys {
+			l := lists[kind]
+			if err := e.k8s.List(e.ctx, l, client.InNamespace(ns)); err != nil {
+				left = append(left, fmt.Sprintf("%s/%s: %v", ns, kind, err))
+				continue
+			}
+			items, _ := metaNames(l)
+			for _, n := range items {
+				if n == "kube-root-ca.crt" || n == "default" {
+					continue
+				}
+				left = append(left, fmt.Sprintf("%s %s/%s", kind, ns, n))
+			}
+		}
+	}
+	var pvs corev1.PersistentVolumeList
+	if err := e.k8s.List(e.ctx, &pvs); err == nil {
+		for _, p := range pvs.Items {
+			left = append(left, "pv "+p.Name)
+		}
+	}
+	if err := e.k8s.Get(e.ctx, client.ObjectKey{Name: driverName}, &storagev1.CSIDriver{}); err == nil {
+		left = append(left, "csidriver "+driverName)
+	}
+	cn := &storagev1.CSINode{}
+	if err := e.k8s.Get(e.ctx, client.ObjectKey{Name: nodeName}, cn); err == nil {
+		for _, d := range cn.Spec.Drivers {
+			left = append(left, "csinode driver "+d.Name)
+		}
+	}
+	return left
+}
+
+func metaNames(l client.ObjectList) ([]string, error) {
+	var out []string
+	switch v := l.(type) {
+	case *corev1.PodList:
+		for _, i := range v.Items {
+			out = append(out, i.Name)
+		}
+	case *corev1.ServiceList:
+		for _, i := range v.Items {
+			out = append(out, i.Name)
+		}
+	case *corev1.SecretList:
+		for _, i := range v.Items {
+			out = append(out, i.Name)
+		}
+	case *corev1.ConfigMapList:
+		for _, i := range v.Items {
+			out = append(out, i.Name)
+		}
+	case *corev1.ServiceAccountList:
+		for _, i := range v.Items {
+			out = append(out, i.Name)
+		}
+	case *corev1.PersistentVolumeClaimList:
+		for _, i := range v.Items {
+			out = append(out, i.Name)
+		}
+	default:
+		return nil, fmt.Errorf("unexpected list %T", l)
+	}
+	return out, nil
+}
+
+// events returns the messages of the events about one object, oldest first.
+func (e *env) events(ns, name string) string {
+	var evs corev1.EventList
+	if err := e.k8s.List(e.ctx, &evs, client.InNamespace(ns)); err != nil {
+		return ""
+	}
+	var out []string
+	for _, ev := range evs.Items {
+		if ev.InvolvedObject.Name == name {
+			out = append(out, fmt.Sprintf("[%s %s: %s]", ev.Type, ev.Reason, ev.Message))
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// dumpState logs what a failed run needs to be understood.
+func (e *env) dumpState() {
+	for _, args := range [][]string{
+		{"get", "pods", "-A", "-o", "wide"},
+		{"get", "events", "-A", "--sort-by=.lastTimestamp"},
+		{"get", "chimeraclusters", "-A", "-o", "yaml"},
+		{"logs", "-n", releaseNS, "-l", "app.kubernetes.io/name=chimera-csi", "--all-containers", "--tail=60"},
+		{"logs", "-n", releaseNS, "-l", "app.kubernetes.io/name=chimera-operator", "--tail=60"},
+		{"logs", "-n", clusterNS, "-l", "app.kubernetes.io/name=chimera", "--tail=40"},
+	} {
+		out, _ := e.tool(e.kubectl, args...)
+		e.t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)
+	}
+}
