@@ -28,6 +28,8 @@ pub struct DsEntry {
     pub netid: Netid,
     pub ready: bool,
     pub node: String,
+    /// Takes no new files or layouts; its layouts are recalled.
+    pub draining: bool,
 }
 
 impl DsEntry {
@@ -40,6 +42,7 @@ impl DsEntry {
             "transport": match self.netid { Netid::Tcp | Netid::Tcp6 => "tcp", Netid::Rdma | Netid::Rdma6 => "rdma" },
             "ready": self.ready,
             "node": self.node,
+            "draining": self.draining,
         })
     }
 }
@@ -75,6 +78,8 @@ pub struct Admin {
     pub cluster: ClusterInfo,
     /// Backend space used and available, for the cluster document.
     pub space: Box<dyn Fn() -> (u64, u64) + Send + Sync>,
+    /// The pNFS MDS: told of every DS list change; its state is shown.
+    pub pnfs: Option<Arc<pnfs::Pnfs>>,
 }
 
 impl Admin {
@@ -87,6 +92,7 @@ impl Admin {
             ready: AtomicBool::new(false),
             cluster,
             space: Box::new(|| (0, 0)),
+            pnfs: None,
         }
     }
 
@@ -263,6 +269,14 @@ impl Admin {
         }
         {
             let mut ds = self.data_servers.write().unwrap_or_else(|p| p.into_inner());
+            if let Some(p) = &self.pnfs {
+                // pNFS first: a list it refuses changes nothing here either.
+                // Entries keep the backing path the config gave a DS of that name.
+                let specs = list.iter().map(|e| crate::serve::ds_spec(e, None)).collect();
+                if let Err(e) = p.set_data_servers(specs) {
+                    return bad(format!("dataServers: {e}"));
+                }
+            }
             if ds.list != list {
                 ds.list = list;
                 ds.generation += 1;
@@ -293,10 +307,36 @@ impl Admin {
                 "capacityBytes": c.capacity_bytes,
                 "usedBytes": used,
                 "availableBytes": avail,
-                "pnfs": { "enabled": c.pnfs_enabled, "stripeUnitBytes": c.stripe_unit_bytes, "mirrors": c.mirrors },
+                "pnfs": self.pnfs_json(),
                 "dataServers": { "total": ds_total, "ready": ds_ready, "generation": generation },
             }),
         )
+    }
+}
+
+impl Admin {
+    fn pnfs_json(&self) -> Value {
+        let c = &self.cluster;
+        let mut v = json!({ "enabled": c.pnfs_enabled, "stripeUnitBytes": c.stripe_unit_bytes, "mirrors": c.mirrors });
+        if let Some(p) = &self.pnfs {
+            let m = &p.metrics;
+            let ld = std::sync::atomic::Ordering::Relaxed;
+            let ds: Vec<Value> = p
+                .ds_states()
+                .iter()
+                .map(|d| {
+                    json!({ "name": d.name, "address": d.address, "deviceId": d.device_id, "ready": d.ready,
+                            "draining": d.draining, "healthy": d.healthy, "errors": d.errors,
+                            "layoutsGranted": d.layouts_granted, "files": d.files })
+                })
+                .collect();
+            v["stripeWidth"] = json!(p.config().stripe_width);
+            v["layoutsActive"] = json!(p.layouts_active());
+            v["layoutsGrantedTotal"] = json!(m.layouts_granted_read.load(ld) + m.layouts_granted_rw.load(ld));
+            v["filesPlaced"] = json!(p.files_placed());
+            v["dataServers"] = json!(ds);
+        }
+        v
     }
 }
 
@@ -305,7 +345,7 @@ fn parse_ds(path: &str, v: &Value) -> Result<DsEntry, String> {
         Value::Object(m) => m,
         other => return Err(format!("{path}: expected an object, got {}", kind(other))),
     };
-    const FIELDS: &[&str] = &["name", "address", "port", "transport", "ready", "node"];
+    const FIELDS: &[&str] = &["name", "address", "port", "transport", "ready", "node", "draining"];
     if let Some(k) = m.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(format!("{path}.{k}: unknown field (known: {})", FIELDS.join(", ")));
     }
@@ -341,7 +381,12 @@ fn parse_ds(path: &str, v: &Value) -> Result<DsEntry, String> {
         Some(other) => return Err(format!("{path}.ready: expected true or false, got {}", kind(other))),
     };
     let node = s("node")?.unwrap_or("").to_string();
-    Ok(DsEntry { name: name.to_string(), host, port, netid, ready, node })
+    let draining = match m.get("draining") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => return Err(format!("{path}.draining: expected true or false, got {}", kind(other))),
+    };
+    Ok(DsEntry { name: name.to_string(), host, port, netid, ready, node, draining })
 }
 
 fn volume_json(v: &Volume) -> Value {

@@ -184,6 +184,8 @@ impl Netid {
 /// by the operator (`PUT /api/v1/dataservers`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataServer {
+    /// Name in the admin API and metric labels (`config-<index>` by default).
+    pub name: Option<String>,
     pub netid: Netid,
     /// Host (IP literal or DNS name) clients reach the DS at.
     pub host: String,
@@ -199,8 +201,40 @@ pub struct DataServer {
 pub struct PnfsConfig {
     pub enabled: bool,
     pub stripe_unit_bytes: u64,
+    /// DSes one file stripes over (0: all active).
+    pub stripe_width: u32,
     pub mirrors: u32,
+    pub synthetic_uid: u32,
+    pub synthetic_gid: u32,
+    pub layouts_per_client_max: u32,
+    pub layouts_max: u32,
+    pub ds_timeout_ms: u32,
+    pub remove_queue_max: u32,
     pub data_servers: Vec<DataServer>,
+}
+
+pub const SYNTHETIC_ID_DEFAULT: u64 = 1_000_000;
+pub const LAYOUTS_PER_CLIENT_MAX_DEFAULT: u64 = 4096;
+pub const LAYOUTS_MAX_DEFAULT: u64 = 262_144;
+pub const DS_TIMEOUT_MS_DEFAULT: u64 = 3000;
+pub const REMOVE_QUEUE_MAX_DEFAULT: u64 = 65_536;
+
+impl PnfsConfig {
+    fn defaults() -> PnfsConfig {
+        PnfsConfig {
+            enabled: false,
+            stripe_unit_bytes: STRIPE_UNIT_BYTES_DEFAULT,
+            stripe_width: 0,
+            mirrors: 1,
+            synthetic_uid: SYNTHETIC_ID_DEFAULT as u32,
+            synthetic_gid: SYNTHETIC_ID_DEFAULT as u32,
+            layouts_per_client_max: LAYOUTS_PER_CLIENT_MAX_DEFAULT as u32,
+            layouts_max: LAYOUTS_MAX_DEFAULT as u32,
+            ds_timeout_ms: DS_TIMEOUT_MS_DEFAULT as u32,
+            remove_queue_max: REMOVE_QUEUE_MAX_DEFAULT as u32,
+            data_servers: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -680,12 +714,7 @@ fn parse_server(o: Option<&mut Obj<'_>>) -> Result<ServerConfig, ConfigError> {
         conns_max: CONNS_DEFAULT as u32,
         lease_time_s: LEASE_TIME_S_DEFAULT as u32,
         grace_time_s: LEASE_TIME_S_DEFAULT as u32,
-        pnfs: PnfsConfig {
-            enabled: false,
-            stripe_unit_bytes: STRIPE_UNIT_BYTES_DEFAULT,
-            mirrors: 1,
-            data_servers: Vec::new(),
-        },
+        pnfs: PnfsConfig::defaults(),
     };
     let o = match o {
         Some(o) => o,
@@ -774,12 +803,20 @@ fn pick_alias(ours: &str, a: Option<u64>, theirs: &str, b: Option<u64>) -> Resul
 
 fn parse_pnfs(v: &Value) -> Result<PnfsConfig, ConfigError> {
     let mut o = Obj::new("server.pnfs", v)?;
+    let d = PnfsConfig::defaults();
     let mut p = PnfsConfig {
         enabled: o.bool("enabled")?.unwrap_or(false),
         stripe_unit_bytes: o
             .size_in("stripe_unit_bytes", STRIPE_UNIT_BYTES_MIN, STRIPE_UNIT_BYTES_MAX)?
             .unwrap_or(STRIPE_UNIT_BYTES_DEFAULT),
+        stripe_width: o.u64_in("stripe_width", 0, DATA_SERVERS_MAX as u64)?.unwrap_or(0) as u32,
         mirrors: o.u64_in("mirrors", 1, MIRRORS_MAX)?.unwrap_or(1) as u32,
+        synthetic_uid: o.u64_in("synthetic_uid", 1, i32::MAX as u64)?.map_or(d.synthetic_uid, |v| v as u32),
+        synthetic_gid: o.u64_in("synthetic_gid", 1, i32::MAX as u64)?.map_or(d.synthetic_gid, |v| v as u32),
+        layouts_per_client_max: o.u64_in("layouts_per_client_max", 1, 1 << 20)?.map_or(d.layouts_per_client_max, |v| v as u32),
+        layouts_max: o.u64_in("layouts_max", 1, 1 << 24)?.map_or(d.layouts_max, |v| v as u32),
+        ds_timeout_ms: o.u64_in("ds_timeout_ms", 100, 60_000)?.map_or(d.ds_timeout_ms, |v| v as u32),
+        remove_queue_max: o.u64_in("remove_queue_max", 1, 1 << 20)?.map_or(d.remove_queue_max, |v| v as u32),
         data_servers: Vec::new(),
     };
     if !p.stripe_unit_bytes.is_power_of_two() {
@@ -809,6 +846,13 @@ fn parse_pnfs(v: &Value) -> Result<PnfsConfig, ConfigError> {
 
 fn parse_data_server(path: &str, v: &Value) -> Result<DataServer, ConfigError> {
     let mut o = Obj::new(path, v)?;
+    let name = match o.str("name")? {
+        None => None,
+        Some(n) if n.is_empty() || n.len() > 253 || n.bytes().any(|c| c.is_ascii_control()) => {
+            return err(&join(path, "name"), "must be 1..=253 printable bytes")
+        }
+        Some(n) => Some(n.to_string()),
+    };
     let netid = match o.str("netid")? {
         None => Netid::Tcp,
         Some(s) => Netid::parse(s).ok_or_else(|| ConfigError {
@@ -830,7 +874,7 @@ fn parse_data_server(path: &str, v: &Value) -> Result<DataServer, ConfigError> {
         Some(v) => parse_nfs_version(&join(path, "version"), v)?,
     };
     o.finish(&[], &mut Vec::new())?;
-    Ok(DataServer { netid, host, port, backing_path, version })
+    Ok(DataServer { name, netid, host, port, backing_path, version })
 }
 
 /// "host", "host:port", "[v6]:port" or a bare IPv6 literal.

@@ -101,6 +101,57 @@ pub fn render_admin(out: &mut String, a: &Admin) {
     let _ = writeln!(out, "chimera_data_servers{{state=\"not_ready\"}} {}", ds.list.len() - ready);
     header(out, "chimera_data_servers_generation", "gauge", "Changes to the data-server list since start.");
     let _ = writeln!(out, "chimera_data_servers_generation {}", ds.generation);
+    drop(ds);
+    if let Some(p) = &a.pnfs {
+        render_pnfs(out, p);
+    }
+}
+
+/// The pNFS MDS's counters and per-DS state (names in README.md).
+pub fn render_pnfs(out: &mut String, p: &pnfs::Pnfs) {
+    let m = &p.metrics;
+    let ld = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    let n = "chimera_pnfs_layouts_granted_total";
+    header(out, n, "counter", "Layout segments granted by LAYOUTGET, by iomode.");
+    let _ = writeln!(out, "{n}{{iomode=\"read\"}} {}", ld(&m.layouts_granted_read));
+    let _ = writeln!(out, "{n}{{iomode=\"rw\"}} {}", ld(&m.layouts_granted_rw));
+    let n = "chimera_pnfs_layoutget_errors_total";
+    header(out, n, "counter", "LAYOUTGETs refused, by error.");
+    let _ = writeln!(out, "{n}{{error=\"LAYOUTTRYLATER\"}} {}", ld(&m.layoutget_trylater));
+    let _ = writeln!(out, "{n}{{error=\"LAYOUTUNAVAILABLE\"}} {}", ld(&m.layoutget_unavailable));
+    let _ = writeln!(out, "{n}{{error=\"other\"}} {}", ld(&m.layoutget_bad_stateid));
+    let counters: [(&str, &str, u64); 8] = [
+        ("chimera_pnfs_layouts_returned_total", "Layouts returned by LAYOUTRETURN.", ld(&m.layouts_returned)),
+        ("chimera_pnfs_layouts_recalled_total", "Layouts recalled (DS drain or removal, truncate).", ld(&m.layouts_recalled)),
+        ("chimera_pnfs_layoutcommits_total", "LAYOUTCOMMITs applied.", ld(&m.layoutcommits)),
+        ("chimera_pnfs_layoutstats_total", "LAYOUTSTATS calls and ff_iostats4 reports received.", ld(&m.layoutstats)),
+        ("chimera_pnfs_layouterrors_total", "DS errors reported by clients (LAYOUTERROR, LAYOUTRETURN ff_ioerr4).", ld(&m.layouterrors)),
+        ("chimera_pnfs_fences_total", "Files fenced (data files moved to a new synthetic owner).", ld(&m.fences)),
+        ("chimera_pnfs_data_file_removals_total", "Data-file removals queued (last link of a placed file removed).", ld(&m.removals_queued)),
+        ("chimera_pnfs_layouts_active", "Layout states held by clients.", p.layouts_active() as u64),
+    ];
+    for (name, help, v) in counters {
+        header(out, name, if name.ends_with("_total") { "counter" } else { "gauge" }, help);
+        let _ = writeln!(out, "{name} {v}");
+    }
+    let n = "chimera_pnfs_mds_io_bytes_total";
+    header(out, n, "counter", "Bytes of I/O proxied through the MDS to data servers.");
+    let _ = writeln!(out, "{n}{{op=\"read\"}} {}", ld(&m.mds_read_bytes));
+    let _ = writeln!(out, "{n}{{op=\"write\"}} {}", ld(&m.mds_write_bytes));
+    let ds = p.ds_states();
+    let per: [(&str, &str, &str, fn(&pnfs::DsState) -> u64); 5] = [
+        ("chimera_pnfs_ds_healthy", "gauge", "1 while the DS is considered reachable.", |d| d.healthy as u64),
+        ("chimera_pnfs_ds_draining", "gauge", "1 while the DS is draining.", |d| d.draining as u64),
+        ("chimera_pnfs_ds_errors_total", "counter", "Errors reported for the DS (clients, control calls).", |d| d.errors),
+        ("chimera_pnfs_ds_layouts_granted_total", "counter", "Layout segments naming the DS.", |d| d.layouts_granted),
+        ("chimera_pnfs_ds_files", "gauge", "Data files placed on the DS.", |d| d.files),
+    ];
+    for (name, kind, help, get) in per {
+        header(out, name, kind, help);
+        for d in &ds {
+            let _ = writeln!(out, "{name}{{ds=\"{}\"}} {}", esc(&d.name), get(d));
+        }
+    }
 }
 
 pub fn render(s: &Snapshot, admin: Option<&Admin>) -> String {

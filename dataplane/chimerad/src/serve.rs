@@ -36,10 +36,20 @@ pub struct Running {
     pub nfs_addr: Option<SocketAddr>,
     pub admin_addr: Option<SocketAddr>,
     pub metrics_addr: Option<SocketAddr>,
+    /// The pNFS MDS (role mds/both with `server.pnfs.enabled`).
+    pub pnfs: Option<Arc<pnfs::Pnfs>>,
 }
 
+/// Capacity of the memfs a data server gets when its config has no mounts.
+pub const DS_DEFAULT_MOUNT_BYTES: u64 = 1 << 30;
+
 fn build_router(cfg: &Config) -> Result<Arc<Router>, String> {
-    let mut mounts = Vec::with_capacity(cfg.mounts.len());
+    let mut mounts = Vec::with_capacity(cfg.mounts.len() + 1);
+    if cfg.mounts.is_empty() && cfg.server.role == crate::config::Role::Ds {
+        // A data server needs somewhere to keep data files (CONFIG.md).
+        let backend: Arc<dyn Vfs> = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: DS_DEFAULT_MOUNT_BYTES }));
+        mounts.push(Mount { name: b"ds".to_vec(), export_id: 1, backend });
+    }
     for (i, m) in cfg.mounts.iter().enumerate() {
         // Export ids are positions in the config: stable across restarts as
         // long as the mount list is, which keeps file handles valid.
@@ -112,12 +122,17 @@ fn portmap_registrations(cfg: &Config) -> Vec<nfs3::Registration> {
 /// The RPC programs of this role. Every listener serves every registered
 /// program (the runtime does not split them by port), so MOUNT also answers
 /// on the NFS port and clients may name either.
-fn dispatcher(cfg: &Config, router: &Arc<Router>) -> rpc::Dispatcher {
+fn dispatcher(cfg: &Config, router: &Arc<Router>, pnfs: Option<&Arc<pnfs::Pnfs>>) -> rpc::Dispatcher {
     let mut d = rpc::Dispatcher::new(limits(cfg));
-    let vfs: Arc<dyn Vfs> = router.clone();
-    d.register(Arc::new(nfs3::Nfs3Program::new(vfs).io_bytes_max(io_bytes_max(cfg))), "nfs3", &nfs3::PROC_NAMES);
+    // With pNFS, file data lives on the DSes: both NFS versions on the MDS
+    // reach it through the wrapper (I/O through the MDS).
+    let vfs: Arc<dyn Vfs> = match pnfs {
+        Some(p) => Arc::new(pnfs::PnfsVfs::new(p.clone())),
+        None => router.clone(),
+    };
+    d.register(Arc::new(nfs3::Nfs3Program::new(vfs.clone()).io_bytes_max(io_bytes_max(cfg))), "nfs3", &nfs3::PROC_NAMES);
     if cfg.server.role.runs_mds() {
-        register_nfs4(&mut d, &cfg.server, router);
+        register_nfs4(&mut d, &cfg.server, vfs, pnfs);
         let r = router.clone();
         let resolve = Arc::new(move |p: &[u8]| r.resolve_path(p));
         d.register(Arc::new(nfs3::Mount3Program::new(mount_exports(cfg), resolve)), "mount3", &nfs3::mount::PROC_NAMES);
@@ -130,7 +145,7 @@ fn dispatcher(cfg: &Config, router: &Arc<Router>) -> rpc::Dispatcher {
 
 /// NFSv4.1 on the NFS port, its request/response budgets (and so
 /// maxread/maxwrite) fitted inside one RPC record.
-fn register_nfs4(d: &mut rpc::Dispatcher, s: &crate::config::ServerConfig, router: &Arc<Router>) {
+fn register_nfs4(d: &mut rpc::Dispatcher, s: &crate::config::ServerConfig, vfs: Arc<dyn Vfs>, pnfs: Option<&Arc<pnfs::Pnfs>>) {
     let mut c4 = nfs4::Config { lease_time_s: s.lease_time_s, grace_time_s: s.grace_time_s, ..Default::default() };
     let budget = s.record_bytes_max - RPC_HEADER_BYTES;
     if c4.request_bytes_max > budget || c4.response_bytes_max > budget {
@@ -141,8 +156,12 @@ fn register_nfs4(d: &mut rpc::Dispatcher, s: &crate::config::ServerConfig, route
         c4.response_bytes_max = budget;
         c4.response_cached_bytes_max = c4.response_cached_bytes_max.min(budget);
     }
-    let vfs: Arc<dyn Vfs> = router.clone();
-    d.register(Arc::new(nfs4::Nfs4Program::new(vfs, c4)), "nfs4", &["null", "compound"]);
+    let mut prog = nfs4::Nfs4Program::new(vfs, c4);
+    if let Some(p) = pnfs {
+        prog = prog.with_layouts(p.clone());
+        p.set_recaller(prog.callbacks());
+    }
+    d.register(Arc::new(prog), "nfs4", &["null", "compound"]);
 }
 
 /// Data-path listen addresses: NFS, then MOUNT and portmap when enabled
@@ -181,14 +200,55 @@ fn initial_data_servers(cfg: &Config) -> Vec<DsEntry> {
         .iter()
         .enumerate()
         .map(|(i, d)| DsEntry {
-            name: format!("config-{i}"),
+            name: d.name.clone().unwrap_or_else(|| format!("config-{i}")),
             host: d.host.clone(),
             port: d.port,
             netid: d.netid,
             ready: true,
             node: String::new(),
+            draining: false,
         })
         .collect()
+}
+
+/// The pNFS MDS of this config (role mds/both with `server.pnfs.enabled`).
+fn start_pnfs(cfg: &Config, router: &Arc<Router>) -> Result<Option<Arc<pnfs::Pnfs>>, String> {
+    let pc = &cfg.server.pnfs;
+    if !(pc.enabled && cfg.server.role.runs_mds()) {
+        return Ok(None);
+    }
+    let p = pnfs::PnfsConfig {
+        stripe_unit_bytes: pc.stripe_unit_bytes,
+        stripe_width: pc.stripe_width,
+        mirrors: pc.mirrors,
+        synthetic_uid: pc.synthetic_uid,
+        synthetic_gid: pc.synthetic_gid,
+        layouts_per_client_max: pc.layouts_per_client_max as usize,
+        layouts_max: pc.layouts_max as usize,
+        ds_timeout_ms: pc.ds_timeout_ms.into(),
+        remove_queue_max: pc.remove_queue_max as usize,
+        ds_io_bytes_max: io_bytes_max(cfg),
+        ..Default::default()
+    };
+    let dses = initial_data_servers(cfg).iter().zip(&pc.data_servers).map(|(e, d)| ds_spec(e, d.backing_path.clone())).collect();
+    let vfs: Arc<dyn Vfs> = router.clone();
+    pnfs::Pnfs::new(p, vfs, dses).map(Some).map_err(|e| format!("server.pnfs: {e}"))
+}
+
+/// A DS as pNFS sees it, from the admin API's entry.
+pub fn ds_spec(e: &DsEntry, backing_path: Option<String>) -> pnfs::DsSpec {
+    let rdma = matches!(e.netid, crate::config::Netid::Rdma | crate::config::Netid::Rdma6);
+    pnfs::DsSpec {
+        name: e.name.clone(),
+        host: e.host.clone(),
+        port: e.port,
+        netid: if rdma { pnfs::Netid::Rdma } else { pnfs::Netid::Tcp },
+        // An RDMA DS is reached for control (and as the TCP fallback) on 2049.
+        tcp_port: if rdma { crate::config::Netid::Tcp.default_port() } else { e.port },
+        backing_path,
+        ready: e.ready,
+        draining: e.draining,
+    }
 }
 
 fn bind(what: &str, ip: std::net::IpAddr, port: u16) -> Result<TcpListener, String> {
@@ -201,6 +261,7 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
     for e in &cfg.exports {
         ensure_ns_path(&router, &e.path).map_err(|m| format!("exports.{}.path: {m}", e.name))?;
     }
+    let pnfs = start_pnfs(cfg, &router)?;
     let mut run = Running {
         router: router.clone(),
         admin: None,
@@ -210,6 +271,7 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
         nfs_addr: None,
         admin_addr: None,
         metrics_addr: None,
+        pnfs: pnfs.clone(),
     };
     if cfg.server.rdma {
         log::warn("server.rdma is set but RPC-over-RDMA is not implemented yet; serving TCP only", &[]);
@@ -224,6 +286,7 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
             Some(Volumes::new(vfs, parent, &cfg.volumes_path))
         };
         let mut admin = Admin::new(cfg.admin.token.clone(), volumes, initial_data_servers(cfg), cluster_info(cfg));
+        admin.pnfs = pnfs.clone();
         let r = router.clone();
         admin.space = Box::new(move || {
             r.mounts().iter().fold((0, 0), |(used, avail), m| match m.backend.root(m.export_id).and_then(|fh| m.backend.fsstat(&fh)) {
@@ -241,7 +304,7 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
             limits: limits(cfg),
             ..Default::default()
         };
-        let nfs = runtime::Server::start(rt, Arc::new(dispatcher(cfg, &router)))
+        let nfs = runtime::Server::start(rt, Arc::new(dispatcher(cfg, &router, pnfs.as_ref())))
             .map_err(|e| format!("server.nfs_port: cannot start the data path on {}:{}: {e}", cfg.server.bind, cfg.server.nfs_port))?;
         run.nfs_addr = nfs.local_addrs().first().copied();
         for (i, a) in nfs.local_addrs().iter().enumerate() {

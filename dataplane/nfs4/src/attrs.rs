@@ -192,6 +192,10 @@ pub struct Source<'a> {
     pub write_bytes_max: u32,
     /// rdattr_error value (NFS4_OK unless READDIR could not get attributes).
     pub rdattr_error: u32,
+    /// fs_layout_types: the pNFS layout type served (0: none, not pNFS).
+    pub layout_type: u32,
+    /// layout_blksize (the stripe unit when pNFS is on).
+    pub layout_blksize: u32,
 }
 
 pub fn needs_fsstat(req: &Bitmap) -> bool {
@@ -298,8 +302,16 @@ fn encode_one(a: u32, s: &Source<'_>, e: &mut Encoder<'_>) -> XdrResult<()> {
         TIME_DELTA => time4(e, Time { sec: 0, nsec: 1 }),
         TIME_METADATA => time4(e, at.ctime),
         TIME_MODIFY => time4(e, at.mtime),
-        FS_LAYOUT_TYPES => e.u32(0), // no layout types until pNFS lands
-        LAYOUT_BLKSIZE => e.u32(LAYOUT_BLKSIZE_BYTES),
+        FS_LAYOUT_TYPES => {
+            // An array: empty without pNFS, else the one type served.
+            if s.layout_type == 0 {
+                e.u32(0)
+            } else {
+                e.u32(1)?;
+                e.u32(s.layout_type)
+            }
+        }
+        LAYOUT_BLKSIZE => e.u32(s.layout_blksize),
         SUPPATTR_EXCLCREAT => EXCLCREAT.encode(e),
         other => unreachable!("attribute {other} is in SUPPORTED but has no encoder"),
     }
@@ -419,7 +431,7 @@ mod tests {
     fn encodes_in_bit_order_with_numeric_owner() {
         let a = attr();
         let fh = FileHandle { export_id: 1, ino: 99, generation: 1 };
-        let src = Source { attr: &a, fh: &fh, fsstat: None, lease_time_s: 90, read_bytes_max: 1 << 20, write_bytes_max: 1 << 20, rdattr_error: 0 };
+        let src = Source { attr: &a, fh: &fh, fsstat: None, lease_time_s: 90, read_bytes_max: 1 << 20, write_bytes_max: 1 << 20, rdattr_error: 0, layout_type: 0, layout_blksize: LAYOUT_BLKSIZE_BYTES };
         // size(4), owner(36), time_modify_set(54, write-only), bit 90 (unsupported), space_total (no fsstat)
         let req = Bitmap::of(&[OWNER, SIZE, TIME_MODIFY_SET, 90, SPACE_TOTAL]);
         let mut buf = [0u8; 256];
@@ -443,7 +455,7 @@ mod tests {
         let a = attr();
         let fh = FileHandle { export_id: 1, ino: 99, generation: 1 };
         let fs = FsStat { total_bytes: 1, free_bytes: 2, avail_bytes: 3, total_files: 4, free_files: 5, avail_files: 6 };
-        let src = Source { attr: &a, fh: &fh, fsstat: Some(&fs), lease_time_s: 90, read_bytes_max: 1, write_bytes_max: 1, rdattr_error: 0 };
+        let src = Source { attr: &a, fh: &fh, fsstat: Some(&fs), lease_time_s: 90, read_bytes_max: 1, write_bytes_max: 1, rdattr_error: 0, layout_type: 0, layout_blksize: LAYOUT_BLKSIZE_BYTES };
         let mut buf = [0u8; 1024];
         let mut e = Encoder::new(&mut buf);
         encode_fattr(&SUPPORTED, &src, &mut e).unwrap();

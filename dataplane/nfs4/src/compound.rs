@@ -23,6 +23,13 @@ pub const GIDS_MAX: usize = 16;
 /// Op numbers defined for minor version 1 (RFC 8881 §18): 3 ..= 58.
 const OP_FIRST: u32 = 3;
 const OP_LAST_V41: u32 = 58;
+/// NFSv4.2 operations accepted in minor version 1 COMPOUNDs: the flex-files
+/// layout (RFC 8435 §9) reports through LAYOUTERROR and LAYOUTSTATS.
+const OPS_V42_ACCEPTED: [u32; 2] = [p::OP_LAYOUTERROR as u32, p::OP_LAYOUTSTATS as u32];
+
+fn op_known(op: u32) -> bool {
+    (OP_FIRST..=OP_LAST_V41).contains(&op) || OPS_V42_ACCEPTED.contains(&op)
+}
 
 /// The SEQUENCE of this COMPOUND, once it succeeded.
 #[derive(Debug, Clone, Copy)]
@@ -51,6 +58,9 @@ pub(crate) struct Compound<'p> {
     pub seq: Option<Seq>,
     /// The conflicting lock of a LOCK/LOCKT that ended in NFS4ERR_DENIED.
     pub denied: Option<crate::state::Conflict>,
+    /// One word of result body an error carries (LAYOUTGET's
+    /// will_signal on LAYOUTTRYLATER, GETDEVICEINFO's mincount on TOOSMALL).
+    pub error_body_u32: Option<u32>,
     pub now_ms: u64,
     pub numops: u32,
     pub request_bytes: usize,
@@ -89,6 +99,7 @@ impl<'p> Compound<'p> {
             saved_sid: None,
             seq: None,
             denied: None,
+            error_body_u32: None,
             now_ms: prog.now_ms(),
             numops: 0,
             request_bytes,
@@ -137,7 +148,7 @@ impl<'p> Compound<'p> {
             }
             return self.op_sequence(d, e);
         }
-        if !(OP_FIRST..=OP_LAST_V41).contains(&opnum) {
+        if !op_known(opnum) {
             return fail(p::NFS4ERR_OP_ILLEGAL);
         }
         if i == 0 {
@@ -199,6 +210,13 @@ impl<'p> Compound<'p> {
             p::OP_TEST_STATEID => self.op_test_stateid(d, e),
             p::OP_DESTROY_CLIENTID => self.op_destroy_clientid(d, e),
             p::OP_RECLAIM_COMPLETE => self.op_reclaim_complete(d, e),
+            p::OP_LAYOUTGET => self.op_layoutget(d, e),
+            p::OP_GETDEVICEINFO => self.op_getdeviceinfo(d, e),
+            p::OP_GETDEVICELIST => self.op_getdevicelist(d, e),
+            p::OP_LAYOUTRETURN => self.op_layoutreturn(d, e),
+            p::OP_LAYOUTCOMMIT => self.op_layoutcommit(d, e),
+            p::OP_LAYOUTERROR => self.op_layouterror(d, e),
+            p::OP_LAYOUTSTATS => self.op_layoutstats(d, e),
             // Everything else of minor version 1 (delegations, pNFS, NVERIFY,
             // OPENATTR, the v4.0-only ops ...) is not supported (§15.2).
             _ => fail(p::NFS4ERR_NOTSUPP),
@@ -259,7 +277,7 @@ fn evaluate(
     let mut count = 0u32;
     for i in 0..c.numops {
         let (opnum, opres, short) = match d.u32() {
-            Ok(op) if (OP_FIRST..=OP_LAST_V41).contains(&op) => (op, op, false),
+            Ok(op) if op_known(op) => (op, op, false),
             Ok(op) => (op, p::OP_ILLEGAL as u32, false),
             // Fewer operations than the count says.
             Err(_) => (p::OP_ILLEGAL as u32, p::OP_ILLEGAL as u32, true),
@@ -334,6 +352,9 @@ impl Compound<'_> {
         }
         if let Some(denied) = self.denied.take() {
             crate::ops::encode_denied(&denied, e)?;
+        }
+        if let Some(w) = self.error_body_u32.take() {
+            e.u32(w)?;
         }
         Ok(())
     }

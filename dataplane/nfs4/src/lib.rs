@@ -9,6 +9,7 @@ pub mod attrs;
 pub mod callback;
 mod compound;
 pub mod error;
+pub mod layout;
 mod ops;
 pub mod state;
 #[cfg(test)]
@@ -140,6 +141,8 @@ pub struct Nfs4Program {
     skew_ms: std::sync::atomic::AtomicU64,
     reaper: Option<Reaper>,
     callbacks: Arc<callback::Callbacks>,
+    /// pNFS layouts (RFC 8881 §12); None: LAYOUTGET & co. are NOTSUPP.
+    layouts: Option<Arc<dyn layout::LayoutServer>>,
 }
 
 /// Background lease reaper: wakes every second, stops when the program drops.
@@ -195,7 +198,22 @@ impl Nfs4Program {
             .unwrap_or(1);
         let state = Arc::new(Mutex::new(state::State::new(cfg.limits(), boot_epoch, 0)));
         let callbacks = Arc::new(callback::Callbacks::new(state.clone(), u64::from(cfg.lease_time_s) * 1000));
-        Nfs4Program { vfs, cfg, state, clock: Instant::now(), skew_ms: Default::default(), reaper: None, callbacks }
+        Nfs4Program { vfs, cfg, state, clock: Instant::now(), skew_ms: Default::default(), reaper: None, callbacks, layouts: None }
+    }
+
+    /// Serve pNFS layouts from `l` (the MDS role): fs_layout_types then
+    /// advertises its layout type and the layout operations reach it.
+    pub fn with_layouts(mut self, l: Arc<dyn layout::LayoutServer>) -> Self {
+        self.layouts = Some(l);
+        self
+    }
+
+    pub(crate) fn layout_type(&self) -> u32 {
+        self.layouts.as_ref().map_or(0, |l| l.layout_type())
+    }
+
+    pub(crate) fn layout_blksize(&self) -> u32 {
+        self.layouts.as_ref().map_or(attrs::LAYOUT_BLKSIZE_BYTES, |l| l.blksize())
     }
 
     fn now_ms(&self) -> u64 {

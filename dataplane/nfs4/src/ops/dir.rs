@@ -139,6 +139,7 @@ impl Compound<'_> {
         let mut entries = 0usize;
         let mut full = false;
         let mut failure: Option<Nfs4Error> = None;
+        let (layout_type, layout_blksize) = (self.prog.layout_type(), self.prog.layout_blksize());
         let eof = self.prog.vfs.readdir(&dir, start_cookie, &mut |ent| {
             let entry_at = e.position();
             let src = Source {
@@ -149,6 +150,8 @@ impl Compound<'_> {
                 read_bytes_max: cfg.read_bytes_max,
                 write_bytes_max: cfg.write_bytes_max,
                 rdattr_error: p::NFS4_OK as u32,
+                layout_type,
+                layout_blksize,
             };
             let r = e
                 .u32(1)

@@ -102,6 +102,8 @@ impl Compound<'_> {
             read_bytes_max: cfg.read_bytes_max,
             write_bytes_max: cfg.write_bytes_max,
             rdattr_error: p::NFS4_OK as u32,
+            layout_type: self.prog.layout_type(),
+            layout_blksize: self.prog.layout_blksize(),
         };
         attrs::encode_fattr(req, &src, e)?;
         Ok(())

@@ -6,6 +6,7 @@
 mod dir;
 mod fh;
 mod io;
+mod layout;
 mod lock;
 mod open;
 mod session;

@@ -1,0 +1,393 @@
+//! pNFS flex-files end to end, in process: an MDS and three data servers,
+//! each a real chimerad on its own 127.0.0.1 port, driven by a small test
+//! client that does what the Linux flex-files client does (NFSv4.1 session
+//! to the MDS, LAYOUTGET + GETDEVICEINFO, NFSv3 READ/WRITE to the DS
+//! address the device names, with the layout's synthetic uid, LAYOUTCOMMIT).
+//! Each test says what it proves.
+
+mod pnfs_client;
+
+use pnfs_client::*;
+use proto::nfs4 as p;
+use serde_json::json;
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+const RW: u32 = 2;
+const READ: u32 = 1;
+const SHARE_BOTH: u32 = 3;
+const SU: u64 = 64 * 1024;
+const NFS3ERR_ACCES: u32 = 13;
+
+fn mds_addr(c: &Cluster) -> std::net::SocketAddr {
+    c.mds().nfs_addr.unwrap()
+}
+
+/// Proves the striping math: a file spanning 9 stripe units gets one
+/// segment per unit, unit k on DS (first + k) mod 3 (so units k and k+3
+/// share a DS and neighbours differ, all three DSes used); data written to
+/// each DS with the layout's uid reads back from that DS; LAYOUTCOMMIT sets
+/// the size the MDS reports; and a READ through the MDS (no layout)
+/// assembles the same bytes from the three DSes.
+#[test]
+fn striping_places_units_round_robin() {
+    let c = cluster(3, 3, json!({}));
+    let mut v = V4::connect(mds_addr(&c), b"stripe");
+    let (open, fh) = v.open(&["m"], "striped", SHARE_BOTH);
+    let units = 9u64;
+    let mut ds_of_unit = Vec::new();
+    let mut lsid = open;
+    for k in 0..units {
+        let l = v.layoutget(&fh, 4, RW, k * SU, u64::MAX, 4096, &lsid).expect("RW layout");
+        assert_eq!((l.offset, l.length, l.iomode), (k * SU, SU, RW), "one segment per stripe unit");
+        assert_eq!(l.mirrors.len(), 1);
+        assert_eq!(l.mirrors[0].uid, SYNTH_UID, "synthetic owner handed out");
+        lsid = l.stateid;
+        let addr = v.ds_of(&l.mirrors[0].deviceid);
+        let mut ds = ds_client(addr, l.mirrors[0].uid, l.mirrors[0].gid);
+        let data = pattern(1, k * SU, SU as usize);
+        assert_eq!(ds.write(&l.mirrors[0].fh, k * SU, &data, 0).unwrap().0 as u64, SU);
+        ds.commit(&l.mirrors[0].fh).unwrap();
+        let mut back = Vec::new();
+        ds.read(&l.mirrors[0].fh, k * SU, SU as u32, &mut back).unwrap();
+        assert!(back == data, "unit {k} reads back from its DS");
+        ds_of_unit.push(c.ds_index_of(addr));
+    }
+    for k in 0..units as usize {
+        if k + 3 < units as usize {
+            assert_eq!(ds_of_unit[k], ds_of_unit[k + 3], "unit {k} and {} share a DS", k + 3);
+        }
+        if k + 1 < units as usize {
+            assert_ne!(ds_of_unit[k], ds_of_unit[k + 1], "neighbouring units on different DSes");
+        }
+    }
+    assert_eq!(ds_of_unit.iter().collect::<HashSet<_>>().len(), 3, "all three DSes hold data");
+    assert_eq!(v.layoutcommit(&fh, &lsid, units * SU - 1), Ok(Some(units * SU)));
+    assert_eq!(v.size(&fh), units * SU, "GETATTR size after LAYOUTCOMMIT");
+    // Through the MDS: 3 READs of 3 units each cross DS boundaries.
+    for chunk in 0..3u64 {
+        let off = chunk * 3 * SU;
+        let got = v.read(&fh, &open, off, (3 * SU) as u32).expect("READ through the MDS");
+        assert!(got == pattern(1, off, 3 * SU as usize), "MDS-through read of units {}..{}", chunk * 3, chunk * 3 + 3);
+    }
+    let m = metrics(&c);
+    assert_eq!(metric(&m, "chimera_pnfs_layouts_granted_total{iomode=\"rw\"}"), Some(units as f64));
+    assert!(metric(&m, "chimera_pnfs_mds_io_bytes_total{op=\"read\"}").unwrap() >= (units * SU) as f64);
+}
+
+/// Proves mirroring: with mirrors = 2 every segment names two different
+/// DSes; a client writing both copies can read the same bytes from either;
+/// a write through the MDS lands on both copies too (read back from each
+/// DS as root).
+#[test]
+fn mirrors_two_write_both_copies() {
+    let c = cluster(3, 3, json!({ "mirrors": 2 }));
+    let mut v = V4::connect(mds_addr(&c), b"mirror");
+    let (open, fh) = v.open(&["m"], "mirrored", SHARE_BOTH);
+    let l = v.layoutget(&fh, 4, RW, 0, u64::MAX, 0, &open).expect("RW layout");
+    assert_eq!(l.mirrors.len(), 2, "two mirrors");
+    let addrs: Vec<_> = l.mirrors.iter().map(|m| v.ds_of(&m.deviceid)).collect();
+    assert_ne!(addrs[0], addrs[1], "mirrors on different DSes");
+    let data = pattern(2, 0, 8192);
+    for (m, a) in l.mirrors.iter().zip(&addrs) {
+        ds_client(*a, m.uid, m.gid).write(&m.fh, 0, &data, 2).unwrap();
+    }
+    for (m, a) in l.mirrors.iter().zip(&addrs) {
+        let mut back = Vec::new();
+        ds_client(*a, m.uid, m.gid).read(&m.fh, 0, 8192, &mut back).unwrap();
+        assert!(back == data, "copy on {a} holds the data");
+    }
+    // Through the MDS: unit 1 (its own two mirrors), then both copies.
+    let w = pattern(3, SU, 5000);
+    assert_eq!(v.write(&fh, &open, SU, &w), Ok(5000));
+    let l1 = v.layoutget(&fh, 4, READ, SU, SU, 0, &l.stateid).expect("READ layout");
+    assert_eq!(l1.mirrors.len(), 2);
+    for m in &l1.mirrors {
+        let a = v.ds_of(&m.deviceid);
+        let mut back = Vec::new();
+        ds_client(a, 0, 0).read(&m.fh, SU, 5000, &mut back).unwrap();
+        assert!(back == w, "MDS write reached the copy on {a}");
+    }
+    assert_eq!(v.size(&fh), SU + 5000, "MDS write extended the size");
+}
+
+/// Proves placement spreads files: with stripe_width 1 and three DSes,
+/// twelve new files land four on each DS (counted by the cluster document
+/// and by the devices their layouts name).
+#[test]
+fn placement_spreads_files_evenly() {
+    let c = cluster(3, 3, json!({ "stripe_width": 1 }));
+    let mut v = V4::connect(mds_addr(&c), b"spread");
+    let mut per_ds = [0usize; 3];
+    for i in 0..12 {
+        let (open, fh) = v.open(&["m"], &format!("f{i}"), SHARE_BOTH);
+        let l = v.layoutget(&fh, 4, RW, 0, u64::MAX, 0, &open).expect("layout");
+        assert_eq!((l.offset, l.length), (0, u64::MAX), "width 1: one segment for the whole file");
+        per_ds[c.ds_index_of(v.ds_of(&l.mirrors[0].deviceid))] += 1;
+    }
+    assert_eq!(per_ds, [4, 4, 4]);
+    let (st, cl) = admin(&c, "GET", "/api/v1/cluster", None);
+    assert_eq!(st, 200);
+    let files: Vec<u64> = cl["pnfs"]["dataServers"].as_array().unwrap().iter().map(|d| d["files"].as_u64().unwrap()).collect();
+    assert_eq!(files, [4, 4, 4], "cluster document: {cl}");
+}
+
+/// Proves the RFC's errors for hostile layout requests: a directory
+/// (WRONG_TYPE), another layout type (UNKNOWN_LAYOUTTYPE), iomode ANY
+/// (BADIOMODE), length < minlength (INVAL), a forged open stateid and a
+/// forged layout stateid (BAD_STATEID), a layout stateid of another boot
+/// (STALE_STATEID), an RW layout on a read-only open (OPENMODE), an unknown
+/// device (NOENT), and LAYOUTCOMMIT with a forged stateid (BAD_STATEID).
+#[test]
+fn hostile_layout_requests_get_rfc_errors() {
+    let c = cluster(3, 3, json!({}));
+    let mut v = V4::connect(mds_addr(&c), b"hostile");
+    let (open, fh) = v.open(&["m"], "h", SHARE_BOTH);
+    // The directory /m.
+    let mut r = v.call(&[raw(p::OP_PUTROOTFH, W::default()), raw(p::OP_LOOKUP, W::default().opaque(b"m")), raw(p::OP_GETFH, W::default())]);
+    r.ok(p::OP_PUTROOTFH);
+    r.ok(p::OP_LOOKUP);
+    r.ok(p::OP_GETFH);
+    let dir = r.with(|d| d.opaque_var(128).unwrap().to_vec());
+    assert_eq!(v.layoutget(&dir, 4, RW, 0, u64::MAX, 0, &open).unwrap_err(), p::NFS4ERR_WRONG_TYPE);
+    assert_eq!(v.layoutget(&fh, 1, RW, 0, u64::MAX, 0, &open).unwrap_err(), p::NFS4ERR_UNKNOWN_LAYOUTTYPE);
+    assert_eq!(v.layoutget(&fh, 4, 3, 0, u64::MAX, 0, &open).unwrap_err(), p::NFS4ERR_BADIOMODE);
+    assert_eq!(v.layoutget(&fh, 4, RW, 0, 4096, 8192, &open).unwrap_err(), p::NFS4ERR_INVAL);
+    let mut forged = open;
+    forged.other[11] ^= 0x5a;
+    assert_eq!(v.layoutget(&fh, 4, RW, 0, u64::MAX, 0, &forged).unwrap_err(), p::NFS4ERR_BAD_STATEID);
+    let good = v.layoutget(&fh, 4, RW, 0, u64::MAX, 0, &open).expect("layout");
+    let mut forged_l = good.stateid;
+    forged_l.other[11] ^= 0x5a;
+    assert_eq!(v.layoutget(&fh, 4, RW, 0, u64::MAX, 0, &forged_l).unwrap_err(), p::NFS4ERR_BAD_STATEID);
+    let mut other_boot = good.stateid;
+    other_boot.other[5] ^= 1;
+    assert_eq!(v.layoutget(&fh, 4, RW, 0, u64::MAX, 0, &other_boot).unwrap_err(), p::NFS4ERR_STALE_STATEID);
+    assert_eq!(v.layoutcommit(&fh, &forged_l, 10), Err(p::NFS4ERR_BAD_STATEID));
+    let (ro, rofh) = v.open(&["m"], "readonly", 1);
+    assert_eq!(v.layoutget(&rofh, 4, RW, 0, u64::MAX, 0, &ro).unwrap_err(), p::NFS4ERR_OPENMODE);
+    assert!(v.layoutget(&rofh, 4, READ, 0, u64::MAX, 0, &ro).is_ok(), "READ layout on a read-only open");
+    let mut unknown = good.mirrors[0].deviceid;
+    unknown[15] ^= 0x77;
+    assert_eq!(v.getdeviceinfo(&unknown).unwrap_err(), p::NFS4ERR_NOENT);
+    let (addrs, vers) = v.getdeviceinfo(&good.mirrors[0].deviceid).unwrap();
+    assert_eq!(addrs.len(), 1, "TCP only without RDMA");
+    assert_eq!(vers.len(), 1);
+    assert_eq!((vers[0].0, vers[0].1, vers[0].4), (3, 0, false), "NFSv3, loosely coupled");
+    assert!(vers[0].2 >= 4096 && vers[0].3 >= 4096, "rsize/wsize advertised");
+    // The session still works after all of that.
+    assert_eq!(v.size(&fh), 0);
+}
+
+/// Proves LAYOUTCOMMIT past a volume's quota is NFS4ERR_DQUOT and leaves the
+/// size alone, while one inside it is applied.
+#[test]
+fn layoutcommit_past_quota_is_dquot() {
+    let c = cluster(3, 3, json!({}));
+    let (st, _) = admin(&c, "POST", "/api/v1/volumes", Some(&json!({ "name": "small", "capacityBytes": 1 << 20 })));
+    assert!(st == 201 || st == 200, "volume created: {st}");
+    let mut v = V4::connect(mds_addr(&c), b"quota");
+    let (open, fh) = v.open(&["m", "volumes", "small"], "q", SHARE_BOTH);
+    let l = v.layoutget(&fh, 4, RW, 0, u64::MAX, 0, &open).expect("layout");
+    assert_eq!(v.layoutcommit(&fh, &l.stateid, (4 << 20) - 1), Err(p::NFS4ERR_DQUOT));
+    assert_eq!(v.size(&fh), 0);
+    assert_eq!(v.layoutcommit(&fh, &l.stateid, 4095), Ok(Some(4096)));
+    assert_eq!(v.size(&fh), 4096);
+}
+
+/// Proves fencing: a DS refuses a data-file WRITE whose AUTH_SYS uid is not
+/// the synthetic owner (NFS3ERR_ACCES); after the MDS fences the file the
+/// old layout's uid is refused too, and a new LAYOUTGET hands out the new
+/// owner, which works.
+#[test]
+fn fencing_refuses_the_old_uid() {
+    let c = cluster(3, 3, json!({ "stripe_width": 1 }));
+    let mut v = V4::connect(mds_addr(&c), b"fence");
+    let (open, fh) = v.open(&["m"], "fenced", SHARE_BOTH);
+    let l = v.layoutget(&fh, 4, RW, 0, u64::MAX, 0, &open).expect("layout");
+    let m = &l.mirrors[0];
+    let addr = v.ds_of(&m.deviceid);
+    assert_eq!(ds_client(addr, 4242, 4242).write(&m.fh, 0, b"intruder", 2).unwrap_err(), pnfs::client3::CtlError::Status(NFS3ERR_ACCES));
+    ds_client(addr, m.uid, m.gid).write(&m.fh, 0, b"owner ok", 2).unwrap();
+    let vfh = vfs::FileHandle::from_bytes(&fh).unwrap();
+    c.pnfs().fence(&vfh);
+    assert_eq!(ds_client(addr, m.uid, m.gid).write(&m.fh, 0, b"stale uid", 2).unwrap_err(), pnfs::client3::CtlError::Status(NFS3ERR_ACCES));
+    assert_eq!(
+        v.layoutget(&fh, 4, RW, 0, u64::MAX, 0, &l.stateid).unwrap_err(),
+        p::NFS4ERR_BAD_STATEID,
+        "the fenced layout state is gone"
+    );
+    let l2 = v.layoutget(&fh, 4, RW, 0, u64::MAX, 0, &open).expect("new layout");
+    assert_ne!(l2.mirrors[0].uid, m.uid, "new synthetic owner");
+    ds_client(addr, l2.mirrors[0].uid, l2.mirrors[0].gid).write(&l2.mirrors[0].fh, 0, b"new uid!", 2).unwrap();
+    let m = metrics(&c);
+    assert_eq!(metric(&m, "chimera_pnfs_fences_total"), Some(1.0));
+}
+
+/// Proves failure reports: LAYOUTERROR naming a DS marks it unhealthy
+/// (cluster document and `chimera_pnfs_ds_healthy`), and no new file or
+/// layout is placed on it afterwards.
+#[test]
+fn layouterror_marks_ds_unhealthy() {
+    let c = cluster(3, 3, json!({ "stripe_width": 1 }));
+    let mut v = V4::connect(mds_addr(&c), b"err");
+    let (open, fh) = v.open(&["m"], "e", SHARE_BOTH);
+    let l = v.layoutget(&fh, 4, RW, 0, u64::MAX, 0, &open).expect("layout");
+    let bad = l.mirrors[0].deviceid;
+    let bad_ds = c.ds_index_of(v.ds_of(&bad));
+    let args = W::default().u64(0).u64(u64::MAX).sid(&l.stateid).u32(1).bytes(&bad).u32(p::NFS4ERR_NXIO as u32).u32(p::OP_WRITE as u32);
+    let mut r = v.call(&[putfh(&fh), raw(p::OP_LAYOUTERROR, args)]);
+    r.ok(p::OP_PUTFH);
+    r.ok(p::OP_LAYOUTERROR);
+    let (_, cl) = admin(&c, "GET", "/api/v1/cluster", None);
+    let name = format!("ds{bad_ds}");
+    let d = cl["pnfs"]["dataServers"].as_array().unwrap().iter().find(|d| d["name"] == name.as_str()).unwrap().clone();
+    assert_eq!(d["healthy"], false, "{d}");
+    assert!(d["errors"].as_u64().unwrap() >= 1);
+    assert_eq!(metric(&metrics(&c), &format!("chimera_pnfs_ds_healthy{{ds=\"{name}\"}}")), Some(0.0));
+    for i in 0..6 {
+        let (o, f) = v.open(&["m"], &format!("after{i}"), SHARE_BOTH);
+        let l = v.layoutget(&f, 4, RW, 0, u64::MAX, 0, &o).expect("layout on a healthy DS");
+        assert_ne!(l.mirrors[0].deviceid, bad, "no new layouts on the unhealthy DS");
+    }
+    // The file whose only copy is on it: no layout; I/O through the MDS still
+    // reaches the (actually alive) DS.
+    assert_eq!(v.layoutget(&fh, 4, RW, 0, u64::MAX, 0, &l.stateid).unwrap_err(), p::NFS4ERR_LAYOUTUNAVAILABLE);
+}
+
+/// Proves runtime membership: a DS added with PUT /api/v1/dataservers takes
+/// new files (width grows to 3); a DS marked draining gets no new files or
+/// layouts, the layouts naming it are recalled (without a back channel the
+/// file is fenced: the old uid stops working on every DS), and its data
+/// stays readable through the MDS.
+#[test]
+fn membership_add_and_drain() {
+    let c = cluster(3, 2, json!({}));
+    let mut v = V4::connect(mds_addr(&c), b"member");
+    let (o1, f1) = v.open(&["m"], "before", SHARE_BOTH);
+    let mut before = HashSet::new();
+    for k in 0..4 {
+        let dev = v.layoutget(&f1, 4, RW, k * SU, u64::MAX, 0, &o1).unwrap().mirrors[0].deviceid;
+        before.insert(c.ds_index_of(v.ds_of(&dev)));
+    }
+    assert_eq!(before, HashSet::from([0, 1]), "two DSes listed at start");
+    let entry = |i: usize, draining: bool| json!({ "name": format!("ds{i}"), "address": ds_addr(c.ds[i].as_ref().unwrap()).to_string(), "draining": draining });
+    let (st, body) = admin(&c, "PUT", "/api/v1/dataservers", Some(&json!({ "dataServers": [entry(0, false), entry(1, false), entry(2, false)] })));
+    assert_eq!(st, 200, "{body}");
+    let (o2, f2) = v.open(&["m"], "after-add", SHARE_BOTH);
+    let mut after = HashSet::new();
+    for k in 0..6 {
+        let dev = v.layoutget(&f2, 4, RW, k * SU, u64::MAX, 0, &o2).unwrap().mirrors[0].deviceid;
+        after.insert(c.ds_index_of(v.ds_of(&dev)));
+    }
+    assert_eq!(after, HashSet::from([0, 1, 2]), "the new DS takes new files");
+    // Write unit 0 of f2 through its layout, then drain the DS holding it.
+    let l0 = v.layoutget(&f2, 4, RW, 0, u64::MAX, 0, &o2).unwrap();
+    let drained = c.ds_index_of(v.ds_of(&l0.mirrors[0].deviceid));
+    let data = pattern(9, 0, 4096);
+    let a0 = v.ds_of(&l0.mirrors[0].deviceid);
+    ds_client(a0, l0.mirrors[0].uid, l0.mirrors[0].gid).write(&l0.mirrors[0].fh, 0, &data, 2).unwrap();
+    assert_eq!(v.layoutcommit(&f2, &l0.stateid, 4095), Ok(Some(4096)));
+    let list: Vec<_> = (0..3).map(|i| entry(i, i == drained)).collect();
+    let (st, body) = admin(&c, "PUT", "/api/v1/dataservers", Some(&json!({ "dataServers": list })));
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["dataServers"][drained]["draining"], true);
+    let m = metrics(&c);
+    assert!(metric(&m, "chimera_pnfs_layouts_recalled_total").unwrap() >= 1.0, "layouts naming the drained DS recalled");
+    assert_eq!(metric(&m, &format!("chimera_pnfs_ds_draining{{ds=\"ds{drained}\"}}")), Some(1.0));
+    assert_eq!(
+        ds_client(a0, l0.mirrors[0].uid, l0.mirrors[0].gid).write(&l0.mirrors[0].fh, 0, b"late", 2).unwrap_err(),
+        pnfs::client3::CtlError::Status(NFS3ERR_ACCES),
+        "the recalled (fenced) layout no longer writes"
+    );
+    assert_eq!(v.layoutget(&f2, 4, RW, 0, u64::MAX, 0, &o2).unwrap_err(), p::NFS4ERR_LAYOUTUNAVAILABLE, "no layout on a draining DS");
+    assert_eq!(v.read(&f2, &o2, 0, 4096).unwrap(), data, "drained data readable through the MDS");
+    let drained_dev = l0.mirrors[0].deviceid;
+    for i in 0..4 {
+        let (o, f) = v.open(&["m"], &format!("post-drain{i}"), SHARE_BOTH);
+        for k in 0..3 {
+            let l = v.layoutget(&f, 4, RW, k * SU, u64::MAX, 0, &o).unwrap();
+            assert_ne!(l.mirrors[0].deviceid, drained_dev, "no new layouts on the draining DS");
+        }
+    }
+}
+
+/// Proves I/O through the MDS (a client without a layout): WRITE through
+/// the MDS lands in the data file on the DS (read back as root), READ
+/// returns it; with a single copy whose DS is down the READ is a clear
+/// NFS4ERR_IO (never zeros); REMOVE removes the data file from the DS
+/// (asynchronously; polled with a deadline); truncation resizes it.
+#[test]
+fn mds_through_io_and_single_copy_failure() {
+    let mut c = cluster(3, 3, json!({ "stripe_width": 1 }));
+    let mut v = V4::connect(mds_addr(&c), b"mdsio");
+    let (open, fh) = v.open(&["m"], "through", SHARE_BOTH);
+    let data = pattern(5, 0, 100_000);
+    assert_eq!(v.write(&fh, &open, 0, &data), Ok(100_000));
+    assert_eq!(v.size(&fh), 100_000);
+    assert_eq!(v.read(&fh, &open, 0, 100_000).unwrap(), data);
+    let vfh = vfs::FileHandle::from_bytes(&fh).unwrap();
+    let placement = c.pnfs().placement_of(&vfh).expect("placed");
+    assert_eq!(placement.len(), 1);
+    let (ds_name, dfh) = placement[0].clone();
+    let idx: usize = ds_name.trim_start_matches("ds").parse().unwrap();
+    let addr = ds_addr(c.ds[idx].as_ref().unwrap());
+    let mut back = Vec::new();
+    ds_client(addr, 0, 0).read(&dfh, 0, 100_000, &mut back).unwrap();
+    assert!(back == data, "the data file on {ds_name} holds what went through the MDS");
+    // Truncate through the MDS: the data file shrinks too.
+    let mut r = v.call(&[putfh(&fh), raw(p::OP_SETATTR, W::default().sid(&open).u32(1).u32(1 << 4).opaque(&10u64.to_be_bytes()))]);
+    r.ok(p::OP_PUTFH);
+    r.ok(p::OP_SETATTR);
+    assert_eq!(ds_client(addr, 0, 0).getattr(&dfh).unwrap().size, 10, "data file truncated");
+    // Remove: the data file goes away on the DS.
+    let mut r = v.call(&[raw(p::OP_PUTROOTFH, W::default()), raw(p::OP_LOOKUP, W::default().opaque(b"m")), raw(p::OP_REMOVE, W::default().opaque(b"through"))]);
+    r.ok(p::OP_PUTROOTFH);
+    r.ok(p::OP_LOOKUP);
+    r.ok(p::OP_REMOVE);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match ds_client(addr, 0, 0).getattr(&dfh) {
+            Err(pnfs::client3::CtlError::Status(s)) if s == 70 || s == 2 => break, // STALE / NOENT
+            r => assert!(Instant::now() < deadline, "data file still on the DS: {r:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A single copy on a DS that is down: NFS4ERR_IO, not zeros.
+    let (o2, f2) = v.open(&["m"], "single", SHARE_BOTH);
+    assert_eq!(v.write(&f2, &o2, 0, &data[..5000]), Ok(5000));
+    let v2 = vfs::FileHandle::from_bytes(&f2).unwrap();
+    let (n2, _) = c.pnfs().placement_of(&v2).unwrap()[0].clone();
+    let i2: usize = n2.trim_start_matches("ds").parse().unwrap();
+    c.ds[i2].take().unwrap().shutdown();
+    assert_eq!(v.read(&f2, &o2, 0, 5000), Err(p::NFS4ERR_IO));
+    assert_eq!(v.write(&f2, &o2, 0, b"x"), Err(p::NFS4ERR_IO));
+    let (_, cl) = admin(&c, "GET", "/api/v1/cluster", None);
+    let d = cl["pnfs"]["dataServers"].as_array().unwrap().iter().find(|d| d["name"] == n2.as_str()).unwrap().clone();
+    assert_eq!(d["healthy"], false, "a failed control call marks the DS unhealthy: {d}");
+}
+
+/// Proves mirrors keep data available: with mirrors = 2, after one DS of a
+/// file stops, READ through the MDS still returns every byte from the
+/// surviving copy, and a new READ layout names only the survivor.
+#[test]
+fn mirror_survives_one_ds_down() {
+    let mut c = cluster(3, 3, json!({ "mirrors": 2, "stripe_width": 2 }));
+    let mut v = V4::connect(mds_addr(&c), b"survive");
+    let (open, fh) = v.open(&["m"], "m2", SHARE_BOTH);
+    let data = pattern(6, 0, 3 * SU as usize);
+    assert_eq!(v.write(&fh, &open, 0, &data[..SU as usize]), Ok(SU as u32));
+    assert_eq!(v.write(&fh, &open, SU, &data[SU as usize..2 * SU as usize]), Ok(SU as u32));
+    assert_eq!(v.write(&fh, &open, 2 * SU, &data[2 * SU as usize..]), Ok(SU as u32));
+    let vfh = vfs::FileHandle::from_bytes(&fh).unwrap();
+    let pl = c.pnfs().placement_of(&vfh).unwrap();
+    assert_eq!(pl.len(), 2);
+    let (dead, _) = pl[0].clone();
+    let di: usize = dead.trim_start_matches("ds").parse().unwrap();
+    let dead_addr = ds_addr(c.ds[di].as_ref().unwrap());
+    c.ds[di].take().unwrap().shutdown();
+    assert_eq!(v.read(&fh, &open, 0, 3 * SU as u32).unwrap(), data, "every byte from the surviving copy");
+    let l = v.layoutget(&fh, 4, READ, 0, SU, 0, &open).expect("READ layout");
+    assert_eq!(l.mirrors.len(), 1, "only the surviving mirror");
+    assert_ne!(v.ds_of(&l.mirrors[0].deviceid), dead_addr);
+}

@@ -1,0 +1,449 @@
+//! pNFS flex-files (RFC 8435) on the metadata server: data-server
+//! membership and health, placement of each regular file's data files,
+//! layout state, and I/O through the MDS for clients without a layout.
+//!
+//! - `Pnfs` implements `nfs4::layout::LayoutServer` (LAYOUTGET & co.).
+//! - `PnfsVfs` wraps the MDS's `Vfs`: READ/WRITE/COMMIT of a placed file go
+//!   to its data files on the DSes; truncation resizes them; removal queues
+//!   their removal. Everything else is the wrapped backend's.
+//! - `client3` is the blocking NFSv3 client the MDS uses towards DSes.
+//!
+//! Locking: one mutex (`State`) over the tables; it is never held across a
+//! network call (DS connections have their own mutexes, taken after).
+//! Placement of a new file is serialised by `place_lock`.
+
+pub mod client3;
+mod layouts;
+mod mdsio;
+mod registry;
+
+pub use mdsio::PnfsVfs;
+pub use registry::{DsSpec, DsState, Netid};
+
+use client3::{CtlError, Sattr};
+use nfs4::layout::DeviceId;
+use nfs4::state::Stateid;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+use vfs::{FileHandle, Vfs};
+
+/// Most data servers (config, admin API) — CONFIG.md.
+pub const DATA_SERVERS_MAX: usize = 1024;
+/// Most DS records ever kept (ids are never reused; removed DSes stay
+/// known so clients holding their device ids still get GETDEVICEINFO).
+pub const DS_RECORDS_MAX: usize = 4 * DATA_SERVERS_MAX;
+pub const MIRRORS_MAX: u32 = 3;
+/// Mode of data files: only the owner (the synthetic uid) and root.
+pub const DATA_FILE_MODE: u32 = 0o600;
+/// layouttype4 LAYOUT4_FLEX_FILES.
+pub const LAYOUT4_FLEX_FILES: u32 = 4;
+
+/// Configuration of the pNFS MDS (chimerad's `server.pnfs`). Limits are
+/// asserted by `check`.
+#[derive(Debug, Clone)]
+pub struct PnfsConfig {
+    pub stripe_unit_bytes: u64,
+    /// DSes one file stripes over; 0 = all active ones.
+    pub stripe_width: u32,
+    pub mirrors: u32,
+    pub synthetic_uid: u32,
+    pub synthetic_gid: u32,
+    pub layouts_per_client_max: usize,
+    pub layouts_max: usize,
+    pub ds_timeout_ms: u64,
+    pub remove_queue_max: usize,
+    /// How long a DS reported unreachable stays out before a probe may
+    /// bring it back.
+    pub ds_recheck_ms: u64,
+    /// rsize/wsize advertised for DS I/O (ffdv_rsize/ffdv_wsize).
+    pub ds_io_bytes_max: u32,
+}
+
+impl Default for PnfsConfig {
+    fn default() -> Self {
+        PnfsConfig {
+            stripe_unit_bytes: 1 << 20,
+            stripe_width: 0,
+            mirrors: 1,
+            synthetic_uid: 1_000_000,
+            synthetic_gid: 1_000_000,
+            layouts_per_client_max: 4096,
+            layouts_max: 262_144,
+            ds_timeout_ms: 3000,
+            remove_queue_max: 65_536,
+            ds_recheck_ms: 30_000,
+            ds_io_bytes_max: 1 << 20,
+        }
+    }
+}
+
+impl PnfsConfig {
+    pub fn check(&self) -> Result<(), String> {
+        let range = |name: &str, v: u64, min: u64, max: u64| {
+            if v < min || v > max {
+                return Err(format!("pnfs config: {name} = {v} is outside {min}..={max}"));
+            }
+            Ok(())
+        };
+        range("stripe_unit_bytes", self.stripe_unit_bytes, 4096, 64 << 20)?;
+        if !self.stripe_unit_bytes.is_power_of_two() {
+            return Err(format!("pnfs config: stripe_unit_bytes = {} is not a power of two", self.stripe_unit_bytes));
+        }
+        range("stripe_width", self.stripe_width.into(), 0, DATA_SERVERS_MAX as u64)?;
+        range("mirrors", self.mirrors.into(), 1, MIRRORS_MAX.into())?;
+        range("synthetic_uid", self.synthetic_uid.into(), 1, i32::MAX as u64)?;
+        range("synthetic_gid", self.synthetic_gid.into(), 1, i32::MAX as u64)?;
+        range("layouts_per_client_max", self.layouts_per_client_max as u64, 1, 1 << 20)?;
+        range("layouts_max", self.layouts_max as u64, 1, 1 << 24)?;
+        range("ds_timeout_ms", self.ds_timeout_ms, 100, 60_000)?;
+        range("remove_queue_max", self.remove_queue_max as u64, 1, 1 << 20)?;
+        range("ds_io_bytes_max", self.ds_io_bytes_max.into(), 4096, 1 << 20)?;
+        Ok(())
+    }
+}
+
+/// Sends CB_LAYOUTRECALL (implemented over `nfs4::callback::Callbacks` by
+/// chimerad's wiring; tests use their own). Never blocks.
+pub trait LayoutRecaller: Send + Sync {
+    fn recall_file(&self, clientid: u64, fh: &FileHandle, stateid: &Stateid) -> Result<(), String>;
+}
+
+impl LayoutRecaller for nfs4::callback::Callbacks {
+    fn recall_file(&self, clientid: u64, fh: &FileHandle, stateid: &Stateid) -> Result<(), String> {
+        let r = nfs4::callback::LayoutRecall {
+            layout_type: LAYOUT4_FLEX_FILES,
+            iomode: 3,
+            changed: true,
+            kind: nfs4::callback::RecallKind::File { fh: *fh, stateid: *stateid, offset: 0, length: u64::MAX },
+        };
+        self.layout_recall(clientid, r).map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
+/// Counters exported on /metrics.
+#[derive(Default)]
+pub struct Metrics {
+    pub layouts_granted_read: AtomicU64,
+    pub layouts_granted_rw: AtomicU64,
+    pub layouts_returned: AtomicU64,
+    pub layouts_recalled: AtomicU64,
+    pub layoutget_trylater: AtomicU64,
+    pub layoutget_unavailable: AtomicU64,
+    pub layoutget_bad_stateid: AtomicU64,
+    pub layoutcommits: AtomicU64,
+    pub layoutstats: AtomicU64,
+    pub layouterrors: AtomicU64,
+    pub fences: AtomicU64,
+    pub mds_read_bytes: AtomicU64,
+    pub mds_write_bytes: AtomicU64,
+    pub removals_queued: AtomicU64,
+}
+
+/// Where one regular file's data lives.
+#[derive(Debug, Clone)]
+pub(crate) struct Placement {
+    /// DS ids in stripe order: stripe unit k, mirror m is on
+    /// `dses[(k + m) % dses.len()]`; each holds one sparse data file whose
+    /// offsets are the file's offsets.
+    pub dses: Vec<u64>,
+    pub mirrors: u32,
+    pub stripe_unit_bytes: u64,
+    /// Fencing epoch: data files are owned by synthetic uid/gid + epoch.
+    pub epoch: u32,
+    /// Data file handle on `dses[i]`.
+    pub data_fh: Vec<Vec<u8>>,
+    /// `stale[i]`: the copy on `dses[i]` missed writes; never read it again.
+    pub stale: Vec<bool>,
+}
+
+impl Placement {
+    pub fn width(&self) -> u64 {
+        self.dses.len() as u64
+    }
+
+    /// Index into `dses` of stripe unit `unit`, mirror `m`.
+    pub fn slot(&self, unit: u64, m: u32) -> usize {
+        ((unit + m as u64) % self.width()) as usize
+    }
+}
+
+/// One layout state: one client, one file (RFC 8881 §12.5.2).
+#[derive(Debug, Clone)]
+pub(crate) struct LayoutState {
+    pub clientid: u64,
+    pub fh: FileHandle,
+    pub fsid: u64,
+    pub seqid: u32,
+    /// DS ids any segment granted under this state names.
+    pub dses: Vec<u64>,
+}
+
+pub(crate) struct State {
+    pub ds: registry::Registry,
+    pub files: HashMap<FileHandle, Placement>,
+    pub layouts: HashMap<u32, LayoutState>,
+    pub by_client_file: HashMap<(u64, FileHandle), u32>,
+    pub per_client: HashMap<u64, usize>,
+    pub next_layout_key: u32,
+    /// Rotates the first DS of each new file (placement spread).
+    pub next_first: u64,
+}
+
+/// A data-file removal for the control thread.
+pub(crate) struct RemoveJob {
+    pub conns: Vec<Arc<Mutex<registry::DsConn>>>,
+    pub name: String,
+}
+
+pub struct Pnfs {
+    pub(crate) cfg: PnfsConfig,
+    pub(crate) vfs: Arc<dyn Vfs>,
+    pub(crate) st: Mutex<State>,
+    pub(crate) place_lock: Mutex<()>,
+    pub(crate) boot: u32,
+    pub(crate) recaller: OnceLock<Arc<dyn LayoutRecaller>>,
+    pub metrics: Metrics,
+    pub(crate) remove_tx: Mutex<Option<SyncSender<RemoveJob>>>,
+    pub(crate) started: Instant,
+    control: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Pnfs {
+    /// A pNFS MDS over `vfs` (the namespace it wraps) with `dses`; starts
+    /// the control thread (removals, health probes), which stops when the
+    /// last `Arc` is dropped.
+    pub fn new(cfg: PnfsConfig, vfs: Arc<dyn Vfs>, dses: Vec<DsSpec>) -> Result<Arc<Pnfs>, String> {
+        cfg.check()?;
+        let boot = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as u32).unwrap_or(1);
+        let (tx, rx) = std::sync::mpsc::sync_channel(cfg.remove_queue_max);
+        let timeout = Duration::from_millis(cfg.ds_timeout_ms);
+        let p = Arc::new(Pnfs {
+            st: Mutex::new(State {
+                ds: registry::Registry::new(timeout),
+                files: HashMap::new(),
+                layouts: HashMap::new(),
+                by_client_file: HashMap::new(),
+                per_client: HashMap::new(),
+                next_layout_key: 1,
+                next_first: 0,
+            }),
+            cfg,
+            vfs,
+            place_lock: Mutex::new(()),
+            boot,
+            recaller: OnceLock::new(),
+            metrics: Metrics::default(),
+            remove_tx: Mutex::new(Some(tx)),
+            started: Instant::now(),
+            control: Mutex::new(None),
+        });
+        p.set_data_servers(dses)?;
+        let weak = Arc::downgrade(&p);
+        let t = std::thread::Builder::new()
+            .name("pnfs-control".into())
+            .spawn(move || control_loop(weak, rx))
+            .map_err(|e| format!("pnfs: cannot start the control thread: {e}"))?;
+        *p.control.lock().unwrap() = Some(t);
+        Ok(p)
+    }
+
+    /// Where CB_LAYOUTRECALL goes (set once, after the NFSv4 program exists).
+    pub fn set_recaller(&self, r: Arc<dyn LayoutRecaller>) {
+        let _ = self.recaller.set(r);
+    }
+
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn config(&self) -> &PnfsConfig {
+        &self.cfg
+    }
+
+    /// Replace the DS list (admin API, config). DSes are matched by name;
+    /// a DS that leaves, stops being ready or starts draining has the
+    /// layouts naming it recalled (or its files fenced when the recall
+    /// cannot be sent).
+    pub fn set_data_servers(&self, list: Vec<DsSpec>) -> Result<(), String> {
+        if list.len() > DATA_SERVERS_MAX {
+            return Err(format!("{} data servers, more than {DATA_SERVERS_MAX}", list.len()));
+        }
+        let gone = self.state().ds.replace(list)?;
+        if !gone.is_empty() {
+            self.recall_where(|l| l.dses.iter().any(|d| gone.contains(d)));
+        }
+        Ok(())
+    }
+
+    /// Admin/metrics view of every current DS.
+    pub fn ds_states(&self) -> Vec<DsState> {
+        let st = self.state();
+        st.ds.states()
+    }
+
+    pub fn layouts_active(&self) -> usize {
+        self.state().layouts.len()
+    }
+
+    pub fn files_placed(&self) -> usize {
+        self.state().files.len()
+    }
+
+    /// DS ids and data-file handles of a placed file (tests, admin).
+    pub fn placement_of(&self, fh: &FileHandle) -> Option<Vec<(String, Vec<u8>)>> {
+        let st = self.state();
+        let p = st.files.get(fh)?;
+        Some(p.dses.iter().zip(&p.data_fh).map(|(id, h)| (st.ds.name_of(*id), h.clone())).collect())
+    }
+
+    /// Mark a DS unreachable (a client's report or a failed control call).
+    pub(crate) fn ds_failed(&self, id: u64) {
+        let mut st = self.state();
+        st.ds.mark_unhealthy(id, self.now_ms());
+    }
+
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Recall every layout `pred` selects; a recall that cannot be sent
+    /// fences the file instead (its data files change owner, so the
+    /// client's layout stops working on the DSes).
+    pub(crate) fn recall_where(&self, pred: impl Fn(&LayoutState) -> bool) {
+        let victims: Vec<(u32, LayoutState)> = {
+            let st = self.state();
+            st.layouts.iter().filter(|(_, l)| pred(l)).map(|(k, l)| (*k, l.clone())).collect()
+        };
+        let mut fence = Vec::new();
+        for (key, l) in victims {
+            self.metrics.layouts_recalled.fetch_add(1, Ordering::Relaxed);
+            let sid = self.layout_stateid(key, l.seqid);
+            let sent = match self.recaller.get() {
+                Some(r) => r.recall_file(l.clientid, &l.fh, &sid),
+                None => Err("no back channel wired".into()),
+            };
+            if sent.is_err() && !fence.contains(&l.fh) {
+                fence.push(l.fh);
+            }
+        }
+        for fh in fence {
+            self.fence(&fh);
+        }
+    }
+
+    /// Fence a file: every data file moves to the next synthetic owner and
+    /// every layout of the file is forgotten, so DS I/O under an old layout
+    /// gets NFS3ERR_ACCES and the client must come back for a new one.
+    pub fn fence(&self, fh: &FileHandle) {
+        let (conns, fhs, epoch) = {
+            let mut st = self.state();
+            let Some(p) = st.files.get_mut(fh) else { return };
+            p.epoch = p.epoch.wrapping_add(1) % 1_000_000;
+            let epoch = p.epoch;
+            let ids = p.dses.clone();
+            let fhs = p.data_fh.clone();
+            let conns: Vec<_> = ids.iter().map(|id| st.ds.conn(*id)).collect();
+            layouts::forget_file(&mut st, fh);
+            (conns, fhs, epoch)
+        };
+        self.metrics.fences.fetch_add(1, Ordering::Relaxed);
+        let s = Sattr { uid: Some(self.cfg.synthetic_uid + epoch), gid: Some(self.cfg.synthetic_gid + epoch), ..Default::default() };
+        for (c, h) in conns.iter().zip(&fhs) {
+            if let Some(c) = c {
+                let id = c.lock().unwrap_or_else(|e| e.into_inner()).id;
+                if let Err(e) = c.lock().unwrap_or_else(|e| e.into_inner()).client.setattr(h, &s) {
+                    if matches!(e, CtlError::Unreachable(_)) {
+                        self.ds_failed(id);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Queue removal of a file's data files (REMOVE of the last link).
+    pub(crate) fn forget_placement(&self, fh: &FileHandle) {
+        let job = {
+            let mut st = self.state();
+            layouts::forget_file(&mut st, fh);
+            let Some(p) = st.files.remove(fh) else { return };
+            for id in &p.dses {
+                st.ds.file_count(*id, -1);
+            }
+            let conns: Vec<_> = p.dses.iter().filter_map(|id| st.ds.conn(*id)).collect();
+            RemoveJob { conns, name: data_file_name(fh) }
+        };
+        self.metrics.removals_queued.fetch_add(1, Ordering::Relaxed);
+        let tx = self.remove_tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match tx.map(|t| t.try_send(job)) {
+            Some(Ok(())) => {}
+            Some(Err(std::sync::mpsc::TrySendError::Full(job))) | Some(Err(std::sync::mpsc::TrySendError::Disconnected(job))) => {
+                run_remove(&job)
+            }
+            None => {}
+        }
+    }
+
+    /// Build a layout stateid (see `layouts`).
+    pub(crate) fn layout_stateid(&self, key: u32, seqid: u32) -> Stateid {
+        let mut other = [0u8; 12];
+        other[..4].copy_from_slice(&layouts::LAYOUT_STATEID_MAGIC);
+        other[4..8].copy_from_slice(&self.boot.to_be_bytes());
+        other[8..].copy_from_slice(&key.to_be_bytes());
+        Stateid { seqid, other }
+    }
+
+    /// The device id of DS `id`.
+    pub fn device_id(id: u64) -> DeviceId {
+        registry::device_id(id)
+    }
+}
+
+impl Drop for Pnfs {
+    fn drop(&mut self) {
+        // Closing the channel stops the control thread after the queue drains.
+        self.remove_tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+/// Name of a file's data file on every DS: the MDS handle in hex (unique
+/// per MDS namespace object, including its generation).
+pub fn data_file_name(fh: &FileHandle) -> String {
+    fh.to_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn run_remove(job: &RemoveJob) {
+    for c in &job.conns {
+        let mut c = c.lock().unwrap_or_else(|e| e.into_inner());
+        if let Ok(root) = c.root() {
+            let _ = c.client.remove(&root, job.name.as_bytes());
+        }
+    }
+}
+
+/// How often the control thread probes unhealthy DSes.
+pub const PROBE_INTERVAL_MS: u64 = 1000;
+
+fn control_loop(p: std::sync::Weak<Pnfs>, rx: Receiver<RemoveJob>) {
+    loop {
+        match rx.recv_timeout(Duration::from_millis(PROBE_INTERVAL_MS)) {
+            Ok(job) => run_remove(&job),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let Some(p) = p.upgrade() else { return };
+        let now = p.now_ms();
+        let due = p.state().ds.probe_due(now, p.cfg.ds_recheck_ms);
+        for (id, conn) in due {
+            let ok = conn.lock().unwrap_or_else(|e| e.into_inner()).client.null().is_ok();
+            let mut st = p.state();
+            if ok {
+                st.ds.mark_healthy(id);
+            } else {
+                st.ds.mark_unhealthy(id, now);
+            }
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! `PnfsVfs`: the MDS's namespace with the data of placed files on DSes.
+//!
+//! A client without a layout (it could not get one, or its DS failed and
+//! it fell back) reads and writes through the MDS; this wrapper proxies
+//! those calls to the file's data files over NFSv3, on the calling thread,
+//! bounded by `ds_timeout_ms` per DS call. Writes go to every non-stale
+//! mirror FILE_SYNC; a mirror that fails is marked stale (never read again)
+//! and its DS unhealthy; when no mirror takes the write the caller gets
+//! `Io` (NFS4ERR_IO / NFS3ERR_IO) — never a silent partial write. Reads
+//! come from the first usable mirror, holes read as zeros up to the size
+//! the MDS holds. The MDS's own backend keeps attributes and the size
+//! (set by LAYOUTCOMMIT or by writes here) and no file data.
+
+use crate::client3::{Sattr, NFS3ERR_NOENT};
+use crate::{Placement, Pnfs};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use vfs::*;
+
+pub struct PnfsVfs {
+    pub pnfs: Arc<Pnfs>,
+}
+
+impl PnfsVfs {
+    pub fn new(pnfs: Arc<Pnfs>) -> PnfsVfs {
+        PnfsVfs { pnfs }
+    }
+
+    fn inner(&self) -> &dyn Vfs {
+        &*self.pnfs.vfs
+    }
+
+    fn placed(&self, fh: &FileHandle) -> Option<Placement> {
+        self.pnfs.state().files.get(fh).cloned()
+    }
+
+    /// Pieces of [offset, offset+len) that stay inside one stripe unit.
+    fn pieces(p: &Placement, offset: u64, len: usize) -> Vec<(u64, usize, usize)> {
+        let su = p.stripe_unit_bytes;
+        let mut out = Vec::new();
+        let mut at = 0usize;
+        while at < len {
+            let off = offset + at as u64;
+            let room = (su - off % su) as usize;
+            let n = room.min(len - at);
+            out.push((off, at, n));
+            at += n;
+        }
+        out
+    }
+
+    fn read_placed(&self, fh: &FileHandle, p: &Placement, offset: u64, buf: &mut [u8]) -> VfsResult<(usize, bool)> {
+        let size = self.inner().getattr(fh)?.size;
+        if offset >= size {
+            return Ok((0, true));
+        }
+        let want = ((size - offset) as usize).min(buf.len());
+        let mut tmp = Vec::new();
+        for (off, at, n) in Self::pieces(p, offset, want) {
+            let unit = off / p.stripe_unit_bytes;
+            let mut done = false;
+            for m in 0..p.mirrors {
+                let i = p.slot(unit, m);
+                if p.stale[i] {
+                    continue;
+                }
+                let id = p.dses[i];
+                let Some(conn) = self.pnfs.state().ds.conn(id) else { continue };
+                let r = conn.lock().unwrap_or_else(|e| e.into_inner()).client.read(&p.data_fh[i], off, n as u32, &mut tmp);
+                match r {
+                    Ok(_) => {
+                        let got = tmp.len().min(n);
+                        buf[at..at + got].copy_from_slice(&tmp[..got]);
+                        buf[at + got..at + n].fill(0); // a hole or the DS file's end
+                        done = true;
+                        break;
+                    }
+                    Err(crate::client3::CtlError::Status(_)) => {}
+                    Err(_) => self.pnfs.ds_failed(id),
+                }
+            }
+            if !done {
+                return Err(VfsError::Io);
+            }
+        }
+        self.pnfs.metrics.mds_read_bytes.fetch_add(want as u64, Ordering::Relaxed);
+        Ok((want, offset + want as u64 >= size))
+    }
+
+    fn write_placed(&self, fh: &FileHandle, p: &Placement, offset: u64, data: &[u8]) -> VfsResult<()> {
+        for (off, at, n) in Self::pieces(p, offset, data.len()) {
+            let unit = off / p.stripe_unit_bytes;
+            let mut ok = 0;
+            for m in 0..p.mirrors {
+                let i = p.slot(unit, m);
+                let id = p.dses[i];
+                // Re-read staleness: an earlier piece may have marked it.
+                if self.pnfs.state().files.get(fh).is_none_or(|f| f.stale[i]) {
+                    continue;
+                }
+                let Some(conn) = self.pnfs.state().ds.conn(id) else { continue };
+                let r = conn.lock().unwrap_or_else(|e| e.into_inner()).client.write(&p.data_fh[i], off, &data[at..at + n], 2);
+                match r {
+                    Ok((c, _)) if c as usize == n => ok += 1,
+                    Ok(_) | Err(crate::client3::CtlError::Status(_)) => self.pnfs.mark_stale(fh, id),
+                    Err(_) => {
+                        self.pnfs.ds_failed(id);
+                        self.pnfs.mark_stale(fh, id);
+                    }
+                }
+            }
+            if ok == 0 {
+                return Err(VfsError::Io);
+            }
+        }
+        self.pnfs.metrics.mds_write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Resize every data file of a placed file (truncate/extend on the MDS).
+    fn resize_placed(&self, p: &Placement, size: u64) {
+        for (id, h) in p.dses.iter().zip(&p.data_fh) {
+            let Some(conn) = self.pnfs.state().ds.conn(*id) else { continue };
+            let r = conn.lock().unwrap_or_else(|e| e.into_inner()).client.setattr(h, &Sattr { size: Some(size), ..Default::default() });
+            match r {
+                Ok(()) | Err(crate::client3::CtlError::Status(NFS3ERR_NOENT)) => {}
+                Err(_) => self.pnfs.ds_failed(*id),
+            }
+        }
+    }
+
+    /// The regular file `name` in `dir` with one link: removing that name
+    /// removes the file.
+    fn last_link(&self, dir: &FileHandle, name: &[u8]) -> Option<FileHandle> {
+        let (fh, a) = self.inner().lookup(dir, name).ok()?;
+        (a.ftype == FileType::Regular && a.nlink <= 1 && self.placed(&fh).is_some()).then_some(fh)
+    }
+}
+
+impl Vfs for PnfsVfs {
+    fn root(&self, export_id: ExportId) -> VfsResult<FileHandle> {
+        self.inner().root(export_id)
+    }
+
+    fn getattr(&self, fh: &FileHandle) -> VfsResult<Attr> {
+        self.inner().getattr(fh)
+    }
+
+    fn setattr(&self, fh: &FileHandle, set: &SetAttr, guard_ctime: Option<Time>) -> VfsResult<Attr> {
+        let a = self.inner().setattr(fh, set, guard_ctime)?;
+        if let (Some(size), Some(p)) = (set.size, self.placed(fh)) {
+            self.resize_placed(&p, size);
+            // Clients holding layouts must see the new size before writing
+            // again (RFC 8881 §12.5.5.2 leaves this to the server).
+            let target = *fh;
+            self.pnfs.recall_where(|l| l.fh == target);
+        }
+        Ok(a)
+    }
+
+    fn lookup(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<(FileHandle, Attr)> {
+        self.inner().lookup(dir, name)
+    }
+
+    fn lookup_parent(&self, dir: &FileHandle) -> VfsResult<(FileHandle, Attr)> {
+        self.inner().lookup_parent(dir)
+    }
+
+    fn read(&self, fh: &FileHandle, offset: u64, buf: &mut [u8]) -> VfsResult<(usize, bool)> {
+        match self.placed(fh) {
+            Some(p) => self.read_placed(fh, &p, offset, buf),
+            None => self.inner().read(fh, offset, buf),
+        }
+    }
+
+    fn write(&self, fh: &FileHandle, offset: u64, data: &[u8], _stable: Stability) -> VfsResult<(usize, Stability, Attr)> {
+        let a = self.inner().getattr(fh)?;
+        if a.ftype != FileType::Regular {
+            return self.inner().write(fh, offset, data, _stable);
+        }
+        let end = offset.checked_add(data.len() as u64).ok_or(VfsError::FileTooBig)?;
+        if end > a.size {
+            // The quota sees the growth before any DS is written.
+            if let Ok(Some(q)) = self.inner().quota(fh) {
+                if q.used_bytes.saturating_add(end - a.size) > q.capacity_bytes {
+                    return Err(VfsError::QuotaExceeded);
+                }
+            }
+        }
+        let p = self.pnfs.ensure_placed(fh).map_err(|_| VfsError::Io)?;
+        self.write_placed(fh, &p, offset, data)?;
+        let set = SetAttr { size: (end > a.size).then_some(end), mtime: SetTime::ServerNow, ..Default::default() };
+        let after = self.inner().setattr(fh, &set, None)?;
+        Ok((data.len(), Stability::FileSync, after))
+    }
+
+    fn commit(&self, fh: &FileHandle, offset: u64, count: u64) -> VfsResult<()> {
+        match self.placed(fh) {
+            // Writes through the MDS are FILE_SYNC on every mirror.
+            Some(_) => Ok(()),
+            None => self.inner().commit(fh, offset, count),
+        }
+    }
+
+    fn write_verifier(&self) -> [u8; 8] {
+        self.inner().write_verifier()
+    }
+
+    fn create(&self, dir: &FileHandle, name: &[u8], kind: NodeKind<'_>, mode: u32, cred: &Cred<'_>, how: CreateMode) -> VfsResult<(FileHandle, Attr)> {
+        self.inner().create(dir, name, kind, mode, cred, how)
+    }
+
+    fn remove(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
+        let victim = self.last_link(dir, name);
+        self.inner().remove(dir, name)?;
+        if let Some(fh) = victim {
+            self.pnfs.forget_placement(&fh);
+        }
+        Ok(())
+    }
+
+    fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
+        self.inner().rmdir(dir, name)
+    }
+
+    fn rename(&self, from_dir: &FileHandle, from_name: &[u8], to_dir: &FileHandle, to_name: &[u8]) -> VfsResult<()> {
+        let victim = self.last_link(to_dir, to_name);
+        let moved = self.inner().lookup(from_dir, from_name).ok().map(|x| x.0);
+        self.inner().rename(from_dir, from_name, to_dir, to_name)?;
+        if let Some(fh) = victim.filter(|v| Some(*v) != moved) {
+            self.pnfs.forget_placement(&fh);
+        }
+        Ok(())
+    }
+
+    fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> VfsResult<Attr> {
+        self.inner().link(fh, dir, name)
+    }
+
+    fn readlink(&self, fh: &FileHandle) -> VfsResult<Vec<u8>> {
+        self.inner().readlink(fh)
+    }
+
+    fn readdir(&self, dir: &FileHandle, cookie: u64, visit: &mut dyn FnMut(DirEntry<'_>) -> bool) -> VfsResult<bool> {
+        self.inner().readdir(dir, cookie, visit)
+    }
+
+    fn cookie_verifier(&self, dir: &FileHandle) -> VfsResult<[u8; 8]> {
+        self.inner().cookie_verifier(dir)
+    }
+
+    fn fsstat(&self, fh: &FileHandle) -> VfsResult<FsStat> {
+        self.inner().fsstat(fh)
+    }
+
+    fn set_quota(&self, dir: &FileHandle, capacity_bytes: u64) -> VfsResult<()> {
+        self.inner().set_quota(dir, capacity_bytes)
+    }
+
+    fn quota(&self, fh: &FileHandle) -> VfsResult<Option<QuotaUsage>> {
+        self.inner().quota(fh)
+    }
+
+    fn remove_tree(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
+        self.inner().remove_tree(dir, name)
+    }
+}
