@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -337,8 +339,12 @@ func (p *provisioner) delete(ctx context.Context, pv *corev1.PersistentVolume) e
 			keep = append(keep, f)
 		}
 	}
-	fresh.Finalizers = keep
-	if _, err := p.kube.CoreV1().PersistentVolumes().Update(ctx, fresh, metav1.UpdateOptions{}); err != nil {
+	// A merge patch (the chart grants patch on PVs, not update).
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": keep}})
+	if err != nil {
+		return err
+	}
+	if _, err := p.kube.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return err
 	}
 	if err := p.kube.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
