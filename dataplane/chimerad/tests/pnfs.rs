@@ -132,6 +132,46 @@ fn placement_spreads_files_evenly() {
     assert_eq!(files, [4, 4, 4], "cluster document: {cl}");
 }
 
+/// Proves the MDS announces pNFS the way the Linux client looks for it:
+/// EXCHANGE_ID answers USE_PNFS_MDS (and not USE_NON_PNFS), the file
+/// system's fs_layout_types is [LAYOUT4_FLEX_FILES] and layout_blksize is
+/// the stripe unit; GETDEVICELIST lists the three DSes.
+#[test]
+fn mds_advertises_flex_files() {
+    let c = cluster(3, 3, json!({}));
+    let mut v = V4::connect(mds_addr(&c), b"adv");
+    assert_eq!(v.eir_flags & (p::EXCHGID4_FLAG_USE_PNFS_MDS | p::EXCHGID4_FLAG_USE_NON_PNFS), p::EXCHGID4_FLAG_USE_PNFS_MDS);
+    // GETATTR fs_layout_types (62: word 1 bit 30) and layout_blksize (65: word 2 bit 1).
+    let mut r = v.call(&[raw(p::OP_PUTROOTFH, W::default()), raw(p::OP_LOOKUP, W::default().opaque(b"m")), raw(p::OP_GETATTR, W::default().u32(3).u32(0).u32(1 << 30).u32(1 << 1))]);
+    r.ok(p::OP_PUTROOTFH);
+    r.ok(p::OP_LOOKUP);
+    r.ok(p::OP_GETATTR);
+    let (types, blksize) = r.with(|d| {
+        let n = d.u32().unwrap();
+        let words: Vec<u32> = (0..n).map(|_| d.u32().unwrap()).collect();
+        assert_eq!(words, [0, 1 << 30, 1 << 1], "both attributes returned");
+        let _len = d.u32().unwrap();
+        let cnt = d.u32().unwrap();
+        let types: Vec<u32> = (0..cnt).map(|_| d.u32().unwrap()).collect();
+        (types, d.u32().unwrap())
+    });
+    assert_eq!(types, [4], "fs_layout_types = [LAYOUT4_FLEX_FILES]");
+    assert_eq!(blksize as u64, SU, "layout_blksize = stripe unit");
+    let mut r = v.call(&[raw(p::OP_PUTROOTFH, W::default()), raw(p::OP_GETDEVICELIST, W::default().u32(4).u32(16).u64(0).bytes(&[0; 8]))]);
+    r.ok(p::OP_PUTROOTFH);
+    r.ok(p::OP_GETDEVICELIST);
+    let (n, eof) = r.with(|d| {
+        d.u64().unwrap();
+        d.opaque_fixed::<8>().unwrap();
+        let n = d.u32().unwrap();
+        for _ in 0..n {
+            d.opaque_fixed::<16>().unwrap();
+        }
+        (n, d.bool().unwrap())
+    });
+    assert_eq!((n, eof), (3, true));
+}
+
 /// Proves the RFC's errors for hostile layout requests: a directory
 /// (WRONG_TYPE), another layout type (UNKNOWN_LAYOUTTYPE), iomode ANY
 /// (BADIOMODE), length < minlength (INVAL), a forged open stateid and a

@@ -198,13 +198,20 @@ impl Pnfs {
     /// Mark the copy on DS `id` of `fh` stale (a failed write reached the
     /// other mirrors only).
     pub(crate) fn mark_stale(&self, fh: &FileHandle, id: u64) {
-        let mut st = self.state();
-        if let Some(p) = st.files.get_mut(fh) {
+        let mut newly = false;
+        if let Some(p) = self.state().files.get_mut(fh) {
             for (i, d) in p.dses.iter().enumerate() {
-                if *d == id {
+                if *d == id && !p.stale[i] {
                     p.stale[i] = true;
+                    newly = true;
                 }
             }
+        }
+        if newly {
+            // Layouts naming the stale copy (READ layouts of other clients)
+            // must not be used to read it.
+            let target = *fh;
+            self.recall_where(|l| l.fh == target && l.dses.contains(&id), false);
         }
     }
 

@@ -273,7 +273,7 @@ impl Pnfs {
         }
         let gone = self.state().ds.replace(list)?;
         if !gone.is_empty() {
-            self.recall_where(|l| l.dses.iter().any(|d| gone.contains(d)));
+            self.recall_where(|l| l.dses.iter().any(|d| gone.contains(d)), true);
         }
         Ok(())
     }
@@ -309,10 +309,12 @@ impl Pnfs {
         self.started.elapsed().as_millis() as u64
     }
 
-    /// Recall every layout `pred` selects; a recall that cannot be sent
-    /// fences the file instead (its data files change owner, so the
-    /// client's layout stops working on the DSes).
-    pub(crate) fn recall_where(&self, pred: impl Fn(&LayoutState) -> bool) {
+    /// Recall every layout `pred` selects. With `fence_on_failure`, a
+    /// recall that cannot be sent fences the file instead (its data files
+    /// change owner, so the client's layout stops working on the DSes) —
+    /// used when a DS leaves or drains, never on the common paths
+    /// (truncate), because a fenced client sees NFS3ERR_ACCES from the DS.
+    pub(crate) fn recall_where(&self, pred: impl Fn(&LayoutState) -> bool, fence_on_failure: bool) {
         let victims: Vec<(u32, LayoutState)> = {
             let st = self.state();
             st.layouts.iter().filter(|(_, l)| pred(l)).map(|(k, l)| (*k, l.clone())).collect()
@@ -325,7 +327,7 @@ impl Pnfs {
                 Some(r) => r.recall_file(l.clientid, &l.fh, &sid),
                 None => Err("no back channel wired".into()),
             };
-            if sent.is_err() && !fence.contains(&l.fh) {
+            if sent.is_err() && fence_on_failure && !fence.contains(&l.fh) {
                 fence.push(l.fh);
             }
         }

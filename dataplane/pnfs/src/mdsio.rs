@@ -153,7 +153,7 @@ impl Vfs for PnfsVfs {
             // Clients holding layouts must see the new size before writing
             // again (RFC 8881 §12.5.5.2 leaves this to the server).
             let target = *fh;
-            self.pnfs.recall_where(|l| l.fh == target);
+            self.pnfs.recall_where(|l| l.fh == target, false);
         }
         Ok(a)
     }

@@ -240,6 +240,8 @@ pub fn decode_layoutget(d: &mut Decoder<'_>) -> FfLayout {
 /// An NFSv4.1 client with one session (slot 0).
 pub struct V4 {
     pub rpc: Client3,
+    /// eir_flags of EXCHANGE_ID.
+    pub eir_flags: u32,
     pub clientid: u64,
     pub session: [u8; 16],
     pub seq: u32,
@@ -283,7 +285,7 @@ impl V4 {
     }
 
     pub fn connect(mds: SocketAddr, owner: &[u8]) -> V4 {
-        let mut v = V4 { rpc: Client3::new(&mds.to_string(), TIMEOUT), clientid: 0, session: [0; 16], seq: 0 };
+        let mut v = V4 { rpc: Client3::new(&mds.to_string(), TIMEOUT), eir_flags: 0, clientid: 0, session: [0; 16], seq: 0 };
         let args = p::EXCHANGE_ID4args {
             eia_clientowner: p::client_owner4 { co_verifier: [7; 8], co_ownerid: owner },
             eia_flags: 0,
@@ -292,10 +294,11 @@ impl V4 {
         };
         let mut r = v.call_raw(&[op(p::OP_EXCHANGE_ID, &args)], false);
         r.ok(p::OP_EXCHANGE_ID);
-        let (clientid, seqid) = r.with(|d| {
+        let (clientid, seqid, flags) = r.with(|d| {
             let x = p::EXCHANGE_ID4resok::decode(d).unwrap();
-            (x.eir_clientid, x.eir_sequenceid)
+            (x.eir_clientid, x.eir_sequenceid, x.eir_flags)
         });
+        v.eir_flags = flags;
         let cs = p::CREATE_SESSION4args {
             csa_clientid: clientid,
             csa_sequence: seqid,

@@ -123,7 +123,9 @@ impl Compound<'_> {
             update,
             self.now_ms,
         )?;
-        let mut flags = p::EXCHGID4_FLAG_USE_NON_PNFS;
+        // A pNFS MDS says so (the Linux client enables layouts only then,
+        // and refuses USE_NON_PNFS together with USE_PNFS_MDS).
+        let mut flags = if self.prog.layouts.is_some() { p::EXCHGID4_FLAG_USE_PNFS_MDS } else { p::EXCHGID4_FLAG_USE_NON_PNFS };
         if x.confirmed {
             flags |= p::EXCHGID4_FLAG_CONFIRMED_R;
         }
