@@ -1,27 +1,28 @@
 # syntax=docker/dockerfile:1
 # One image per component: `--target operator`, `--target csi`, `--target dataplane`.
 # Bases are build args so the same file builds unchanged with Docker and, in the
-# tests, with buildah from locally made bases (no registry).
-ARG GO_BASE=golang:1.26
-ARG RUST_BASE=rust:1.95
+# tests, with buildah from locally made bases (no registry; images/README.md).
+# Stage order matters: buildah 1.28 builds every stage before the target, so the
+# Go targets come before the Rust stage and `--target operator` never runs cargo.
+# The Rust base is a bookworm one: chimerad links glibc dynamically and must not
+# need a newer glibc than the bookworm runtime base has.
+ARG GO_BASE=golang:1.26-bookworm
+ARG RUST_BASE=rust:1.95-bookworm
 ARG RUNTIME_BASE=debian:bookworm-slim
 
 # ---- Go: operator and CSI driver (one module at the root) ----
+# Cache mounts keep the module and build caches across builds (BuildKit and
+# buildah both support them); GOPATH is /go in the golang image and in ours.
 FROM ${GO_BASE} AS go-build
 WORKDIR /src
 COPY go.mod go.sum ./
-RUN go mod download
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY api/ api/
 COPY operator/ operator/
 COPY csi/ csi/
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/chimera-operator ./operator/cmd/chimera-operator && \
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/chimera-operator ./operator/cmd/chimera-operator && \
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/chimera-csi ./csi/cmd/chimera-csi
-
-# ---- Rust: chimerad ----
-FROM ${RUST_BASE} AS rust-build
-WORKDIR /src/dataplane
-COPY dataplane/ ./
-RUN cargo build --release --locked -p chimerad && cp target/release/chimerad /chimerad
 
 # ---- operator: static binary, non-root ----
 FROM ${RUNTIME_BASE} AS operator
@@ -29,15 +30,28 @@ COPY --from=go-build /out/chimera-operator /usr/local/bin/chimera-operator
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/chimera-operator"]
 
-# ---- csi: the node plugin mounts, so it carries mount.nfs; runs as root
-# (privileged in the node DaemonSet) ----
+# ---- csi: the node plugin mounts, so it carries mount.nfs (nfs-common) and
+# mount (util-linux); it runs as root (privileged in the node DaemonSet) ----
 FROM ${RUNTIME_BASE} AS csi
-RUN apt-get update && apt-get install -y --no-install-recommends nfs-common util-linux && \
-    rm -rf /var/lib/apt/lists/*
+RUN apt-get update && \
+    apt-get install -y --no-install-recommends nfs-common mount util-linux && \
+    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 COPY --from=go-build /out/chimera-csi /usr/local/bin/chimera-csi
 ENTRYPOINT ["/usr/local/bin/chimera-csi"]
 
-# ---- dataplane: chimerad; capabilities come from the pod spec ----
+# ---- Rust: chimerad ----
+# The target dir is a cache mount (not part of any layer), so the binary is
+# copied out within the same RUN. CARGO_HOME is /usr/local/cargo in the rust
+# image and in ours.
+FROM ${RUST_BASE} AS rust-build
+WORKDIR /src/dataplane
+COPY dataplane/ ./
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/dataplane/target \
+    cargo build --release --locked -p chimerad && cp target/release/chimerad /chimerad
+
+# ---- dataplane: chimerad; capabilities come from the pod spec. Root: it binds
+# the NFS and portmap ports (2049, 111) and locks memory ----
 FROM ${RUNTIME_BASE} AS dataplane
 COPY --from=rust-build /chimerad /usr/local/bin/chimerad
 ENTRYPOINT ["/usr/local/bin/chimerad"]

@@ -53,6 +53,7 @@ GO_APT_PKGS="ca-certificates"
 # these machines; it is mounted read-only, never copied into an image.
 CA_BUNDLE=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 LABEL_KEY=io.chimera.inputs
+PROGRESS_S=30
 
 log() { printf '[images %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { printf '[images] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -224,9 +225,11 @@ bud_and_export() {
     > "$OUT/build-$target.log" 2>&1 &
   local pid=$!
   # Progress without flooding: the last line of the build log every 30 s.
+  local next_s=$(( t0 + PROGRESS_S ))
   while kill -0 "$pid" 2>/dev/null; do
-    sleep 5
-    if [ $(( ($(date +%s) - t0) % 30 )) -lt 5 ]; then
+    sleep 2
+    if [ "$(date +%s)" -ge "$next_s" ]; then
+      next_s=$(( next_s + PROGRESS_S ))
       log "  $target ($(( $(date +%s) - t0 )) s): $(tail -n 1 "$OUT/build-$target.log" | cut -c1-120)"
     fi
   done

@@ -45,13 +45,10 @@ trap cleanup EXIT
 # Runs a command inside a fresh container of the current image (as the image's user).
 in_image() { timeout 60 buildah run --network none "$CTR" -- "$@"; }
 
-# index.json -> manifest -> config + layers, each blob present with its digest.
-check_archive() {
-  local archive=$1 img=$2 dir
-  [ -s "$archive" ] || { fail "archive $archive missing"; return; }
-  dir=$(mktemp -d)
-  if ! tar -C "$dir" -xf "$archive"; then fail "$archive is not a tar"; rm -rf "$dir"; return; fi
-  python3 - "$dir" "$img" <<'EOF' || fail "$archive is not a valid OCI layout for $img"
+# An extracted OCI archive: oci-layout, index.json naming $2, and manifest,
+# config and every layer present with the size and digest the descriptors claim.
+validate_oci_layout() {
+  python3 - "$1" "$2" <<'EOF'
 import hashlib, json, os, sys
 d, img = sys.argv[1], sys.argv[2]
 def blob(desc):
@@ -72,8 +69,37 @@ blob(manifest["config"])
 assert manifest["layers"], "manifest has no layers"
 for layer in manifest["layers"]:
     blob(layer)
-print(f"  {len(manifest['layers'])} layer(s), all blobs verified")
+print(f"{len(manifest['layers'])} layer(s), every blob matches its digest")
 EOF
+}
+
+# The validator itself must reject what it exists to catch: a blob whose content
+# no longer matches its digest, and an archive naming another image.
+check_validator_rejects_bad_archives() {
+  local archive=$1 img=$2 dir layer accepted=0
+  dir=$(mktemp -d)
+  tar -C "$dir" -xf "$archive"
+  if validate_oci_layout "$dir" "localhost/not-this-image:dev" >/dev/null 2>&1; then
+    fail "OCI validator accepted $archive under a name it does not carry"; accepted=1
+  fi
+  layer=$(find "$dir/blobs" -type f -size +1k | head -1)
+  printf 'x' >> "$layer"
+  if validate_oci_layout "$dir" "$img" >/dev/null 2>&1; then
+    fail "OCI validator accepted a corrupted blob in $archive"; accepted=1
+  fi
+  [ "$accepted" -eq 1 ] || ok "OCI validator rejects a wrong name and a corrupted blob"
+  rm -rf "$dir"
+}
+
+# index.json -> manifest -> config + layers, each blob present with its digest.
+check_archive() {
+  local archive=$1 img=$2 dir
+  [ -s "$archive" ] || { fail "archive $archive missing"; return; }
+  dir=$(mktemp -d)
+  if ! tar -C "$dir" -xf "$archive"; then fail "$archive is not a tar"; rm -rf "$dir"; return; fi
+  local msg
+  msg=$(validate_oci_layout "$dir" "$img" 2>&1) && ok "archive $(basename "$archive") is an OCI layout naming it: $msg" \
+    || fail "$archive is not a valid OCI layout for $img: $(tail -1 <<<"$msg")"
   rm -rf "$dir"
 }
 
@@ -100,6 +126,7 @@ check_image() {
       [ "$entry" = /pause ] || fail "entrypoint is '$entry', want /pause"
       out=$(in_image /pause --version 2>&1) && ok "entrypoint runs: $out" || fail "'/pause --version' failed: $out"
       check_pause_sleeps
+      check_validator_rejects_bad_archives "$archive" "$img"
       ;;
     fio)
       out=$(in_image fio --version 2>&1) && [[ $out == fio-* ]] && ok "fio runs: $out" || fail "'fio --version' failed: $out"
@@ -129,7 +156,7 @@ check_image() {
     || { fail "could not measure the size"; size_mb=0; }
   cleanup
   if [ "$size_mb" -le "${SIZE_MB_MAX[$1]}" ]; then
-    ok "size $size_mb MB (limit ${SIZE_MB_MAX[$1]}), archive $(( $(stat -c %s "$archive" 2>/dev/null || echo 0) / 1000000 )) MB"
+    ok "size $size_mb MB (limit ${SIZE_MB_MAX[$1]}), archive $(awk -v b="$(stat -c %s "$archive" 2>/dev/null || echo 0)" 'BEGIN{printf "%.1f", b/1e6}') MB"
   else
     fail "size $size_mb MB exceeds the limit of ${SIZE_MB_MAX[$1]} MB"
   fi
