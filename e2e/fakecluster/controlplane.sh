@@ -16,6 +16,7 @@
 #   APISERVER_PORT     [16443]   ETCD_PORT [12379]   ETCD_PEER_PORT [ETCD_PORT+1]
 #   ADVERTISE_ADDRESS  [127.0.0.1] the apiserver's advertised address (a SAN too)
 #   EXTRA_SANS         comma-separated extra IPs / DNS names for the serving cert
+#   EXTRA_TOKENS_FILE  more static-token lines (token,user,uid,"group1,group2")
 #   AUTHORIZATION_MODE [RBAC] (Node,RBAC when a real kubelet joins)
 #   CP_COMPONENTS      [etcd kube-apiserver kube-controller-manager kube-scheduler]
 #   START_TIMEOUT_S    [60]
@@ -31,6 +32,7 @@ ETCD_PORT="${ETCD_PORT:-12379}"
 ETCD_PEER_PORT="${ETCD_PEER_PORT:-$((ETCD_PORT + 1))}"
 ADVERTISE_ADDRESS="${ADVERTISE_ADDRESS:-127.0.0.1}"
 EXTRA_SANS="${EXTRA_SANS:-}"
+EXTRA_TOKENS_FILE="${EXTRA_TOKENS_FILE:-}"
 AUTHORIZATION_MODE="${AUTHORIZATION_MODE:-RBAC}"
 CP_COMPONENTS="${CP_COMPONENTS:-etcd kube-apiserver kube-controller-manager kube-scheduler}"
 START_TIMEOUT_S="${START_TIMEOUT_S:-60}"
@@ -92,8 +94,8 @@ certs() {
     printf '%s,admin,admin-uid,system:masters\n' "$admin"
     printf '%s,system:kube-controller-manager,kcm-uid,system:masters\n' "$kcm"
     printf '%s,system:kube-scheduler,scheduler-uid\n' "$sched"
-  } > "$pki/tokens.csv"
-  chmod 600 "$pki"/*.key "$pki/tokens.csv"
+  } > "$pki/base-tokens.csv"
+  chmod 600 "$pki"/*.key "$pki/base-tokens.csv"
   kubeconfig "$dir/kubeconfig" admin "$admin"
   kubeconfig "$dir/kube-controller-manager.kubeconfig" system:kube-controller-manager "$kcm"
   kubeconfig "$dir/kube-scheduler.kubeconfig" system:kube-scheduler "$sched"
@@ -153,6 +155,13 @@ start() {
   done
   certs
   local pki="$dir/pki"
+  # Our identities plus the caller's (e.g. a kubelet in system:nodes).
+  cat "$pki/base-tokens.csv" > "$pki/tokens.csv"
+  if [ -n "$EXTRA_TOKENS_FILE" ]; then
+    [ -r "$EXTRA_TOKENS_FILE" ] || { echo "controlplane: EXTRA_TOKENS_FILE $EXTRA_TOKENS_FILE unreadable" >&2; exit 1; }
+    cat "$EXTRA_TOKENS_FILE" >> "$pki/tokens.csv"
+  fi
+  chmod 600 "$pki/tokens.csv"
   local token
   token=$(cat "$pki/admin.token")
   for c in $CP_COMPONENTS; do
