@@ -40,7 +40,9 @@ package fakecluster
 //     so the test does what the sidecar does: CreateVolume over gRPC to the
 //     chimera-csi controller with the StorageClass parameters and the
 //     provisioner secret, then a PV bound to the PVC with the sidecar's
-//     fields; on PVC deletion DeleteVolume and the PV removed.
+//     fields; on PVC deletion DeleteVolume and the PV removed. Its API calls
+//     are made as the chart's CSI controller ServiceAccount, so the chart's
+//     RBAC is tested too.
 
 import (
 	"context"
@@ -80,6 +82,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -395,7 +398,15 @@ func TestFakeCluster(t *testing.T) {
 		return nil
 	})
 
-	provisionThroughCSI(t, ctx, k8s, dir, csiBin, adminURL, mdsToken)
+	// The provisioner acts as the chart's CSI controller ServiceAccount, so
+	// the chart's RBAC is what allows (or refuses) each of its calls.
+	provCfg := rest.CopyConfig(cfg)
+	provCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + releaseNS + ":chimera-csi-controller"}
+	prov, err := client.New(provCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	provisionThroughCSI(t, ctx, k8s, prov, dir, csiBin, adminURL, mdsToken)
 
 	// Scale the DSes down to one: the pod goes, the MDS list follows.
 	eventually(t, "scale to one DS accepted", func() error {
@@ -971,7 +982,7 @@ func podIPCluster(t *testing.T, ctx context.Context, k8s client.Client, dir, kc,
 // provisionThroughCSI plays external-provisioner (its image cannot be
 // fetched here) against our CSI controller: the calls and the PV fields are
 // the sidecar's, the driver and the server are real.
-func provisionThroughCSI(t *testing.T, ctx context.Context, k8s client.Client, dir, csiBin, adminURL, token string) {
+func provisionThroughCSI(t *testing.T, ctx context.Context, k8s, prov client.Client, dir, csiBin, adminURL, token string) {
 	t.Helper()
 	sock := filepath.Join(dir, "csi.sock")
 	startProcess(t, dir, "chimera-csi", csiBin, "--mode=controller", "--endpoint=unix://"+sock)
@@ -1009,7 +1020,7 @@ func provisionThroughCSI(t *testing.T, ctx context.Context, k8s client.Client, d
 		return nil
 	})
 	sc := &storagev1.StorageClass{}
-	if err := k8s.Get(ctx, types.NamespacedName{Name: scName}, sc); err != nil {
+	if err := prov.Get(ctx, types.NamespacedName{Name: scName}, sc); err != nil {
 		t.Fatal(err)
 	}
 	params, secretRef := map[string]string{}, types.NamespacedName{}
@@ -1026,7 +1037,7 @@ func provisionThroughCSI(t *testing.T, ctx context.Context, k8s client.Client, d
 		}
 	}
 	sec := &corev1.Secret{}
-	if err := k8s.Get(ctx, secretRef, sec); err != nil {
+	if err := prov.Get(ctx, secretRef, sec); err != nil {
 		t.Fatalf("provisioner secret %v: %v", secretRef, err)
 	}
 	secrets := map[string]string{}
@@ -1085,7 +1096,7 @@ func provisionThroughCSI(t *testing.T, ctx context.Context, k8s client.Client, d
 			}},
 		},
 	}
-	if err := k8s.Create(ctx, pv); err != nil {
+	if err := prov.Create(ctx, pv); err != nil {
 		t.Fatalf("create PV: %v", err)
 	}
 	eventually(t, "PVC Bound to the provisioned PV", func() error {
@@ -1105,7 +1116,7 @@ func provisionThroughCSI(t *testing.T, ctx context.Context, k8s client.Client, d
 		t.Fatal(err)
 	}
 	eventually(t, "PV Released", func() error {
-		if err := k8s.Get(ctx, types.NamespacedName{Name: pvName}, pv); err != nil {
+		if err := prov.Get(ctx, types.NamespacedName{Name: pvName}, pv); err != nil {
 			return err
 		}
 		if pv.Status.Phase != corev1.VolumeReleased {
@@ -1114,7 +1125,7 @@ func provisionThroughCSI(t *testing.T, ctx context.Context, k8s client.Client, d
 		return nil
 	})
 	delSec := &corev1.Secret{}
-	if err := k8s.Get(ctx, types.NamespacedName{Namespace: pv.Annotations["volume.kubernetes.io/provisioner-deletion-secret-namespace"],
+	if err := prov.Get(ctx, types.NamespacedName{Namespace: pv.Annotations["volume.kubernetes.io/provisioner-deletion-secret-namespace"],
 		Name: pv.Annotations["volume.kubernetes.io/provisioner-deletion-secret-name"]}, delSec); err != nil {
 		t.Fatal(err)
 	}
@@ -1131,10 +1142,10 @@ func provisionThroughCSI(t *testing.T, ctx context.Context, k8s client.Client, d
 	}
 	patch := client.MergeFrom(pv.DeepCopy())
 	pv.Finalizers = nil
-	if err := k8s.Patch(ctx, pv, patch); err != nil {
+	if err := prov.Patch(ctx, pv, patch); err != nil {
 		t.Fatal(err)
 	}
-	if err := k8s.Delete(ctx, pv); err != nil && !apierrors.IsNotFound(err) {
+	if err := prov.Delete(ctx, pv); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
 	eventually(t, "PV gone", func() error {
