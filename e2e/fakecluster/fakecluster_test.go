@@ -7,7 +7,8 @@ package fakecluster
 //     operator Deployment, RBAC, the validating webhook, the CSI driver's
 //     CSIDriver, controller Deployment, node DaemonSet and StorageClass; their
 //     pods are scheduled and marked Running.
-//   - the real operator binary (on the host, see below) serves its webhook
+//   - the real operator binary (on the host, see below, with the identity and
+//     so the RBAC of the chart's operator ServiceAccount) serves its webhook
 //     with a self-managed certificate: a bad ChimeraCluster sent with
 //     `kubectl apply` is refused with a message naming the field.
 //   - `kubectl apply` of the production sample (RDMA + NVMe) gives MDS and DS
@@ -289,8 +290,10 @@ func TestFakeCluster(t *testing.T) {
 	adminURL := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
 	installChart(t, ctx, k8s, kc, helm, webhookPort, adminURL)
 
-	// The operator binary on the host, its webhook on 127.0.0.1.
-	opProc := startProcess(t, dir, "chimera-operator", operator, "--kubeconfig="+kc,
+	// The operator binary on the host, its webhook on 127.0.0.1, acting as
+	// the chart's operator ServiceAccount: the chart's RBAC must be enough.
+	opKC := impersonatingKubeconfig(t, kcBytes, filepath.Join(dir, "operator.kubeconfig"), "system:serviceaccount:"+releaseNS+":chimera-operator")
+	opProc := startProcess(t, dir, "chimera-operator", operator, "--kubeconfig="+opKC,
 		"--namespace="+releaseNS, "--leader-elect=true", "--metrics-bind-address=0",
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probePort),
 		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", webhookPort),
@@ -458,6 +461,24 @@ func TestFakeCluster(t *testing.T) {
 		}
 		return noClusterScopedLeft(ctx, k8s)
 	})
+}
+
+// impersonatingKubeconfig writes a copy of the admin kubeconfig whose user
+// acts as `as` (kubeconfig "as:"), so a binary gets exactly that identity's
+// permissions.
+func impersonatingKubeconfig(t *testing.T, admin []byte, path, as string) string {
+	t.Helper()
+	kcfg, err := clientcmd.Load(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ai := range kcfg.AuthInfos {
+		ai.Impersonate = as
+	}
+	if err := clientcmd.WriteToFile(*kcfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // installChart runs `helm install` with the CSI StorageClass pointing at the
