@@ -38,8 +38,9 @@ ctrd_pid=""
 cleanup() {
   if [ -n "$ctrd_pid" ]; then kill "$ctrd_pid" 2>/dev/null || true; wait "$ctrd_pid" 2>/dev/null || true; fi
   # overlay mounts the import may have left (it unmounts its own on success)
-  grep -o " $work/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  { grep -o " $work/[^ ]*" /proc/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   rm -rf "$work"
+  return 0
 }
 trap cleanup EXIT
 store=$work/store

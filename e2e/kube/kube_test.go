@@ -149,11 +149,12 @@ func mustEnv(t *testing.T, k string) string {
 	return v
 }
 
-// tool runs helm or kubectl against the cluster.
+// tool runs helm or kubectl against the cluster (the flag goes first: args
+// may end with `-- command...`).
 func (e *env) tool(bin string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(e.ctx, toolTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, append(args, "--kubeconfig", e.kc)...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", e.kc}, args...)...).CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
 	}
