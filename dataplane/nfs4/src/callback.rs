@@ -621,7 +621,13 @@ impl ReplySink for Callbacks {
         if matches!(verdict, Verdict::Done(Err(CbError::BadReply))) {
             self.log_drop(conn, xid, "not a valid CB_COMPOUND reply");
         }
-        self.st().cb_end(&f.session, f.slot, seq_ran);
+        {
+            let mut st = self.st();
+            st.cb_end(&f.session, f.slot, seq_ran);
+            if matches!(verdict, Verdict::Resync) {
+                st.cb_resync(&f.session, f.slot);
+            }
+        }
         let mut job = f.job;
         let now = self.now_ms();
         match verdict {

@@ -734,6 +734,16 @@ impl State {
         }
     }
 
+    /// After a timeout the client turned out never to have seen the lost
+    /// call (it answered the next one SEQ_MISORDERED): step the slot back
+    /// over the lost sequence id too, so the next call reuses it.
+    pub fn cb_resync(&mut self, session: &SessionId, slot: u32) {
+        let Some(s) = self.sessions.get_mut(session) else { return };
+        let Some(x) = s.back_chan.slots.get_mut(slot as usize) else { return };
+        assert!(!x.busy, "resync of a slot in use");
+        x.seqid = x.seqid.saturating_sub(1);
+    }
+
     /// Was the last call on this slot a timeout (see `cb_end`)?
     pub fn cb_uncertain(&self, session: &SessionId, slot: u32) -> bool {
         self.sessions.get(session).and_then(|s| s.back_chan.slots.get(slot as usize)).is_some_and(|x| x.uncertain)
