@@ -232,6 +232,42 @@ print(n)
 PY
 }
 
+# For a file that read back wrong: which 1 MiB stripe units differ and what
+# they hold instead (each 64-byte record names the file and offset it was
+# written for, so misplaced data says where it came from; zeros say "never
+# written").
+explain_bad_reads() {  # $1: results dir
+  local f
+  for f in "$1"/bad-*; do
+    [ -e "$f" ] || continue
+    python3 - "$f" "$STRIPE_UNIT_BYTES" <<'PY' | sed 's/^/pnfs-test:   | /'
+import re, sys
+path, unit = sys.argv[1], int(sys.argv[2])
+name = path.rsplit("bad-", 1)[1]
+data = open(path, "rb").read()
+bad = 0
+for u in range(0, (len(data) + unit - 1) // unit):
+    chunk = data[u * unit:(u + 1) * unit]
+    wrong = []
+    for off in range(0, len(chunk), 64):
+        rec = chunk[off:off + 64]
+        want = (("chimera-pnfs %s offset %012x" % (name, u * unit + off)).ljust(63).encode() + b"\n")[:len(rec)]
+        if rec != want:
+            wrong.append((u * unit + off, rec))
+    if wrong:
+        bad += 1
+        o, rec = wrong[0]
+        m = re.match(rb"chimera-pnfs (\S+) offset ([0-9a-f]{12})", rec)
+        what = ("zeros" if rec.strip(b"\0") == b"" else
+                "data of %s offset 0x%x" % (m.group(1).decode(), int(m.group(2), 16)) if m else repr(rec[:40]))
+        print("%s stripe unit %d (offset 0x%x): %d of %d records wrong; first at 0x%x holds %s"
+              % (name, u, u * unit, len(wrong), (len(chunk) + 63) // 64, o, what))
+print("%s: %d of %d stripe units wrong" % (name, bad, (len(data) + unit - 1) // unit))
+PY
+    rm -f "$f"
+  done
+}
+
 failures=()
 check() {  # $1: description; the rest: a command that must succeed
   local what=$1; shift
@@ -317,6 +353,7 @@ run_case() {  # $1: case name
   else
     check "read-back sha256 of every file equals the host's" [ $sums_ok = 1 ]
   fi
+  explain_bad_reads "$d/results"
   local w=$d/results/mountstats-write.txt r=$d/results/mountstats-read.txt
   if [ ! -s "$w" ] || [ ! -s "$r" ]; then
     check "guest saved mountstats after writing and after reading" false
