@@ -54,7 +54,7 @@ impl std::error::Error for MountError {}
 
 pub struct Router {
     mounts: Vec<Mount>,
-    by_export: HashMap<ExportId, usize>,
+    by_export: crate::idhash::IdHashMap<ExportId, usize>,
     by_name: HashMap<Vec<u8>, usize>,
     created: Time,
 }
@@ -79,7 +79,7 @@ impl Router {
         if mounts.len() > MOUNTS_MAX {
             return Err(MountError(format!("{} mounts configured, at most {MOUNTS_MAX} are supported", mounts.len())));
         }
-        let mut by_export = HashMap::new();
+        let mut by_export = crate::idhash::IdHashMap::default();
         let mut by_name = HashMap::new();
         for (i, m) in mounts.iter().enumerate() {
             let shown = String::from_utf8_lossy(&m.name);

@@ -98,7 +98,7 @@ struct Namespace {
     ino_next: Ino,
 }
 
-type Shard = RwLock<HashMap<Ino, Arc<Inode>>>;
+type Shard = RwLock<crate::idhash::IdHashMap<Ino, Arc<Inode>>>;
 
 pub struct MemFs {
     export_id: ExportId,
@@ -145,7 +145,7 @@ impl MemFs {
     fn create_empty(config: MemFsConfig) -> MemFs {
         let fs = MemFs {
             export_id: config.export_id,
-            shards: (0..SHARD_COUNT).map(|_| RwLock::new(HashMap::new())).collect(),
+            shards: (0..SHARD_COUNT).map(|_| RwLock::new(HashMap::default())).collect(),
             ns: Mutex::new(Namespace { ino_free: Vec::new(), ino_next: ROOT_INO + 1 }),
             generation_next: AtomicU64::new(ROOT_GENERATION + 1),
             ino_high: AtomicU64::new(ROOT_INO),
