@@ -126,12 +126,15 @@ for e in $EXPECT; do
   echo "$n $got" >>/results/sums-read.txt
   if [ "$got" != "$want" ]; then
     # The host names the wrong records (each says which file and offset it
-    # was written for), so keep what was read.
+    # was written for), so keep what was read; check the other files too.
     cp "$D/$n" "/results/bad-$n" 2>/dev/null
-    fail "$n: read back sha256 $got, want $want (copy in /results/bad-$n)"
+    echo "FAIL [$STEP] $n: read back sha256 $got, want $want (copy in /results/bad-$n)"
+    bad_files="${bad_files:-}$n "
+    continue
   fi
   ok "$n sha256 $got"
 done
+[ -z "${bad_files:-}" ] || fail "wrong data read back: $bad_files"
 ok "all files verified in $(( $(date +%s) - t0 ))s"
 evidence read
 
