@@ -449,3 +449,6 @@ fn control_loop(p: std::sync::Weak<Pnfs>, rx: Receiver<RemoveJob>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -129,6 +129,11 @@ impl PnfsVfs {
         }
     }
 
+    #[cfg(test)]
+    pub(crate) fn pieces_for_test(p: &Placement, offset: u64, len: usize) -> Vec<(u64, usize, usize)> {
+        Self::pieces(p, offset, len)
+    }
+
     /// The regular file `name` in `dir` with one link: removing that name
     /// removes the file.
     fn last_link(&self, dir: &FileHandle, name: &[u8]) -> Option<FileHandle> {
