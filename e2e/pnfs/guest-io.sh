@@ -135,7 +135,7 @@ for e in $EXPECT; do
   ok "$n sha256 $got"
 done
 [ -z "${bad_files:-}" ] || fail "wrong data read back: $bad_files"
-ok "all files verified in $(( $(date +%s) - t0 ))s"
+ok "all files read in $(( $(date +%s) - t0 ))s"
 evidence read
 
 step cleanup

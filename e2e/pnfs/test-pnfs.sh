@@ -5,7 +5,7 @@
 #
 #   test-pnfs.sh CHIMERAD_BINARY [CASE...]
 #
-# Cases (default: stripe mirror2 dsfail):
+# Cases (default: topology stripe dsfail1, what make test runs):
 #   topology  MDS without layouts (pnfs.enabled=false) + three DSes. Proves the
 #             harness: namespaces and addresses, the guest reaching the MDS and
 #             each DS at its own address through slirp, a v4.1 mount of the
@@ -63,7 +63,7 @@ die() { echo "pnfs-test: ERROR: $*" >&2; exit 2; }
 chimerad=$(realpath "$1"); shift
 [ -x "$chimerad" ] || die "chimerad binary '$chimerad' is missing: run make build-dataplane"
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(stripe mirror2 dsfail)
+[ ${#cases[@]} -gt 0 ] || cases=(topology stripe dsfail1)
 for c in "${cases[@]}"; do
   case "$c" in topology|stripe|mirror2|dsfail|dsfail1) ;; *) die "unknown case '$c'" ;; esac
 done
