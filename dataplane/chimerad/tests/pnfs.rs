@@ -75,8 +75,8 @@ fn striping_places_units_round_robin() {
     assert!(metric(&m, "chimera_pnfs_mds_io_bytes_total{op=\"read\"}").unwrap() >= (units * SU) as f64);
 }
 
-/// Proves mirroring: with mirrors = 2 every segment names two different
-/// DSes; a client writing both copies can read the same bytes from either;
+/// Proves mirroring: with mirrors = 2 a file's one whole-file segment names
+/// two different DSes; a client writing both copies can read the same bytes from either;
 /// a write through the MDS lands on both copies too (read back from each
 /// DS as root).
 #[test]
@@ -86,6 +86,7 @@ fn mirrors_two_write_both_copies() {
     let (open, fh) = v.open(&["m"], "mirrored", SHARE_BOTH);
     let l = v.layoutget(&fh, 4, RW, 0, u64::MAX, 0, &open).expect("RW layout");
     assert_eq!(l.mirrors.len(), 2, "two mirrors");
+    assert_eq!((l.offset, l.length), (0, u64::MAX), "a mirrored file gets one whole-file segment (Linux needs it)");
     let addrs: Vec<_> = l.mirrors.iter().map(|m| v.ds_of(&m.deviceid)).collect();
     assert_ne!(addrs[0], addrs[1], "mirrors on different DSes");
     let data = pattern(2, 0, 8192);
@@ -102,6 +103,14 @@ fn mirrors_two_write_both_copies() {
     assert_eq!(v.write(&fh, &open, SU, &w), Ok(5000));
     let l1 = v.layoutget(&fh, 4, READ, SU, SU, 0, &l.stateid).expect("READ layout");
     assert_eq!(l1.mirrors.len(), 2);
+    let mut spread = HashSet::new();
+    for i in 0..6 {
+        let (o, f) = v.open(&["m"], &format!("spread{i}"), SHARE_BOTH);
+        for m in v.layoutget(&f, 4, RW, 0, u64::MAX, 0, &o).unwrap().mirrors {
+            spread.insert(v.ds_of(&m.deviceid));
+        }
+    }
+    assert_eq!(spread.len(), 3, "mirrored files still spread over all DSes");
     for m in &l1.mirrors {
         let a = v.ds_of(&m.deviceid);
         let mut back = Vec::new();

@@ -8,6 +8,13 @@
 //! gets one segment per stripe unit, [k·su, (k+1)·su), whose mirror m is on
 //! DS (k + m) mod W; with W = 1 one segment covers the whole file. Data
 //! files are sparse: DS offset = file offset.
+//!
+//! Mirrored files (mirrors ≥ 2) get one whole-file segment with mirror m on
+//! their m-th DS, no striping: the Linux client (seen on 6.1) flushes the
+//! page lists of its mirrors at different times and its segment test only
+//! checks a page's *end* against the segment, so with per-unit segments a
+//! mirror's pages of unit k ride along with unit k+1's I/O to unit k+1's DS
+//! (wrong data read back, found by e2e/pnfs). Files still spread over DSes.
 
 use crate::client3::{CtlError, Sattr};
 use crate::{data_file_name, LayoutState, Placement, Pnfs, State, DATA_FILE_MODE, LAYOUT4_FLEX_FILES};
@@ -65,9 +72,11 @@ impl Pnfs {
                     return Ok(p.clone());
                 }
                 let active = st.ds.active_ids();
-                let w = match self.cfg.stripe_width {
-                    0 => active.len(),
-                    w => (w as usize).min(active.len()),
+                let w = match (self.cfg.mirrors, self.cfg.stripe_width) {
+                    // Mirrored files are not striped: see `Placement::segmented`.
+                    (m, _) if m > 1 => m as usize,
+                    (_, 0) => active.len(),
+                    (_, w) => (w as usize).min(active.len()),
                 };
                 if w == 0 || w < self.cfg.mirrors as usize {
                     return Err(p::NFS4ERR_LAYOUTUNAVAILABLE);
@@ -236,7 +245,7 @@ impl Pnfs {
         let pl = self.ensure_placed(&a.fh)?;
         let su = pl.stripe_unit_bytes;
         let unit = a.offset / su;
-        let (offset, length) = if pl.width() == 1 { (0, LENGTH_TO_EOF) } else { (unit * su, su) };
+        let (offset, length) = if pl.segmented() { (unit * su, su) } else { (0, LENGTH_TO_EOF) };
         // §18.43.3: the segment must cover [offset, offset + minlength).
         let end = if length == LENGTH_TO_EOF { u64::MAX } else { offset + length };
         if a.minlength > 0 && a.offset.saturating_add(a.minlength) > end {

@@ -164,8 +164,17 @@ impl Placement {
         self.dses.len() as u64
     }
 
+    /// Striped with one layout segment per stripe unit (more DSes than
+    /// mirrors); otherwise one whole-file segment, mirror m on `dses[m]`.
+    pub fn segmented(&self) -> bool {
+        self.width() > self.mirrors as u64
+    }
+
     /// Index into `dses` of stripe unit `unit`, mirror `m`.
     pub fn slot(&self, unit: u64, m: u32) -> usize {
+        if !self.segmented() {
+            return m as usize;
+        }
         ((unit + m as u64) % self.width()) as usize
     }
 }

@@ -112,12 +112,19 @@ fn placement(width: usize, mirrors: u32) -> Placement {
 #[test]
 fn stripe_slots_rotate_and_mirrors_differ() {
     let p = placement(3, 2);
+    assert!(p.segmented());
     let got: Vec<(usize, usize)> = (0..6).map(|k| (p.slot(k, 0), p.slot(k, 1))).collect();
     assert_eq!(got, [(0, 1), (1, 2), (2, 0), (0, 1), (1, 2), (2, 0)]);
     for k in 0..100 {
         assert_ne!(p.slot(k, 0), p.slot(k, 1), "mirrors of unit {k} on different DSes");
     }
+    // As many DSes as mirrors (how mirrored files are placed): whole file,
+    // mirror m on DS m for every unit.
+    let m = placement(2, 2);
+    assert!(!m.segmented());
+    assert!((0..10).all(|k| m.slot(k, 0) == 0 && m.slot(k, 1) == 1));
     let one = placement(1, 1);
+    assert!(!one.segmented());
     assert!((0..10).all(|k| one.slot(k, 0) == 0));
 }
 
