@@ -440,3 +440,39 @@ fn mirror_survives_one_ds_down() {
     assert_eq!(l.mirrors.len(), 1, "only the surviving mirror");
     assert_ne!(v.ds_of(&l.mirrors[0].deviceid), dead_addr);
 }
+
+/// Proves the pNFS config keys are parsed with their limits and that a bad
+/// value is an error naming its key path (CONFIG.md).
+#[test]
+fn pnfs_config_keys_are_checked() {
+    use chimerad::config::Config;
+    let parse = |pnfs: serde_json::Value| {
+        Config::parse(
+            &json!({
+                "server": { "role": "mds", "pnfs": pnfs },
+                "mounts": { "m": { "module": "memfs" } },
+                "admin": { "token": "t" }
+            })
+            .to_string(),
+        )
+    };
+    let ok = parse(json!({ "enabled": true, "stripe_width": 2, "synthetic_uid": 5000, "synthetic_gid": 6000,
+                           "layouts_per_client_max": 10, "layouts_max": 100, "ds_timeout_ms": 500, "remove_queue_max": 8,
+                           "data_servers": [ { "name": "a", "uaddr": "10.0.0.1" }, { "uaddr": "10.0.0.2:2050" } ] }))
+    .unwrap();
+    let p = &ok.server.pnfs;
+    assert_eq!((p.stripe_width, p.synthetic_uid, p.synthetic_gid, p.ds_timeout_ms), (2, 5000, 6000, 500));
+    assert_eq!(p.data_servers[0].name.as_deref(), Some("a"));
+    assert_eq!(p.data_servers[1].name, None);
+    for (bad, path) in [
+        (json!({ "stripe_width": 1025 }), "server.pnfs.stripe_width"),
+        (json!({ "synthetic_uid": 0 }), "server.pnfs.synthetic_uid"),
+        (json!({ "ds_timeout_ms": 5 }), "server.pnfs.ds_timeout_ms"),
+        (json!({ "layouts_max": 0 }), "server.pnfs.layouts_max"),
+        (json!({ "data_servers": [ { "name": "", "uaddr": "h" } ] }), "server.pnfs.data_servers[0].name"),
+        (json!({ "stripes": 2 }), "server.pnfs.stripes"),
+    ] {
+        let e = parse(bad.clone()).unwrap_err();
+        assert_eq!(e.path, path, "{bad} -> {e:?}");
+    }
+}
