@@ -122,7 +122,9 @@ fn portmap_registrations(cfg: &Config) -> Vec<nfs3::Registration> {
 /// The RPC programs of this role. Every listener serves every registered
 /// program (the runtime does not split them by port), so MOUNT also answers
 /// on the NFS port and clients may name either.
-fn dispatcher(cfg: &Config, router: &Arc<Router>, pnfs: Option<&Arc<pnfs::Pnfs>>) -> rpc::Dispatcher {
+/// Also returns the NFSv4.1 back channel, to attach to the transport once
+/// it runs.
+fn dispatcher(cfg: &Config, router: &Arc<Router>, pnfs: Option<&Arc<pnfs::Pnfs>>) -> (rpc::Dispatcher, Option<Arc<nfs4::callback::Callbacks>>) {
     let mut d = rpc::Dispatcher::new(limits(cfg));
     // With pNFS, file data lives on the DSes: both NFS versions on the MDS
     // reach it through the wrapper (I/O through the MDS).
@@ -131,8 +133,9 @@ fn dispatcher(cfg: &Config, router: &Arc<Router>, pnfs: Option<&Arc<pnfs::Pnfs>>
         None => router.clone(),
     };
     d.register(Arc::new(nfs3::Nfs3Program::new(vfs.clone()).io_bytes_max(io_bytes_max(cfg))), "nfs3", &nfs3::PROC_NAMES);
+    let mut callbacks = None;
     if cfg.server.role.runs_mds() {
-        register_nfs4(&mut d, &cfg.server, vfs, pnfs);
+        callbacks = Some(register_nfs4(&mut d, &cfg.server, vfs, pnfs));
         let r = router.clone();
         let resolve = Arc::new(move |p: &[u8]| r.resolve_path(p));
         d.register(Arc::new(nfs3::Mount3Program::new(mount_exports(cfg), resolve)), "mount3", &nfs3::mount::PROC_NAMES);
@@ -140,12 +143,17 @@ fn dispatcher(cfg: &Config, router: &Arc<Router>, pnfs: Option<&Arc<pnfs::Pnfs>>
         // NFS port, which costs nothing and helps clients that ask there.
         d.register(Arc::new(nfs3::PortmapProgram::new(portmap_registrations(cfg))), "portmap", &nfs3::portmap::PROC_NAMES);
     }
-    d
+    (d, callbacks)
 }
 
 /// NFSv4.1 on the NFS port, its request/response budgets (and so
 /// maxread/maxwrite) fitted inside one RPC record.
-fn register_nfs4(d: &mut rpc::Dispatcher, s: &crate::config::ServerConfig, vfs: Arc<dyn Vfs>, pnfs: Option<&Arc<pnfs::Pnfs>>) {
+fn register_nfs4(
+    d: &mut rpc::Dispatcher,
+    s: &crate::config::ServerConfig,
+    vfs: Arc<dyn Vfs>,
+    pnfs: Option<&Arc<pnfs::Pnfs>>,
+) -> Arc<nfs4::callback::Callbacks> {
     let mut c4 = nfs4::Config { lease_time_s: s.lease_time_s, grace_time_s: s.grace_time_s, ..Default::default() };
     let budget = s.record_bytes_max - RPC_HEADER_BYTES;
     if c4.request_bytes_max > budget || c4.response_bytes_max > budget {
@@ -161,7 +169,11 @@ fn register_nfs4(d: &mut rpc::Dispatcher, s: &crate::config::ServerConfig, vfs: 
         prog = prog.with_layouts(p.clone());
         p.set_recaller(prog.callbacks());
     }
+    // REPLY records on NFS connections answer our back-channel calls.
+    let callbacks = prog.callbacks();
+    d.set_reply_sink(callbacks.clone());
     d.register(Arc::new(prog), "nfs4", &["null", "compound"]);
+    callbacks
 }
 
 /// Data-path listen addresses: NFS, then MOUNT and portmap when enabled
@@ -304,8 +316,12 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
             limits: limits(cfg),
             ..Default::default()
         };
-        let nfs = runtime::Server::start(rt, Arc::new(dispatcher(cfg, &router, pnfs.as_ref())))
+        let (d, callbacks) = dispatcher(cfg, &router, pnfs.as_ref());
+        let nfs = runtime::Server::start(rt, Arc::new(d))
             .map_err(|e| format!("server.nfs_port: cannot start the data path on {}:{}: {e}", cfg.server.bind, cfg.server.nfs_port))?;
+        if let Some(cb) = callbacks {
+            cb.attach(nfs.sender());
+        }
         run.nfs_addr = nfs.local_addrs().first().copied();
         for (i, a) in nfs.local_addrs().iter().enumerate() {
             let service = match (i, a.port()) {
