@@ -237,10 +237,19 @@ bud_and_export() {
     tail -n 40 "$OUT/build-$target.log" >&2
     die "$img: buildah bud --target $target failed (log: $OUT/build-$target.log)"
   fi
-  rm -f "$archive.tmp"
+  # Export only when the image changed since the last export (re-compressing
+  # unchanged layers costs tens of seconds); the .id file records what is inside.
+  local id
+  id=$(buildah inspect --type image --format '{{.FromImageID}}' "$img")
+  if [ -s "$archive" ] && [ "$(cat "$archive.id" 2>/dev/null)" = "$id" ]; then
+    log "$img unchanged (${id:0:12}), $archive kept; $(( $(date +%s) - t0 )) s"
+    return
+  fi
+  rm -f "$archive.tmp" "$archive.id"
   buildah push --quiet "$img" "oci-archive:$archive.tmp:$img" >/dev/null \
     || die "$img: export to $archive failed"
   mv "$archive.tmp" "$archive"
+  echo "$id" > "$archive.id"
   log "$img built and exported to $archive in $(( $(date +%s) - t0 )) s"
 }
 
