@@ -31,10 +31,12 @@ USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/chimera-operator"]
 
 # ---- csi: the node plugin mounts, so it carries mount.nfs (nfs-common) and
-# mount (util-linux); it runs as root (privileged in the node DaemonSet) ----
+# mount (util-linux), and netbase (/etc/protocols: without it mount.nfs fails
+# "Failed to find 'tcp' protocol", found by the real-node e2e); it runs as root
+# (privileged in the node DaemonSet) ----
 FROM ${RUNTIME_BASE} AS csi
 RUN apt-get update && \
-    apt-get install -y --no-install-recommends nfs-common mount util-linux && \
+    apt-get install -y --no-install-recommends nfs-common mount util-linux netbase && \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 COPY --from=go-build /out/chimera-csi /usr/local/bin/chimera-csi
 ENTRYPOINT ["/usr/local/bin/chimera-csi"]
