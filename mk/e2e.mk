@@ -10,7 +10,7 @@ KUBE_SIDECAR_BIN := $(KUBE_CACHE)/chimera-e2e-sidecar
 KUBE_SIDECARS_TAR := $(KUBE_CACHE)/sidecars.tar
 KUBE_E2E_TEST := $(KUBE_CACHE)/kube-e2e.test
 # Whole run (boot, flow, teardown); the test's own budget is below it.
-KUBE_E2E_TIMEOUT_S ?= 900
+KUBE_E2E_TIMEOUT_S ?= 1500
 KUBE_E2E_IMAGES = $(IMAGES_OUT)/pause.tar $(IMAGES_OUT)/chimera-fio.tar $(IMAGES_OUT)/chimera-operator.tar \
   $(IMAGES_OUT)/chimera-csi.tar $(IMAGES_OUT)/chimerad.tar $(KUBE_SIDECARS_TAR)
 
@@ -32,7 +32,7 @@ e2e: e2e-setup images ## helm install -> ChimeraCluster -> PVC -> fio Job on a r
 	@for f in $(KUBE_E2E_IMAGES); do [ -s $$f ] || { echo "e2e: image archive $$f missing (make images)"; exit 1; }; done
 	@set +e; cd $(KUBE_E2E) && IMAGES="$(KUBE_E2E_IMAGES)" GUEST_MEM_MB=3072 \
 	  HELM=$(CACHE)/bin/helm KUBECTL=$(K8S_ASSETS)/kubectl CHIMERA_REPO=$(CURDIR) NODE_SHARE=$(KUBE_CACHE)/run/share \
-	  CHIMERA_KUBE_E2E=1 timeout -k 20 $(KUBE_E2E_TIMEOUT_S) ./run.sh $(KUBE_E2E_TEST) -test.v -test.count=1 -test.timeout 12m \
+	  CHIMERA_KUBE_E2E=1 timeout -k 20 $(KUBE_E2E_TIMEOUT_S) ./run.sh $(KUBE_E2E_TEST) -test.v -test.count=1 -test.timeout 22m \
 	  > $(CACHE)/last-kube-e2e.log 2>&1; rc=$$?; set -e; \
 	  log=$(CACHE)/last-kube-e2e.log; \
 	  grep -E '^kube-e2e:|STEP |FLEXFILES-CHECK|^\s+[0-9.]+s  \+|timeline|^(    )?--- (PASS|FAIL|SKIP)|^(ok|FAIL|PASS)$$|^panic:' $$log; \

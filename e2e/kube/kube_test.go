@@ -72,7 +72,7 @@ const (
 	podsUpTimeout    = 180 * time.Second
 	clusterUpTimeout = 180 * time.Second
 	pvcBoundTimeout  = 60 * time.Second
-	fioJobTimeout    = 300 * time.Second
+	fioJobTimeout    = 420 * time.Second
 	teardownTimeout  = 120 * time.Second
 	toolTimeout      = 120 * time.Second
 
@@ -478,6 +478,8 @@ func TestRealNode(t *testing.T) {
 		cc.Spec.MetadataServer.Resources = small
 		cc.Spec.DataServers.Resources = small
 		cc.Spec.Storage.MemfsCapacityBytes = memfsBytes
+		// One event loop per server: three servers share the guest's 2 vCPUs.
+		cc.Spec.Tuning.Threads = 1
 		if err := e.k8s.Create(e.ctx, cc); err != nil {
 			return "", err
 		}
