@@ -1345,10 +1345,11 @@ impl State {
 }
 
 fn negotiate_back(a: &ChannelAttrs) -> ChannelAttrs {
-    // No memory is tied to the back channel (we send no callbacks yet), so
-    // the client's values are echoed: the Linux client refuses a session
+    // The client's values are echoed: the Linux client refuses a session
     // whose back-channel ops/requests differ from what it asked for or
-    // whose response size is smaller. Nothing is cached on that channel.
+    // whose response size is smaller. Our use is bounded separately: at most
+    // CB_SLOTS_MAX callback slots, and every CB_COMPOUND is checked against
+    // ca_maxrequestsize / ca_maxoperations. We cache no callback replies.
     ChannelAttrs { headerpad_bytes: 0, response_cached_bytes_max: 0, ..*a }
 }
 
