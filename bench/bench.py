@@ -709,7 +709,9 @@ def main(argv: list[str]) -> int:
         "runtime_s": a.runtime_s,
         "file_bytes": plan.file_bytes,
         "host": {"cpus": os.cpu_count(), "kernel": os.uname().release,
-                 "note": "client and server share this machine's cores"},
+                 "note": "client and server share this machine's cores",
+                 # Other work on the machine skews the comparison (README: "A loaded machine").
+                 "loadavg_start": list(os.getloadavg())},
         "git_commit": git_commit(),
         "chimerad_cores": a.chimerad_cores,
         "fio": {"path_name": a.fio.name, "version": run([str(a.fio), "--version"], 10).stdout.strip()},
@@ -784,6 +786,7 @@ def main(argv: list[str]) -> int:
 def finish(results: dict, servers: list[Server], out_dir: Path) -> None:
     keys = [m[0] for m in METRICS]
     names = [s.name for s in servers]
+    results.setdefault("host", {})["loadavg_end"] = list(os.getloadavg())
     if not results["servers"]:
         results["servers"] = [{"name": n} for n in names]
     for cell in results["cells"]:
@@ -813,6 +816,9 @@ def finish(results: dict, servers: list[Server], out_dir: Path) -> None:
     print(f"\npeak server RSS through the write cells (MiB): "
           + ", ".join(f"{n} {fmt(v)}" for n, v in results["rss_peak_mib_write_matrix"].items()))
     print(note or f"chart: {out_dir / 'ratios.png'}")
+    host = results["host"]
+    print("machine load average (1/5/15 min) at start " + " ".join(f"{x:.1f}" for x in host.get("loadavg_start", []))
+          + ", at end " + " ".join(f"{x:.1f}" for x in host["loadavg_end"]) + f" on {host.get('cpus')} CPUs")
     print(f"raw fio JSON: {out_dir / 'raw'}; summary: {out_dir / 'results.json'}")
     for r in results["retries"]:
         print(f"note: run repeated once: {r}")
