@@ -20,6 +20,7 @@
 # PNFS_DS_ADDRS (space-separated DS addresses), PNFS_EXPORT, PNFS_NFS_PORT,
 # PNFS_EXPECT ("name:sha256 ..." for the files in /results/in/),
 # PNFS_HOST_SYNC (1: after writing, wait for the host, e.g. to stop a DS),
+# PNFS_EXPECT2 (files written after the host's answer, then read back too),
 # PNFS_READ_ERRORS_OK (1: a file whose read fails with an I/O error is
 # recorded as "ERROR" instead of failing the run — the single-copy DS failure
 # case, where an error is an allowed outcome and wrong data never is).
@@ -32,6 +33,7 @@ EXPORT=${PNFS_EXPORT:?}
 PORT=${PNFS_NFS_PORT:?}
 EXPECT=${PNFS_EXPECT:?}
 HOST_SYNC=${PNFS_HOST_SYNC:-0}
+EXPECT2=${PNFS_EXPECT2:-}
 READ_ERRORS_OK=${PNFS_READ_ERRORS_OK:-0}
 HOST_WAIT_S_MAX=300     # the host stops a DS in well under this
 MNT=/mnt/pnfs
@@ -79,17 +81,20 @@ ok "$(awk -v m="$MNT" '$2 == m' /proc/mounts)"
 step write
 D=$MNT/pnfs-$(head -c 4 /dev/urandom | od -An -tx1 | tr -d ' \n')
 mkdir "$D" || fail "mkdir $D"
-bytes=0
-t0=$(date +%s)
-for e in $EXPECT; do
-  n=${e%%:*}
-  [ -f "$IN/$n" ] || fail "input $IN/$n missing"
-  # conv=fsync: the data (and the LAYOUTCOMMIT) reach the servers before dd
-  # returns, so a write error shows here.
-  dd if="$IN/$n" of="$D/$n" bs=1M conv=fsync 2>/tmp/dd.err || fail "writing $n: $(cat /tmp/dd.err)"
-  bytes=$((bytes + $(stat -c %s "$IN/$n")))
-done
-ok "$bytes bytes in $(( $(date +%s) - t0 ))s"
+write_files() {  # "name:sha256 ..."
+  bytes=0
+  t0=$(date +%s)
+  for e in $1; do
+    n=${e%%:*}
+    [ -f "$IN/$n" ] || fail "input $IN/$n missing"
+    # conv=fsync: the data (and the LAYOUTCOMMIT) reach the servers before dd
+    # returns, so a write error shows here.
+    dd if="$IN/$n" of="$D/$n" bs=1M conv=fsync 2>/tmp/dd.err || fail "writing $n: $(cat /tmp/dd.err)"
+    bytes=$((bytes + $(stat -c %s "$IN/$n")))
+  done
+  ok "$bytes bytes in $(( $(date +%s) - t0 ))s"
+}
+write_files "$EXPECT"
 evidence write
 
 if [ "$HOST_SYNC" = 1 ]; then
@@ -101,6 +106,13 @@ if [ "$HOST_SYNC" = 1 ]; then
     sleep 0.1; waited=$((waited + 1))
   done
   ok "host says: $(cat /results/host-go)"
+  if [ -n "$EXPECT2" ]; then
+    # Files created after the host changed the cluster (e.g. the DS list).
+    step write-after-sync
+    write_files "$EXPECT2"
+    evidence write2
+    EXPECT="$EXPECT $EXPECT2"
+  fi
 fi
 
 step remount
