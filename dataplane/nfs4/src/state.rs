@@ -1683,6 +1683,53 @@ mod tests {
         }
     }
 
+    /// The back channel's bookkeeping: which connections carry it, the
+    /// CB_PATH_DOWN flags, callback slots (one in flight per slot, sequence
+    /// ids advanced on success, stepped back when refused, resynchronised
+    /// after a lost call), and connection close.
+    #[test]
+    fn back_channel_bindings_flags_and_slots() {
+        use proto::nfs4::{SEQ4_STATUS_CB_PATH_DOWN as DOWN, SEQ4_STATUS_CB_PATH_DOWN_SESSION as DOWN_S};
+        use rpc::backchannel::CallCred;
+        let mut st = State::new(no_grace(), 7, 0);
+        let (a, sid) = setup(&mut st, b"a");
+        assert_eq!(st.cb_path_flags(&sid), DOWN | DOWN_S, "no connection bound for callbacks");
+        assert_eq!(st.cb_begin(a).unwrap_err(), CbBusy::NoBackChannel);
+        st.bind_conn_dir(&sid, 5, true).unwrap();
+        assert_eq!(st.cb_path_flags(&sid), DOWN | DOWN_S, "bound, but no usable credential yet");
+        st.set_callback_sec(&sid, 0x4000_0001, Some(CallCred::None)).unwrap();
+        assert_eq!(st.cb_path_flags(&sid), 0);
+        // attrs() offers 4 back-channel slots: four calls at once, then busy.
+        let calls: Vec<CbCall> = (0..4).map(|_| st.cb_begin(a).unwrap()).collect();
+        assert_eq!(st.cb_begin(a).unwrap_err(), CbBusy::SlotsBusy);
+        assert!(calls.iter().enumerate().all(|(i, c)| c.slot == i as u32 && c.seqid == 1 && c.conn == 5));
+        assert_eq!((calls[0].program, calls[0].highest_slot), (0x4000_0001, 3));
+        st.cb_end(&sid, 0, Some(true));
+        st.cb_end(&sid, 1, Some(false));
+        st.cb_end(&sid, 2, None);
+        assert_eq!(st.cb_begin(a).unwrap().seqid, 2, "slot 0: sequence advanced");
+        assert_eq!(st.cb_begin(a).unwrap().seqid, 1, "slot 1: refused, sequence reused");
+        let c2 = st.cb_begin(a).unwrap();
+        assert_eq!((c2.slot, c2.seqid), (2, 2));
+        assert!(st.cb_uncertain(&sid, 2));
+        st.cb_end(&sid, 2, Some(false));
+        st.cb_resync(&sid, 2);
+        assert_eq!(st.cb_begin(a).unwrap().seqid, 1, "slot 2: back over the lost call");
+        // A second session keeps the client reachable; closing the only
+        // back-channel connection of the first takes its path down.
+        let s2 = st.create_session(a, 2, 0, attrs(), attrs(), 0, 0).unwrap().id;
+        st.bind_conn_dir(&s2, 6, true).unwrap();
+        st.set_callback_sec(&s2, 1, Some(CallCred::None)).unwrap();
+        st.conn_closed(5);
+        assert_eq!(st.cb_path_flags(&sid), DOWN_S);
+        assert_eq!(st.cb_path_flags(&s2), 0);
+        // A fore-only binding takes a connection off the back channel.
+        st.bind_conn_dir(&s2, 6, false).unwrap();
+        assert_eq!(st.cb_path_flags(&s2), DOWN | DOWN_S);
+        assert_eq!(st.bind_conn_dir(&[9; 16], 6, true), Err(StateError::BadSession));
+        st.assert_invariants();
+    }
+
     #[test]
     fn tables_are_bounded() {
         let limits = Limits { clients_max: 2, sessions_per_client_max: 1, stateids_max: 1, ..no_grace() };
