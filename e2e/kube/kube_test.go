@@ -180,36 +180,30 @@ func eventually(ctx context.Context, timeout time.Duration, fn func() error) err
 	}
 }
 
-func podReady(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// podsReady waits for exactly n Ready pods matching the labels.
-func (e *env) podsReady(ns string, labels map[string]string, n int) ([]corev1.Pod, error) {
+// podsRunning waits for exactly n pods matching the labels with every
+// container running (readiness aside: on a loaded TCG guest a probe with a
+// 1 s timeout flaps without anything being wrong).
+func (e *env) podsRunning(ns string, labels map[string]string, n int) ([]corev1.Pod, error) {
 	var pods corev1.PodList
 	err := eventually(e.ctx, podsUpTimeout, func() error {
 		if err := e.k8s.List(e.ctx, &pods, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
 			return err
 		}
-		ready := 0
+		running := 0
 		var states []string
 		for i := range pods.Items {
 			p := &pods.Items[i]
-			if podReady(p) {
-				ready++
+			all := p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && len(p.Status.ContainerStatuses) == len(p.Spec.Containers)
+			for _, cs := range p.Status.ContainerStatuses {
+				all = all && cs.State.Running != nil
+			}
+			if all {
+				running++
 			}
 			states = append(states, p.Name+"="+podState(p))
 		}
-		if ready != n || len(pods.Items) != n {
-			return fmt.Errorf("%d/%d pods Ready in %s %v: %v", ready, n, ns, labels, states)
+		if running != n || len(pods.Items) != n {
+			return fmt.Errorf("%d/%d pods running in %s %v: %v", running, n, ns, labels, states)
 		}
 		return nil
 	})
@@ -233,7 +227,7 @@ func podState(p *corev1.Pod) string {
 // livenessprobe container: on the node's network, where pod IPs are
 // reachable (from the host they are not). Returns the status code and body.
 func (e *env) nodeGet(url, token string) (int, string, error) {
-	pods, err := e.podsReady(releaseNS, map[string]string{"app.kubernetes.io/component": "csi-node"}, 1)
+	pods, err := e.podsRunning(releaseNS, map[string]string{"app.kubernetes.io/component": "csi-node"}, 1)
 	if err != nil {
 		return 0, "", err
 	}
@@ -391,7 +385,8 @@ func metricSum(text, name string, fragments ...string) float64 {
 	return sum
 }
 
-func TestRealNode(t *testing.T) {
+// newEnv connects to the cluster run.sh started; skips without it.
+func newEnv(t *testing.T) *env {
 	if os.Getenv("CHIMERA_KUBE_E2E") != "1" {
 		t.Skip("needs the guest node cluster: run `make e2e`")
 	}
@@ -411,6 +406,11 @@ func TestRealNode(t *testing.T) {
 	if e.k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		t.Fatal(err)
 	}
+	return e
+}
+
+func TestRealNode(t *testing.T) {
+	e := newEnv(t)
 	tl := &timeline{t0: time.Now()}
 	t.Cleanup(func() {
 		tl.print(t)
@@ -426,34 +426,18 @@ func TestRealNode(t *testing.T) {
 		return "", err
 	})
 	tl.run(t, "operator Running", func() (string, error) {
-		_, err := e.podsReady(releaseNS, map[string]string{"app.kubernetes.io/name": "chimera-operator"}, 1)
+		_, err := e.podsRunning(releaseNS, map[string]string{"app.kubernetes.io/name": "chimera-operator"}, 1)
 		return "", err
 	})
 	tl.run(t, "CSI controller + node plugin Running", func() (string, error) {
-		if _, err := e.podsReady(releaseNS, map[string]string{"app.kubernetes.io/component": "csi-controller"}, 1); err != nil {
+		if _, err := e.podsRunning(releaseNS, map[string]string{"app.kubernetes.io/component": "csi-controller"}, 1); err != nil {
 			return "", err
 		}
-		_, err := e.podsReady(releaseNS, map[string]string{"app.kubernetes.io/component": "csi-node"}, 1)
+		_, err := e.podsRunning(releaseNS, map[string]string{"app.kubernetes.io/component": "csi-node"}, 1)
 		return "", err
 	})
 	tl.run(t, "CSINode lists csi.chimera.io (kubelet registration)", func() (string, error) {
-		var note string
-		return note, eventually(e.ctx, podsUpTimeout, func() error {
-			cn := &storagev1.CSINode{}
-			if err := e.k8s.Get(e.ctx, client.ObjectKey{Name: nodeName}, cn); err != nil {
-				return err
-			}
-			for _, d := range cn.Spec.Drivers {
-				if d.Name == driverName {
-					if d.NodeID != nodeName {
-						return fmt.Errorf("CSINode driver %s has nodeID %q, want %q", driverName, d.NodeID, nodeName)
-					}
-					note = "nodeID " + d.NodeID
-					return nil
-				}
-			}
-			return fmt.Errorf("CSINode %s drivers %+v", nodeName, cn.Spec.Drivers)
-		})
+		return "", eventually(e.ctx, podsUpTimeout, func() error { return e.csiNodeHasDriver(true) })
 	})
 
 	// The TCP/memfs sample, scaled to the guest: our image, small requests.

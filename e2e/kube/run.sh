@@ -186,7 +186,7 @@ wait_for kube-apiserver $CP_START_TIMEOUT_S curl -fsS --cacert "$pki/ca.crt" -H 
 launch kube-controller-manager --kubeconfig="$RUN_DIR/kubeconfig" --leader-elect=false --secure-port=0 \
   --controllers='*,-serviceaccount-token' --root-ca-file="$pki/ca.crt" \
   --service-account-private-key-file="$pki/sa.key" --service-cluster-ip-range=$SERVICE_CIDR \
-  --node-monitor-grace-period=60s
+  --node-monitor-grace-period=180s
 launch kube-scheduler --kubeconfig="$RUN_DIR/kubeconfig" --leader-elect=false --secure-port=0
 log "control plane up in $((SECONDS - t0))s (https://127.0.0.1:$APISERVER_PORT)"
 
