@@ -27,6 +27,11 @@
 #   dsfail1   mirrors=1, the same kill: a file with a stripe on the dead DS
 #             may fail to read with an I/O error (what the server documents),
 #             but no file may read back wrong, and the others verify.
+#   member    the MDS starts with ds1 and ds2 only (ds3 runs, unlisted); after
+#             the first files are written the host PUTs the list ds1
+#             (draining), ds2, ds3 through the admin API and the guest writes
+#             a new file: it lands on ds3 (and ds2), ds1 gets no new writes,
+#             and every file, old and new, reads back bit-exact.
 #
 # One guest boot per case, servers restarted per case (fresh counters).
 # Results (server configs and logs, metrics before/after, mountstats,
@@ -53,19 +58,21 @@ RUNS_KEPT_MAX=10
 # The data set: files spanning many stripe units (emulation moves ~8 MB/s).
 # The odd-sized one ends mid-unit and mid-page.
 FILES=("big.bin:$((12 << 20))" "odd.bin:$(((5 << 19) + 123))")
+# Written after the DS list changed (member case).
+FILES_LATE=("late.bin:$((6 << 20))")
 # Tolerances. The MDS carries only metadata when layouts work; its bytes are
 # judged against the bytes moved, not zero (COMPOUND headers, attributes).
 MDS_BYTES_FRACTION_MAX_PCT=5     # MDS RPC bytes in+out vs the bytes moved
 DS_BYTES_FRACTION_MIN_PCT=95     # DS WRITE/READ payload vs the bytes moved (x mirrors)
 
 die() { echo "pnfs-test: ERROR: $*" >&2; exit 2; }
-[ $# -ge 1 ] || die "usage: test-pnfs.sh CHIMERAD_BINARY [topology|stripe|mirror2|dsfail|dsfail1]..."
+[ $# -ge 1 ] || die "usage: test-pnfs.sh CHIMERAD_BINARY [topology|stripe|mirror2|dsfail|dsfail1|member]..."
 chimerad=$(realpath "$1"); shift
 [ -x "$chimerad" ] || die "chimerad binary '$chimerad' is missing: run make build-dataplane"
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=(topology stripe dsfail1)
 for c in "${cases[@]}"; do
-  case "$c" in topology|stripe|mirror2|dsfail|dsfail1) ;; *) die "unknown case '$c'" ;; esac
+  case "$c" in topology|stripe|mirror2|dsfail|dsfail1|member) ;; *) die "unknown case '$c'" ;; esac
 done
 for t in ip ss ping curl python3 flock; do command -v $t >/dev/null || die "$t is missing (make test-pnfs installs it)"; done
 
@@ -104,9 +111,10 @@ trap 'exit 130' INT TERM
 
 in_ns() { local n=$1; shift; ip netns exec "chim-$n" "$@"; }
 
-write_configs() {  # $1: case dir, $2: pnfs enabled (true/false), $3: mirrors
+write_configs() {  # $1: case dir, $2: pnfs enabled (true/false), $3: mirrors, $4...: listed DS nodes
   local d=$1 pnfs=$2 mirrors=$3 n dss=""
-  for n in "${DS_NODES[@]}"; do dss+="${dss:+, }{ \"netid\": \"tcp\", \"uaddr\": \"${ADDR[$n]}:$NFS_PORT\" }"; done
+  shift 3
+  for n in "$@"; do dss+="${dss:+, }{ \"netid\": \"tcp\", \"uaddr\": \"${ADDR[$n]}:$NFS_PORT\" }"; done
   head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$d/admin-token"
   cat >"$d/mds.json" <<EOF
 {
@@ -150,6 +158,21 @@ start_server() {  # $1: node, $2: case dir
   die "$n: chimerad did not listen on ${ADDR[$n]}:$NFS_PORT within ${START_WAIT_S_MAX}s"
 }
 
+# The member case's change, as the operator would push it: ds1 draining, ds2
+# kept, ds3 added. Names keep the configured ones (config-<index>) so device
+# ids stay stable.
+change_ds_list() {  # $1: case dir
+  local body
+  body="{\"dataServers\": [
+    {\"name\": \"config-0\", \"address\": \"${ADDR[ds1]}:$NFS_PORT\", \"draining\": true},
+    {\"name\": \"config-1\", \"address\": \"${ADDR[ds2]}:$NFS_PORT\"},
+    {\"name\": \"ds3\", \"address\": \"${ADDR[ds3]}:$NFS_PORT\"}]}"
+  in_ns cli curl -fsS --max-time 10 -X PUT -H "Authorization: Bearer $(cat "$1/admin-token")" \
+    -H 'Content-Type: application/json' --data "$body" \
+    "http://${ADDR[mds]}:$ADMIN_PORT/api/v1/dataservers" >"$1/dataservers-put.json" 2>"$1/dataservers-put.err" \
+    || { cat "$1/dataservers-put.err" >&2; die "PUT /api/v1/dataservers failed"; }
+}
+
 # Prometheus text from a server, fetched from the client's namespace (as a
 # scraper on the storage network would).
 scrape() {  # $1: node, $2: output file
@@ -172,8 +195,8 @@ metric_sum() {  # $1: file, $2: metric name, $3...: label="value" filters
 
 # Deterministic data: 64-byte records, each naming its file and offset, so a
 # stripe unit read from the wrong place or the wrong DS cannot checksum right.
-make_inputs() {  # $1: dir; prints "name:sha256 ..."
-  python3 - "$1" "${FILES[@]}" <<'PY'
+make_inputs() {  # $1: dir, $2...: name:size; prints "name:sha256 ..."
+  python3 - "$@" <<'PY'
 import hashlib, os, sys
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
@@ -278,27 +301,30 @@ le() { [ "$1" -le "$2" ]; }
 
 run_case() {  # $1: case name
   local c=$1 d=$run_dir/$1 pnfs=true mirrors=1 sync=0 victim="" errors_ok=0 n
+  local listed=("${DS_NODES[@]}") late=()
   case "$c" in
     topology) pnfs=false ;;
     mirror2) mirrors=2 ;;
     dsfail) mirrors=2; sync=1; victim=ds2 ;;
     dsfail1) sync=1; victim=ds2; errors_ok=1 ;;
+    member) sync=1; listed=(ds1 ds2); late=("${FILES_LATE[@]}") ;;
   esac
   mkdir -p "$d/results"
   failures=()
   tl "$c: configs (pnfs.enabled=$pnfs mirrors=$mirrors stripe_unit_bytes=$STRIPE_UNIT_BYTES)"
-  write_configs "$d" $pnfs $mirrors
+  write_configs "$d" $pnfs $mirrors "${listed[@]}"
   for n in "${DS_NODES[@]}" mds; do start_server $n "$d"; done
   tl "$c: servers up: mds ${ADDR[mds]}, ${DS_NODES[*]} ${ADDR[ds1]} ${ADDR[ds2]} ${ADDR[ds3]} (port $NFS_PORT)"
-  local expect bytes=0 spec
-  expect=$(make_inputs "$d/results/in")
-  for spec in "${FILES[@]}"; do bytes=$((bytes + ${spec#*:})); done
+  local expect expect2="" bytes=0 spec
+  expect=$(make_inputs "$d/results/in" "${FILES[@]}")
+  [ ${#late[@]} -eq 0 ] || expect2=$(make_inputs "$d/results/in" "${late[@]}")
+  for spec in "${FILES[@]}" "${late[@]}"; do bytes=$((bytes + ${spec#*:})); done
   for n in mds "${DS_NODES[@]}"; do scrape $n "$d/metrics-$n-before.txt"; done
 
   tl "$c: guest boots in chim-cli (${ADDR[cli]}); $bytes bytes in ${#FILES[@]} files"
   local args=(-t $GUEST_RUN_TIMEOUT_S -o "$d/results" -e PNFS_MDS="${ADDR[mds]}" -e PNFS_SUBNET="${ADDR[mds]%.*}.0/24"
     -e PNFS_DS_ADDRS="${ADDR[ds1]} ${ADDR[ds2]} ${ADDR[ds3]}" -e PNFS_EXPORT=/memfs -e PNFS_NFS_PORT=$NFS_PORT
-    -e PNFS_EXPECT="$expect" -e PNFS_HOST_SYNC=$sync -e PNFS_READ_ERRORS_OK=$errors_ok)
+    -e PNFS_EXPECT="$expect" -e PNFS_HOST_SYNC=$sync -e PNFS_READ_ERRORS_OK=$errors_ok -e PNFS_EXPECT2="$expect2")
   in_ns cli "$guest/run.sh" "${args[@]}" "$here/guest-io.sh" >"$d/guest.out" 2>&1 &
   local guest_pid=$! guest_rc=0 i
   # Who the servers see: their established NFS connections, sampled once a
@@ -310,11 +336,16 @@ run_case() {  # $1: case name
       sleep 1
     done | sort -u >"$d/server-conns.txt" ) &
   local sampler_pid=$!
-  if [ -n "$victim" ]; then
+  if [ "$sync" = 1 ]; then
     # Wait for the guest's "written" marker (bounded by the guest run), then
-    # kill the victim DS and let the guest read.
+    # kill the victim DS or change the DS list, and let the guest go on.
     while [ ! -e "$d/results/guest-written" ] && kill -0 $guest_pid 2>/dev/null; do sleep 0.2; done
-    if [ -e "$d/results/guest-written" ]; then
+    if [ -e "$d/results/guest-written" ] && [ "$c" = member ]; then
+      for n in "${DS_NODES[@]}"; do scrape $n "$d/metrics-$n-at-sync.txt"; done
+      change_ds_list "$d"
+      tl "$c: files written; DS list is now ds1 (draining), ds2, ds3 (added)"
+      echo "data-server list changed" >"$d/results/host-go"
+    elif [ -e "$d/results/guest-written" ]; then
       scrape $victim "$d/metrics-$victim-at-kill.txt"
       stop_server $victim KILL
       tl "$c: files written; $victim (${ADDR[$victim]}) killed with SIGKILL"
@@ -337,7 +368,7 @@ run_case() {  # $1: case name
   # ---- assertions
   check "guest workload passed (mount, write, remount, checksums)" [ "$guest_rc" = 0 ]
   local sums_ok=1 e wrong=0 errs=0 good=0 got
-  for e in $expect; do
+  for e in $expect $expect2; do
     got=$(awk -v n="${e%%:*}" '$1 == n {print $2}' "$d/results/sums-read.txt" 2>/dev/null)
     if [ "$got" = "${e#*:}" ]; then good=$((good + 1))
     elif [ "$got" = ERROR ]; then errs=$((errs + 1)); sums_ok=0
@@ -368,9 +399,11 @@ run_case() {  # $1: case name
   drv=$(ms_pnfs_driver "$w"); xprts=$(ms_xprts "$w")
   echo "pnfs-test:   mountstats: layout driver '$drv', $xprts MDS transport(s); bytes: $(awk '/^device / { ours = ($5 == "/mnt/pnfs") } ours && $1 == "bytes:" { print "serverwritten " $7; exit }' "$w"), $(awk '/^device / { ours = ($5 == "/mnt/pnfs") } ours && $1 == "bytes:" { print "serverread " $6; exit }' "$r")"
   echo "pnfs-test:   mountstats: LAYOUTGET $lg, GETDEVICEINFO $gdi; per-op (the mount's, DS I/O included) WRITE $(ms_op "$w" WRITE 2) ops / $mds_wr bytes sent, READ $(ms_op "$r" READ 2) ops / $mds_rd bytes received; MDS transport sends: write phase $(ms_xprt_sends "$w"), read phase $(ms_xprt_sends "$r"); events pnfs_write $ev_pw, pnfs_read $ev_pr"
-  local tcp_line="" conns
+  local tcp_line="" conns tcp_file=$d/results/tcp-write.txt
+  # After the last write: in the member case ds3 only serves the late file.
+  [ -s "$d/results/tcp-write2.txt" ] && tcp_file=$d/results/tcp-write2.txt
   for n in "${DS_NODES[@]}"; do
-    conns=$(tcp_conns "$d/results/tcp-write.txt" "${ADDR[$n]}" $NFS_PORT)
+    conns=$(tcp_conns "$tcp_file" "${ADDR[$n]}" $NFS_PORT)
     tcp_line+=" $n=$conns"
     eval "conns_$n=$conns"
   done
@@ -440,8 +473,16 @@ PY
   check "DS metrics: WRITE bytes on the DSes ($wsum) >= ${DS_BYTES_FRACTION_MIN_PCT}% of $bytes x $mirrors mirror(s)" ge "$wsum" "$wmin"
   # The read path. With one copy and its DS dead the client may fall back to
   # I/O through the MDS (the kernel does unless the layout forbids it): the
-  # single-copy case judges the data only.
-  if [ "$c" != dsfail1 ]; then
+  # single-copy case judges the data only. A draining DS gets no new layouts,
+  # so the files that have data on it are read through the MDS (which reads
+  # the DS for the client): the member case bounds that instead.
+  if [ "$c" = member ]; then
+    local old_bytes=0
+    for spec in "${FILES[@]}"; do old_bytes=$((old_bytes + ${spec#*:})); done
+    check "MDS metrics: I/O proxied through the MDS ($proxied) <= the bytes of the files placed before the drain ($old_bytes)" \
+      le "$proxied" "$old_bytes"
+    check "DS metrics: READ bytes from the DSes ($rsum) >= ${DS_BYTES_FRACTION_MIN_PCT}% of $bytes (direct or through the MDS)" ge "$rsum" "$rmin"
+  elif [ "$c" != dsfail1 ]; then
     check "pNFS read events counted by the client ($ev_pr)" ge "$ev_pr" 1
     # mountstats' per-op READ/WRITE lines cannot tell: on Linux 6.1 the
     # flex-files driver counts its DS RPCs into the MDS mount's per-op
@@ -473,6 +514,22 @@ PY
     if [ "$c" = dsfail ]; then
       check "survivors served every byte read ($rsum >= ${DS_BYTES_FRACTION_MIN_PCT}% of $bytes)" ge "$rsum" "$rmin"
     fi
+  fi
+  if [ "$c" = member ]; then
+    local w1_sync w3_sync recalled
+    w1_sync=$(metric_sum "$d/metrics-ds1-at-sync.txt" chimera_rpc_received_bytes_total 'program="nfs3"' 'op="write"')
+    w3_sync=$(metric_sum "$d/metrics-ds3-at-sync.txt" chimera_rpc_received_bytes_total 'program="nfs3"' 'op="write"')
+    recalled=$(metric_sum "$d/metrics-mds-after.txt" chimera_pnfs_layouts_recalled_total)
+    echo "pnfs-test:   membership: write bytes at the change ds1 $w1_sync, ds3 $w3_sync; after ds1 ${DSW[ds1]}, ds3 ${DSW[ds3]}; layouts recalled $recalled"
+    check "the DS list was changed through the admin API after the first files" [ -f "$d/results/host-go" ]
+    check "ds3, not yet listed, received nothing while the first files were written ($w3_sync)" [ "$w3_sync" = 0 ]
+    check "ds3, added at run time, took data of the new file (${DSW[ds3]} bytes)" ge "${DSW[ds3]}" 1
+    check "ds1, draining, received no new writes (${DSW[ds1]} bytes after, $w1_sync at the change)" [ "${DSW[ds1]}" = "$w1_sync" ]
+    check "the MDS reports ds1 draining and ds3 listed (/api/v1/cluster)" python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1]))
+ds = {d["name"]: d for d in c["pnfs"]["dataServers"]}
+sys.exit(0 if ds["config-0"]["draining"] is True and "ds3" in ds else 1)' "$d/cluster.json"
   fi
 }
 
