@@ -112,7 +112,7 @@ build_debian() {
     log "debootstrap --variant=minbase $SUITE from $mirror (once; cached as $(basename "$tarball"))"
     rootfs=$(mktemp -d "$OUT/rootfs.XXXXXX")
     nice -n 10 debootstrap --variant=minbase "$SUITE" "$rootfs" "$mirror" > "$OUT/debootstrap.log" 2>&1 \
-      || { tail -20 "$OUT/debootstrap.log" >&2; die "debootstrap failed (log: $OUT/debootstrap.log)"; }
+      || { tail -20 "$OUT/debootstrap.log" >&2; rm -rf "$rootfs"; die "debootstrap failed (log: $OUT/debootstrap.log)"; }
     # Later apt installs in images stay small too: no docs (copyright files kept), no man pages, no locales.
     cat > "$rootfs/etc/dpkg/dpkg.cfg.d/01-chimera-slim" <<'EOF'
 path-exclude /usr/share/doc/*
