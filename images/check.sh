@@ -215,20 +215,23 @@ check_chimerad_serves() {
   [ $rc -eq 0 ] && ok "chimerad serves inside the image: $out" || fail "chimerad does not serve inside the image: $out"
 }
 
-# The sandbox image's one job: stay up until told to stop, then stop cleanly.
+# The sandbox image's one job: stay up until told to stop (SIGTERM from the
+# runtime, SIGINT from a terminal), then stop cleanly.
 check_pause_sleeps() {
-  local mnt rc t0 elapsed_s
+  local mnt rc t0 elapsed_s sig
   mnt=$(buildah mount "$CTR") || { fail "buildah mount failed"; return; }
-  t0=$(date +%s)
-  rc=0
-  timeout --preserve-status -s TERM -k "$PAUSE_EXIT_S_MAX" "$PAUSE_ALIVE_S" "$mnt/pause" 2>/dev/null || rc=$?
-  elapsed_s=$(( $(date +%s) - t0 ))
+  for sig in TERM INT; do
+    t0=$(date +%s)
+    rc=0
+    timeout --preserve-status -s "$sig" -k "$PAUSE_EXIT_S_MAX" "$PAUSE_ALIVE_S" "$mnt/pause" 2>/dev/null || rc=$?
+    elapsed_s=$(( $(date +%s) - t0 ))
+    if [ "$rc" -eq 0 ] && [ "$elapsed_s" -ge "$PAUSE_ALIVE_S" ] && [ "$elapsed_s" -lt $(( PAUSE_ALIVE_S + PAUSE_EXIT_S_MAX )) ]; then
+      ok "pause slept ${PAUSE_ALIVE_S} s and exited 0 on SIG$sig"
+    else
+      fail "pause: exit status $rc after $elapsed_s s (want 0 after SIG$sig at ${PAUSE_ALIVE_S} s)"
+    fi
+  done
   buildah umount "$CTR" >/dev/null
-  if [ "$rc" -eq 0 ] && [ "$elapsed_s" -ge "$PAUSE_ALIVE_S" ] && [ "$elapsed_s" -lt $(( PAUSE_ALIVE_S + PAUSE_EXIT_S_MAX )) ]; then
-    ok "pause slept ${PAUSE_ALIVE_S} s and exited 0 on SIGTERM"
-  else
-    fail "pause: exit status $rc after $elapsed_s s (want 0 after SIGTERM at ${PAUSE_ALIVE_S} s)"
-  fi
 }
 
 for c in "${ORDER[@]}"; do check_image "$c"; done
