@@ -6,7 +6,7 @@
 # digest it claims), that the image's own ENTRYPOINT runs inside the image
 # (--version or --help; chimerad also checks configs and serves on loopback),
 # the users (operator non-root), that runtime images carry
-# no compiler, the CSI image's mount.nfs and mount, that the pause binary really
+# no compiler, the CSI image's mount.nfs, mount and /etc/protocols, that the pause binary really
 # sleeps until SIGTERM and then exits 0, and that sizes stay under named limits.
 # Any failure names the image and exits non-zero; the last line is a summary.
 set -euo pipefail
@@ -145,6 +145,10 @@ check_image() {
       out=$(in_image sh -c 'command -v mount.nfs && mount.nfs -V && mount --version' 2>&1) \
         && ok "has $(head -1 <<<"$out"): $(sed -n 2p <<<"$out"); $(sed -n 3p <<<"$out")" \
         || fail "mount.nfs / mount missing or broken: $out"
+      # mount.nfs looks up proto=tcp in /etc/protocols (netbase); without it the
+      # mount fails "Failed to find 'tcp' protocol" (found by the real-node e2e).
+      out=$(in_image getent protocols tcp 2>&1) && ok "resolves protocol tcp: $(echo $out)" \
+        || fail "no 'tcp' in /etc/protocols (netbase missing): mount.nfs -o proto=tcp would fail"
       ;;
   esac
   case $1 in
