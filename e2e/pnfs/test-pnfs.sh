@@ -5,7 +5,7 @@
 #
 #   test-pnfs.sh CHIMERAD_BINARY [CASE...]
 #
-# Cases (default: topology stripe dsfail1, what make test runs):
+# Cases (default: topology stripe dsfail1 member, what make test runs):
 #   topology  MDS without layouts (pnfs.enabled=false) + three DSes. Proves the
 #             harness: namespaces and addresses, the guest reaching the MDS and
 #             each DS at its own address through slirp, a v4.1 mount of the
@@ -70,7 +70,7 @@ die() { echo "pnfs-test: ERROR: $*" >&2; exit 2; }
 chimerad=$(realpath "$1"); shift
 [ -x "$chimerad" ] || die "chimerad binary '$chimerad' is missing: run make build-dataplane"
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(topology stripe dsfail1)
+[ ${#cases[@]} -gt 0 ] || cases=(topology stripe dsfail1 member)
 for c in "${cases[@]}"; do
   case "$c" in topology|stripe|mirror2|dsfail|dsfail1|member) ;; *) die "unknown case '$c'" ;; esac
 done
@@ -522,6 +522,8 @@ PY
     recalled=$(metric_sum "$d/metrics-mds-after.txt" chimera_pnfs_layouts_recalled_total)
     echo "pnfs-test:   membership: write bytes at the change ds1 $w1_sync, ds3 $w3_sync; after ds1 ${DSW[ds1]}, ds3 ${DSW[ds3]}; layouts recalled $recalled"
     check "the DS list was changed through the admin API after the first files" [ -f "$d/results/host-go" ]
+    check "MDS metrics: layouts naming the drained ds1 were recalled ($recalled; fences $(metric_sum "$d/metrics-mds-after.txt" chimera_pnfs_fences_total))" \
+      ge "$recalled" 1
     check "ds3, not yet listed, received nothing while the first files were written ($w3_sync)" [ "$w3_sync" = 0 ]
     check "ds3, added at run time, took data of the new file (${DSW[ds3]} bytes)" ge "${DSW[ds3]}" 1
     check "ds1, draining, received no new writes (${DSW[ds1]} bytes after, $w1_sync at the change)" [ "${DSW[ds1]}" = "$w1_sync" ]
