@@ -775,6 +775,9 @@ echo "@@sha256-begin"; (cd "$DIRECTORY" && sha256sum *); echo "@@sha256-end"
 		if err := e.k8s.Delete(e.ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "fio-kernel", Namespace: clusterNS}}, bg); err != nil {
 			return "", err
 		}
+		if err := e.k8s.Delete(e.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fio-workload", Namespace: clusterNS}}); err != nil {
+			return "", err
+		}
 		return "", eventually(e.ctx, teardownTimeout, func() error {
 			var pods corev1.PodList
 			if err := e.k8s.List(e.ctx, &pods, client.InNamespace(clusterNS), client.MatchingLabels{"job-name": "fio-kernel"}); err != nil {
