@@ -508,8 +508,12 @@ PY
   for n in "${DS_NODES[@]}"; do
     check "$n (${ADDR[$n]}) received written data (striping): ${DSW[$n]} bytes" ge "${DSW[$n]}" 1
     check "guest held a TCP connection to $n (${ADDR[$n]}:$NFS_PORT) after writing" ge "$(eval echo "\$conns_$n")" 1
-    check "$n saw the guest's data connection from ${ADDR[cli]}" grep -q "^$n [^ ]* ${ADDR[cli]}:" "$d/server-conns.txt"
   done
+  # The servers' side, sampled once a second: a DS that only took a short
+  # write burst can close its connection between samples (the guest's own
+  # table, checked per DS above, is the per-DS proof), so one DS must show it.
+  check "the DSes' connection tables show the guest's address ${ADDR[cli]} (sampled 1/s)" \
+    grep -q "^ds[0-9] [^ ]* ${ADDR[cli]}:" "$d/server-conns.txt"
   if [ "$c" = stripe ]; then
     for n in "${DS_NODES[@]}"; do
       check "$n served reads: ${DSR[$n]} bytes" ge "${DSR[$n]}" 1
