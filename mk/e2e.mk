@@ -2,12 +2,13 @@
 # the control plane on this host. Kubernetes binaries come from
 # hack/build-k8s.sh, our images from `make images` (mk/images.mk); the node's
 # root disk and images disk are cached under $(CACHE)/kube/.
-#   test-kube-node  node Ready, pods from preloaded images, logs/exec, CSI
-#                   registration through the kubelet (in TEST_TARGETS)
-#   e2e             the whole flow: helm install -> ChimeraCluster -> PVC ->
-#                   fio Job -> RWX reader -> teardown, timed (see
-#                   e2e/kube/README.md "Status" for why it is not in CI yet)
+#   e2e             one boot, two tests: TestNodeSmoke (preloaded-image pods,
+#                   logs/exec, CSI registration through the kubelet) then
+#                   TestRealNode (helm install -> ChimeraCluster -> PVC -> fio
+#                   Job -> RWX reader -> teardown, timed). In TEST_TARGETS.
+#   test-kube-node  the smoke test alone (quicker, for harness work)
 
+KUBE_E2E_SPACE := $(subst ,, )
 KUBE_E2E := e2e/kube
 KUBE_CACHE := $(CACHE)/kube
 KUBE_SIDECAR_BIN := $(KUBE_CACHE)/chimera-e2e-sidecar
@@ -19,20 +20,20 @@ KUBE_E2E_TIMEOUT_S ?= 1500
 KUBE_E2E_IMAGES = $(IMAGES_OUT)/pause.tar $(IMAGES_OUT)/chimera-fio.tar $(IMAGES_OUT)/chimera-operator.tar \
   $(IMAGES_OUT)/chimera-csi.tar $(IMAGES_OUT)/chimerad.tar $(KUBE_SIDECARS_TAR)
 
-# Enabled once verified green in this session (see e2e/kube/README.md "Status").
-# TEST_TARGETS += test-kube-node
+TEST_TARGETS += e2e
 
-# $(1): the test to run, $(2): the log's name. Prints the steps, the timeline
-# and go test's verdict; fails unless the test PASSed (a skip is a failure).
+# $(1): the tests to run (space-separated, in one boot), $(2): the log's
+# name. Prints the steps, the timelines and go test's verdict; fails unless
+# every named test PASSed (a skip is a failure).
 define kube_e2e_run
 	@for f in $(KUBE_E2E_IMAGES); do [ -s $$f ] || { echo "$(2): image archive $$f missing (make images)"; exit 1; }; done
 	@set +e; cd $(KUBE_E2E) && IMAGES="$(KUBE_E2E_IMAGES)" GUEST_MEM_MB=3072 \
 	  HELM=$(CACHE)/bin/helm KUBECTL=$(K8S_ASSETS)/kubectl CHIMERA_REPO=$(CURDIR) NODE_SHARE=$(KUBE_CACHE)/run/share \
 	  CHIMERA_KUBE_E2E=1 timeout -k 20 $(KUBE_E2E_TIMEOUT_S) ./run.sh $(KUBE_E2E_TEST) -test.v -test.count=1 \
-	  -test.run '^$(1)$$' -test.timeout 22m > $(CACHE)/last-$(2).log 2>&1; rc=$$?; set -e; \
+	  -test.run '^($(subst $(KUBE_E2E_SPACE),|,$(strip $(1))))$$' -test.timeout 22m > $(CACHE)/last-$(2).log 2>&1; rc=$$?; set -e; \
 	  log=$(CACHE)/last-$(2).log; \
 	  grep -E '^kube-e2e:|STEP |FLEXFILES-CHECK|^ +[0-9.]+s +\+|timeline|^(    )?--- (PASS|FAIL|SKIP)|^(ok|FAIL|PASS)$$|^panic:' $$log; \
-	  grep -q -- '^--- PASS: $(1) ' $$log || { echo "$(2): FAILED (rc $$rc; full log: $$log, cluster logs: $(KUBE_CACHE)/run)"; exit 1; }; \
+	  for t in $(1); do grep -q -- "^--- PASS: $$t " $$log || { echo "$(2): $$t did not pass (rc $$rc; full log: $$log, cluster logs: $(KUBE_CACHE)/run)"; exit 1; }; done; \
 	  [ $$rc -eq 0 ] || { echo "$(2): FAILED (rc $$rc; full log: $$log)"; exit 1; }; \
 	  echo "$(2): PASS (full log: $$log)"
 endef
@@ -52,5 +53,5 @@ e2e-node: e2e-setup ## boot the cluster (control plane + guest node) and keep it
 test-kube-node: e2e-setup images ## a real kubelet node in the QEMU guest: preloaded-image pods, logs, exec, CSI registration
 	$(call kube_e2e_run,TestNodeSmoke,test-kube-node)
 
-e2e: e2e-setup images ## helm install -> ChimeraCluster -> PVC -> fio Job on a real kubelet in the QEMU guest, timed
-	$(call kube_e2e_run,TestRealNode,e2e)
+e2e: e2e-setup images ## real kubelet node in the QEMU guest: smoke, then helm install -> ChimeraCluster -> PVC -> fio Job -> teardown, timed
+	$(call kube_e2e_run,TestNodeSmoke TestRealNode,e2e)
