@@ -294,7 +294,12 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
             None
         } else {
             let parent = ensure_ns_path(&router, &cfg.volumes_path).map_err(|m| format!("volumes.path: {m}"))?;
-            let vfs: Arc<dyn Vfs> = router.clone();
+            // Through the pNFS wrapper when layouts are served, so deleting a
+            // volume also removes its files' data files on the DSes.
+            let vfs: Arc<dyn Vfs> = match &pnfs {
+                Some(p) => Arc::new(pnfs::PnfsVfs::new(p.clone())),
+                None => router.clone(),
+            };
             Some(Volumes::new(vfs, parent, &cfg.volumes_path))
         };
         let mut admin = Admin::new(cfg.admin.token.clone(), volumes, initial_data_servers(cfg), cluster_info(cfg));

@@ -476,3 +476,45 @@ fn pnfs_config_keys_are_checked() {
         assert_eq!(e.path, path, "{bad} -> {e:?}");
     }
 }
+
+/// Proves deleting a volume through the admin API also removes the data
+/// files of the pNFS files inside it from the DSes (no REMOVE names them:
+/// the whole tree goes at once), while a file outside the volume keeps its
+/// data file.
+#[test]
+fn volume_delete_removes_its_data_files() {
+    let c = cluster(3, 3, json!({ "stripe_width": 1 }));
+    let (code, vol) = admin(&c, "POST", "/api/v1/volumes", Some(&json!({ "name": "pv-1", "capacityBytes": 16 << 20 })));
+    assert!(code == 200 || code == 201, "create volume: {code} {vol}");
+    let id = vol["id"].as_str().unwrap().to_string();
+    let mut v = V4::connect(mds_addr(&c), b"voldel");
+    let data = pattern(7, 0, 20_000);
+    let mut inside = Vec::new();
+    for name in ["a", "b", "c"] {
+        let (open, fh) = v.open(&["m", "volumes", &id], name, SHARE_BOTH);
+        assert_eq!(v.write(&fh, &open, 0, &data), Ok(20_000));
+        let vfh = vfs::FileHandle::from_bytes(&fh).unwrap();
+        inside.push(c.pnfs().placement_of(&vfh).expect("placed")[0].clone());
+    }
+    let (open, keep) = v.open(&["m"], "outside", SHARE_BOTH);
+    assert_eq!(v.write(&keep, &open, 0, &data), Ok(20_000));
+    let kept = c.pnfs().placement_of(&vfs::FileHandle::from_bytes(&keep).unwrap()).expect("placed")[0].clone();
+
+    let (code, body) = admin(&c, "DELETE", &format!("/api/v1/volumes/{id}"), None);
+    assert!(code == 200 || code == 204, "delete volume: {code} {body}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for (ds_name, dfh) in &inside {
+        let idx: usize = ds_name.trim_start_matches("ds").parse().unwrap();
+        let addr = ds_addr(c.ds[idx].as_ref().unwrap());
+        loop {
+            match ds_client(addr, 0, 0).getattr(dfh) {
+                Err(pnfs::client3::CtlError::Status(s)) if s == 70 || s == 2 => break, // STALE / NOENT
+                r => assert!(Instant::now() < deadline, "data file of a deleted volume still on {ds_name}: {r:?}"),
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let idx: usize = kept.0.trim_start_matches("ds").parse().unwrap();
+    let addr = ds_addr(c.ds[idx].as_ref().unwrap());
+    assert_eq!(ds_client(addr, 0, 0).getattr(&kept.1).unwrap().size, 20_000, "a file outside the volume keeps its data");
+}

@@ -267,6 +267,21 @@ impl Vfs for PnfsVfs {
     }
 
     fn remove_tree(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
-        self.inner().remove_tree(dir, name)
+        self.inner().remove_tree(dir, name)?;
+        // Deleting a volume removes a whole tree at once, so no REMOVE names
+        // its files: every placed file of this export that the backend now
+        // calls Stale lost its last link, and its data files are queued for
+        // removal like a REMOVE's. A scan over this export's placements is
+        // fine here: volume deletion is a rare control-path call, and a file
+        // still linked elsewhere (a hard link outside the tree) stays placed.
+        let export_id = dir.export_id;
+        let candidates: Vec<FileHandle> =
+            self.pnfs.state().files.keys().filter(|fh| fh.export_id == export_id).copied().collect();
+        for fh in candidates {
+            if matches!(self.inner().getattr(&fh), Err(VfsError::Stale)) {
+                self.pnfs.forget_placement(&fh);
+            }
+        }
+        Ok(())
     }
 }
