@@ -49,6 +49,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -920,34 +921,17 @@ func (e *env) leftovers() []string {
 }
 
 func metaNames(l client.ObjectList) ([]string, error) {
-	var out []string
-	switch v := l.(type) {
-	case *corev1.PodList:
-		for _, i := range v.Items {
-			out = append(out, i.Name)
+	items, err := meta.ExtractList(l)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(items))
+	for _, o := range items {
+		m, err := meta.Accessor(o)
+		if err != nil {
+			return nil, err
 		}
-	case *corev1.ServiceList:
-		for _, i := range v.Items {
-			out = append(out, i.Name)
-		}
-	case *corev1.SecretList:
-		for _, i := range v.Items {
-			out = append(out, i.Name)
-		}
-	case *corev1.ConfigMapList:
-		for _, i := range v.Items {
-			out = append(out, i.Name)
-		}
-	case *corev1.ServiceAccountList:
-		for _, i := range v.Items {
-			out = append(out, i.Name)
-		}
-	case *corev1.PersistentVolumeClaimList:
-		for _, i := range v.Items {
-			out = append(out, i.Name)
-		}
-	default:
-		return nil, fmt.Errorf("unexpected list %T", l)
+		out = append(out, m.GetName())
 	}
 	return out, nil
 }
