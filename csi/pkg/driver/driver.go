@@ -57,6 +57,9 @@ type Config struct {
 	Mounter mount.Interface
 	// Statfs reads filesystem usage; tests replace it.
 	Statfs func(path string, st *unix.Statfs_t) error
+	// Dial opens the pre-mount reachability probe to a volume's NFS server
+	// (TCP volumes); tests replace it.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Driver holds the services and their shared state.
@@ -99,6 +102,9 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.Statfs == nil {
 		cfg.Statfs = unix.Statfs
+	}
+	if cfg.Dial == nil {
+		cfg.Dial = (&net.Dialer{}).DialContext
 	}
 	return &Driver{cfg: cfg, locks: newVolumeLocks()}, nil
 }

@@ -3,9 +3,12 @@ package driver
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -174,9 +177,36 @@ func (s *nodeServer) stage(spec *mountSpec, opts []string, path string) error {
 	if err != nil || mounted {
 		return err
 	}
+	if err := s.probe(spec); err != nil {
+		return err
+	}
 	if err := s.d.cfg.Mounter.Mount(spec.source(), path, "nfs", opts); err != nil {
 		return status.Errorf(codes.Internal, "mount %s at %s: %v", spec.source(), path, err)
 	}
+	return nil
+}
+
+// serverProbeTimeout bounds the reachability probe before a mount.
+const serverProbeTimeout = 10 * time.Second
+
+// probe connects to the volume's NFS server before mounting. The kernel
+// client retries an unreachable server for minutes and the kubelet then
+// reports only a deadline; a volume whose ChimeraCluster is gone (or not up
+// yet) gets this error instead, at once and naming the server. RDMA volumes
+// are not probed: their port is not a TCP listener.
+func (s *nodeServer) probe(spec *mountSpec) error {
+	if spec.transport != TransportTCP {
+		return nil
+	}
+	addr := net.JoinHostPort(spec.server, strconv.Itoa(spec.port))
+	ctx, cancel := context.WithTimeout(context.Background(), serverProbeTimeout)
+	defer cancel()
+	c, err := s.d.cfg.Dial(ctx, "tcp", addr)
+	if err != nil {
+		return status.Errorf(codes.Unavailable,
+			"the volume's NFS server %s does not answer (%v): its ChimeraCluster may have been deleted or be down; no mount was attempted", addr, err)
+	}
+	_ = c.Close()
 	return nil
 }
 

@@ -5,14 +5,18 @@ package driver
 // the options from the volume context; publish bind-mounts it, read-only when
 // asked; every call is idempotent; unpublish/unstage succeed on paths already
 // gone; a stale (ESTALE/ENOTCONN) mount is detected, reported by
-// NodeGetVolumeStats, and replaced by publish; bad arguments get InvalidArgument
-// naming the field. Real kernel mounts are proven in the QEMU guest (e2e/guest).
+// NodeGetVolumeStats, and replaced by publish; a volume whose server does not
+// answer fails staging with Unavailable before any mount; bad arguments get
+// InvalidArgument naming the field. Real kernel mounts are proven in the QEMU guest (e2e/guest).
 
 import (
 	"context"
+	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -28,27 +32,41 @@ type nodeFixture struct {
 	staging string
 	target  string
 	ctx     map[string]string
+	// down lists the server addresses the fake probe cannot reach; dialed
+	// records every probe.
+	down   map[string]bool
+	dialed []string
 }
 
 func newNode(t *testing.T) *nodeFixture {
 	m := mount.NewFakeMounter(nil)
 	m.MountCheckErrors = map[string]error{}
+	f := &nodeFixture{m: m, down: map[string]bool{}}
 	d, err := New(Config{Mode: ModeNode, NodeID: "node-a", Mounter: m, Statfs: func(path string, st *unix.Statfs_t) error {
 		// A 64 MiB quota with 16 MiB used, as the server reports it.
 		*st = unix.Statfs_t{Bsize: 4096, Frsize: 4096, Blocks: 16384, Bfree: 12288, Bavail: 12288, Files: 1000, Ffree: 990}
 		return nil
+	}, Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		f.dialed = append(f.dialed, network+" "+addr)
+		if f.down[addr] {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New("connect: no route to host")}
+		}
+		a, b := net.Pipe()
+		_ = b.Close()
+		return a, nil
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	return &nodeFixture{
-		ns: &nodeServer{d: d}, m: m,
+	*f = nodeFixture{
+		ns: &nodeServer{d: d}, m: m, down: f.down,
 		staging: filepath.Join(dir, "globalmount"),
 		target:  filepath.Join(dir, "pods", "p1", "mount"),
 		ctx: map[string]string{CtxServer: "10.0.2.2", CtxPort: "2049", CtxExportPath: "/memfs/volumes/v1",
 			CtxTransport: "tcp", CtxNConnect: "2"},
 	}
+	return f
 }
 
 func capMode(mode csi.VolumeCapability_AccessMode_Mode, flags ...string) *csi.VolumeCapability {
@@ -251,5 +269,49 @@ func TestNodeRejections(t *testing.T) {
 	exp, err := f.ns.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: "vol1", VolumePath: f.staging, CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30}})
 	if err != nil || exp.CapacityBytes != 1<<30 {
 		t.Fatalf("expand %v %v", exp, err)
+	}
+}
+
+// A volume whose server is gone (its ChimeraCluster deleted) fails staging at
+// once with Unavailable naming the server, mounts nothing, and another
+// volume on a live server still stages and publishes.
+func TestNodeStageServerGone(t *testing.T) {
+	f := newNode(t)
+	f.down["10.0.2.9:2049"] = true
+	gone := map[string]string{CtxServer: "10.0.2.9", CtxPort: "2049", CtxExportPath: "/memfs/volumes/old", CtxTransport: "tcp"}
+	_, err := f.ns.NodeStageVolume(context.Background(), &csi.NodeStageVolumeRequest{
+		VolumeId: "vol-gone", StagingTargetPath: f.staging + "-gone", VolumeContext: gone,
+		VolumeCapability: capMode(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER),
+	})
+	wantCode(t, err, codes.Unavailable, "10.0.2.9:2049")
+	for _, want := range []string{"10.0.2.9:2049", "no route to host", "ChimeraCluster", "no mount was attempted"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if len(f.m.MountPoints) != 0 {
+		t.Fatalf("a mount was made for an unreachable server: %+v", f.m.MountPoints)
+	}
+	// The lock of the failed volume was released and other volumes work.
+	if err := f.stage(t); err != nil {
+		t.Fatalf("stage of a live volume after a failed one: %v", err)
+	}
+	if err := f.publish(t, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.dialed; len(got) != 2 || got[0] != "tcp 10.0.2.9:2049" || got[1] != "tcp 10.0.2.2:2049" {
+		t.Fatalf("probes %v", got)
+	}
+	// RDMA volumes are not probed (their port is not a TCP listener).
+	f.down["10.0.2.9:20049"] = true
+	rdma := map[string]string{CtxServer: "10.0.2.9", CtxPort: "20049", CtxExportPath: "/memfs/volumes/r", CtxTransport: "rdma"}
+	if _, err := f.ns.NodeStageVolume(context.Background(), &csi.NodeStageVolumeRequest{
+		VolumeId: "vol-rdma", StagingTargetPath: f.staging + "-rdma", VolumeContext: rdma,
+		VolumeCapability: capMode(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.dialed) != 2 {
+		t.Fatalf("an RDMA volume was probed over TCP: %v", f.dialed)
 	}
 }

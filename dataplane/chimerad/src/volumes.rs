@@ -144,12 +144,27 @@ impl Volumes {
         Volume { id: id.to_string(), export_path: self.export_path(id), capacity_bytes: q.capacity_bytes, used_bytes: q.used_bytes }
     }
 
+    /// Volumes may overcommit the backend together (thin provisioning), but
+    /// one volume larger than the whole backend could never be filled: such
+    /// a request is refused with 507, naming both sizes.
+    fn check_fits(&self, capacity_bytes: u64) -> VolResult<()> {
+        let st = self.vfs.fsstat(&self.parent).map_err(|e| internal("fsstat", e))?;
+        if capacity_bytes > st.total_bytes {
+            return Err(VolError::Full(format!(
+                "capacityBytes: {capacity_bytes} exceeds the cluster's storage capacity of {} bytes",
+                st.total_bytes
+            )));
+        }
+        Ok(())
+    }
+
     /// Create a volume, or return the existing one of that name when its
     /// capacity matches (second value: whether it was created now).
     pub fn create(&self, name: &str, capacity_bytes: u64) -> VolResult<(Volume, bool)> {
         check_name("name", name)?;
         check_capacity("capacityBytes", capacity_bytes)?;
         let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.check_fits(capacity_bytes)?;
         if let Some((_, q)) = self.find(name)? {
             if q.capacity_bytes != capacity_bytes {
                 return Err(VolError::Conflict(format!(
@@ -270,6 +285,7 @@ impl Volumes {
     pub fn resize(&self, id: &str, capacity_bytes: u64) -> VolResult<Volume> {
         check_capacity("capacityBytes", capacity_bytes)?;
         let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.check_fits(capacity_bytes)?;
         let (fh, q) = match self.find(id)? {
             Some(x) => x,
             None => return Err(VolError::NotFound(format!("volume {id:?} not found"))),

@@ -6,7 +6,8 @@
 //! - malformed requests -> 400 (415/413) with a message naming the field;
 //! - the quota is the VFS's: data written into a volume shows as usedBytes,
 //!   writes past capacity fail, expand raises the limit, shrinking below use
-//!   is refused; delete is idempotent;
+//!   is refused; a volume larger than the whole backend is 507; delete is
+//!   idempotent;
 //! - the data-server list is stored and returned, bad entries rejected;
 //! - /healthz, /readyz, /api/v1/cluster and /metrics answer.
 
@@ -128,6 +129,24 @@ fn create_is_idempotent_by_name_and_conflicts_on_other_capacity() {
     let (vol, _) = f.vfs.lookup(&dir, b"pvc-1").unwrap();
     assert_eq!(f.vfs.quota(&vol).unwrap().unwrap().capacity_bytes, 10 << 20);
     assert_eq!(f.vfs.fsstat(&vol).unwrap().total_bytes, 10 << 20);
+}
+
+#[test]
+fn a_volume_larger_than_the_backend_is_refused_with_507() {
+    let f = fixture();
+    // 256 MiB backend: volumes may overcommit it together, one may not exceed it.
+    let big = send(f.addr, "POST", "/api/v1/volumes", t(), &json!({"name": "huge", "capacityBytes": 1u64 << 40}));
+    assert_eq!(big.status, 507, "{}", big.text());
+    let msg = big.error();
+    assert!(msg.contains(&(1u64 << 40).to_string()) && msg.contains(&(256u64 << 20).to_string()) && msg.contains("exceeds"), "{msg}");
+    assert_eq!(get(f.addr, "/api/v1/volumes/huge", t()).status, 404, "a refused create left a volume behind");
+    for name in ["a", "b"] {
+        let r = send(f.addr, "POST", "/api/v1/volumes", t(), &json!({"name": name, "capacityBytes": 200u64 << 20}));
+        assert_eq!(r.status, 201, "thin provisioning: {}", r.text());
+    }
+    let grow = send(f.addr, "PATCH", "/api/v1/volumes/a", t(), &json!({"capacityBytes": 257u64 << 20}));
+    assert_eq!(grow.status, 507, "{}", grow.text());
+    assert_eq!(get(f.addr, "/api/v1/volumes/a", t()).json()["capacityBytes"], 200u64 << 20);
 }
 
 #[test]
