@@ -18,6 +18,11 @@
 //     client and completes with zero errors; mountstats show vers=4.1. Whether
 //     the MDS granted flex-files layouts (LAYOUTGET > 0) is reported, and
 //     when it did, the data servers' metrics must show the written bytes;
+//   - bad input on the real path: a PVC larger than the cluster stays Pending
+//     with a ProvisioningFailed event naming the capacity; a pod whose volume's
+//     cluster is gone gets a FailedMount event naming the unreachable server
+//     while the node plugin goes on serving the live volume (next step) without
+//     a restart;
 //   - a second pod mounts the same RWX volume and reads the first pod's files
 //     (same SHA-256);
 //   - deleting the PVC deletes the volume on the server (admin API 404);
@@ -86,6 +91,13 @@ const (
 	// files of 8 MiB), RUNTIME_S per timed phase.
 	fioScale    = "2"
 	fioRuntimeS = "5"
+
+	// A claim no cluster here can give: 1 TiB against memfsBytes.
+	oversizeBytes = 1 << 40
+	// An address on the guest's pod network (10.88.0.0/24, host-local IPAM
+	// counting up from .2) that no pod holds: where a deleted cluster's
+	// MDS used to answer.
+	goneServer = "10.88.0.250"
 )
 
 type step struct {
@@ -594,6 +606,44 @@ func TestRealNode(t *testing.T) {
 		return fmt.Sprintf("%s -> server volume %s", pv.Name, serverVolID), nil
 	})
 
+	// Bad input on the real path (1): a claim larger than the whole cluster.
+	tl.run(t, "oversize PVC: ProvisioningFailed event names the capacity", func() (string, error) {
+		big := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: "too-big", Namespace: clusterNS},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+				StorageClassName: pvc.Spec.StorageClassName,
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceStorage: *resource.NewQuantity(oversizeBytes, resource.BinarySI)}},
+			},
+		}
+		if err := e.k8s.Create(e.ctx, big); err != nil {
+			return "", err
+		}
+		var msg string
+		err := eventually(e.ctx, pvcBoundTimeout, func() error {
+			msg = e.eventMessage(clusterNS, big.Name, "ProvisioningFailed")
+			if !strings.Contains(msg, "ResourceExhausted") || !strings.Contains(msg, "exceeds the cluster's storage capacity") ||
+				!strings.Contains(msg, strconv.FormatInt(memfsBytes, 10)) {
+				return fmt.Errorf("no ProvisioningFailed event naming the capacity yet: %s", e.events(clusterNS, big.Name))
+			}
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+		if err := e.k8s.Get(e.ctx, client.ObjectKeyFromObject(big), big); err != nil {
+			return "", err
+		}
+		if big.Status.Phase != corev1.ClaimPending || big.Spec.VolumeName != "" {
+			return "", fmt.Errorf("the oversize PVC is %s (volume %q), want Pending and unbound", big.Status.Phase, big.Spec.VolumeName)
+		}
+		if err := e.k8s.Delete(e.ctx, big); err != nil {
+			return "", err
+		}
+		return msg, nil
+	})
+
 	var fioLog string
 	var layoutGets int64
 	tl.run(t, "fio Job (sample, scaled, verify=crc32c) Completed", func() (string, error) {
@@ -721,6 +771,89 @@ echo "@@sha256-begin"; (cd "$DIRECTORY" && sha256sum *); echo "@@sha256-end"
 		return fmt.Sprintf("LAYOUTGET %d, DS write bytes %.0f, DS read bytes %.0f", layoutGets, written, read), nil
 	})
 
+	// Bad input on the real path (2): a volume whose cluster is gone. A PV
+	// outlives a deleted ChimeraCluster; what is left is its volume handle
+	// and context naming a server address nobody answers on any more. The
+	// test writes such a PV by hand (the bound PV's fields, the server moved
+	// to goneServer, an unused pod-network address) instead of booting and
+	// deleting a second cluster on the emulated guest. The pod must get a
+	// clear mount error; the next step, run while this pod still fails,
+	// proves the node plugin goes on serving the live volume.
+	var csiNodeRestarts int32
+	tl.run(t, "volume of a gone cluster: FailedMount event, plugin unaffected", func() (string, error) {
+		restarts, err := e.csiNodeRestarts()
+		if err != nil {
+			return "", err
+		}
+		csiNodeRestarts = restarts
+		attrs := map[string]string{}
+		for k, v := range pv.Spec.CSI.VolumeAttributes {
+			attrs[k] = v
+		}
+		attrs["server"] = goneServer
+		gonePV := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: "gone-pv"},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      pv.Spec.Capacity,
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+				MountOptions:                  pv.Spec.MountOptions,
+				ClaimRef:                      &corev1.ObjectReference{Namespace: clusterNS, Name: "gone-pvc"},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+					Driver:           driverName,
+					VolumeHandle:     fmt.Sprintf("chimera1#http://%s:%d#gone", goneServer, render.PortAdmin),
+					VolumeAttributes: attrs,
+				}},
+			},
+		}
+		empty := ""
+		gonePVC := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: "gone-pvc", Namespace: clusterNS},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+				StorageClassName: &empty,
+				VolumeName:       gonePV.Name,
+				Resources:        corev1.VolumeResourceRequirements{Requests: pv.Spec.Capacity},
+			},
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "gone-reader", Namespace: clusterNS},
+			Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{
+					Name: "reader", Image: "localhost/chimera-fio:dev", ImagePullPolicy: corev1.PullNever,
+					Command:      []string{"/bin/sh", "-c", "ls /data"},
+					VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+				}},
+				Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: gonePVC.Name}}}},
+			},
+		}
+		for _, o := range []client.Object{gonePV, gonePVC, pod} {
+			if err := e.k8s.Create(e.ctx, o); err != nil {
+				return "", err
+			}
+		}
+		var msg string
+		err = eventually(e.ctx, podsUpTimeout, func() error {
+			msg = e.eventMessage(clusterNS, pod.Name, "FailedMount")
+			if !strings.Contains(msg, "Unavailable") || !strings.Contains(msg, goneServer+":") || !strings.Contains(msg, "does not answer") {
+				return fmt.Errorf("no FailedMount event naming the gone server yet: %s", e.events(clusterNS, pod.Name))
+			}
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+		if err := e.k8s.Get(e.ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return "", err
+		}
+		if pod.Status.Phase != corev1.PodPending {
+			return "", fmt.Errorf("the pod of the gone volume is %s, want Pending", pod.Status.Phase)
+		}
+		return msg, nil
+	})
+
 	tl.run(t, "second pod reads the first pod's files over RWX", func() (string, error) {
 		want := section(fioLog, "sha256")
 		if want == "" {
@@ -765,13 +898,31 @@ echo "@@sha256-begin"; (cd "$DIRECTORY" && sha256sum *); echo "@@sha256-end"
 		if strings.TrimSpace(got) != want {
 			return "", fmt.Errorf("the reader saw\n%s\nthe writer wrote\n%s", got, want)
 		}
-		return fmt.Sprintf("%d files, same SHA-256", len(strings.Split(want, "\n"))), nil
+		// All the while the gone volume's pod kept failing, in the same plugin.
+		gone := &corev1.Pod{}
+		if err := e.k8s.Get(e.ctx, client.ObjectKey{Namespace: clusterNS, Name: "gone-reader"}, gone); err != nil {
+			return "", err
+		}
+		if gone.Status.Phase != corev1.PodPending {
+			return "", fmt.Errorf("the gone volume's pod is %s, want still Pending", gone.Status.Phase)
+		}
+		if r, err := e.csiNodeRestarts(); err != nil || r != csiNodeRestarts {
+			return "", fmt.Errorf("the CSI node plugin restarted (%d -> %d, %v) while a volume's server was gone", csiNodeRestarts, r, err)
+		}
+		return fmt.Sprintf("%d files, same SHA-256; gone volume's pod still Pending, node plugin restarts %d", len(strings.Split(want, "\n")), csiNodeRestarts), nil
 	})
 
 	tl.run(t, "pods gone: no NFS mount left on the node", func() (string, error) {
 		bg := client.PropagationPolicy(metav1.DeletePropagationBackground)
-		if err := e.k8s.Delete(e.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "rwx-reader", Namespace: clusterNS}}); err != nil {
-			return "", err
+		for _, o := range []client.Object{
+			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "rwx-reader", Namespace: clusterNS}},
+			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gone-reader", Namespace: clusterNS}},
+			&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "gone-pvc", Namespace: clusterNS}},
+			&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "gone-pv"}},
+		} {
+			if err := e.k8s.Delete(e.ctx, o); err != nil {
+				return "", err
+			}
 		}
 		if err := e.k8s.Delete(e.ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "fio-kernel", Namespace: clusterNS}}, bg); err != nil {
 			return "", err
@@ -949,6 +1100,42 @@ func (e *env) events(ns, name string) string {
 		}
 	}
 	return strings.Join(out, " ")
+}
+
+// eventMessage returns the newest message of an event with this reason about
+// one object, prefixed by the event's reason, or "".
+func (e *env) eventMessage(ns, name, reason string) string {
+	var evs corev1.EventList
+	if err := e.k8s.List(e.ctx, &evs, client.InNamespace(ns)); err != nil {
+		return ""
+	}
+	var msg string
+	var last time.Time
+	for _, ev := range evs.Items {
+		if ev.InvolvedObject.Name != name || ev.Reason != reason {
+			continue
+		}
+		if t := ev.LastTimestamp.Time; msg == "" || t.After(last) {
+			msg, last = reason+": "+ev.Message, t
+		}
+	}
+	return msg
+}
+
+// csiNodeRestarts sums the restart counts of the CSI node plugin's containers.
+func (e *env) csiNodeRestarts() (int32, error) {
+	var pods corev1.PodList
+	if err := e.k8s.List(e.ctx, &pods, client.InNamespace(releaseNS), client.MatchingLabels{"app.kubernetes.io/component": "csi-node"}); err != nil {
+		return 0, err
+	}
+	if len(pods.Items) != 1 {
+		return 0, fmt.Errorf("%d CSI node plugin pods, want 1", len(pods.Items))
+	}
+	var n int32
+	for _, cs := range pods.Items[0].Status.ContainerStatuses {
+		n += cs.RestartCount
+	}
+	return n, nil
 }
 
 // dumpState logs what a failed run needs to be understood.
