@@ -500,20 +500,26 @@ def run_rpcbench(rpcbench: Path, server: Server, calls: int, out_dir: Path, rnd:
     pid = server.pid()
     server.check_alive()
     cpu0 = proc_cpu_s(pid)
+    # Then 4 KiB READs of the laid-out bench.0 against an echo of their bytes.
     cmd = ["ip", "netns", "exec", server.netns, str(rpcbench), "compare", "--addr", f"127.0.0.1:{server.nfs_port}",
-           "--calls", str(calls), "--json"]
+           "--calls", str(calls), "--json", "--mount-port", str(server.mnt_port), "--export", server.export,
+           "--file", "bench.0", "--count", "4096"]
     p = run(cmd, timeout_s=120)
     cpu_s = proc_cpu_s(pid) - cpu0
     (out_dir / "raw" / f"r{rnd}-rpcbench-{server.name}.json").write_text(p.stdout)
     try:
         doc = json.loads(p.stdout)
         t, e = doc["target"]["stats"], doc["echo"]
+        rd, re_ = doc["read"]["stats"], doc["read"]["echo"]
         out = {"null_us_p50": t["rtt_us_p50"], "null_us_p99": t["rtt_us_p99"], "null_calls_per_s": t["calls_per_s"],
                "echo_us_p50": e["rtt_us_p50"], "echo_us_p99": e["rtt_us_p99"], "echo_calls_per_s": e["calls_per_s"],
-               "null_calls": t["calls"], "cpu_s": cpu_s}
+               "null_calls": t["calls"], "cpu_s": cpu_s,
+               "read4k_us_p50": rd["rtt_us_p50"], "read4k_us_p99": rd["rtt_us_p99"],
+               "read4k_echo_us_p50": re_["rtt_us_p50"], "read4k_echo_us_p99": re_["rtt_us_p99"]}
     except (KeyError, TypeError, json.JSONDecodeError) as ex:
         raise BenchError(f"rpcbench printed unexpected output ({ex}): {p.stdout[:500]}") from ex
     out["null_over_echo_p50"] = out["null_us_p50"] / out["echo_us_p50"]
+    out["read4k_over_echo_p50"] = out["read4k_us_p50"] / out["read4k_echo_us_p50"]
     out["null_calls_per_cpu_s"] = out["null_calls"] / cpu_s if cpu_s > 0 else None
     out["round"] = rnd
     return out
@@ -575,6 +581,15 @@ def render_table(results: dict) -> str:
             lines.append(f"  {s:<14} NULL p50 {g('null_us_p50')} us p99 {g('null_us_p99')} us {g('null_calls_per_s')} calls/s"
                          f" {g('null_calls_per_cpu_s')} calls/srv-CPU-s | echo p50 {g('echo_us_p50')} us p99 "
                          f"{g('echo_us_p99')} us | NULL/echo p50 {g('null_over_echo_p50')}")
+        lines.append("transport (QD1): 4 KiB NFSv3 READ at random offsets of bench.0 vs a raw TCP echo of the same bytes")
+        for s in servers:
+            st = tr.get(s, {}).get("summary")
+            if not st:
+                continue
+            g = lambda k: fmt(st[k]["median"]) if k in st else "-"  # noqa: E731
+            lines.append(f"  {s:<14} READ p50 {g('read4k_us_p50')} us p99 {g('read4k_us_p99')} us | echo p50 "
+                         f"{g('read4k_echo_us_p50')} us p99 {g('read4k_echo_us_p99')} us | READ/echo p50 "
+                         f"{g('read4k_over_echo_p50')}")
     return "\n".join(lines)
 
 
@@ -760,7 +775,8 @@ def main(argv: list[str]) -> int:
                         continue
                     results["transport"][s.name]["runs"].append(r)
                     log(f"round {rnd} rpcbench {s.name:<12} NULL p50 {fmt(r['null_us_p50'])} us p99 "
-                        f"{fmt(r['null_us_p99'])} us; echo p50 {fmt(r['echo_us_p50'])} us")
+                        f"{fmt(r['null_us_p99'])} us; echo p50 {fmt(r['echo_us_p50'])} us; 4 KiB READ p50 "
+                        f"{fmt(r['read4k_us_p50'])} us, its echo {fmt(r['read4k_echo_us_p50'])} us")
     except BenchError as e:
         results["errors"].append(f"fatal: {e}")
         log(f"bench: FATAL: {e}")
@@ -799,7 +815,8 @@ def finish(results: dict, servers: list[Server], out_dir: Path) -> None:
                                  for k in keys if k in base and k in other and other[k]["median"]}
     if results["transport"]:
         tkeys = ["null_us_p50", "null_us_p99", "null_calls_per_s", "null_calls_per_cpu_s", "echo_us_p50",
-                 "echo_us_p99", "echo_calls_per_s", "null_over_echo_p50"]
+                 "echo_us_p99", "echo_calls_per_s", "null_over_echo_p50", "read4k_us_p50", "read4k_us_p99",
+                 "read4k_echo_us_p50", "read4k_echo_us_p99", "read4k_over_echo_p50"]
         for n in names:
             results["transport"][n]["summary"] = summarize(results["transport"][n]["runs"], tkeys)
     writes = [c for c in results["cells"] if "write" in c["rw"]]

@@ -21,7 +21,8 @@ from pathlib import Path
 SCHEMA = "chimera-bench/1"
 RUN_POSITIVE = ("iops", "mb_s", "lat_us_p50", "lat_us_p99", "lat_us_p99_9", "cpu_s", "iops_per_cpu_s", "rss_peak_mib",
                 "total_ios")
-TRANSPORT_POSITIVE = ("null_us_p50", "null_us_p99", "null_calls_per_s", "echo_us_p50", "echo_us_p99")
+TRANSPORT_POSITIVE = ("null_us_p50", "null_us_p99", "null_calls_per_s", "echo_us_p50", "echo_us_p99",
+                      "read4k_us_p50", "read4k_echo_us_p50")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

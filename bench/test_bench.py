@@ -154,7 +154,8 @@ def good_results(tmp: Path) -> dict:
         entry["ratios"]["ganesha-mem"] = {"iops": 1.0}
         cells.append(entry)
     transport = {s: {"runs": [{"round": 1, "null_us_p50": 20.0, "null_us_p99": 50.0, "null_calls_per_s": 40000.0,
-                               "echo_us_p50": 10.0, "echo_us_p99": 30.0}]} for s in servers}
+                               "echo_us_p50": 10.0, "echo_us_p99": 30.0, "read4k_us_p50": 30.0,
+                               "read4k_echo_us_p50": 15.0}]} for s in servers}
     (tmp / "ratios.png").write_bytes(check_results.PNG_MAGIC + b"rest")
     return {"schema": check_results.SCHEMA, "rounds": 1, "errors": [], "servers": [{"name": s} for s in servers],
             "cells": cells, "transport": transport, "chart": "ratios.png"}
@@ -199,6 +200,7 @@ class CheckResults(unittest.TestCase):
             "no IOPS ratio": lambda d: d["cells"][0]["ratios"].clear(),
             "transport ganesha-mem: 0 runs": lambda d: d["transport"]["ganesha-mem"].update(runs=[]),
             "echo_us_p50": lambda d: d["transport"]["chimerad"]["runs"][0].update(echo_us_p50=-1),
+            "read4k_us_p50": lambda d: d["transport"]["chimerad"]["runs"][0].pop("read4k_us_p50"),
             "chart missing": lambda d: d.update(chart="nope.png"),
             "schema is": lambda d: d.update(schema="other/2"),
             "no cells": lambda d: d.update(cells=[]),

@@ -27,6 +27,7 @@ fn ctx(proc_num: u32, uid: u32) -> CallContext<'static> {
         conn_id: 1,
         peer: "127.0.0.1:1".parse().unwrap(),
         core: 0,
+        lend: None,
     }
 }
 

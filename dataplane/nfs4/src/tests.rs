@@ -142,6 +142,7 @@ impl Server {
             conn_id: conn,
             peer: "127.0.0.1:700".parse().unwrap(),
             core: 0,
+            lend: None,
         };
         let mut buf = vec![0u8; REPLY_BYTES_MAX];
         let mut e = Encoder::new(&mut buf);
@@ -1101,6 +1102,7 @@ fn hostile_compounds_are_answered_not_fatal() {
             conn_id: 9,
             peer: "127.0.0.1:700".parse().unwrap(),
             core: 0,
+            lend: None,
         };
         let mut buf = vec![0u8; 64 * 1024];
         let mut e = Encoder::new(&mut buf);

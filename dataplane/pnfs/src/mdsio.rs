@@ -178,6 +178,14 @@ impl Vfs for PnfsVfs {
         }
     }
 
+    fn read_lent(&self, fh: &FileHandle, offset: u64, count: usize, sink: &mut dyn vfs::LendSink) -> VfsResult<Option<(usize, bool)>> {
+        // Data placed on the data servers is fetched, not lent.
+        match self.placed(fh) {
+            Some(_) => Ok(None),
+            None => self.inner().read_lent(fh, offset, count, sink),
+        }
+    }
+
     fn write(&self, fh: &FileHandle, offset: u64, data: &[u8], _stable: Stability) -> VfsResult<(usize, Stability, Attr)> {
         let a = self.inner().getattr(fh)?;
         if a.ftype != FileType::Regular {

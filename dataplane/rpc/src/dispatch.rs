@@ -3,6 +3,7 @@
 //! request cache, reply headers, and per-procedure metrics.
 
 use crate::drc::{Drc, DrcKey};
+use crate::lend::Lender;
 use crate::metrics::{self, OpId};
 use crate::record;
 use crate::{Auth, CallContext, CallError, Program};
@@ -157,6 +158,13 @@ impl Dispatcher {
 
     /// Handle one complete record; write the reply record into `out`.
     pub fn handle(&self, conn: &ConnInfo, record: &[u8], out: &mut [u8]) -> Outcome {
+        self.handle_lending(conn, record, out, None)
+    }
+
+    /// `handle`, where the reply may also lend buffers through `lender`:
+    /// after `Outcome::Reply(n)`, `lender.take()` holds what goes on the wire
+    /// inside the `n` bytes written (the record mark counts them).
+    pub fn handle_lending(&self, conn: &ConnInfo, record: &[u8], out: &mut [u8], lender: Option<&Lender>) -> Outcome {
         let started = Instant::now();
         assert!(out.len() >= 64, "reply buffer too small");
         let mut d = Decoder::new(record);
@@ -220,6 +228,7 @@ impl Dispatcher {
             conn_id: conn.conn_id,
             peer: conn.peer,
             core: conn.core,
+            lend: None,
         };
         let drc_key = (!reg.prog.idempotent(header.proc_num)).then(|| DrcKey {
             addr: conn.peer.ip(),
@@ -229,6 +238,8 @@ impl Dispatcher {
             proc_num: header.proc_num,
             args_hash: DrcKey::hash_args(args),
         });
+        // A reply the cache keeps is copied whole.
+        let ctx = CallContext { lend: if drc_key.is_none() { lender } else { None }, ..ctx };
         let accept_at = e.position();
         accepted(&mut e, SUCCESS);
         let results_at = e.position();
@@ -236,12 +247,15 @@ impl Dispatcher {
             if let Some(n) = self.drc.lookup(key, e.spare()) {
                 // A retransmission: answer with the reply of the first execution.
                 e.advance(n);
-                return self.finish(e, body_at, op, started, record.len(), true);
+                return self.finish(e, body_at, op, started, record.len(), true, 0);
             }
         }
         let ok = match reg.prog.call(&ctx, args, &mut e) {
             Ok(()) => true,
             Err(err) => {
+                if let Some(l) = ctx.lend {
+                    l.discard();
+                }
                 e.truncate(accept_at);
                 match err {
                     CallError::ProcUnavail => accepted(&mut e, PROC_UNAVAIL),
@@ -257,11 +271,12 @@ impl Dispatcher {
                 self.drc.insert(key, &e.written()[results_at..]);
             }
         }
-        self.finish(e, body_at, op, started, record.len(), ok)
+        let lent = ctx.lend.map_or(0, |l| l.lent_len());
+        self.finish(e, body_at, op, started, record.len(), ok, lent)
     }
 
     fn finish_rejected(&self, e: Encoder<'_>, body_at: usize, started: Instant, bytes_in: usize) -> Outcome {
-        self.finish(e, body_at, self.op_garbage, started, bytes_in, false)
+        self.finish(e, body_at, self.op_garbage, started, bytes_in, false, 0)
     }
 
     fn finish(
@@ -272,11 +287,12 @@ impl Dispatcher {
         started: Instant,
         bytes_in: usize,
         ok: bool,
+        lent: usize,
     ) -> Outcome {
         let len = e.position();
-        let body = len - body_at;
+        let body = len - body_at + lent;
         e.patch_u32(0, u32::from_be_bytes(record::header(body)));
-        metrics::record(op, started.elapsed().as_nanos() as u64, bytes_in as u64, len as u64, ok);
+        metrics::record(op, started.elapsed().as_nanos() as u64, bytes_in as u64, (len + lent) as u64, ok);
         Outcome::Reply(len)
     }
 }

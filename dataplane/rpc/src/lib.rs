@@ -3,7 +3,7 @@
 //! duplicate-request cache, and dispatch to the programs registered with it.
 //!
 //! The transport (TCP today, RPC-over-RDMA later) hands this crate complete
-//! records and a reply buffer; programs (NFSv3, MOUNT3, NFSv4.1, portmap) plug
+//! records and a reply buffer (and, for zero-copy replies, a [`lend::Lender`]); programs (NFSv3, MOUNT3, NFSv4.1, portmap) plug
 //! in through [`Program`]. Nothing here allocates per call.
 
 use proto::xdr::Encoder;
@@ -43,6 +43,10 @@ pub struct CallContext<'a> {
     pub peer: SocketAddr,
     /// Index of the core (event loop) running the call.
     pub core: usize,
+    /// Where the reply may lend buffers instead of copying them (see
+    /// [`lend`]); `None` when the transport cannot send lent buffers or
+    /// the reply is kept by the duplicate-request cache.
+    pub lend: Option<&'a lend::Lender>,
 }
 
 /// Why a program could not produce a normal reply. Each maps to an RPC-level
@@ -80,6 +84,7 @@ pub trait Program: Send + Sync {
 
 pub mod backchannel;
 pub mod drc;
+pub mod lend;
 pub mod metrics;
 pub mod record;
 

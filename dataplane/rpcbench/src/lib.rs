@@ -12,6 +12,8 @@
 //! second at QD1 is 1 / mean round trip; `make bench` divides the calls by the
 //! server's CPU-seconds to give calls per server CPU-second.
 
+pub mod nfs;
+
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,7 +40,7 @@ pub const NULL_CALL_BYTES: usize = 40;
 pub const NULL_REPLY_BYTES: usize = 24;
 /// Record mark (RFC 5531 §11): one 4-byte header per fragment.
 pub const RECORD_MARK_BYTES: usize = 4;
-const LAST_FRAGMENT: u32 = 0x8000_0000;
+pub(crate) const LAST_FRAGMENT: u32 = 0x8000_0000;
 /// Largest reply fragment accepted: a NULL reply is 24 bytes (plus a verifier
 /// of at most 400 bytes); anything far larger is not a NULL reply.
 pub const REPLY_BYTES_MAX: usize = 4096;
@@ -49,6 +51,8 @@ pub const CALLS_MAX: u64 = 10_000_000;
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 /// The echo server serves this many connections at a time at most.
 pub const ECHO_CONNS_MAX: usize = 8;
+/// Largest echo message (a 1 MiB READ reply with its headers fits).
+pub const ECHO_MESSAGE_MAX: usize = (1 << 20) + 4096;
 
 /// Encode a NULL call with the given xid into `out` (record mark included).
 pub fn encode_null_call(out: &mut [u8; RECORD_MARK_BYTES + NULL_CALL_BYTES], xid: u32, prog: u32, vers: u32) {
@@ -230,7 +234,7 @@ impl Stats {
     }
 }
 
-fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+pub(crate) fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
     let s = TcpStream::connect_timeout(&addr, REPLY_TIMEOUT)
         .map_err(|e| io::Error::new(e.kind(), format!("cannot connect to {addr}: {e}")))?;
     // One small message per round trip: Nagle would add delay, not batching.
@@ -240,7 +244,7 @@ fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
     Ok(s)
 }
 
-fn timeout_context(e: io::Error, addr: SocketAddr, what: &str) -> io::Error {
+pub(crate) fn timeout_context(e: io::Error, addr: SocketAddr, what: &str) -> io::Error {
     match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
             io::Error::new(io::ErrorKind::TimedOut, format!("{addr}: no {what} within {REPLY_TIMEOUT:?}"))
@@ -288,30 +292,36 @@ impl RoundTrip for NullClient {
     }
 }
 
-/// The raw TCP path: send the bytes of a NULL call, receive the bytes of a
-/// NULL reply, with no RPC processing on either side.
+/// The raw TCP path: send the bytes of a call, receive the bytes of its
+/// reply, with no RPC processing on either side. By default a NULL call and
+/// reply; `with_message` sends any call (a READ's) and expects a reply of
+/// the given size from an echo server started with the same sizes.
 pub struct EchoClient {
     stream: TcpStream,
     addr: SocketAddr,
-    call: [u8; RECORD_MARK_BYTES + NULL_CALL_BYTES],
-    reply: [u8; RECORD_MARK_BYTES + NULL_REPLY_BYTES],
+    call: Vec<u8>,
+    reply: Vec<u8>,
 }
 
 impl EchoClient {
     pub fn connect(addr: SocketAddr) -> io::Result<Self> {
-        Ok(EchoClient {
-            stream: connect(addr)?,
-            addr,
-            call: [0; RECORD_MARK_BYTES + NULL_CALL_BYTES],
-            reply: [0; RECORD_MARK_BYTES + NULL_REPLY_BYTES],
-        })
+        let mut call = [0u8; RECORD_MARK_BYTES + NULL_CALL_BYTES];
+        encode_null_call(&mut call, 0, NFS_PROGRAM, NFS_V3);
+        Self::with_message(addr, call.to_vec(), RECORD_MARK_BYTES + NULL_REPLY_BYTES)
+    }
+
+    /// Send `call` (its bytes 4..8 replaced by the sequence number, where an
+    /// RPC call has its xid) and read `reply_bytes` back.
+    pub fn with_message(addr: SocketAddr, call: Vec<u8>, reply_bytes: usize) -> io::Result<Self> {
+        assert!(call.len() >= 8 && reply_bytes >= 8, "echo messages carry a record mark and a sequence number");
+        Ok(EchoClient { stream: connect(addr)?, addr, call, reply: vec![0u8; reply_bytes] })
     }
 }
 
 impl RoundTrip for EchoClient {
     fn round_trip(&mut self, seq: u32) -> io::Result<()> {
-        // The same bytes a NULL call carries, so the kernel path is identical.
-        encode_null_call(&mut self.call, seq, NFS_PROGRAM, NFS_V3);
+        // The same bytes the call carries, so the kernel path is identical.
+        self.call[4..8].copy_from_slice(&seq.to_be_bytes());
         self.stream.write_all(&self.call).map_err(|e| timeout_context(e, self.addr, "write"))?;
         self.stream.read_exact(&mut self.reply).map_err(|e| timeout_context(e, self.addr, "echo"))?;
         // The echo server returns the call's xid first: proves the reply is ours.
@@ -351,9 +361,10 @@ pub fn measure(client: &mut dyn RoundTrip, warmup: u64, calls: u64, first_seq: u
     Ok(summarize(&mut samples, elapsed))
 }
 
-/// A minimal echo server: reads a NULL call's worth of bytes, answers with a
-/// NULL reply's worth (the call's xid, then zeros), on blocking sockets with
-/// one thread per connection. The physical path against which RPC is compared.
+/// A minimal echo server: reads a call's worth of bytes, answers with a
+/// reply's worth (a record mark, the call's xid, then zeros), on blocking
+/// sockets with one thread per connection. The physical path against which
+/// RPC is compared. `start` uses the sizes of a NULL call and reply.
 pub struct EchoServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
@@ -362,6 +373,18 @@ pub struct EchoServer {
 
 impl EchoServer {
     pub fn start(bind: SocketAddr) -> io::Result<Self> {
+        Self::start_sized(bind, RECORD_MARK_BYTES + NULL_CALL_BYTES, RECORD_MARK_BYTES + NULL_REPLY_BYTES)
+    }
+
+    /// An echo server for calls of `call_bytes` and replies of
+    /// `reply_bytes`, both counting the record mark.
+    pub fn start_sized(bind: SocketAddr, call_bytes: usize, reply_bytes: usize) -> io::Result<Self> {
+        if call_bytes < 8 || reply_bytes < 8 || call_bytes > ECHO_MESSAGE_MAX || reply_bytes > ECHO_MESSAGE_MAX {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("echo sizes {call_bytes}/{reply_bytes} outside 8..={ECHO_MESSAGE_MAX}"),
+            ));
+        }
         let listener = TcpListener::bind(bind)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -379,7 +402,7 @@ impl EchoServer {
                 active.fetch_add(1, Ordering::AcqRel);
                 let active2 = active.clone();
                 let _ = std::thread::Builder::new().name("echo-conn".into()).spawn(move || {
-                    let _ = echo_conn(conn);
+                    let _ = echo_conn(conn, call_bytes, reply_bytes);
                     active2.fetch_sub(1, Ordering::AcqRel);
                 });
             }
@@ -403,11 +426,11 @@ impl Drop for EchoServer {
     }
 }
 
-fn echo_conn(mut s: TcpStream) -> io::Result<()> {
+fn echo_conn(mut s: TcpStream, call_bytes: usize, reply_bytes: usize) -> io::Result<()> {
     s.set_nodelay(true)?;
-    let mut call = [0u8; RECORD_MARK_BYTES + NULL_CALL_BYTES];
-    let mut reply = [0u8; RECORD_MARK_BYTES + NULL_REPLY_BYTES];
-    reply[..4].copy_from_slice(&(LAST_FRAGMENT | NULL_REPLY_BYTES as u32).to_be_bytes());
+    let mut call = vec![0u8; call_bytes];
+    let mut reply = vec![0u8; reply_bytes];
+    reply[..4].copy_from_slice(&(LAST_FRAGMENT | (reply_bytes - RECORD_MARK_BYTES) as u32).to_be_bytes());
     loop {
         match s.read_exact(&mut call) {
             Ok(()) => {}

@@ -5,6 +5,7 @@ use crate::sys;
 use crate::Shared;
 use io_uring::{opcode, squeue, types, IoUring};
 use rpc::metrics::{self, ConnEvent};
+use rpc::lend::{Lender, Lent};
 use rpc::record::{self, Next};
 use rpc::{ConnInfo, Outcome};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -28,6 +29,9 @@ const SHUTDOWN_DRAIN: Duration = Duration::from_secs(2);
 /// Server-initiated records held per connection while its reply buffer is
 /// full; more are dropped (the caller's timeout reports it).
 const OUT_PENDING_PER_CONN_MAX: usize = 64;
+/// iovecs per sendmsg of a reply buffer with lent pieces (Linux UIO_MAXIOV
+/// is 1024); the rest goes in the next send.
+const IOV_PER_SEND_MAX: usize = 1024;
 
 fn user_data(kind: u64, gen: u32, slot: usize) -> u64 {
     debug_assert!(slot < (1 << 32));
@@ -59,12 +63,72 @@ struct Conn {
     closing: bool,
     /// Server-initiated records (back-channel calls) not yet in a buffer.
     out: std::collections::VecDeque<Vec<u8>>,
+    /// Buffers lent to the replies in each reply buffer (zero-copy READ):
+    /// each goes on the wire at its `pos` (an offset into the buffer). Their
+    /// bytes count against the buffer's room as if copied in.
+    lent: [Vec<Lent>; 2],
+    lent_bytes: [usize; 2],
+    /// The iovecs and header of the sendmsg in flight, for buffers with
+    /// lent pieces; boxed so the kernel's pointers survive moves of `Conn`.
+    iov: Vec<libc::iovec>,
+    msg: Box<libc::msghdr>,
 }
 
 impl Conn {
     fn inflight(&self) -> usize {
         self.wcount[0] + self.wcount[1]
     }
+
+    /// Bytes buffer `s` puts on the wire: what was written plus what was lent.
+    fn send_len(&self, s: usize) -> usize {
+        self.wlen[s] + self.lent_bytes[s]
+    }
+
+    /// Point `msg` at the iovecs of buffer `s` from byte `send_off` on: the
+    /// buffer's bytes interleaved with the pieces lent to its replies.
+    fn prepare_sendmsg(&mut self, s: usize) {
+        fn add(iov: &mut Vec<libc::iovec>, skip: &mut usize, base: *const u8, len: usize) {
+            if *skip >= len {
+                *skip -= len;
+                return;
+            }
+            if iov.len() < IOV_PER_SEND_MAX {
+                // SAFETY: `skip < len`, inside the slice `base` starts.
+                iov.push(libc::iovec { iov_base: unsafe { base.add(*skip) } as *mut libc::c_void, iov_len: len - *skip });
+            }
+            *skip = 0;
+        }
+        let mut skip = self.send_off;
+        self.iov.clear();
+        let buf = self.wbuf[s].as_ptr();
+        let mut from = 0;
+        for l in &self.lent[s] {
+            // SAFETY: from <= l.pos <= wlen[s], inside wbuf[s].
+            add(&mut self.iov, &mut skip, unsafe { buf.add(from) }, l.pos - from);
+            for p in &l.pieces {
+                add(&mut self.iov, &mut skip, p.buf[p.at..].as_ptr(), p.len);
+            }
+            from = l.pos;
+        }
+        add(&mut self.iov, &mut skip, unsafe { buf.add(from) }, self.wlen[s] - from);
+        // SAFETY: an all-zero msghdr is valid (no name, no control).
+        *self.msg = unsafe { std::mem::zeroed() };
+        self.msg.msg_iov = self.iov.as_mut_ptr();
+        self.msg.msg_iovlen = self.iov.len() as _;
+    }
+}
+
+/// The send of buffer `s` from `send_off` on: a plain send of the buffer, or
+/// a sendmsg interleaving it with the pieces its replies lent.
+fn send_sqe(c: &mut Conn, s: usize, slot: usize) -> squeue::Entry {
+    let fd = types::Fd(c.fd.as_raw_fd());
+    let ud = user_data(KIND_SEND, c.gen, slot);
+    if c.lent[s].is_empty() {
+        let (ptr, len) = (c.wbuf[s][c.send_off..].as_ptr(), c.wlen[s] - c.send_off);
+        return opcode::Send::new(fd, ptr, len as u32).flags(libc::MSG_NOSIGNAL).build().user_data(ud);
+    }
+    c.prepare_sendmsg(s);
+    opcode::SendMsg::new(fd, &*c.msg as *const libc::msghdr).flags(libc::MSG_NOSIGNAL as u32).build().user_data(ud)
 }
 
 pub(crate) struct Loop {
@@ -84,6 +148,8 @@ pub(crate) struct Loop {
     /// Target of the eventfd read that wakes the loop for queued records.
     wake_buf: Box<u64>,
     wake_inflight: bool,
+    /// Collects what the reply being built lends (zero-copy READ).
+    lender: Lender,
 }
 
 impl Loop {
@@ -106,6 +172,7 @@ impl Loop {
             inflight_per_conn_max: limits.inflight_per_conn_max,
             wake_buf: Box::new(0),
             wake_inflight: false,
+            lender: Lender::new(),
         }
     }
 
@@ -242,6 +309,11 @@ impl Loop {
             recv_inflight: false,
             closing: false,
             out: std::collections::VecDeque::new(),
+            lent: [Vec::new(), Vec::new()],
+            lent_bytes: [0; 2],
+            iov: Vec::new(),
+            // SAFETY: an all-zero msghdr is valid.
+            msg: Box::new(unsafe { std::mem::zeroed() }),
         });
         metrics::conn_event(ConnEvent::Accepted);
         self.maybe_recv(slot);
@@ -278,25 +350,37 @@ impl Loop {
         }
         let s = c.fill ^ 1;
         c.send_off += res as usize;
-        if c.send_off < c.wlen[s] {
-            let (ptr, len) = (c.wbuf[s][c.send_off..].as_ptr(), c.wlen[s] - c.send_off);
-            let sqe = opcode::Send::new(types::Fd(c.fd.as_raw_fd()), ptr, len as u32)
-                .flags(libc::MSG_NOSIGNAL)
-                .build()
-                .user_data(user_data(KIND_SEND, c.gen, slot));
+        if c.send_off < c.send_len(s) {
+            let sqe = send_sqe(c, s, slot);
             self.push(sqe);
             return;
         }
         c.wlen[s] = 0;
         c.wcount[s] = 0;
+        c.lent_bytes[s] = 0;
+        let mut lent = std::mem::take(&mut c.lent[s]);
         c.sending = false;
+        if c.send_len(c.fill) == 0 {
+            // Nothing was queued meanwhile: keep filling the buffer just
+            // sent, still in cache, instead of alternating between two
+            // cold megabyte-sized buffers (one call at a time, large READs).
+            c.fill = s;
+        }
+        // The pieces lent to the sent replies go back to their owners.
+        for l in lent.drain(..) {
+            self.lender.recycle(l.pieces);
+        }
+        if let Some(c) = self.conns[slot].as_mut() {
+            c.lent[s] = lent;
+        }
         self.process(slot);
         self.settle(slot);
     }
 
     /// Can this connection take another call right now?
     fn has_room(&self, c: &Conn) -> bool {
-        c.inflight() < self.inflight_per_conn_max && c.wbuf[c.fill].len() - c.wlen[c.fill] >= self.reply_bytes_max
+        c.inflight() < self.inflight_per_conn_max
+            && c.wbuf[c.fill].len().saturating_sub(c.send_len(c.fill)) >= self.reply_bytes_max
     }
 
     /// Dispatch every complete record that fits the connection's limits.
@@ -316,8 +400,13 @@ impl Loop {
                 Next::Record { start, end, consumed } => {
                     let f = c.fill;
                     let out = &mut c.wbuf[f][c.wlen[f]..];
-                    match dispatcher.handle(&c.info, &c.rbuf[start..end], out) {
+                    match dispatcher.handle_lending(&c.info, &c.rbuf[start..end], out, Some(&self.lender)) {
                         Outcome::Reply(n) => {
+                            if let Some(mut l) = self.lender.take() {
+                                l.pos += c.wlen[f];
+                                c.lent_bytes[f] += l.len;
+                                c.lent[f].push(l);
+                            }
                             c.wlen[f] += n;
                             c.wcount[f] += 1;
                         }
@@ -393,10 +482,7 @@ impl Loop {
         c.fill ^= 1;
         c.sending = true;
         c.send_off = 0;
-        let sqe = opcode::Send::new(types::Fd(c.fd.as_raw_fd()), c.wbuf[s].as_ptr(), c.wlen[s] as u32)
-            .flags(libc::MSG_NOSIGNAL)
-            .build()
-            .user_data(user_data(KIND_SEND, c.gen, slot));
+        let sqe = send_sqe(c, s, slot);
         self.push(sqe);
     }
 

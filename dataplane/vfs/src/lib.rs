@@ -278,6 +278,16 @@ pub struct QuotaUsage {
 /// Name arguments are raw bytes as received; the backend rejects "", ".",
 /// "..", names containing '/' or NUL (`Inval`) and names longer than
 /// `NAME_MAX` (`NameTooLong`).
+/// Immutable bytes shared between a backend and the replies in flight that
+/// lend them (zero-copy READ).
+pub type Shared = std::sync::Arc<[u8]>;
+
+/// Receives the pieces of a lent read ([`Vfs::read_lent`]) in file order.
+pub trait LendSink {
+    /// `len` bytes of `chunk` starting at `at`.
+    fn lend(&mut self, chunk: &Shared, at: usize, len: usize);
+}
+
 pub trait Vfs: Send + Sync {
     /// Root handle of an export; `Stale` if the export is unknown.
     fn root(&self, export_id: ExportId) -> VfsResult<FileHandle>;
@@ -296,6 +306,17 @@ pub trait Vfs: Send + Sync {
     /// Read into `buf` from `offset`; returns bytes read and whether the read
     /// reached end of file.
     fn read(&self, fh: &FileHandle, offset: u64, buf: &mut [u8]) -> VfsResult<(usize, bool)>;
+
+    /// Zero-copy read of up to `count` bytes from `offset`: the data are
+    /// lent to `sink` as pieces of shared, immutable chunks (holes as a
+    /// shared zero chunk), in file order, instead of copied; the reply holds
+    /// them until it is sent. Returns bytes lent and whether the read
+    /// reached end of file, or `None` when this backend cannot lend (the
+    /// caller then uses `read`; nothing was lent).
+    fn read_lent(&self, fh: &FileHandle, offset: u64, count: usize, sink: &mut dyn LendSink) -> VfsResult<Option<(usize, bool)>> {
+        let _ = (fh, offset, count, sink);
+        Ok(None)
+    }
 
     /// Write `data` at `offset`. Returns bytes written, the stability achieved
     /// and the attributes after the write. Fails with `QuotaExceeded` or

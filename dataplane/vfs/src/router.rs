@@ -265,6 +265,13 @@ impl Vfs for Router {
         }
     }
 
+    fn read_lent(&self, fh: &FileHandle, offset: u64, count: usize, sink: &mut dyn crate::LendSink) -> VfsResult<Option<(usize, bool)>> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::IsDir),
+            Target::Backend(v) => v.read_lent(fh, offset, count, sink),
+        }
+    }
+
     fn write(
         &self,
         fh: &FileHandle,

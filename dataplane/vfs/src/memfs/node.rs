@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::space::Volume;
 use super::{CHUNK_BYTES, CHUNK_CHARGE_BYTES, DIRENT_CHARGE_BYTES};
-use crate::{FileType, Ino, Time};
+use crate::{FileType, Ino, LendSink, Shared, Time};
 
 /// One object. `ino` and `generation` never change; everything else lives
 /// behind the per-inode lock.
@@ -84,7 +84,9 @@ pub(crate) enum Body {
 /// chunk is a hole and reads as zeros.
 #[derive(Debug, Default)]
 pub(crate) struct FileData {
-    pub(crate) chunks: BTreeMap<u64, Box<[u8]>>,
+    /// Shared so a zero-copy READ can lend them to replies in flight; a
+    /// write to a chunk still lent copies it first (`chunk_mut`).
+    pub(crate) chunks: BTreeMap<u64, Shared>,
     /// Verifier of the exclusive create that made this file, if any.
     pub(crate) create_verifier: Option<[u8; 8]>,
 }
@@ -97,23 +99,47 @@ impl FileData {
         debug_assert!(len > 0);
         let first = offset / CHUNK;
         let last = (offset + len as u64 - 1) / CHUNK;
-        // Point lookups: cheaper than a range walk for the common write of
-        // one or a few chunks (measured), and bounded by the write size.
-        (first..=last).filter(|i| !self.chunks.contains_key(i)).count() as u64
+        if last - first < 2 {
+            // Point lookups: cheaper than a range walk for the common write
+            // of one or two chunks (measured).
+            return (first..=last).filter(|i| !self.chunks.contains_key(i)).count() as u64;
+        }
+        // A large write walks the tree once (a 1 MiB write spans 256 chunks).
+        last - first + 1 - self.chunks.range(first..=last).count() as u64
     }
 
     /// Copy `data` in at `offset`. The caller has charged the chunks that
-    /// `chunks_missing` reported.
-    pub(crate) fn write(&mut self, offset: u64, data: &[u8]) {
-        let mut pos = offset;
-        let mut rest = data;
-        while !rest.is_empty() {
-            let in_chunk = (pos % CHUNK) as usize;
-            let n = rest.len().min(CHUNK_BYTES - in_chunk);
-            let chunk = self.chunks.entry(pos / CHUNK).or_insert_with(|| vec![0u8; CHUNK_BYTES].into_boxed_slice());
-            chunk[in_chunk..in_chunk + n].copy_from_slice(&rest[..n]);
-            pos += n as u64;
-            rest = &rest[n..];
+    /// `chunks_missing` reported (`missing` of them).
+    pub(crate) fn write(&mut self, offset: u64, data: &[u8], missing: u64) {
+        let first = offset / CHUNK;
+        let last = (offset + data.len() as u64 - 1) / CHUNK;
+        if last - first >= 2 {
+            // Overwrite the chunks present in one walk of the tree; the
+            // missing ones (usually none, or all after a truncate) follow.
+            for (&idx, chunk) in self.chunks.range_mut(first..=last) {
+                let (in_chunk, src) = chunk_part(offset, data, idx);
+                chunk_mut(chunk)[in_chunk..in_chunk + src.len()].copy_from_slice(src);
+            }
+            if missing > 0 {
+                for idx in first..=last {
+                    if let std::collections::btree_map::Entry::Vacant(v) = self.chunks.entry(idx) {
+                        let (in_chunk, src) = chunk_part(offset, data, idx);
+                        v.insert(new_chunk(in_chunk, src));
+                    }
+                }
+            }
+            return;
+        }
+        for idx in first..=last {
+            let (in_chunk, src) = chunk_part(offset, data, idx);
+            match self.chunks.entry(idx) {
+                std::collections::btree_map::Entry::Occupied(mut o) => {
+                    chunk_mut(o.get_mut())[in_chunk..in_chunk + src.len()].copy_from_slice(src)
+                }
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(new_chunk(in_chunk, src));
+                }
+            }
         }
     }
 
@@ -167,6 +193,27 @@ impl FileData {
         }
     }
 
+    /// Lend `len` bytes from `offset` to `sink`, a piece per chunk; holes
+    /// lend the zero chunk. The caller bounds `len` by the file size.
+    pub(crate) fn lend(&self, offset: u64, len: usize, sink: &mut dyn LendSink) {
+        if len == 0 {
+            return;
+        }
+        let first = offset / CHUNK;
+        let end = offset + len as u64;
+        let mut present = self.chunks.range(first..end.div_ceil(CHUNK)).peekable();
+        let mut pos = offset;
+        while pos < end {
+            let in_chunk = (pos % CHUNK) as usize;
+            let n = ((end - pos) as usize).min(CHUNK_BYTES - in_chunk);
+            match present.next_if(|(idx, _)| **idx == pos / CHUNK) {
+                Some((_, chunk)) => sink.lend(chunk, in_chunk, n),
+                None => sink.lend(zero_chunk(), 0, n),
+            }
+            pos += n as u64;
+        }
+    }
+
     /// Drop data at and beyond `size`: whole chunks are freed, the tail of
     /// the last partial chunk is zeroed so a later extension reads zeros.
     /// Returns the bytes of charge released.
@@ -176,7 +223,7 @@ impl FileData {
         let in_chunk = (size % CHUNK) as usize;
         if in_chunk != 0 {
             if let Some(chunk) = self.chunks.get_mut(&(size / CHUNK)) {
-                chunk[in_chunk..].fill(0);
+                chunk_mut(chunk)[in_chunk..].fill(0);
             }
         }
         dropped.len() as u64 * CHUNK_CHARGE_BYTES
@@ -185,6 +232,41 @@ impl FileData {
     pub(crate) fn charged_bytes(&self) -> u64 {
         self.chunks.len() as u64 * CHUNK_CHARGE_BYTES
     }
+}
+
+/// The part of a write of `data` at `offset` that lands in chunk `idx`:
+/// (offset within the chunk, bytes).
+fn chunk_part(offset: u64, data: &[u8], idx: u64) -> (usize, &[u8]) {
+    let chunk_start = idx * CHUNK;
+    let from = chunk_start.max(offset);
+    let to = (chunk_start + CHUNK).min(offset + data.len() as u64);
+    ((from - chunk_start) as usize, &data[(from - offset) as usize..(to - offset) as usize])
+}
+
+/// A new chunk holding `src` at `in_chunk`, zeros elsewhere. A chunk the
+/// write covers whole is not zeroed first.
+fn new_chunk(in_chunk: usize, src: &[u8]) -> Shared {
+    if src.len() == CHUNK_BYTES {
+        return Shared::from(src);
+    }
+    let mut b = vec![0u8; CHUNK_BYTES];
+    b[in_chunk..in_chunk + src.len()].copy_from_slice(src);
+    Shared::from(b)
+}
+
+/// A chunk to write into: copied first if a reply in flight still holds it
+/// (the reply keeps the bytes it was lent).
+fn chunk_mut(chunk: &mut Shared) -> &mut [u8] {
+    if std::sync::Arc::get_mut(chunk).is_none() {
+        *chunk = Shared::from(&chunk[..]);
+    }
+    std::sync::Arc::get_mut(chunk).expect("unique after the copy")
+}
+
+/// All zeros, lent for holes.
+fn zero_chunk() -> &'static Shared {
+    static ZERO: std::sync::OnceLock<Shared> = std::sync::OnceLock::new();
+    ZERO.get_or_init(|| Shared::from(vec![0u8; CHUNK_BYTES]))
 }
 
 /// A directory entry as stored. The name allocation is shared with the

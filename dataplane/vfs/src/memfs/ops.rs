@@ -114,6 +114,19 @@ impl Vfs for MemFs {
         Ok((n, offset + n as u64 >= st.size))
     }
 
+    fn read_lent(&self, fh: &FileHandle, offset: u64, count: usize, sink: &mut dyn crate::LendSink) -> VfsResult<Option<(usize, bool)>> {
+        let inode = self.get(fh)?;
+        let st = inode.read();
+        live(&st)?;
+        let data = file_of(&st)?;
+        if offset >= st.size {
+            return Ok(Some((0, true)));
+        }
+        let n = (st.size - offset).min(count as u64) as usize;
+        data.lend(offset, n, sink);
+        Ok(Some((n, offset + n as u64 >= st.size)))
+    }
+
     fn write(
         &self,
         fh: &FileHandle,
@@ -142,7 +155,7 @@ impl Vfs for MemFs {
             st.charged_bytes += charge_bytes;
         }
         let Body::File(f) = &mut st.body else { unreachable!("checked to be a file above") };
-        f.write(offset, data);
+        f.write(offset, data, missing);
         debug_assert_eq!(f.charged_bytes() + INODE_CHARGE_BYTES, st.charged_bytes);
         st.size = st.size.max(end);
         st.touch_mtime(Time::now());

@@ -144,6 +144,100 @@ fn write_spanning_chunks_and_holes() {
 }
 
 #[test]
+fn writes_of_every_shape_match_a_flat_model() {
+    // Small and large (tree-walking) writes, aligned and not, over holes,
+    // over data and across both, then a truncate and rewrites: the file
+    // always reads as a flat byte array would, and the charge is exactly
+    // the chunks touched.
+    let fs = fs();
+    let r = root(&fs);
+    let fh = mkfile(&fs, &r, b"model");
+    let span = 40 * CHUNK_BYTES;
+    let mut model = vec![0u8; span];
+    let mut size = 0usize;
+    let mut seed = 0x9e37_79b9_u64;
+    let mut next = |n: usize| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((seed >> 33) as usize) % n
+    };
+    for round in 0..400 {
+        if round == 200 {
+            let to = 7 * CHUNK_BYTES + 123;
+            fs.setattr(&fh, &crate::SetAttr { size: Some(to as u64), ..Default::default() }, None).unwrap();
+            model[to..].fill(0);
+            size = to;
+        }
+        let len = match next(4) {
+            0 => 1 + next(100),
+            1 => CHUNK_BYTES,
+            2 => 1 + next(3 * CHUNK_BYTES),
+            _ => 1 + next(12 * CHUNK_BYTES),
+        };
+        let off = if next(2) == 0 { next(span - len) / CHUNK_BYTES * CHUNK_BYTES } else { next(span - len) };
+        let data: Vec<u8> = (0..len).map(|i| (i + round * 31) as u8 | 1).collect();
+        fs.write(&fh, off as u64, &data, Stability::FileSync).unwrap();
+        model[off..off + len].copy_from_slice(&data);
+        size = size.max(off + len);
+        let all = read_all(&fs, &fh);
+        assert_eq!(all.len(), size, "round {round}");
+        assert!(all == model[..size], "round {round}: contents differ after a {len}-byte write at {off}");
+    }
+    let chunks = (0..span / CHUNK_BYTES).filter(|c| model[c * CHUNK_BYTES..(c + 1) * CHUNK_BYTES].iter().any(|&b| b != 0)).count() as u64;
+    assert_eq!(fs.getattr(&fh).unwrap().used, INODE_CHARGE_BYTES + chunks * CHUNK_CHARGE_BYTES);
+}
+
+/// Collects lent pieces, holding them as a reply in flight would.
+#[derive(Default)]
+struct Collect(Vec<(crate::Shared, usize, usize)>);
+
+impl crate::LendSink for Collect {
+    fn lend(&mut self, chunk: &crate::Shared, at: usize, len: usize) {
+        self.0.push((chunk.clone(), at, len));
+    }
+}
+
+impl Collect {
+    fn bytes(&self) -> Vec<u8> {
+        self.0.iter().flat_map(|(c, at, len)| c[*at..*at + *len].iter().copied()).collect()
+    }
+}
+
+#[test]
+fn lent_reads_equal_copied_reads_and_survive_later_writes() {
+    let fs = fs();
+    let r = root(&fs);
+    let free_at_start = fs.fsstat(&r).unwrap().free_bytes;
+    let fh = mkfile(&fs, &r, b"lent");
+    // Data, a hole of two chunks, data, unaligned ends.
+    let a: Vec<u8> = (0..CHUNK_BYTES + 300).map(|i| (i % 251) as u8 | 1).collect();
+    fs.write(&fh, 100, &a, Stability::FileSync).unwrap();
+    fs.write(&fh, 4 * CHUNK_BYTES as u64 + 7, &a, Stability::FileSync).unwrap();
+    let size = fs.getattr(&fh).unwrap().size;
+    for (off, count) in [(0u64, size as usize), (99, 5000), (CHUNK_BYTES as u64, 3 * CHUNK_BYTES), (size - 10, 100), (size, 10), (size + 5, 10)] {
+        let mut c = Collect::default();
+        let got = fs.read_lent(&fh, off, count, &mut c).unwrap().expect("memfs lends");
+        let mut buf = vec![0xeeu8; count];
+        let want = fs.read(&fh, off, &mut buf).unwrap();
+        assert_eq!(got, want, "read_lent({off}, {count})");
+        assert_eq!(c.bytes(), &buf[..want.0], "bytes of read_lent({off}, {count})");
+        assert!(c.0.iter().all(|(_, at, len)| at + len <= CHUNK_BYTES), "a piece crosses a chunk");
+    }
+    // A write, a truncate and a removal after lending leave the lent bytes
+    // as they were; the file sees the new data.
+    let mut held = Collect::default();
+    fs.read_lent(&fh, 0, size as usize, &mut held).unwrap();
+    let before = held.bytes();
+    fs.write(&fh, 50, &vec![0xaau8; 2 * CHUNK_BYTES], Stability::FileSync).unwrap();
+    fs.setattr(&fh, &crate::SetAttr { size: Some(10), ..Default::default() }, None).unwrap();
+    assert_eq!(held.bytes(), before);
+    assert_eq!(read_all(&fs, &fh), vec![0u8; 10]);
+    fs.remove(&r, b"lent").unwrap();
+    assert_eq!(held.bytes(), before);
+    // The charge went back: lending holds no space.
+    assert_eq!(fs.fsstat(&r).unwrap().free_bytes, free_at_start);
+}
+
+#[test]
 fn setattr_mode_owner_times_size_and_guard() {
     let fs = fs();
     let r = root(&fs);
