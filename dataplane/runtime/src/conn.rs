@@ -150,10 +150,12 @@ pub(crate) struct Loop {
     wake_inflight: bool,
     /// Collects what the reply being built lends (zero-copy READ).
     lender: Lender,
+    /// The ring defers completion work to this loop (see `new_ring`).
+    deferred: bool,
 }
 
 impl Loop {
-    pub(crate) fn new(core: usize, ring: IoUring, listeners: Vec<OwnedFd>, shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(core: usize, ring: IoUring, listeners: Vec<OwnedFd>, shared: Arc<Shared>, deferred: bool) -> Self {
         let limits = shared.cfg.limits;
         let n = listeners.len();
         Loop {
@@ -173,7 +175,21 @@ impl Loop {
             wake_buf: Box::new(0),
             wake_inflight: false,
             lender: Lender::new(),
+            deferred,
         }
+    }
+
+    /// Is there anything for the kernel to do or to tell us? With a
+    /// deferring ring the answer is in shared memory: queued submissions,
+    /// completion work pending (the TASKRUN flag) or an overflowed
+    /// completion queue. A plain ring cannot tell without entering.
+    fn kernel_has_work(&mut self) -> bool {
+        if !self.deferred {
+            return true;
+        }
+        let mut sq = self.ring.submission();
+        sq.sync();
+        !sq.is_empty() || sq.taskrun() || sq.cq_overflow()
     }
 
     fn push(&mut self, sqe: squeue::Entry) {
@@ -201,7 +217,13 @@ impl Loop {
         while !self.shared.stop.load(Ordering::Relaxed) {
             let polling = last_event.elapsed() < spin;
             let r = if polling {
-                self.ring.submit()
+                if self.kernel_has_work() {
+                    self.ring.submit()
+                } else {
+                    // Busy and nothing new: spin in user space, no syscall.
+                    std::hint::spin_loop();
+                    Ok(0)
+                }
             } else {
                 if !self.timeout_armed {
                     let ts = &self.ts as *const types::Timespec;

@@ -116,6 +116,27 @@ impl Default for Config {
     }
 }
 
+/// A ring for one event loop. Where the kernel has them (6.1 on), completion
+/// work is deferred to the loop itself (`DEFER_TASKRUN`, one issuer, a flag
+/// in the shared ring saying work is pending): no interrupt of the loop per
+/// completion, the work runs in batches when the loop asks, and a polling
+/// loop can see new work without a system call. The ring starts disabled
+/// and the loop's thread enables it (the issuer is the enabling thread).
+/// Older kernels get a plain ring. Returns the ring and whether it defers.
+fn new_ring(entries: u32) -> std::io::Result<(io_uring::IoUring, bool)> {
+    let deferred = io_uring::IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .setup_taskrun_flag()
+        .setup_r_disabled()
+        .build(entries);
+    match deferred {
+        Ok(r) => Ok((r, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((io_uring::IoUring::builder().build(entries)?, false)),
+        Err(e) => Err(e),
+    }
+}
+
 /// A running server; dropping it without `shutdown` leaves the loops running.
 pub struct Server {
     threads: Vec<JoinHandle<()>>,
@@ -177,11 +198,20 @@ impl Server {
         let mut threads = Vec::new();
         for (core, listeners) in per_core.into_iter().enumerate() {
             let shared = shared.clone();
-            let ring = io_uring::IoUring::builder().build(cfg.ring_entries)?;
+            let (ring, deferred) = new_ring(cfg.ring_entries)?;
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("chimera-core-{core}"))
-                    .spawn(move || conn::Loop::new(core, ring, listeners, shared).run())?,
+                    .spawn(move || {
+                        if deferred {
+                            // The loop's thread becomes the ring's one issuer.
+                            if let Err(e) = ring.submitter().register_enable_rings() {
+                                eprintln!("chimera-core-{core}: cannot enable its io_uring: {e}");
+                                return;
+                            }
+                        }
+                        conn::Loop::new(core, ring, listeners, shared, deferred).run()
+                    })?,
             );
         }
         Ok(Server { threads, stop, addrs, mail })
