@@ -34,10 +34,12 @@ impl Hasher for IdHasher {
         }
     }
     fn write_u32(&mut self, n: u32) {
-        self.0 = n as u64;
+        self.write_u64(n as u64);
     }
     fn write_u64(&mut self, n: u64) {
-        self.0 = n;
+        // Unseeded (0): the key itself. Seeded: the key mixed with the seed
+        // before the finalizer (both steps are bijections).
+        self.0 = (self.0 ^ n).wrapping_mul(self.0 | 1);
     }
 }
 
@@ -53,5 +55,32 @@ mod tests {
         let b = BuildHasherDefault::<IdHasher>::default();
         let buckets: std::collections::HashSet<u64> = (0..1024u64).map(|i| b.hash_one(3 + 16 * i) & 1023).collect();
         assert!(buckets.len() > 600, "only {} of 1024 buckets used", buckets.len());
+    }
+}
+
+/// A hash map keyed by numbers a client chooses indirectly (memfs chunk
+/// indices are file offsets / chunk size): the same cheap finalizer, over
+/// the key mixed with a per-process random seed, so a client cannot aim
+/// offsets at one bucket without knowing the seed.
+pub(crate) type SeededIdHashMap<K, V> = HashMap<K, V, SeededIdState>;
+
+#[derive(Clone, Copy)]
+pub(crate) struct SeededIdState(u64);
+
+impl Default for SeededIdState {
+    fn default() -> Self {
+        static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        SeededIdState(*SEED.get_or_init(|| {
+            use std::hash::BuildHasher;
+            // std's RandomState is seeded from the OS once per process.
+            std::collections::hash_map::RandomState::new().hash_one(0x6368_756e_6b73_u64) | 1
+        }))
+    }
+}
+
+impl std::hash::BuildHasher for SeededIdState {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(self.0)
     }
 }

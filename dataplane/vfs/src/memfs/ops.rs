@@ -155,7 +155,7 @@ impl Vfs for MemFs {
             st.charged_bytes += charge_bytes;
         }
         let Body::File(f) = &mut st.body else { unreachable!("checked to be a file above") };
-        f.write(offset, data, missing);
+        f.write(offset, data);
         debug_assert_eq!(f.charged_bytes() + INODE_CHARGE_BYTES, st.charged_bytes);
         st.size = st.size.max(end);
         st.touch_mtime(Time::now());
