@@ -29,11 +29,11 @@ def fio_run(fio, tmp_path, job, name):
     return rc, data, err_path.read_text()
 
 
-def job(server, body, size="16m"):
+def job(server, body, size="16m", bs="4k"):
     return (
         "[global]\nioengine=nfs\n"
         f"nfs_url={server.url()}\n"
-        f"size={size}\nbs=4k\nverify=crc32c\nverify_fatal=1\n" + body
+        f"size={size}\nbs={bs}\nverify=crc32c\nverify_fatal=1\n" + body
     )
 
 
@@ -56,6 +56,21 @@ def test_mixed_random_rw_verifies(server, fio, tmp_path):
     # iodepth 1 so it reads everything.
     assert jobs["check"]["read"]["io_bytes"] == 16 << 20, err
     assert server.metric("chimera_rpc_ops_total", program="nfs3", op="write") >= 4096
+
+
+def test_large_reads_are_lent_and_verify(server, fio, tmp_path):
+    # READs of 16 KiB and more go out zero-copy (memfs chunks lent to the
+    # reply, one sendmsg); at 128 KiB with 8 in flight, mixed with writes
+    # that hit chunks still lent, every byte read back must verify.
+    body = (LAYOUT + MIX + CHECK).format(f="big.dat")
+    rc, data, err = fio_run(fio, tmp_path, job(server, body, size="32m", bs="128k"), "big")
+    assert rc == 0, err
+    assert "verify" not in err.lower() and "crc32c" not in err.lower(), err
+    jobs = {j["jobname"]: j for j in data["jobs"]}
+    for name in ("layout", "mix", "check"):
+        assert jobs[name]["error"] == 0, (name, err)
+    assert jobs["check"]["read"]["io_bytes"] == 32 << 20, err
+    assert jobs["mix"]["read"]["io_bytes"] > 0 and jobs["mix"]["write"]["io_bytes"] > 0
 
 
 def test_verification_detects_corruption(server, fio, tmp_path):
