@@ -620,15 +620,8 @@ func TestRealNode(t *testing.T) {
 		if err := e.k8s.Create(e.ctx, big); err != nil {
 			return "", err
 		}
-		var msg string
-		err := eventually(e.ctx, pvcBoundTimeout, func() error {
-			msg = e.eventMessage(clusterNS, big.Name, "ProvisioningFailed")
-			if !strings.Contains(msg, "ResourceExhausted") || !strings.Contains(msg, "exceeds the cluster's storage capacity") ||
-				!strings.Contains(msg, strconv.FormatInt(memfsBytes, 10)) {
-				return fmt.Errorf("no ProvisioningFailed event naming the capacity yet: %s", e.events(clusterNS, big.Name))
-			}
-			return nil
-		})
+		msg, err := e.waitEvent(clusterNS, big.Name, "ProvisioningFailed", pvcBoundTimeout,
+			"ResourceExhausted", "exceeds the cluster's storage capacity", strconv.FormatInt(memfsBytes, 10))
 		if err != nil {
 			return "", err
 		}
@@ -834,14 +827,7 @@ echo "@@sha256-begin"; (cd "$DIRECTORY" && sha256sum *); echo "@@sha256-end"
 				return "", err
 			}
 		}
-		var msg string
-		err = eventually(e.ctx, podsUpTimeout, func() error {
-			msg = e.eventMessage(clusterNS, pod.Name, "FailedMount")
-			if !strings.Contains(msg, "Unavailable") || !strings.Contains(msg, goneServer+":") || !strings.Contains(msg, "does not answer") {
-				return fmt.Errorf("no FailedMount event naming the gone server yet: %s", e.events(clusterNS, pod.Name))
-			}
-			return nil
-		})
+		msg, err := e.waitEvent(clusterNS, pod.Name, "FailedMount", podsUpTimeout, "Unavailable", goneServer+":", "does not answer")
 		if err != nil {
 			return "", err
 		}
@@ -1104,6 +1090,23 @@ func (e *env) events(ns, name string) string {
 
 // eventMessage returns the newest message of an event with this reason about
 // one object, prefixed by the event's reason, or "".
+// waitEvent waits up to timeout for the newest `reason` event on object
+// `name` to carry every string of want; it returns that event's message, or
+// an error listing the object's events.
+func (e *env) waitEvent(ns, name, reason string, timeout time.Duration, want ...string) (string, error) {
+	var msg string
+	err := eventually(e.ctx, timeout, func() error {
+		msg = e.eventMessage(ns, name, reason)
+		for _, w := range want {
+			if !strings.Contains(msg, w) {
+				return fmt.Errorf("no %s event on %s with %q yet: %s", reason, name, w, e.events(ns, name))
+			}
+		}
+		return nil
+	})
+	return msg, err
+}
+
 func (e *env) eventMessage(ns, name, reason string) string {
 	var evs corev1.EventList
 	if err := e.k8s.List(e.ctx, &evs, client.InNamespace(ns)); err != nil {
