@@ -809,19 +809,7 @@ echo "@@sha256-begin"; (cd "$DIRECTORY" && sha256sum *); echo "@@sha256-end"
 				Resources:        corev1.VolumeResourceRequirements{Requests: pv.Spec.Capacity},
 			},
 		}
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "gone-reader", Namespace: clusterNS},
-			Spec: corev1.PodSpec{
-				RestartPolicy: corev1.RestartPolicyNever,
-				Containers: []corev1.Container{{
-					Name: "reader", Image: "localhost/chimera-fio:dev", ImagePullPolicy: corev1.PullNever,
-					Command:      []string{"/bin/sh", "-c", "ls /data"},
-					VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
-				}},
-				Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: gonePVC.Name}}}},
-			},
-		}
+		pod := readerPod("gone-reader", gonePVC.Name, "ls /data", false)
 		for _, o := range []client.Object{gonePV, gonePVC, pod} {
 			if err := e.k8s.Create(e.ctx, o); err != nil {
 				return "", err
@@ -845,19 +833,7 @@ echo "@@sha256-begin"; (cd "$DIRECTORY" && sha256sum *); echo "@@sha256-end"
 		if want == "" {
 			return "", fmt.Errorf("the fio pod printed no checksums")
 		}
-		reader := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "rwx-reader", Namespace: clusterNS},
-			Spec: corev1.PodSpec{
-				RestartPolicy: corev1.RestartPolicyNever,
-				Containers: []corev1.Container{{
-					Name: "reader", Image: "localhost/chimera-fio:dev", ImagePullPolicy: corev1.PullNever,
-					Command:      []string{"/bin/sh", "-c", "cd /data/fio && sha256sum *"},
-					VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data", ReadOnly: true}},
-				}},
-				Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.Name, ReadOnly: true}}}},
-			},
-		}
+		reader := readerPod("rwx-reader", pvc.Name, "cd /data/fio && sha256sum *", true)
 		if err := e.k8s.Create(e.ctx, reader); err != nil {
 			return "", err
 		}
@@ -1090,6 +1066,24 @@ func (e *env) events(ns, name string) string {
 
 // eventMessage returns the newest message of an event with this reason about
 // one object, prefixed by the event's reason, or "".
+// readerPod is a one-shot pod of the preloaded fio image running `script`
+// with claim mounted at /data.
+func readerPod(name, claim, script string, readOnly bool) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: clusterNS},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "reader", Image: "localhost/chimera-fio:dev", ImagePullPolicy: corev1.PullNever,
+				Command:      []string{"/bin/sh", "-c", script},
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data", ReadOnly: readOnly}},
+			}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: readOnly}}}},
+		},
+	}
+}
+
 // waitEvent waits up to timeout for the newest `reason` event on object
 // `name` to carry every string of want; it returns that event's message, or
 // an error listing the object's events.
