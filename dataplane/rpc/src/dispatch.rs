@@ -219,6 +219,14 @@ impl Dispatcher {
             return self.finish_rejected(e, body_at, started, record.len());
         };
         let op = reg.proc_ops[header.proc_num.min(PROCS_MAX - 1) as usize];
+        let drc_key = (!reg.prog.idempotent(header.proc_num)).then(|| DrcKey {
+            addr: conn.peer.ip(),
+            xid,
+            prog: header.prog,
+            vers: header.vers,
+            proc_num: header.proc_num,
+            args_hash: DrcKey::hash_args(args),
+        });
         let ctx = CallContext {
             xid,
             prog: header.prog,
@@ -228,18 +236,9 @@ impl Dispatcher {
             conn_id: conn.conn_id,
             peer: conn.peer,
             core: conn.core,
-            lend: None,
+            // A reply the cache keeps is copied whole.
+            lend: if drc_key.is_none() { lender } else { None },
         };
-        let drc_key = (!reg.prog.idempotent(header.proc_num)).then(|| DrcKey {
-            addr: conn.peer.ip(),
-            xid,
-            prog: header.prog,
-            vers: header.vers,
-            proc_num: header.proc_num,
-            args_hash: DrcKey::hash_args(args),
-        });
-        // A reply the cache keeps is copied whole.
-        let ctx = CallContext { lend: if drc_key.is_none() { lender } else { None }, ..ctx };
         let accept_at = e.position();
         accepted(&mut e, SUCCESS);
         let results_at = e.position();

@@ -380,7 +380,6 @@ impl Loop {
         c.wlen[s] = 0;
         c.wcount[s] = 0;
         c.lent_bytes[s] = 0;
-        let mut lent = std::mem::take(&mut c.lent[s]);
         c.sending = false;
         if c.send_len(c.fill) == 0 {
             // Nothing was queued meanwhile: keep filling the buffer just
@@ -389,11 +388,10 @@ impl Loop {
             c.fill = s;
         }
         // The pieces lent to the sent replies go back to their owners.
-        for l in lent.drain(..) {
-            self.lender.recycle(l.pieces);
-        }
         if let Some(c) = self.conns[slot].as_mut() {
-            c.lent[s] = lent;
+            for l in c.lent[s].drain(..) {
+                self.lender.recycle(l.pieces);
+            }
         }
         self.process(slot);
         self.settle(slot);

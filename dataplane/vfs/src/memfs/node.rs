@@ -128,38 +128,40 @@ impl FileData {
         }
     }
 
-    /// Fill `buf` from `offset`; holes read as zeros. The caller bounds
-    /// `buf` by the file size.
-    pub(crate) fn read(&self, offset: u64, buf: &mut [u8]) {
-        let mut pos = offset;
-        let mut done = 0;
-        while done < buf.len() {
-            let in_chunk = (pos % CHUNK) as usize;
-            let n = (buf.len() - done).min(CHUNK_BYTES - in_chunk);
-            let out = &mut buf[done..done + n];
-            match self.chunks.get(&(pos / CHUNK)) {
-                Some(chunk) => out.copy_from_slice(&chunk[in_chunk..in_chunk + n]),
-                None => out.fill(0),
-            }
-            pos += n as u64;
-            done += n;
-        }
-    }
-
-    /// Lend `len` bytes from `offset` to `sink`, a piece per chunk; holes
-    /// lend the zero chunk. The caller bounds `len` by the file size.
-    pub(crate) fn lend(&self, offset: u64, len: usize, sink: &mut dyn LendSink) {
+    /// Visit `len` bytes from `offset` chunk by chunk, in file order:
+    /// `f(chunk, offset within it, bytes)`, with `None` for a hole.
+    fn walk(&self, offset: u64, len: usize, mut f: impl FnMut(Option<&Shared>, usize, usize)) {
         let end = offset + len as u64;
         let mut pos = offset;
         while pos < end {
             let in_chunk = (pos % CHUNK) as usize;
             let n = ((end - pos) as usize).min(CHUNK_BYTES - in_chunk);
-            match self.chunks.get(&(pos / CHUNK)) {
-                Some(chunk) => sink.lend(chunk, in_chunk, n),
-                None => sink.lend(zero_chunk(), 0, n),
-            }
+            f(self.chunks.get(&(pos / CHUNK)), in_chunk, n);
             pos += n as u64;
         }
+    }
+
+    /// Fill `buf` from `offset`; holes read as zeros. The caller bounds
+    /// `buf` by the file size.
+    pub(crate) fn read(&self, offset: u64, buf: &mut [u8]) {
+        let mut done = 0;
+        self.walk(offset, buf.len(), |chunk, at, n| {
+            let out = &mut buf[done..done + n];
+            match chunk {
+                Some(c) => out.copy_from_slice(&c[at..at + n]),
+                None => out.fill(0),
+            }
+            done += n;
+        });
+    }
+
+    /// Lend `len` bytes from `offset` to `sink`, a piece per chunk; holes
+    /// lend the zero chunk. The caller bounds `len` by the file size.
+    pub(crate) fn lend(&self, offset: u64, len: usize, sink: &mut dyn LendSink) {
+        self.walk(offset, len, |chunk, at, n| match chunk {
+            Some(c) => sink.lend(c, at, n),
+            None => sink.lend(zero_chunk(), 0, n),
+        });
     }
 
     /// Drop data at and beyond `size`: whole chunks are freed, the tail of
