@@ -14,7 +14,7 @@ TEST_TARGETS += test-pnfs
 
 .PHONY: setup-pnfs test-pnfs test-pnfs-topology
 setup-pnfs:
-	@scripts/apt-ensure.sh iproute2 iputils-ping curl util-linux
+	@scripts/apt-ensure.sh iproute2 iptables iputils-ping curl util-linux
 
 test-pnfs: setup-pnfs guest-image build-dataplane ## pNFS with the kernel client, MDS + 3 DSes in namespaces (PNFS_CASES to pick)
 	$(PNFS_E2E)/test-pnfs.sh $(CHIMERAD) $(PNFS_CASES)

@@ -111,6 +111,20 @@ trap 'exit 130' INT TERM
 
 in_ns() { local n=$1; shift; ip netns exec "chim-$n" "$@"; }
 
+# Server-side proof that the guest connected, independent of timing: a rule
+# in each server's namespace counts the TCP SYNs from the guest's address to
+# the NFS port (no target, so it only counts). Reset per case.
+syn_count_arm() {
+  local n
+  for n in mds "${DS_NODES[@]}"; do
+    in_ns "$n" iptables -w -F INPUT
+    in_ns "$n" iptables -w -A INPUT -p tcp --syn -s "${ADDR[cli]}" --dport "$NFS_PORT"
+  done
+}
+syn_count() {  # $1: node; prints the SYNs from the guest counted since arming
+  in_ns "$1" iptables -w -L INPUT -v -n -x | awk -v src="${ADDR[cli]}" '$1 ~ /^[0-9]+$/ && $0 ~ src && /dpt:/ {print $1; exit}'
+}
+
 write_configs() {  # $1: case dir, $2: pnfs enabled (true/false), $3: mirrors, $4...: listed DS nodes
   local d=$1 pnfs=$2 mirrors=$3 n dss=""
   shift 3
@@ -320,6 +334,7 @@ run_case() {  # $1: case name
   [ ${#late[@]} -eq 0 ] || expect2=$(make_inputs "$d/results/in" "${late[@]}")
   for spec in "${FILES[@]}" "${late[@]}"; do bytes=$((bytes + ${spec#*:})); done
   for n in mds "${DS_NODES[@]}"; do scrape $n "$d/metrics-$n-before.txt"; done
+  syn_count_arm
 
   tl "$c: guest boots in chim-cli (${ADDR[cli]}); $bytes bytes in ${#FILES[@]} files"
   local args=(-t $GUEST_RUN_TIMEOUT_S -o "$d/results" -e PNFS_MDS="${ADDR[mds]}" -e PNFS_SUBNET="${ADDR[mds]%.*}.0/24"
@@ -364,6 +379,8 @@ run_case() {  # $1: case name
     "http://${ADDR[mds]}:$ADMIN_PORT/api/v1/cluster" >"$d/cluster.json" 2>"$d/cluster.err" || true
   [ -n "$victim" ] && [ -f "$d/metrics-$victim-at-kill.txt" ] && cp "$d/metrics-$victim-at-kill.txt" "$d/metrics-$victim-after.txt"
   rm -rf "$d/results/in"
+  declare -A SYN=()
+  for n in mds "${DS_NODES[@]}"; do SYN[$n]=$(syn_count $n); echo "$n ${SYN[$n]:-0}"; done >"$d/guest-syns.txt"
 
   # ---- assertions
   check "guest workload passed (mount, write, remount, checksums)" [ "$guest_rc" = 0 ]
@@ -426,8 +443,9 @@ run_case() {  # $1: case name
   local peers_seen
   peers_seen=$(awk '{sub(/:[0-9]+$/, "", $3); print $1 "<-" $3}' "$d/server-conns.txt" | sort -u | tr '\n' ' ')
   echo "pnfs-test:   NFS connections the servers saw (node<-peer): $peers_seen"
-  check "the MDS saw the guest's mount come from the client's address ${ADDR[cli]}" \
-    grep -q "^mds [^ ]* ${ADDR[cli]}:" "$d/server-conns.txt"
+  echo "pnfs-test:   TCP SYNs from the guest (${ADDR[cli]}) counted in each server's namespace: $(tr '\n' ' ' <"$d/guest-syns.txt")"
+  check "the MDS saw the guest's mount come from the client's address ${ADDR[cli]} (${SYN[mds]:-0} SYNs)" \
+    ge "${SYN[mds]:-0}" 1
 
   if [ "$c" = topology ]; then
     # Without layouts the MDS serves the data itself; the DSes saw only the
@@ -509,11 +527,12 @@ PY
     check "$n (${ADDR[$n]}) received written data (striping): ${DSW[$n]} bytes" ge "${DSW[$n]}" 1
     check "guest held a TCP connection to $n (${ADDR[$n]}:$NFS_PORT) after writing" ge "$(eval echo "\$conns_$n")" 1
   done
-  # The servers' side, sampled once a second: a DS that only took a short
-  # write burst can close its connection between samples (the guest's own
-  # table, checked per DS above, is the per-DS proof), so one DS must show it.
-  check "the DSes' connection tables show the guest's address ${ADDR[cli]} (sampled 1/s)" \
-    grep -q "^ds[0-9] [^ ]* ${ADDR[cli]}:" "$d/server-conns.txt"
+  # The servers' side: the SYN counters see every connection however short
+  # (the 1/s connection-table samples above can miss a short write burst; a
+  # CI run did, so they are kept for the record only).
+  for n in "${DS_NODES[@]}"; do
+    check "$n's namespace saw the guest (${ADDR[cli]}) connect to its NFS port (${SYN[$n]:-0} SYNs)" ge "${SYN[$n]:-0}" 1
+  done
   if [ "$c" = stripe ]; then
     for n in "${DS_NODES[@]}"; do
       check "$n served reads: ${DSR[$n]} bytes" ge "${DSR[$n]}" 1
