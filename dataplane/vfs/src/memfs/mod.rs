@@ -46,8 +46,12 @@ use crate::{
     SetAttr, SetTime, Stability, Time, Vfs, VfsError, VfsResult,
 };
 
-/// Size of a data chunk: the unit of allocation and of space charged for data.
+/// Size of a data chunk (a page): the unit of allocation and of space
+/// charged for data.
 pub const CHUNK_BYTES: usize = 4096;
+/// Size of a file extent: the pages of one, once all are present, are held
+/// in one buffer (a large READ lends it whole).
+pub const EXTENT_BYTES: usize = 64 << 10;
 /// What one data chunk charges: the data plus its share of map and allocator overhead.
 pub const CHUNK_CHARGE_BYTES: u64 = CHUNK_BYTES as u64 + 64;
 /// What one object (inode) charges, whatever its type: the `Arc<Inode>`

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::space::Volume;
-use super::{CHUNK_BYTES, CHUNK_CHARGE_BYTES, DIRENT_CHARGE_BYTES};
+use super::{CHUNK_BYTES, CHUNK_CHARGE_BYTES, DIRENT_CHARGE_BYTES, EXTENT_BYTES};
 use crate::idhash::SeededIdHashMap;
 use crate::{FileType, Ino, LendSink, Shared, Time};
 
@@ -81,62 +81,145 @@ pub(crate) enum Body {
     Special,
 }
 
-/// Sparse file data: `CHUNK_BYTES` chunks keyed by chunk index; a missing
-/// chunk is a hole and reads as zeros.
+/// Sparse file data: pages of `CHUNK_BYTES`, grouped in extents of
+/// `EXTENT_BYTES`; a missing page is a hole and reads as zeros.
 ///
-/// A hash map, not a tree: a 4 KiB READ or WRITE finds its chunk with one
-/// hash and usually one cache miss, where a B-tree over a large file took a
-/// descent of several nodes (the two lookups of a 4 KiB WRITE were ~20 % of
-/// the server's samples under fio, perf). Reads of many chunks look each up
-/// in turn; truncation visits the whole map (rare, and bounded by the file).
-/// The key is seeded per process (clients choose offsets).
+/// Space is allocated and charged by the page, so a small or sparse file
+/// costs what it holds. An extent whose every page is present is kept as one
+/// buffer in `full`, keyed by extent index: a large READ lends it as one
+/// piece instead of sixteen, a large WRITE allocates once per extent, and a
+/// laid-out file's map is sixteen times smaller. The pages of other extents
+/// live in `pages`, keyed by page index, one buffer each, as sparse as the
+/// file. An extent is never in both.
+///
+/// Hash maps, not trees: a 4 KiB READ or WRITE finds its buffer with one
+/// hash (two in a sparse extent) and usually one cache miss, where a B-tree
+/// over a large file took a descent of several nodes (the two lookups of a
+/// 4 KiB WRITE were ~20 % of the server's samples under fio, perf).
+/// Truncation visits the whole maps (rare, and bounded by the file). The
+/// keys are seeded per process (clients choose offsets).
+///
+/// Buffers are shared so a zero-copy READ can lend them to replies in
+/// flight; a write to a buffer still lent copies it first (`chunk_mut`).
 #[derive(Debug, Default)]
 pub(crate) struct FileData {
-    /// Shared so a zero-copy READ can lend them to replies in flight; a
-    /// write to a chunk still lent copies it first (`chunk_mut`).
-    pub(crate) chunks: SeededIdHashMap<u64, Shared>,
+    full: SeededIdHashMap<u64, Shared>,
+    pages: SeededIdHashMap<u64, Shared>,
+    /// Pages allocated, a full extent counting all of its pages: what the
+    /// file's data is charged.
+    npages: u64,
     /// Verifier of the exclusive create that made this file, if any.
     pub(crate) create_verifier: Option<[u8; 8]>,
 }
 
-const CHUNK: u64 = CHUNK_BYTES as u64;
+/// Pages per extent.
+const PAGES: u64 = (EXTENT_BYTES / CHUNK_BYTES) as u64;
+const PAGE: u64 = CHUNK_BYTES as u64;
+const EXTENT: u64 = EXTENT_BYTES as u64;
+const _: () = assert!(PAGES >= 2 && EXTENT_BYTES % CHUNK_BYTES == 0);
+
+/// The part of `data` (written at file `offset`) that lands in the span
+/// `start..start + span` of the file: (offset within the span, bytes).
+fn part(offset: u64, data: &[u8], start: u64, span: u64) -> (usize, &[u8]) {
+    let from = start.max(offset);
+    let to = (start + span).min(offset + data.len() as u64);
+    ((from - start) as usize, &data[(from - offset) as usize..(to - offset) as usize])
+}
 
 impl FileData {
-    /// How many chunks a write of `len` bytes at `offset` would allocate.
-    pub(crate) fn chunks_missing(&self, offset: u64, len: usize) -> u64 {
-        debug_assert!(len > 0);
-        let first = offset / CHUNK;
-        let last = (offset + len as u64 - 1) / CHUNK;
-        (first..=last).filter(|i| !self.chunks.contains_key(i)).count() as u64
+    /// An empty file; `create_verifier` if an exclusive create made it.
+    pub(crate) fn new(create_verifier: Option<[u8; 8]>) -> FileData {
+        FileData { create_verifier, ..FileData::default() }
     }
 
-    /// Copy `data` in at `offset`. The caller has charged the chunks that
+    /// How many pages a write of `len` bytes at `offset` would allocate.
+    pub(crate) fn chunks_missing(&self, offset: u64, len: usize) -> u64 {
+        debug_assert!(len > 0);
+        let end = offset + len as u64;
+        let mut missing = 0;
+        for idx in offset / EXTENT..=(end - 1) / EXTENT {
+            if self.full.contains_key(&idx) {
+                continue;
+            }
+            let first = (idx * EXTENT).max(offset) / PAGE;
+            let last = ((idx + 1) * EXTENT).min(end).div_ceil(PAGE);
+            missing += (first..last).filter(|p| !self.pages.contains_key(p)).count() as u64;
+        }
+        missing
+    }
+
+    /// Copy `data` in at `offset`. The caller has charged the pages that
     /// `chunks_missing` reported.
     pub(crate) fn write(&mut self, offset: u64, data: &[u8]) {
-        let first = offset / CHUNK;
-        let last = (offset + data.len() as u64 - 1) / CHUNK;
+        let first = offset / EXTENT;
+        let last = (offset + data.len() as u64 - 1) / EXTENT;
         for idx in first..=last {
-            let (in_chunk, src) = chunk_part(offset, data, idx);
-            match self.chunks.entry(idx) {
-                std::collections::hash_map::Entry::Occupied(mut o) => {
-                    chunk_mut(o.get_mut())[in_chunk..in_chunk + src.len()].copy_from_slice(src)
+            let (at, src) = part(offset, data, idx * EXTENT, EXTENT);
+            if src.len() == EXTENT_BYTES {
+                // The whole extent: one new buffer replaces whatever was
+                // there (a lent one stays with its reply).
+                let had = if self.full.insert(idx, Shared::from(src)).is_some() {
+                    PAGES
+                } else {
+                    (idx * PAGES..(idx + 1) * PAGES).filter(|p| self.pages.remove(p).is_some()).count() as u64
+                };
+                self.npages += PAGES - had;
+                continue;
+            }
+            if let Some(buf) = self.full.get_mut(&idx) {
+                chunk_mut(buf)[at..at + src.len()].copy_from_slice(src);
+                continue;
+            }
+            let base = idx * EXTENT;
+            let mut created = false;
+            for p in (base + at as u64) / PAGE..=(base + (at + src.len()) as u64 - 1) / PAGE {
+                let (in_page, bytes) = part(base + at as u64, src, p * PAGE, PAGE);
+                match self.pages.entry(p) {
+                    std::collections::hash_map::Entry::Occupied(mut o) => {
+                        chunk_mut(o.get_mut())[in_page..in_page + bytes.len()].copy_from_slice(bytes)
+                    }
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(new_chunk(in_page, bytes));
+                        self.npages += 1;
+                        created = true;
+                    }
                 }
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(new_chunk(in_chunk, src));
+            }
+            // The extent's last page first: a file filled in order misses it
+            // until the extent is complete.
+            if created && (idx * PAGES..(idx + 1) * PAGES).rev().all(|p| self.pages.contains_key(&p)) {
+                // Every page present: one buffer from now on (a one-time
+                // copy of the extent).
+                let mut whole = Vec::with_capacity(EXTENT_BYTES);
+                for p in idx * PAGES..(idx + 1) * PAGES {
+                    whole.extend_from_slice(&self.pages.remove(&p).expect("present, checked above"));
                 }
+                self.full.insert(idx, Shared::from(whole));
             }
         }
     }
 
-    /// Visit `len` bytes from `offset` chunk by chunk, in file order:
-    /// `f(chunk, offset within it, bytes)`, with `None` for a hole.
+    /// Visit `len` bytes from `offset` in file order, a piece per buffer:
+    /// `f(buffer, offset within it, bytes)`, with `None` for a hole (at most
+    /// `EXTENT_BYTES` at a time).
     fn walk(&self, offset: u64, len: usize, mut f: impl FnMut(Option<&Shared>, usize, usize)) {
         let end = offset + len as u64;
         let mut pos = offset;
         while pos < end {
-            let in_chunk = (pos % CHUNK) as usize;
-            let n = ((end - pos) as usize).min(CHUNK_BYTES - in_chunk);
-            f(self.chunks.get(&(pos / CHUNK)), in_chunk, n);
+            let at = (pos % EXTENT) as usize;
+            let n = ((end - pos) as usize).min(EXTENT_BYTES - at);
+            if let Some(buf) = self.full.get(&(pos / EXTENT)) {
+                f(Some(buf), at, n);
+            } else {
+                let stop = pos + n as u64;
+                while pos < stop {
+                    let in_page = (pos % PAGE) as usize;
+                    let m = ((stop - pos) as usize).min(CHUNK_BYTES - in_page);
+                    f(self.pages.get(&(pos / PAGE)), in_page, m);
+                    pos += m as u64;
+                }
+                continue;
+            }
             pos += n as u64;
         }
     }
@@ -155,8 +238,8 @@ impl FileData {
         });
     }
 
-    /// Lend `len` bytes from `offset` to `sink`, a piece per chunk; holes
-    /// lend the zero chunk. The caller bounds `len` by the file size.
+    /// Lend `len` bytes from `offset` to `sink`, a piece per buffer; holes
+    /// lend the zero buffer. The caller bounds `len` by the file size.
     pub(crate) fn lend(&self, offset: u64, len: usize, sink: &mut dyn LendSink) {
         self.walk(offset, len, |chunk, at, n| match chunk {
             Some(c) => sink.lend(c, at, n),
@@ -164,53 +247,67 @@ impl FileData {
         });
     }
 
-    /// Drop data at and beyond `size`: whole chunks are freed, the tail of
-    /// the last partial chunk is zeroed so a later extension reads zeros.
+    /// Drop data at and beyond `size`: whole pages are freed, the tail of
+    /// the last partial page is zeroed so a later extension reads zeros.
     /// Returns the bytes of charge released.
     pub(crate) fn truncate(&mut self, size: u64) -> u64 {
-        let keep_chunks = size.div_ceil(CHUNK);
-        let before = self.chunks.len();
-        self.chunks.retain(|&idx, _| idx < keep_chunks);
-        let dropped = (before - self.chunks.len()) as u64;
-        // A table much larger than what it holds gives its memory back.
-        if self.chunks.capacity() > 4 * self.chunks.len().max(64) {
-            self.chunks.shrink_to_fit();
-        }
-        let in_chunk = (size % CHUNK) as usize;
-        if in_chunk != 0 {
-            if let Some(chunk) = self.chunks.get_mut(&(size / CHUNK)) {
-                chunk_mut(chunk)[in_chunk..].fill(0);
+        let before = self.npages;
+        let keep_extents = size.div_ceil(EXTENT);
+        let keep_pages = size.div_ceil(PAGE);
+        let (full_before, pages_before) = (self.full.len(), self.pages.len());
+        self.full.retain(|&idx, _| idx < keep_extents);
+        self.pages.retain(|&p, _| p < keep_pages);
+        self.npages -= (full_before - self.full.len()) as u64 * PAGES + (pages_before - self.pages.len()) as u64;
+        // The extent the new end falls in: a full one keeps only the pages
+        // below the end.
+        let idx = size / EXTENT;
+        if size % EXTENT != 0 && keep_pages < (idx + 1) * PAGES {
+            if let Some(buf) = self.full.remove(&idx) {
+                for p in idx * PAGES..keep_pages {
+                    let from = ((p - idx * PAGES) * PAGE) as usize;
+                    self.pages.insert(p, Shared::from(&buf[from..from + CHUNK_BYTES]));
+                }
+                self.npages -= (idx + 1) * PAGES - keep_pages;
             }
         }
-        dropped * CHUNK_CHARGE_BYTES
+        // A table much larger than what it holds gives its memory back.
+        shrink_if_sparse(&mut self.full);
+        shrink_if_sparse(&mut self.pages);
+        let in_page = (size % PAGE) as usize;
+        if in_page != 0 {
+            if let Some(buf) = self.full.get_mut(&idx) {
+                chunk_mut(buf)[(size % EXTENT) as usize..].fill(0);
+            } else if let Some(page) = self.pages.get_mut(&(size / PAGE)) {
+                chunk_mut(page)[in_page..].fill(0);
+            }
+        }
+        (before - self.npages) * CHUNK_CHARGE_BYTES
     }
 
     pub(crate) fn charged_bytes(&self) -> u64 {
-        self.chunks.len() as u64 * CHUNK_CHARGE_BYTES
+        self.npages * CHUNK_CHARGE_BYTES
     }
 }
 
-/// The part of a write of `data` at `offset` that lands in chunk `idx`:
-/// (offset within the chunk, bytes).
-fn chunk_part(offset: u64, data: &[u8], idx: u64) -> (usize, &[u8]) {
-    let chunk_start = idx * CHUNK;
-    let from = chunk_start.max(offset);
-    let to = (chunk_start + CHUNK).min(offset + data.len() as u64);
-    ((from - chunk_start) as usize, &data[(from - offset) as usize..(to - offset) as usize])
+/// Shrink a table much larger than what it holds.
+fn shrink_if_sparse(map: &mut SeededIdHashMap<u64, Shared>) {
+    if map.capacity() > 4 * map.len().max(64) {
+        map.shrink_to_fit();
+    }
 }
 
-/// A new chunk holding `src` at `in_chunk`, zeros elsewhere. A chunk the
+/// A new page holding `src` at `in_page`, zeros elsewhere. A page the
 /// write covers whole is not zeroed first.
-fn new_chunk(in_chunk: usize, src: &[u8]) -> Shared {
+fn new_chunk(in_page: usize, src: &[u8]) -> Shared {
     if src.len() == CHUNK_BYTES {
         return Shared::from(src);
     }
     let mut b = vec![0u8; CHUNK_BYTES];
-    b[in_chunk..in_chunk + src.len()].copy_from_slice(src);
+    b[in_page..in_page + src.len()].copy_from_slice(src);
     Shared::from(b)
 }
 
-/// A chunk to write into: copied first if a reply in flight still holds it
+/// A buffer to write into: copied first if a reply in flight still holds it
 /// (the reply keeps the bytes it was lent).
 fn chunk_mut(chunk: &mut Shared) -> &mut [u8] {
     if std::sync::Arc::get_mut(chunk).is_none() {
@@ -219,10 +316,10 @@ fn chunk_mut(chunk: &mut Shared) -> &mut [u8] {
     std::sync::Arc::get_mut(chunk).expect("unique after the copy")
 }
 
-/// All zeros, lent for holes.
+/// All zeros, lent for holes (up to an extent at a time).
 fn zero_chunk() -> &'static Shared {
     static ZERO: std::sync::OnceLock<Shared> = std::sync::OnceLock::new();
-    ZERO.get_or_init(|| Shared::from(vec![0u8; CHUNK_BYTES]))
+    ZERO.get_or_init(|| Shared::from(vec![0u8; EXTENT_BYTES]))
 }
 
 /// A directory entry as stored. The name allocation is shared with the

@@ -207,13 +207,10 @@ impl Vfs for MemFs {
         let generation = self.generation_next.fetch_add(1, Ordering::AcqRel);
         let now = Time::now();
         let body = match kind {
-            NodeKind::File => Body::File(FileData {
-                create_verifier: match how {
-                    CreateMode::Exclusive(v) => Some(v),
-                    _ => None,
-                },
-                ..FileData::default()
-            }),
+            NodeKind::File => Body::File(FileData::new(match how {
+                CreateMode::Exclusive(v) => Some(v),
+                _ => None,
+            })),
             NodeKind::Directory => Body::Dir(Dir::new(d.ino, d.generation)),
             NodeKind::Symlink { target } => Body::Symlink(target.into()),
             NodeKind::Device { .. } => Body::Special,

@@ -143,47 +143,141 @@ fn write_spanning_chunks_and_holes() {
     assert_eq!(fs.write(&fh, u64::MAX, b"xy", Stability::FileSync).map(|_| ()), Err(VfsError::FileTooBig));
 }
 
+/// What the file's data says it is charged (its page count), as opposed to
+/// what the write path charged.
+fn data_charge(fs: &MemFs, fh: &FileHandle) -> u64 {
+    let inode = fs.get(fh).unwrap();
+    let st = inode.read();
+    match &st.body {
+        Body::File(f) => f.charged_bytes(),
+        _ => panic!("not a file"),
+    }
+}
+
 #[test]
 fn writes_of_every_shape_match_a_flat_model() {
-    // Small and large (tree-walking) writes, aligned and not, over holes,
-    // over data and across both, then a truncate and rewrites: the file
-    // always reads as a flat byte array would, and the charge is exactly
-    // the chunks touched.
+    // Small, page, extent-sized and multi-extent writes, aligned and not,
+    // over holes, over data and across both, with truncates to page and
+    // extent boundaries and between them (which splits a full extent back
+    // into pages): the file always reads as a flat byte array would, copied
+    // or lent, and the charge is exactly the pages allocated (a page is
+    // allocated by a write touching it and freed by a truncate below it).
     let fs = fs();
     let r = root(&fs);
     let fh = mkfile(&fs, &r, b"model");
-    let span = 40 * CHUNK_BYTES;
+    let span = 5 * EXTENT_BYTES / 2;
+    let pages = span / CHUNK_BYTES;
     let mut model = vec![0u8; span];
+    let mut allocated = vec![false; pages];
     let mut size = 0usize;
     let mut seed = 0x9e37_79b9_u64;
     let mut next = |n: usize| {
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         ((seed >> 33) as usize) % n
     };
-    for round in 0..400 {
-        if round == 200 {
-            let to = 7 * CHUNK_BYTES + 123;
+    for round in 0..600 {
+        if round % 97 == 96 {
+            let to = match next(4) {
+                0 => next(span),
+                1 => next(span / CHUNK_BYTES) * CHUNK_BYTES,
+                2 => next(span / EXTENT_BYTES + 1) * EXTENT_BYTES,
+                _ => next(span / EXTENT_BYTES + 1) * EXTENT_BYTES + 1 + next(EXTENT_BYTES - 1),
+            }
+            .min(span);
             fs.setattr(&fh, &crate::SetAttr { size: Some(to as u64), ..Default::default() }, None).unwrap();
             model[to..].fill(0);
+            allocated[to.div_ceil(CHUNK_BYTES)..].fill(false);
             size = to;
         }
-        let len = match next(4) {
+        let len = match next(6) {
             0 => 1 + next(100),
             1 => CHUNK_BYTES,
             2 => 1 + next(3 * CHUNK_BYTES),
+            3 => EXTENT_BYTES,
+            4 => 1 + next(2 * EXTENT_BYTES),
             _ => 1 + next(12 * CHUNK_BYTES),
         };
-        let off = if next(2) == 0 { next(span - len) / CHUNK_BYTES * CHUNK_BYTES } else { next(span - len) };
+        let off = match next(3) {
+            0 => next(span - len) / CHUNK_BYTES * CHUNK_BYTES,
+            1 => next(span - len) / EXTENT_BYTES * EXTENT_BYTES,
+            _ => next(span - len),
+        };
         let data: Vec<u8> = (0..len).map(|i| (i + round * 31) as u8 | 1).collect();
         fs.write(&fh, off as u64, &data, Stability::FileSync).unwrap();
         model[off..off + len].copy_from_slice(&data);
+        allocated[off / CHUNK_BYTES..=(off + len - 1) / CHUNK_BYTES].fill(true);
         size = size.max(off + len);
         let all = read_all(&fs, &fh);
         assert_eq!(all.len(), size, "round {round}");
         assert!(all == model[..size], "round {round}: contents differ after a {len}-byte write at {off}");
+        let from = next(size);
+        let count = 1 + next(size - from + 10);
+        let mut lent = Collect::default();
+        let got = fs.read_lent(&fh, from as u64, count, &mut lent).unwrap().expect("memfs lends");
+        assert_eq!(got.0, count.min(size - from), "round {round}: read_lent({from}, {count})");
+        assert!(lent.bytes() == model[from..from + got.0], "round {round}: lent bytes of read_lent({from}, {count})");
+        let charged = allocated.iter().filter(|&&a| a).count() as u64 * CHUNK_CHARGE_BYTES;
+        assert_eq!(fs.getattr(&fh).unwrap().used, INODE_CHARGE_BYTES + charged, "round {round}");
+        assert_eq!(data_charge(&fs, &fh), charged, "round {round}: the file's own page count");
     }
-    let chunks = (0..span / CHUNK_BYTES).filter(|c| model[c * CHUNK_BYTES..(c + 1) * CHUNK_BYTES].iter().any(|&b| b != 0)).count() as u64;
-    assert_eq!(fs.getattr(&fh).unwrap().used, INODE_CHARGE_BYTES + chunks * CHUNK_CHARGE_BYTES);
+}
+
+#[test]
+fn a_full_extent_is_one_buffer_and_splits_back_on_truncate() {
+    let fs = fs();
+    let r = root(&fs);
+    let fh = mkfile(&fs, &r, b"ext");
+    let pieces = |off: u64, count: usize| {
+        let mut c = Collect::default();
+        fs.read_lent(&fh, off, count, &mut c).unwrap();
+        c.0.iter().map(|(b, at, len)| (b.len(), *at, *len)).collect::<Vec<_>>()
+    };
+    // Three extents in one write: a piece each.
+    let big: Vec<u8> = (0..3 * EXTENT_BYTES).map(|i| (i % 253) as u8 | 1).collect();
+    fs.write(&fh, 0, &big, Stability::FileSync).unwrap();
+    assert_eq!(pieces(0, 3 * EXTENT_BYTES), vec![(EXTENT_BYTES, 0, EXTENT_BYTES); 3]);
+    assert_eq!(pieces(100, EXTENT_BYTES), vec![(EXTENT_BYTES, 100, EXTENT_BYTES - 100), (EXTENT_BYTES, 0, 100)]);
+    // An extent written page by page, out of order, is pages until the last
+    // one arrives, then one buffer; the charge is the same either way.
+    let base = 4 * EXTENT_BYTES as u64;
+    let page = vec![7u8; CHUNK_BYTES];
+    let last = EXTENT_BYTES / CHUNK_BYTES - 1;
+    for i in std::iter::once(last).chain(0..last) {
+        fs.write(&fh, base + (i * CHUNK_BYTES) as u64, &page, Stability::FileSync).unwrap();
+        if i + 1 != last {
+            // Holes read as a zero piece per page.
+            assert_eq!(pieces(base, EXTENT_BYTES).len(), last + 1, "after page {i}");
+        }
+    }
+    assert_eq!(pieces(base, EXTENT_BYTES), vec![(EXTENT_BYTES, 0, EXTENT_BYTES)]);
+    let pages = (3 + 1) * EXTENT_BYTES / CHUNK_BYTES;
+    assert_eq!(fs.getattr(&fh).unwrap().used, INODE_CHARGE_BYTES + pages as u64 * CHUNK_CHARGE_BYTES);
+    // A truncate into a full extent's last page keeps it whole and zeros
+    // the bytes beyond.
+    fs.setattr(&fh, &SetAttr { size: Some(3 * EXTENT_BYTES as u64 - 100), ..SetAttr::default() }, None).unwrap();
+    fs.setattr(&fh, &SetAttr { size: Some(3 * EXTENT_BYTES as u64), ..SetAttr::default() }, None).unwrap();
+    assert_eq!(pieces(2 * EXTENT_BYTES as u64, EXTENT_BYTES), vec![(EXTENT_BYTES, 0, EXTENT_BYTES)]);
+    let all = read_all(&fs, &fh);
+    assert!(all[..3 * EXTENT_BYTES - 100] == big[..3 * EXTENT_BYTES - 100]);
+    assert!(all[3 * EXTENT_BYTES - 100..].iter().all(|&b| b == 0));
+    assert_eq!(fs.getattr(&fh).unwrap().used, INODE_CHARGE_BYTES + 3 * (EXTENT_BYTES / CHUNK_BYTES) as u64 * CHUNK_CHARGE_BYTES);
+    // A truncate into the middle of a full extent frees the pages beyond,
+    // keeps the bytes below, and zeros the rest of the last page.
+    let lent_before = pieces(0, 2 * EXTENT_BYTES);
+    let cut = EXTENT_BYTES + 5 * CHUNK_BYTES + 10;
+    fs.setattr(&fh, &SetAttr { size: Some(cut as u64), ..SetAttr::default() }, None).unwrap();
+    assert_eq!(fs.getattr(&fh).unwrap().used, INODE_CHARGE_BYTES + (EXTENT_BYTES / CHUNK_BYTES + 6) as u64 * CHUNK_CHARGE_BYTES);
+    assert_eq!(pieces(EXTENT_BYTES as u64, 6 * CHUNK_BYTES).len(), 6, "a page each");
+    assert_eq!(lent_before.len(), 2, "what was lent before stays whole");
+    fs.setattr(&fh, &SetAttr { size: Some(2 * EXTENT_BYTES as u64), ..SetAttr::default() }, None).unwrap();
+    let all = read_all(&fs, &fh);
+    assert!(all[..cut] == big[..cut]);
+    assert!(all[cut..].iter().all(|&b| b == 0));
+    // A truncate at an extent boundary drops whole extents.
+    fs.setattr(&fh, &SetAttr { size: Some(EXTENT_BYTES as u64), ..SetAttr::default() }, None).unwrap();
+    assert_eq!(fs.getattr(&fh).unwrap().used, INODE_CHARGE_BYTES + (EXTENT_BYTES / CHUNK_BYTES) as u64 * CHUNK_CHARGE_BYTES);
+    fs.setattr(&fh, &SetAttr { size: Some(0), ..SetAttr::default() }, None).unwrap();
+    assert_eq!(fs.getattr(&fh).unwrap().used, INODE_CHARGE_BYTES);
 }
 
 /// Collects lent pieces, holding them as a reply in flight would.
@@ -220,7 +314,7 @@ fn lent_reads_equal_copied_reads_and_survive_later_writes() {
         let want = fs.read(&fh, off, &mut buf).unwrap();
         assert_eq!(got, want, "read_lent({off}, {count})");
         assert_eq!(c.bytes(), &buf[..want.0], "bytes of read_lent({off}, {count})");
-        assert!(c.0.iter().all(|(_, at, len)| at + len <= CHUNK_BYTES), "a piece crosses a chunk");
+        assert!(c.0.iter().all(|(b, at, len)| at + len <= b.len()), "a piece crosses its buffer");
     }
     // A write, a truncate and a removal after lending leave the lent bytes
     // as they were; the file sees the new data.
