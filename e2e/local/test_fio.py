@@ -59,9 +59,9 @@ def test_mixed_random_rw_verifies(server, fio, tmp_path):
 
 
 def test_large_reads_are_lent_and_verify(server, fio, tmp_path):
-    # READs of 16 KiB and more go out zero-copy (memfs chunks lent to the
+    # READs of 16 KiB and more go out zero-copy (memfs buffers lent to the
     # reply, one sendmsg); at 128 KiB with 8 in flight, mixed with writes
-    # that hit chunks still lent, every byte read back must verify.
+    # that hit buffers still lent, every byte read back must verify.
     body = (LAYOUT + MIX + CHECK).format(f="big.dat")
     rc, data, err = fio_run(fio, tmp_path, job(server, body, size="32m", bs="128k"), "big")
     assert rc == 0, err

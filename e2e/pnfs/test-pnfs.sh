@@ -122,7 +122,7 @@ syn_count_arm() {
   done
 }
 syn_count() {  # $1: node; prints the SYNs from the guest counted since arming
-  in_ns "$1" iptables -w -L INPUT -v -n -x | awk -v src="${ADDR[cli]}" '$1 ~ /^[0-9]+$/ && $0 ~ src && /dpt:/ {print $1; exit}'
+  in_ns "$1" iptables -w -L INPUT -v -n -x | awk -v src="${ADDR[cli]}" '$1 ~ /^[0-9]+$/ && $0 ~ src && /dpt:/ {n = $1} END {print n + 0}'
 }
 
 write_configs() {  # $1: case dir, $2: pnfs enabled (true/false), $3: mirrors, $4...: listed DS nodes
@@ -380,7 +380,7 @@ run_case() {  # $1: case name
   [ -n "$victim" ] && [ -f "$d/metrics-$victim-at-kill.txt" ] && cp "$d/metrics-$victim-at-kill.txt" "$d/metrics-$victim-after.txt"
   rm -rf "$d/results/in"
   declare -A SYN=()
-  for n in mds "${DS_NODES[@]}"; do SYN[$n]=$(syn_count $n); echo "$n ${SYN[$n]:-0}"; done >"$d/guest-syns.txt"
+  for n in mds "${DS_NODES[@]}"; do SYN[$n]=$(syn_count $n); echo "$n ${SYN[$n]}"; done >"$d/guest-syns.txt"
 
   # ---- assertions
   check "guest workload passed (mount, write, remount, checksums)" [ "$guest_rc" = 0 ]
@@ -444,8 +444,8 @@ run_case() {  # $1: case name
   peers_seen=$(awk '{sub(/:[0-9]+$/, "", $3); print $1 "<-" $3}' "$d/server-conns.txt" | sort -u | tr '\n' ' ')
   echo "pnfs-test:   NFS connections the servers saw (node<-peer): $peers_seen"
   echo "pnfs-test:   TCP SYNs from the guest (${ADDR[cli]}) counted in each server's namespace: $(tr '\n' ' ' <"$d/guest-syns.txt")"
-  check "the MDS saw the guest's mount come from the client's address ${ADDR[cli]} (${SYN[mds]:-0} SYNs)" \
-    ge "${SYN[mds]:-0}" 1
+  check "the MDS saw the guest's mount come from the client's address ${ADDR[cli]} (${SYN[mds]} SYNs)" \
+    ge "${SYN[mds]}" 1
 
   if [ "$c" = topology ]; then
     # Without layouts the MDS serves the data itself; the DSes saw only the
@@ -531,7 +531,7 @@ PY
   # (the 1/s connection-table samples above can miss a short write burst; a
   # CI run did, so they are kept for the record only).
   for n in "${DS_NODES[@]}"; do
-    check "$n's namespace saw the guest (${ADDR[cli]}) connect to its NFS port (${SYN[$n]:-0} SYNs)" ge "${SYN[$n]:-0}" 1
+    check "$n's namespace saw the guest (${ADDR[cli]}) connect to its NFS port (${SYN[$n]} SYNs)" ge "${SYN[$n]}" 1
   done
   if [ "$c" = stripe ]; then
     for n in "${DS_NODES[@]}"; do

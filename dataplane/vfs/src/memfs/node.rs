@@ -160,6 +160,9 @@ impl FileData {
                 // there (a lent one stays with its reply).
                 let had = if self.full.insert(idx, Shared::from(src)).is_some() {
                     PAGES
+                } else if self.pages.is_empty() {
+                    // A file written in whole extents has no pages to drop.
+                    0
                 } else {
                     (idx * PAGES..(idx + 1) * PAGES).filter(|p| self.pages.remove(p).is_some()).count() as u64
                 };
