@@ -36,7 +36,7 @@ test-operator: setup-operator build-dataplane ## unit tests, generated-file stal
 	@mkdir -p $(CACHE)
 	@set +e; CONTROLLER_GEN=$(CONTROLLER_GEN) KUBEBUILDER_ASSETS=$(K8S_ASSETS) CHIMERA_REQUIRE_ENVTEST=1 \
 	  CHIMERAD=$(CHIMERAD) CHIMERA_REQUIRE_CHIMERAD=1 \
-	  nice -n 10 $(GO) test -count=1 -timeout $(OPERATOR_TEST_TIMEOUT) -v ./api/... ./operator/... > $(CACHE)/last-operator-test.log 2>&1; rc=$$?; set -e; \
+	  nice -n 10 $(GO) test -count=1 -timeout $(OPERATOR_TEST_TIMEOUT) -v ./api/... ./operator/... ./internal/... > $(CACHE)/last-operator-test.log 2>&1; rc=$$?; set -e; \
 	  log=$(CACHE)/last-operator-test.log; \
 	  grep -E '^(    )?--- (PASS|FAIL|SKIP)|^(ok|FAIL|PASS)|^panic:' $$log; \
 	  passed=$$(grep -c -- '^--- PASS' $$log || true); failed=$$(grep -c -- '--- FAIL' $$log || true); \

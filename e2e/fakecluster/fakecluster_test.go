@@ -50,7 +50,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -64,6 +63,7 @@ import (
 	"time"
 
 	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
+	"github.com/chimera-k8s/chimera/internal/testutil"
 	"github.com/chimera-k8s/chimera/operator/render"
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/go-logr/logr"
@@ -189,15 +189,6 @@ func tail(path string, n int) string {
 	return string(b)
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // tool runs helm or kubectl against the cluster and returns its output.
 func tool(kc, bin string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
@@ -227,8 +218,9 @@ func TestFakeCluster(t *testing.T) {
 	cp := exec.Command("./controlplane.sh", "start", dir)
 	// Free ports rather than the script's defaults: two runs on one machine
 	// (CI and a developer) must not collide.
-	cp.Env = append(os.Environ(), "K8S_BIN="+bins, fmt.Sprintf("APISERVER_PORT=%d", freePort(t)),
-		fmt.Sprintf("ETCD_PORT=%d", freePort(t)), fmt.Sprintf("ETCD_PEER_PORT=%d", freePort(t)))
+	cpPorts := testutil.FreePorts(t, 3)
+	cp.Env = append(os.Environ(), "K8S_BIN="+bins, fmt.Sprintf("APISERVER_PORT=%d", cpPorts[0]),
+		fmt.Sprintf("ETCD_PORT=%d", cpPorts[1]), fmt.Sprintf("ETCD_PEER_PORT=%d", cpPorts[2]))
 	if out, err := cp.CombinedOutput(); err != nil {
 		t.Fatalf("controlplane.sh start: %v\n%s", err, out)
 	}
@@ -286,7 +278,8 @@ func TestFakeCluster(t *testing.T) {
 		return nil
 	})
 
-	webhookPort, adminPort, probePort := freePort(t), freePort(t), freePort(t)
+	ports := testutil.FreePorts(t, 3)
+	webhookPort, adminPort, probePort := ports[0], ports[1], ports[2]
 	adminURL := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
 	installChart(t, ctx, k8s, kc, helm, webhookPort, adminURL)
 

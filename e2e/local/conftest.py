@@ -20,17 +20,24 @@ FIO = os.environ.get("FIO")
 TOKEN = "test-token-1234"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n):
+    """n distinct free TCP ports on 127.0.0.1. All n sockets are bound at once
+    before any is closed, so one call cannot return the same port twice."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 class Server:
     def __init__(self, tmp, capacity="256M", extra_server=None):
-        self.nfs_port = free_port()
-        self.admin_port = free_port()
-        self.metrics_port = free_port()
+        self.nfs_port, self.admin_port, self.metrics_port = free_ports(3)
         server = {
             "bind": "127.0.0.1",
             "nfs_port": self.nfs_port,

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
+	"github.com/chimera-k8s/chimera/internal/testutil"
 	"github.com/chimera-k8s/chimera/operator/render"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -277,7 +278,8 @@ func startChimerad(t *testing.T, token string) string {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	adminPort, metricsPort := freePort(t), freePort(t)
+	ports := testutil.FreePorts(t, 2)
+	adminPort, metricsPort := ports[0], ports[1]
 	cfg := fmt.Sprintf(`{
   "common": {"log_level": "info"},
   "server": {"role": "mds", "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0,
@@ -316,15 +318,6 @@ func startChimerad(t *testing.T, token string) string {
 		return nil
 	})
 	return url
-}
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // fakeMDS is used only without $CHIMERAD: it checks the token and keeps the

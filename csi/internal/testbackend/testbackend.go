@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/chimera-k8s/chimera/csi/internal/fakeadmin"
+	"github.com/chimera-k8s/chimera/internal/testutil"
 )
 
 const (
@@ -68,22 +68,39 @@ func Start(t testing.TB) *Backend {
 	return startChimerad(t, bin)
 }
 
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+// startAttempts bounds how often startChimerad tries fresh ports: another
+// process on the machine can take a free port between our probe and
+// chimerad's bind, and chimerad then exits at once naming the port.
+const startAttempts = 3
 
 func startChimerad(t testing.TB, bin string) *Backend {
 	t.Helper()
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("CHIMERAD=%s: %v", bin, err)
 	}
+	var lastLog string
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		b, log, early := tryStartChimerad(t, bin, attempt)
+		if b != nil {
+			return b
+		}
+		lastLog = log
+		t.Logf("chimerad attempt %d/%d exited before its admin API answered (%v); retrying with new ports; log:\n%s",
+			attempt, startAttempts, early, log)
+	}
+	t.Fatalf("chimerad exited before its admin API answered in %d attempts; last log:\n%s", startAttempts, lastLog)
+	return nil
+}
+
+// tryStartChimerad starts one chimerad on fresh ports. It returns the backend
+// once /healthz answers, or nil with the log tail and the exit error if the
+// process exits first. A process that neither answers nor exits within
+// readyTimeout fails the test.
+func tryStartChimerad(t testing.TB, bin string, attempt int) (*Backend, string, error) {
+	t.Helper()
 	dir := t.TempDir()
-	adminPort, nfsPort := freePort(t), freePort(t)
+	ports := testutil.FreePorts(t, 2)
+	adminPort, nfsPort := ports[0], ports[1]
 	cfg := map[string]any{
 		"common": map[string]any{"log_level": "info"},
 		"server": map[string]any{
@@ -100,7 +117,7 @@ func startChimerad(t testing.TB, bin string) *Backend {
 	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logPath := filepath.Join(dir, "chimerad.log")
+	logPath := filepath.Join(dir, fmt.Sprintf("chimerad-%d.log", attempt))
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -110,15 +127,23 @@ func startChimerad(t testing.TB, bin string) *Backend {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// done is closed once the process is reaped; waitErr is valid after
+	// that. Both the readiness loop and the cleanup may look at it, so it is
+	// a closed channel, not a value only one reader can take.
+	done := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
 		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-exited
+		case <-done:
+		default:
+			cmd.Process.Signal(os.Interrupt)
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				cmd.Process.Kill()
+				<-done
+			}
 		}
 		logFile.Close()
 	})
@@ -136,8 +161,8 @@ func startChimerad(t testing.TB, bin string) *Backend {
 			}
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("chimerad exited before its admin API answered (%v); log:\n%s", err, tail(logPath))
+		case <-done:
+			return nil, tail(logPath), waitErr
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -146,7 +171,7 @@ func startChimerad(t testing.TB, bin string) *Backend {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("admin API backend: real chimerad %s at %s (NFS port %d)", bin, url, nfsPort)
-	return &Backend{URL: url, Token: Token, Real: true, NFSPort: nfsPort}
+	return &Backend{URL: url, Token: Token, Real: true, NFSPort: nfsPort}, "", nil
 }
 
 func tail(path string) string {

@@ -34,8 +34,11 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-nfs_port=$(free_port); mount_port=$(free_port); admin_port=$(free_port)
+# Three distinct free ports: all three sockets are bound before any is closed.
+read -r nfs_port mount_port admin_port < <(python3 -c 'import socket
+ss=[socket.socket() for _ in range(3)]
+for s in ss: s.bind(("127.0.0.1",0))
+print(*[s.getsockname()[1] for s in ss])')
 cat > "$work/chimerad.json" <<JSON
 {
   "common": {"log_level": "info"},
