@@ -444,6 +444,8 @@ fn echo_conn(mut s: TcpStream, call_bytes: usize, reply_bytes: usize) -> io::Res
     let mut reply = vec![0u8; reply_bytes];
     reply[..4].copy_from_slice(&(LAST_FRAGMENT | (reply_bytes - RECORD_MARK_BYTES) as u32).to_be_bytes());
     let mut last = Instant::now();
+    // Set while the socket is in blocking mode (idle, waiting for a call).
+    let mut blocking = false;
     loop {
         let mut got = 0;
         while got < call_bytes {
@@ -452,24 +454,18 @@ fn echo_conn(mut s: TcpStream, call_bytes: usize, reply_bytes: usize) -> io::Res
                 Ok(n) => {
                     got += n;
                     last = Instant::now();
+                    if blocking {
+                        s.set_nonblocking(true)?;
+                        blocking = false;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if last.elapsed() < ECHO_SPIN {
                         std::hint::spin_loop();
-                        continue;
-                    }
-                    // Idle: block until the next bytes (or the close).
-                    s.set_nonblocking(false)?;
-                    let r = s.read(&mut call[got..]);
-                    s.set_nonblocking(true)?;
-                    match r {
-                        Ok(0) => return Ok(()),
-                        Ok(n) => {
-                            got += n;
-                            last = Instant::now();
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(e),
+                    } else {
+                        // Idle: the next read blocks until bytes (or the close) come.
+                        s.set_nonblocking(false)?;
+                        blocking = true;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
