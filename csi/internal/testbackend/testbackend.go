@@ -52,11 +52,8 @@ func Start(t testing.TB) *Backend {
 		t.Logf("admin API backend: external chimerad at %s", url)
 		return &Backend{URL: url, Token: token, Real: true}
 	}
-	bin := os.Getenv("CHIMERAD")
+	bin := chimeradBinary(t)
 	if bin == "" {
-		if os.Getenv("CHIMERA_CSI_REQUIRE_CHIMERAD") != "" {
-			t.Fatalf("CHIMERA_CSI_REQUIRE_CHIMERAD is set but CHIMERAD names no binary")
-		}
 		f, err := fakeadmin.Start(Token)
 		if err != nil {
 			t.Fatalf("start fake admin API: %v", err)
@@ -66,6 +63,17 @@ func Start(t testing.TB) *Backend {
 		return &Backend{URL: f.URL, Token: Token, Fake: f}
 	}
 	return startChimerad(t, bin)
+}
+
+// chimeradBinary is $CHIMERAD, or "" when it is unset and the real chimerad
+// is not required ($CHIMERA_CSI_REQUIRE_CHIMERAD fails the test instead).
+func chimeradBinary(t testing.TB) string {
+	t.Helper()
+	bin := os.Getenv("CHIMERAD")
+	if bin == "" && os.Getenv("CHIMERA_CSI_REQUIRE_CHIMERAD") != "" {
+		t.Fatalf("CHIMERA_CSI_REQUIRE_CHIMERAD is set but CHIMERAD names no binary")
+	}
+	return bin
 }
 
 // startAttempts bounds how often startChimerad tries fresh ports: another

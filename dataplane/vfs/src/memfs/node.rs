@@ -319,10 +319,11 @@ fn chunk_mut(chunk: &mut Shared) -> &mut [u8] {
     std::sync::Arc::get_mut(chunk).expect("unique after the copy")
 }
 
-/// All zeros, lent for holes (up to an extent at a time).
+/// All zeros, lent for holes: `walk` hands out a hole a page at a time (a
+/// hole is a missing page; a full extent has none).
 fn zero_chunk() -> &'static Shared {
     static ZERO: std::sync::OnceLock<Shared> = std::sync::OnceLock::new();
-    ZERO.get_or_init(|| Shared::from(vec![0u8; EXTENT_BYTES]))
+    ZERO.get_or_init(|| Shared::from(vec![0u8; CHUNK_BYTES]))
 }
 
 /// A directory entry as stored. The name allocation is shared with the
