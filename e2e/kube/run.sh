@@ -10,7 +10,8 @@
 #
 # Environment: IMAGES (space-separated OCI archives to preload), K8S_BIN
 # ($CACHE/k8s/v1.34.4), RUN_DIR ($CACHE/kube/run: logs, console, certificates
-# of the last run), GUEST_MEM_MB (2048), NODE_READY_TIMEOUT_S (180).
+# of the last run), GUEST_MEM_MB (2048), NODE_READY_TIMEOUT_S (180, per boot),
+# NODE_BOOT_ATTEMPTS (2: a guest whose kernel stalls at boot is booted again).
 #
 # Addresses: the apiserver binds 127.0.0.1:6443 and advertises 10.0.2.2 (the
 # host as the guest sees it through QEMU user networking); the node is named
@@ -193,26 +194,50 @@ log "control plane up in $((SECONDS - t0))s (https://127.0.0.1:$APISERVER_PORT)"
 # --- the node ---
 drives=(-drive "file=$node/root.img,if=virtio,format=raw,snapshot=on")
 if [ -n "$images_img" ]; then drives+=(-drive "file=$images_img,if=virtio,format=raw,snapshot=on"); fi
-qemu-system-x86_64 -accel tcg -cpu max -machine q35 -m "$GUEST_MEM_MB" -smp 2 \
-  -nographic -no-reboot -serial "file:$RUN_DIR/console.log" -monitor none \
-  -kernel "$node/vmlinuz" -initrd "$node/initrd.img" \
-  -append "console=ttyS0 quiet panic=-1 no_timer_check" \
-  "${drives[@]}" \
-  -netdev "user,id=n0,hostfwd=tcp:127.0.0.1:$KUBELET_PORT-:$KUBELET_PORT" -device virtio-net-pci,netdev=n0,romfile= \
-  -virtfs "local,path=$share,mount_tag=kube,security_model=none,id=kube" \
-  </dev/null >"$RUN_DIR/qemu.log" 2>&1 &
-pids+=($!)
-qemu_pid=$!
-t_boot=$SECONDS
+# A TCG guest now and then stalls in its own kernel at boot on this shared
+# host (soft lockups, RCU stalls: the emulated CPUs stop making progress, and
+# the node never registers). That is the emulator, not the node: the node is
+# booted again once, from the same snapshot disks, and the first attempt's
+# console is kept. Any other failure to get Ready fails at once.
+NODE_BOOT_ATTEMPTS=${NODE_BOOT_ATTEMPTS:-2}
+boot_node() {
+  qemu-system-x86_64 -accel tcg -cpu max -machine q35 -m "$GUEST_MEM_MB" -smp 2 \
+    -nographic -no-reboot -serial "file:$RUN_DIR/console.log" -monitor none \
+    -kernel "$node/vmlinuz" -initrd "$node/initrd.img" \
+    -append "console=ttyS0 quiet panic=-1 no_timer_check" \
+    "${drives[@]}" \
+    -netdev "user,id=n0,hostfwd=tcp:127.0.0.1:$KUBELET_PORT-:$KUBELET_PORT" -device virtio-net-pci,netdev=n0,romfile= \
+    -virtfs "local,path=$share,mount_tag=kube,security_model=none,id=kube" \
+    </dev/null >"$RUN_DIR/qemu.log" 2>&1 &
+  pids+=($!)
+  qemu_pid=$!
+  t_boot=$SECONDS
+}
 node_ready() {
   [ "$("$kubectl" get node localhost -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
+guest_stalled() {
+  grep -qE 'BUG: soft lockup|rcu_preempt detected stalls' "$RUN_DIR/console.log" 2>/dev/null
+}
+attempt=1
+boot_node
 until node_ready; do
   kill -0 "$qemu_pid" 2>/dev/null || { tail -n 30 "$RUN_DIR/console.log" >&2; die "QEMU exited before the node was Ready"; }
+  if guest_stalled && [ "$attempt" -lt "$NODE_BOOT_ATTEMPTS" ]; then
+    log "the guest kernel stalled $((SECONDS - t_boot))s after boot (soft lockup / RCU stall in console.log); booting the node again (attempt $((attempt + 1))/$NODE_BOOT_ATTEMPTS)"
+    kill "$qemu_pid" 2>/dev/null || true
+    wait "$qemu_pid" 2>/dev/null || true
+    mv "$RUN_DIR/console.log" "$RUN_DIR/console-attempt$attempt.log"
+    [ -d "$share/logs" ] && mv "$share/logs" "$share/logs-attempt$attempt"
+    mkdir -p "$share/logs"
+    attempt=$((attempt + 1))
+    boot_node
+    continue
+  fi
   if [ $((SECONDS - t_boot)) -ge "$NODE_READY_TIMEOUT_S" ]; then
     tail -n 30 "$RUN_DIR/console.log" >&2
     tail -n 30 "$share/logs/kubelet.log" >&2 2>/dev/null || true
-    die "node not Ready after ${NODE_READY_TIMEOUT_S}s (console: $RUN_DIR/console.log, kubelet: $share/logs/kubelet.log)"
+    die "node not Ready after ${NODE_READY_TIMEOUT_S}s (attempt $attempt; console: $RUN_DIR/console.log, kubelet: $share/logs/kubelet.log)"
   fi
   sleep 0.5
 done
