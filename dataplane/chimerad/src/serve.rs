@@ -82,6 +82,8 @@ fn limits(cfg: &Config) -> rpc::Limits {
         reply_bytes_max: s.record_bytes_max as usize,
         inflight_per_conn_max: s.inflight_per_conn_max as usize,
         conns_max: s.conns_max as usize,
+        // Room for calls parked on slow backends: at least a few records.
+        parked_bytes_per_core_max: rpc::Limits::default().parked_bytes_per_core_max.max(4 * s.record_bytes_max as usize),
         ..rpc::Limits::default()
     }
 }

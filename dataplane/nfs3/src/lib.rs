@@ -217,7 +217,8 @@ impl Nfs3Program {
     /// §3.3.6 READ: data goes from the backend straight into the reply, or,
     /// from `LEND_MIN_BYTES` on and where backend and transport can, is lent
     /// to it (the backend's chunks go on the wire, no copy).
-    fn read(&self, a: READ3args<'_>, cred: &Cred<'_>, lend: Option<&Lender>, e: &mut Encoder<'_>) -> R {
+    fn read(&self, ctx: &CallContext<'_>, a: READ3args<'_>, cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
+        let lend = ctx.lend;
         let fh = match fh_of(&a.file) {
             Ok(f) => f,
             Err(s) => return fail_post(e, s, post_op_attr::FALSE),
@@ -238,6 +239,34 @@ impl Nfs3Program {
         enc(e.i32(nfsstat3::NFS3_OK as i32))?;
         enc(post_op_attr::TRUE(fattr(&at)).encode(e))?;
         let words_at = enc_reserve(e, 12)?;
+        if let Some(r) = ctx.resumed {
+            // The backend parked this READ; its data came back.
+            return match done_of(&r) {
+                Ok(vfs::IoDone::Read { data, eof }) if data.len() <= count => {
+                    let n = data.len();
+                    let pad = proto::xdr::pad(n);
+                    let spare = e.spare();
+                    if spare.len() < n + pad {
+                        return Err(CallError::SystemErr);
+                    }
+                    spare[..n].copy_from_slice(data);
+                    spare[n..n + pad].fill(0);
+                    e.advance(n + pad);
+                    e.patch_u32(words_at, n as u32);
+                    e.patch_u32(words_at + 4, *eof as u32);
+                    e.patch_u32(words_at + 8, n as u32);
+                    Ok(())
+                }
+                Ok(_) => {
+                    e.truncate(start);
+                    fail_post(e, nfsstat3::NFS3ERR_IO, self.post(&fh))
+                }
+                Err(err) => {
+                    e.truncate(start);
+                    fail_post(e, status_of(err), self.post(&fh))
+                }
+            };
+        }
         if let Some(l) = lend.filter(|_| count >= LEND_MIN_BYTES) {
             l.begin(e.position());
             match self.vfs.read_lent(&fh, a.offset, count, &mut LendTo(l)) {
@@ -261,8 +290,10 @@ impl Nfs3Program {
         if spare.len() < count + 3 {
             return Err(CallError::SystemErr);
         }
-        match self.vfs.read(&fh, a.offset, &mut spare[..count]) {
-            Ok((n, eof)) => {
+        match self.vfs.read_start(&fh, a.offset, &mut spare[..count], &mut Park3 { park: ctx.park, state: &[] }) {
+            // Parked: the reply comes when the call resumes.
+            Ok(None) => Ok(()),
+            Ok(Some((n, eof))) => {
                 let pad = proto::xdr::pad(n);
                 spare[n..n + pad].fill(0);
                 e.advance(n + pad);
@@ -279,11 +310,20 @@ impl Nfs3Program {
     }
 
     /// §3.3.7 WRITE: the data slice borrows the receive buffer.
-    fn write(&self, a: WRITE3args<'_>, cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
+    fn write(&self, ctx: &CallContext<'_>, a: WRITE3args<'_>, cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
         let fh = match fh_of(&a.file) {
             Ok(f) => f,
             Err(s) => return fail_wcc(e, s, empty_wcc()),
         };
+        if let Some(r) = ctx.resumed {
+            // Parked after every check passed; the write is done.
+            let pre = wcc_unpack(r.state);
+            return match done_of(&r) {
+                Ok(vfs::IoDone::Write { count, committed, attr }) => self.write_ok(e, pre, *count, *committed, attr),
+                Ok(_) => fail_wcc(e, nfsstat3::NFS3ERR_IO, self.wcc(&fh, pre)),
+                Err(err) => fail_wcc(e, status_of(err), self.wcc(&fh, pre)),
+            };
+        }
         let before = match self.vfs.getattr(&fh) {
             Ok(b) => b,
             Err(err) => return fail_wcc(e, status_of(err), empty_wcc()),
@@ -304,23 +344,27 @@ impl Nfs3Program {
             stable_how::DATA_SYNC => vfs::Stability::DataSync,
             stable_how::FILE_SYNC => vfs::Stability::FileSync,
         };
-        match self.vfs.write(&fh, a.offset, a.data, stable) {
-            Ok((n, committed, after)) => {
-                enc(e.i32(nfsstat3::NFS3_OK as i32))?;
-                enc(WRITE3resok {
-                    file_wcc: wcc_data { before: pre, after: post_op_attr::TRUE(fattr(&after)) },
-                    count: n as u32,
-                    committed: match committed {
-                        vfs::Stability::Unstable => stable_how::UNSTABLE,
-                        vfs::Stability::DataSync => stable_how::DATA_SYNC,
-                        vfs::Stability::FileSync => stable_how::FILE_SYNC,
-                    },
-                    verf: self.vfs.write_verifier(),
-                }
-                .encode(e))
-            }
+        let state = wcc_pack(&pre);
+        match self.vfs.write_start(&fh, a.offset, a.data, stable, &mut Park3 { park: ctx.park, state: &state }) {
+            Ok(None) => Ok(()),
+            Ok(Some((n, committed, after))) => self.write_ok(e, pre, n, committed, &after),
             Err(err) => fail_wcc(e, status_of(err), self.wcc(&fh, pre)),
         }
+    }
+
+    fn write_ok(&self, e: &mut Encoder<'_>, pre: pre_op_attr, n: usize, committed: vfs::Stability, after: &vfs::Attr) -> R {
+        enc(e.i32(nfsstat3::NFS3_OK as i32))?;
+        enc(WRITE3resok {
+            file_wcc: wcc_data { before: pre, after: post_op_attr::TRUE(fattr(after)) },
+            count: n as u32,
+            committed: match committed {
+                vfs::Stability::Unstable => stable_how::UNSTABLE,
+                vfs::Stability::DataSync => stable_how::DATA_SYNC,
+                vfs::Stability::FileSync => stable_how::FILE_SYNC,
+            },
+            verf: self.vfs.write_verifier(),
+        }
+        .encode(e))
     }
 
     /// Shared by CREATE, MKDIR, SYMLINK and MKNOD (§3.3.8–§3.3.11): make the
@@ -651,20 +695,85 @@ impl Nfs3Program {
     }
 
     /// §3.3.21 COMMIT
-    fn commit(&self, a: COMMIT3args<'_>, e: &mut Encoder<'_>) -> R {
+    fn commit(&self, ctx: &CallContext<'_>, a: COMMIT3args<'_>, e: &mut Encoder<'_>) -> R {
         let fh = match fh_of(&a.file) {
             Ok(f) => f,
             Err(s) => return fail_wcc(e, s, empty_wcc()),
         };
-        let pre = self.pre(&fh);
-        match self.vfs.commit(&fh, a.offset, a.count as u64) {
-            Ok(()) => {
+        let (pre, r) = match ctx.resumed {
+            Some(r) => (wcc_unpack(r.state), match done_of(&r) {
+                Ok(vfs::IoDone::Commit) => Ok(Some(())),
+                Ok(_) => Err(VfsError::Io),
+                Err(err) => Err(err),
+            }),
+            None => {
+                let pre = self.pre(&fh);
+                let state = wcc_pack(&pre);
+                (pre, self.vfs.commit_start(&fh, a.offset, a.count as u64, &mut Park3 { park: ctx.park, state: &state }))
+            }
+        };
+        match r {
+            Ok(None) => Ok(()),
+            Ok(Some(())) => {
                 enc(e.i32(nfsstat3::NFS3_OK as i32))?;
                 enc(COMMIT3resok { file_wcc: self.wcc(&fh, pre), verf: self.vfs.write_verifier() }.encode(e))
             }
             Err(err) => fail_wcc(e, status_of(err), self.wcc(&fh, pre)),
         }
     }
+}
+
+/// Parks an NFSv3 call whose backend must wait (see `rpc::park`): the
+/// completion travels back as the ticket's payload, a
+/// `vfs::VfsResult<vfs::IoDone>`.
+struct Park3<'c> {
+    park: Option<&'c rpc::park::Parking<'c>>,
+    /// What the call needs when it resumes (WRITE/COMMIT: the pre-op attributes).
+    state: &'c [u8],
+}
+
+impl vfs::Later for Park3<'_> {
+    fn park(&mut self) -> Option<vfs::Done> {
+        let ticket = self.park?.park(self.state)?;
+        Some(Box::new(move |r: vfs::VfsResult<vfs::IoDone>| ticket.complete(Box::new(r))))
+    }
+}
+
+/// A resumed call's completion; a cancelled or foreign payload is an I/O error.
+fn done_of<'r>(r: &rpc::park::Resumed<'r>) -> Result<&'r vfs::IoDone, VfsError> {
+    match r.get::<vfs::VfsResult<vfs::IoDone>>() {
+        Some(Ok(d)) => Ok(d),
+        Some(Err(e)) => Err(*e),
+        None => Err(VfsError::Io),
+    }
+}
+
+/// Pre-op attributes of a parked WRITE/COMMIT: present flag, size, mtime, ctime.
+const WCC_STATE_BYTES: usize = 4 + 8 + 12 + 12;
+
+fn wcc_pack(pre: &pre_op_attr) -> [u8; WCC_STATE_BYTES] {
+    let mut b = [0u8; WCC_STATE_BYTES];
+    if let pre_op_attr::TRUE(w) = pre {
+        b[0..4].copy_from_slice(&1u32.to_be_bytes());
+        b[4..12].copy_from_slice(&w.size.to_be_bytes());
+        b[12..16].copy_from_slice(&w.mtime.seconds.to_be_bytes());
+        b[16..20].copy_from_slice(&w.mtime.nseconds.to_be_bytes());
+        b[20..24].copy_from_slice(&w.ctime.seconds.to_be_bytes());
+        b[24..28].copy_from_slice(&w.ctime.nseconds.to_be_bytes());
+    }
+    b
+}
+
+fn wcc_unpack(b: &[u8]) -> pre_op_attr {
+    let u32_at = |i: usize| u32::from_be_bytes(b[i..i + 4].try_into().unwrap());
+    if b.len() < WCC_STATE_BYTES || u32_at(0) != 1 {
+        return pre_op_attr::FALSE;
+    }
+    pre_op_attr::TRUE(wcc_attr {
+        size: u64::from_be_bytes(b[4..12].try_into().unwrap()),
+        mtime: nfstime3 { seconds: u32_at(12), nseconds: u32_at(16) },
+        ctime: nfstime3 { seconds: u32_at(20), nseconds: u32_at(24) },
+    })
 }
 
 /// READs of at least this many bytes lend the backend's buffers to the
@@ -732,8 +841,8 @@ impl Program for Nfs3Program {
             NFSPROC3_LOOKUP => self.lookup(decode(args)?, &cred, e),
             NFSPROC3_ACCESS => self.access(decode(args)?, &cred, e),
             NFSPROC3_READLINK => self.readlink(decode(args)?, e),
-            NFSPROC3_READ => self.read(decode(args)?, &cred, ctx.lend, e),
-            NFSPROC3_WRITE => self.write(decode(args)?, &cred, e),
+            NFSPROC3_READ => self.read(ctx, decode(args)?, &cred, e),
+            NFSPROC3_WRITE => self.write(ctx, decode(args)?, &cred, e),
             NFSPROC3_CREATE => self.create(decode(args)?, &cred, e),
             NFSPROC3_MKDIR => self.mkdir(decode(args)?, &cred, e),
             NFSPROC3_SYMLINK => self.symlink(decode(args)?, &cred, e),
@@ -759,7 +868,7 @@ impl Program for Nfs3Program {
             NFSPROC3_FSSTAT => self.fsstat(decode(args)?, e),
             NFSPROC3_FSINFO => self.fsinfo(decode(args)?, e),
             NFSPROC3_PATHCONF => self.pathconf(decode(args)?, e),
-            NFSPROC3_COMMIT => self.commit(decode(args)?, e),
+            NFSPROC3_COMMIT => self.commit(ctx, decode(args)?, e),
             _ => Err(CallError::ProcUnavail),
         }
     }

@@ -28,6 +28,8 @@ fn ctx(proc_num: u32, uid: u32) -> CallContext<'static> {
         peer: "127.0.0.1:1".parse().unwrap(),
         core: 0,
         lend: None,
+        park: None,
+        resumed: None,
     }
 }
 

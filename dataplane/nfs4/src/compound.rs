@@ -9,6 +9,7 @@
 //! cached when the client asked for it.
 
 use crate::error::{fail, Nfs4Error, OpResult};
+use crate::park::{self, OpAt};
 use crate::state::{SessionId, Stateid};
 use crate::Nfs4Program;
 use proto::nfs4 as p;
@@ -66,6 +67,22 @@ pub(crate) struct Compound<'p> {
     pub request_bytes: usize,
     /// Reply position where COMPOUND4res starts.
     pub reply_start: usize,
+    /// Where this call may park (see `crate::park`), the operation being
+    /// evaluated (for its park state), and the completion a resumed
+    /// COMPOUND hands to the operation it parked at.
+    pub park: Option<&'p rpc::park::Parking<'p>>,
+    pub op_at: Option<OpAt>,
+    pub resumed: Option<rpc::park::Resumed<'p>>,
+}
+
+/// How the operation loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Eval {
+    Done,
+    /// Answered from the slot's reply cache.
+    Replay,
+    /// An operation parked: the reply comes when the call resumes.
+    Parked,
 }
 
 pub(crate) enum Step {
@@ -75,7 +92,7 @@ pub(crate) enum Step {
 }
 
 impl<'p> Compound<'p> {
-    fn new(prog: &'p Nfs4Program, ctx: &CallContext<'_>, request_bytes: usize, reply_start: usize) -> Self {
+    fn new(prog: &'p Nfs4Program, ctx: &CallContext<'p>, request_bytes: usize, reply_start: usize) -> Self {
         let (uid, gid) = match ctx.auth {
             Auth::Sys { uid, gid, .. } => (uid, gid),
             Auth::None => (Cred::NOBODY.uid, Cred::NOBODY.gid),
@@ -104,7 +121,14 @@ impl<'p> Compound<'p> {
             numops: 0,
             request_bytes,
             reply_start,
+            park: ctx.park,
+            op_at: None,
+            resumed: None,
         }
+    }
+
+    fn parked(&self) -> bool {
+        self.park.is_some_and(|p| p.parked())
     }
 
     pub fn cred(&self) -> Cred<'_> {
@@ -242,6 +266,9 @@ pub(crate) fn run(
     let numops = d.u32().map_err(|_| CallError::GarbageArgs)?;
 
     let start = e.position();
+    if let Some(r) = ctx.resumed {
+        return resume(prog, ctx, r, args, numops, e);
+    }
     let status_at = e.reserve(4).map_err(xdr_sys)?;
     e.opaque_var(tag).map_err(xdr_sys)?;
     let count_at = e.reserve(4).map_err(xdr_sys)?;
@@ -253,29 +280,74 @@ pub(crate) fn run(
 
     let mut c = Compound::new(prog, ctx, args.len(), start);
     c.numops = numops;
-    let r = evaluate(&mut c, &mut d, e, status_at, count_at);
-    // Whatever happened, a slot taken by SEQUENCE is released (a slot left
-    // busy would answer NFS4ERR_DELAY forever).
+    let r = evaluate(&mut c, &mut d, e, status_at, count_at, 0);
+    finish(&c, r, start, e)
+}
+
+/// Whatever happened, a slot taken by SEQUENCE is released (a slot left
+/// busy would answer NFS4ERR_DELAY forever) — unless the COMPOUND parked:
+/// the slot stays busy until it resumes and ends here.
+fn finish(c: &Compound<'_>, r: Result<Eval, CallError>, start: usize, e: &mut Encoder<'_>) -> Result<(), CallError> {
+    if r == Ok(Eval::Parked) {
+        return Ok(());
+    }
     if let Some(s) = c.seq {
         let bytes = &e.written()[start..];
-        let cache = r == Ok(false) && s.cachethis && bytes.len() <= s.response_cached_bytes_max;
-        prog.state().sequence_end(&s.session, s.slot, cache.then_some(bytes));
+        let cache = r == Ok(Eval::Done) && s.cachethis && bytes.len() <= s.response_cached_bytes_max;
+        c.prog.state().sequence_end(&s.session, s.slot, cache.then_some(bytes));
     }
     r.map(|_| ())
 }
 
-/// The operation loop of §16.2. Ok(true): answered from the reply cache.
+/// A parked COMPOUND goes on: the reply so far is written back, the
+/// filehandles, stateids and SEQUENCE restored, and evaluation restarts at
+/// the parked operation, which takes the completion (`Compound::resumed`).
+fn resume(
+    prog: &Nfs4Program,
+    ctx: &CallContext<'_>,
+    r: rpc::park::Resumed<'_>,
+    args: &[u8],
+    numops: u32,
+    e: &mut Encoder<'_>,
+) -> Result<(), CallError> {
+    let saved = park::unpack(r.state).ok_or(CallError::SystemErr)?;
+    let start = e.position();
+    let room = e.spare();
+    if room.len() < saved.reply.len() {
+        return Err(CallError::SystemErr);
+    }
+    room[..saved.reply.len()].copy_from_slice(saved.reply);
+    e.advance(saved.reply.len());
+    let mut c = Compound::new(prog, ctx, args.len(), start);
+    c.numops = numops;
+    c.cur = saved.cur;
+    c.saved = saved.saved;
+    c.cur_sid = saved.cur_sid;
+    c.saved_sid = saved.saved_sid;
+    c.seq = saved.seq;
+    c.resumed = ctx.resumed;
+    let mut d = Decoder::new(args);
+    d.skip(saved.at.args_pos).map_err(|_| CallError::SystemErr)?;
+    let out = evaluate(&mut c, &mut d, e, start, start + saved.at.count_pos, saved.at.index);
+    debug_assert!(c.resumed.is_none(), "the parked operation took its completion");
+    finish(&c, out, start, e)
+}
+
+/// The operation loop of §16.2, from operation `first` on (0, or where a
+/// parked COMPOUND resumes).
 fn evaluate(
     c: &mut Compound<'_>,
     d: &mut Decoder<'_>,
     e: &mut Encoder<'_>,
     status_at: usize,
     count_at: usize,
-) -> Result<bool, CallError> {
+    first: u32,
+) -> Result<Eval, CallError> {
     let start = c.reply_start;
     let mut status = p::NFS4_OK;
-    let mut count = 0u32;
-    for i in 0..c.numops {
+    let mut count = first;
+    for i in first..c.numops {
+        let args_pos = d.position();
         let (opnum, opres, short) = match d.u32() {
             Ok(op) if op_known(op) => (op, op, false),
             Ok(op) => (op, p::OP_ILLEGAL as u32, false),
@@ -283,15 +355,19 @@ fn evaluate(
             Err(_) => (p::OP_ILLEGAL as u32, p::OP_ILLEGAL as u32, true),
         };
         let op_at = e.position();
+        c.op_at = Some(OpAt { index: i, args_pos, reply_pos: op_at - start, count_pos: count_at - start });
         e.u32(opres).map_err(xdr_sys)?;
         let op_status_at = e.reserve(4).map_err(xdr_sys)?;
         let body_at = e.position();
         let r = if short { Err(Nfs4Error(p::NFS4ERR_BADXDR)) } else { c.step(i, opnum, d, e) };
+        if c.parked() {
+            return Ok(Eval::Parked);
+        }
         count += 1;
         match r {
             Ok(Step::Replay) => {
                 replay(c, e)?;
-                return Ok(true);
+                return Ok(Eval::Replay);
             }
             Ok(Step::Done) => {}
             Err(err) => {
@@ -325,7 +401,7 @@ fn evaluate(
     }
     e.patch_u32(status_at, status as u32);
     e.patch_u32(count_at, count);
-    Ok(false)
+    Ok(Eval::Done)
 }
 
 /// Answer a retransmission with the reply cached for its slot (§2.10.6.1.1).

@@ -11,6 +11,7 @@ mod compound;
 pub mod error;
 pub mod layout;
 mod ops;
+mod park;
 pub mod state;
 #[cfg(test)]
 mod tests;

@@ -143,6 +143,8 @@ impl Server {
             peer: "127.0.0.1:700".parse().unwrap(),
             core: 0,
             lend: None,
+            park: None,
+            resumed: None,
         };
         let mut buf = vec![0u8; REPLY_BYTES_MAX];
         let mut e = Encoder::new(&mut buf);
@@ -1103,6 +1105,8 @@ fn hostile_compounds_are_answered_not_fatal() {
             peer: "127.0.0.1:700".parse().unwrap(),
             core: 0,
             lend: None,
+            park: None,
+            resumed: None,
         };
         let mut buf = vec![0u8; 64 * 1024];
         let mut e = Encoder::new(&mut buf);

@@ -13,6 +13,7 @@
 //! Placement of a new file is serialised by `place_lock`.
 
 pub mod client3;
+mod iopool;
 mod layouts;
 mod mdsio;
 mod registry;
@@ -218,6 +219,8 @@ pub struct Pnfs {
     pub(crate) remove_tx: Mutex<Option<SyncSender<RemoveJob>>>,
     pub(crate) started: Instant,
     control: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Workers for I/O proxied through the MDS (`PnfsVfs`).
+    pub(crate) io: iopool::IoPool,
 }
 
 impl Pnfs {
@@ -248,6 +251,7 @@ impl Pnfs {
             remove_tx: Mutex::new(Some(tx)),
             started: Instant::now(),
             control: Mutex::new(None),
+            io: iopool::IoPool::start()?,
         });
         p.set_data_servers(dses)?;
         let weak = Arc::downgrade(&p);

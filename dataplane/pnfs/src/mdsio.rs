@@ -215,6 +215,45 @@ impl Vfs for PnfsVfs {
         }
     }
 
+    /// A placed file's data comes from its data servers on a `pnfs-io`
+    /// worker while the core serves other calls (the call parks).
+    fn read_start(&self, fh: &FileHandle, offset: u64, buf: &mut [u8], later: &mut dyn Later) -> VfsResult<Option<(usize, bool)>> {
+        let Some(p) = self.placed(fh) else { return self.inner().read_start(fh, offset, buf, later) };
+        let Some(done) = later.park() else { return self.read_placed(fh, &p, offset, buf).map(Some) };
+        let (me, fh, count) = (PnfsVfs::new(self.pnfs.clone()), *fh, buf.len());
+        self.pnfs.io.run(Box::new(move || {
+            let mut data = vec![0u8; count];
+            let r = me.read_placed(&fh, &p, offset, &mut data).map(|(n, eof)| {
+                data.truncate(n);
+                IoDone::Read { data, eof }
+            });
+            done(r)
+        }));
+        Ok(None)
+    }
+
+    /// Every write through the MDS goes to data servers (placing the file
+    /// first): on a `pnfs-io` worker, the data copied out of the request.
+    fn write_start(
+        &self,
+        fh: &FileHandle,
+        offset: u64,
+        data: &[u8],
+        stable: Stability,
+        later: &mut dyn Later,
+    ) -> VfsResult<Option<(usize, Stability, Attr)>> {
+        if self.inner().getattr(fh)?.ftype != FileType::Regular {
+            return self.inner().write_start(fh, offset, data, stable, later);
+        }
+        let Some(done) = later.park() else { return self.write(fh, offset, data, stable).map(Some) };
+        let (me, fh, data) = (PnfsVfs::new(self.pnfs.clone()), *fh, data.to_vec());
+        self.pnfs.io.run(Box::new(move || {
+            let r = me.write(&fh, offset, &data, stable).map(|(count, committed, attr)| IoDone::Write { count, committed, attr });
+            done(r)
+        }));
+        Ok(None)
+    }
+
     fn write_verifier(&self) -> [u8; 8] {
         self.inner().write_verifier()
     }

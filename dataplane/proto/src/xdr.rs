@@ -251,6 +251,14 @@ impl<'b> Encoder<'b> {
         &mut self.buf[self.pos..]
     }
 
+    /// What was written and the unwritten rest, at once (a payload written
+    /// in place by code that also needs to read the reply so far).
+    #[inline]
+    pub fn split(&mut self) -> (&[u8], &mut [u8]) {
+        let (w, s) = self.buf.split_at_mut(self.pos);
+        (w, s)
+    }
+
     /// Commit `n` bytes written through `spare`.
     #[inline]
     pub fn advance(&mut self, n: usize) {

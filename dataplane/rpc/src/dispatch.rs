@@ -11,6 +11,8 @@ use proto::xdr::{Decoder, Encoder, XdrError};
 use std::net::SocketAddr;
 use crate::backchannel::ReplySink;
 use std::sync::atomic::{AtomicU64, Ordering};
+use crate::park::{ParkSlot, Parking, Resumed};
+use std::any::Any;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -56,6 +58,12 @@ pub struct Limits {
     pub inflight_per_conn_max: usize,
     /// Open connections across all cores; more are accepted and closed.
     pub conns_max: usize,
+    /// Calls parked on slow backends (see [`crate::park`]), per connection
+    /// and per core, and the record bytes a core keeps for them; at each
+    /// bound the transport stops reading (connections of) the core.
+    pub parked_per_conn_max: usize,
+    pub parked_per_core_max: usize,
+    pub parked_bytes_per_core_max: usize,
     /// Duplicate-request cache bounds.
     pub drc_entries_max: usize,
     pub drc_bytes_max: usize,
@@ -68,6 +76,9 @@ impl Default for Limits {
             reply_bytes_max: (1 << 20) + 4096,
             inflight_per_conn_max: 128,
             conns_max: 1024,
+            parked_per_conn_max: 64,
+            parked_per_core_max: 1024,
+            parked_bytes_per_core_max: 64 << 20,
             drc_entries_max: 8192,
             drc_bytes_max: 16 << 20,
         }
@@ -89,6 +100,9 @@ pub enum Outcome {
     Reply(usize),
     /// Nothing to send (e.g. a REPLY message arriving on the fore channel).
     Nothing,
+    /// The call parked (see [`crate::park`]): its reply comes from
+    /// `Dispatcher::resume` once the transport routes the completion back.
+    Parked,
     /// The record is unusable beyond any reply (no xid): close the connection.
     Close,
 }
@@ -117,6 +131,8 @@ impl Dispatcher {
     pub fn new(limits: Limits) -> Self {
         assert!(limits.record_bytes_max >= 1024 && limits.reply_bytes_max >= 1024);
         assert!(limits.inflight_per_conn_max >= 1 && limits.conns_max >= 1);
+        assert!(limits.parked_per_conn_max >= 1 && limits.parked_per_core_max >= limits.parked_per_conn_max);
+        assert!(limits.parked_bytes_per_core_max >= limits.record_bytes_max);
         Dispatcher {
             programs: Vec::new(),
             reply_sink: None,
@@ -165,7 +181,52 @@ impl Dispatcher {
     /// after `Outcome::Reply(n)`, `lender.take()` holds what goes on the wire
     /// inside the `n` bytes written (the record mark counts them).
     pub fn handle_lending(&self, conn: &ConnInfo, record: &[u8], out: &mut [u8], lender: Option<&Lender>) -> Outcome {
-        let started = Instant::now();
+        self.run(conn, record, out, lender, None, None, Instant::now())
+    }
+
+    /// `handle_lending`, where a call whose backend must wait may park in
+    /// `slot` (then `Outcome::Parked`; nothing was written to `out`).
+    pub fn handle_parking(
+        &self,
+        conn: &ConnInfo,
+        record: &[u8],
+        out: &mut [u8],
+        lender: Option<&Lender>,
+        slot: &dyn ParkSlot,
+    ) -> Outcome {
+        self.run(conn, record, out, lender, Some(slot), None, Instant::now())
+    }
+
+    /// Run a parked call again with its completion (`payload`; `None` when
+    /// cancelled): `record` and `state` are what it parked with, `started`
+    /// when it first arrived (its latency counts the wait). The reply is
+    /// copied, never lent, and the call cannot park twice.
+    pub fn resume(
+        &self,
+        conn: &ConnInfo,
+        record: &[u8],
+        state: &[u8],
+        payload: Option<&(dyn Any + Send)>,
+        out: &mut [u8],
+        started: Instant,
+    ) -> Outcome {
+        let resumed = Resumed { state, payload };
+        let o = self.run(conn, record, out, None, None, Some(resumed), started);
+        assert!(o != Outcome::Parked, "a resumed call parked again");
+        o
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        conn: &ConnInfo,
+        record: &[u8],
+        out: &mut [u8],
+        lender: Option<&Lender>,
+        slot: Option<&dyn ParkSlot>,
+        resumed: Option<Resumed<'_>>,
+        started: Instant,
+    ) -> Outcome {
         assert!(out.len() >= 64, "reply buffer too small");
         let mut d = Decoder::new(record);
         let Ok(xid) = d.u32() else { return Outcome::Close };
@@ -227,6 +288,7 @@ impl Dispatcher {
             proc_num: header.proc_num,
             args_hash: DrcKey::hash_args(args),
         });
+        let parking = slot.map(|s| Parking::new(s, record));
         let ctx = CallContext {
             xid,
             prog: header.prog,
@@ -238,11 +300,13 @@ impl Dispatcher {
             core: conn.core,
             // A reply the cache keeps is copied whole.
             lend: if drc_key.is_none() { lender } else { None },
+            park: parking.as_ref(),
+            resumed,
         };
         let accept_at = e.position();
         accepted(&mut e, SUCCESS);
         let results_at = e.position();
-        if let Some(key) = &drc_key {
+        if let (Some(key), None) = (&drc_key, &resumed) {
             if let Some(n) = self.drc.lookup(key, e.spare()) {
                 // A retransmission: answer with the reply of the first execution.
                 e.advance(n);
@@ -250,6 +314,12 @@ impl Dispatcher {
             }
         }
         let ok = match reg.prog.call(&ctx, args, &mut e) {
+            Ok(()) if ctx.park.is_some_and(|p| p.parked()) => {
+                // The reply comes later, from `resume`; what was written
+                // here is discarded (nothing of it was lent).
+                debug_assert!(ctx.lend.is_none_or(|l| l.lent_len() == 0));
+                return Outcome::Parked;
+            }
             Ok(()) => true,
             Err(err) => {
                 if let Some(l) = ctx.lend {

@@ -47,6 +47,11 @@ pub struct CallContext<'a> {
     /// [`lend`]); `None` when the transport cannot send lent buffers or
     /// the reply is kept by the duplicate-request cache.
     pub lend: Option<&'a lend::Lender>,
+    /// Where the call may park when its backend must wait (see [`park`]);
+    /// `None` when the transport cannot keep calls (complete inline).
+    pub park: Option<&'a park::Parking<'a>>,
+    /// Set when a parked call runs again with its completion.
+    pub resumed: Option<park::Resumed<'a>>,
 }
 
 /// Why a program could not produce a normal reply. Each maps to an RPC-level
@@ -86,6 +91,7 @@ pub mod backchannel;
 pub mod drc;
 pub mod lend;
 pub mod metrics;
+pub mod park;
 pub mod record;
 
 mod dispatch;

@@ -7,7 +7,10 @@ use io_uring::{opcode, squeue, types, IoUring};
 use rpc::metrics::{self, ConnEvent};
 use rpc::lend::{Lender, Lent};
 use rpc::record::{self, Next};
+use rpc::park::{ParkSlot, Payload, Ticket};
 use rpc::{ConnInfo, Outcome};
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -72,11 +75,15 @@ struct Conn {
     /// lent pieces; boxed so the kernel's pointers survive moves of `Conn`.
     iov: Vec<libc::iovec>,
     msg: Box<libc::msghdr>,
+    /// Calls of this connection parked on a slow backend, and those of
+    /// them completed and waiting for reply room (park table indexes).
+    parked: usize,
+    ready: VecDeque<usize>,
 }
 
 impl Conn {
     fn inflight(&self) -> usize {
-        self.wcount[0] + self.wcount[1]
+        self.wcount[0] + self.wcount[1] + self.parked
     }
 
     /// Bytes buffer `s` puts on the wire: what was written plus what was lent.
@@ -131,6 +138,101 @@ fn send_sqe(c: &mut Conn, s: usize, slot: usize) -> squeue::Entry {
     opcode::SendMsg::new(fd, &*c.msg as *const libc::msghdr).flags(libc::MSG_NOSIGNAL as u32).build().user_data(ud)
 }
 
+/// A call parked on a slow backend (see `rpc::park`): what it needs to run
+/// again when its completion comes back to this core.
+struct Parked {
+    /// The connection's slot and generation (it may close meanwhile).
+    slot: usize,
+    conn_gen: u32,
+    record: Vec<u8>,
+    state: Vec<u8>,
+    started: Instant,
+    /// The completion, once it arrived (outer `Some`).
+    payload: Option<Option<Payload>>,
+}
+
+/// One core's parked calls, bounded in count and in record bytes.
+struct ParkTable {
+    entries: Vec<Option<Parked>>,
+    gens: Vec<u32>,
+    free: Vec<usize>,
+    count: usize,
+    bytes: usize,
+    count_max: usize,
+    bytes_max: usize,
+    /// Some connection stopped reading at a core bound (re-run them all
+    /// when a call leaves the table).
+    stalled: bool,
+}
+
+impl ParkTable {
+    fn new(count_max: usize, bytes_max: usize) -> Self {
+        ParkTable { entries: Vec::new(), gens: Vec::new(), free: Vec::new(), count: 0, bytes: 0, count_max, bytes_max, stalled: false }
+    }
+
+    /// May another call of `record_len` bytes be dispatched (it may park)?
+    fn has_room(&self, record_len: usize) -> bool {
+        self.count < self.count_max && self.bytes + record_len <= self.bytes_max
+    }
+
+    fn insert(&mut self, p: Parked) -> (usize, u32) {
+        debug_assert!(self.count < self.count_max);
+        self.count += 1;
+        self.bytes += p.record.len() + p.state.len();
+        let i = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.entries.push(None);
+                self.gens.push(0);
+                self.entries.len() - 1
+            }
+        };
+        self.gens[i] = self.gens[i].wrapping_add(1);
+        self.entries[i] = Some(p);
+        (i, self.gens[i])
+    }
+
+    fn get_mut(&mut self, i: usize, gen: u32) -> Option<&mut Parked> {
+        match self.entries.get_mut(i) {
+            Some(Some(p)) if self.gens[i] == gen => Some(p),
+            _ => None,
+        }
+    }
+
+    fn remove(&mut self, i: usize) -> Parked {
+        let p = self.entries[i].take().expect("parked entry present");
+        self.count -= 1;
+        self.bytes -= p.record.len() + p.state.len();
+        self.free.push(i);
+        p
+    }
+}
+
+/// `rpc::park::ParkSlot` for one call of one connection of this core.
+struct CoreParker<'a> {
+    table: &'a RefCell<ParkTable>,
+    mail: &'a Arc<crate::Mailboxes>,
+    core: usize,
+    slot: usize,
+    conn_gen: u32,
+}
+
+impl ParkSlot for CoreParker<'_> {
+    fn park(&self, record: &[u8], state: &[u8]) -> Option<Ticket> {
+        let p = Parked {
+            slot: self.slot,
+            conn_gen: self.conn_gen,
+            record: record.to_vec(),
+            state: state.to_vec(),
+            started: Instant::now(),
+            payload: None,
+        };
+        let (i, gen) = self.table.borrow_mut().insert(p);
+        let (mail, core) = (self.mail.clone(), self.core);
+        Some(Ticket::new(move |payload| mail.complete(core, (i, gen, payload))))
+    }
+}
+
 pub(crate) struct Loop {
     core: usize,
     ring: IoUring,
@@ -152,6 +254,8 @@ pub(crate) struct Loop {
     lender: Lender,
     /// The ring defers completion work to this loop (see `new_ring`).
     deferred: bool,
+    parks: RefCell<ParkTable>,
+    parked_per_conn_max: usize,
 }
 
 impl Loop {
@@ -176,6 +280,8 @@ impl Loop {
             wake_inflight: false,
             lender: Lender::new(),
             deferred,
+            parks: RefCell::new(ParkTable::new(limits.parked_per_core_max, limits.parked_bytes_per_core_max)),
+            parked_per_conn_max: limits.parked_per_conn_max,
         }
     }
 
@@ -336,6 +442,8 @@ impl Loop {
             iov: Vec::new(),
             // SAFETY: an all-zero msghdr is valid.
             msg: Box::new(unsafe { std::mem::zeroed() }),
+            parked: 0,
+            ready: VecDeque::new(),
         });
         metrics::conn_event(ConnEvent::Accepted);
         self.maybe_recv(slot);
@@ -395,6 +503,7 @@ impl Loop {
         }
         self.process(slot);
         self.settle(slot);
+        self.unstall();
     }
 
     /// Can this connection take another call right now?
@@ -403,13 +512,15 @@ impl Loop {
             && c.wbuf[c.fill].len().saturating_sub(c.send_len(c.fill)) >= self.reply_bytes_max
     }
 
-    /// Dispatch every complete record that fits the connection's limits.
+    /// Reply to the connection's completed parked calls while there is
+    /// room, then dispatch every complete record that fits its limits.
     fn process(&mut self, slot: usize) {
         let dispatcher = self.shared.dispatcher.clone();
         let record_max = self.record_bytes_max;
+        self.resume_ready(slot);
         loop {
             let room = match &self.conns[slot] {
-                Some(c) if !c.closing => self.has_room(c),
+                Some(c) if !c.closing => self.has_room(c) && c.ready.is_empty(),
                 _ => return,
             };
             if !room {
@@ -418,9 +529,29 @@ impl Loop {
             let c = self.conns[slot].as_mut().unwrap();
             match record::next_record(&mut c.rbuf, c.rpos, c.rfill, record_max) {
                 Next::Record { start, end, consumed } => {
+                    if c.parked >= self.parked_per_conn_max {
+                        break;
+                    }
+                    if !self.parks.borrow().has_room(end - start) {
+                        // Resumed when a parked call of this core leaves.
+                        self.parks.borrow_mut().stalled = true;
+                        break;
+                    }
                     let f = c.fill;
                     let out = &mut c.wbuf[f][c.wlen[f]..];
-                    match dispatcher.handle_lending(&c.info, &c.rbuf[start..end], out, Some(&self.lender)) {
+                    let parker = CoreParker {
+                        table: &self.parks,
+                        mail: &self.shared.mail,
+                        core: self.core,
+                        slot,
+                        conn_gen: c.gen,
+                    };
+                    match dispatcher.handle_parking(&c.info, &c.rbuf[start..end], out, Some(&self.lender), &parker) {
+                        Outcome::Parked => {
+                            // Nothing of the reply was lent (asserted by the dispatcher).
+                            let _ = self.lender.take();
+                            c.parked += 1;
+                        }
                         Outcome::Reply(n) => {
                             if let Some(mut l) = self.lender.take() {
                                 l.pos += c.wlen[f];
@@ -467,6 +598,106 @@ impl Loop {
         }
     }
 
+    /// Reply to completed parked calls of `slot` while its reply buffer has
+    /// room for a maximal reply (out of order: the xid names the call).
+    fn resume_ready(&mut self, slot: usize) {
+        loop {
+            let Some(c) = self.conns[slot].as_mut() else { return };
+            if c.closing || c.ready.is_empty() || c.wbuf[c.fill].len().saturating_sub(c.send_len(c.fill)) < self.reply_bytes_max {
+                return;
+            }
+            let i = c.ready.pop_front().expect("checked non-empty");
+            let p = self.parks.borrow_mut().remove(i);
+            c.parked -= 1;
+            let payload = p.payload.expect("ready calls have completed");
+            let f = c.fill;
+            let out = &mut c.wbuf[f][c.wlen[f]..];
+            let o = self.shared.dispatcher.resume(&c.info, &p.record, &p.state, payload.as_deref(), out, p.started);
+            match o {
+                Outcome::Reply(n) => {
+                    c.wlen[f] += n;
+                    c.wcount[f] += 1;
+                }
+                Outcome::Nothing => {}
+                Outcome::Parked => unreachable!("the dispatcher asserts a resumed call does not park"),
+                Outcome::Close => {
+                    self.close(slot, true);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Completions of parked calls arrived: queue each on its connection
+    /// (dropped when that connection has gone) and answer what fits.
+    fn on_done(&mut self) {
+        let done: Vec<crate::Completed> = {
+            let mut q = self.shared.mail.boxes[self.core].done.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::take(&mut *q)
+        };
+        if done.is_empty() {
+            return;
+        }
+        let mut touched: Vec<usize> = Vec::with_capacity(done.len());
+        for (i, gen, payload) in done {
+            let (slot, conn_gen) = {
+                let mut t = self.parks.borrow_mut();
+                let Some(p) = t.get_mut(i, gen) else { continue };
+                debug_assert!(p.payload.is_none(), "a ticket completes once");
+                p.payload = Some(payload);
+                (p.slot, p.conn_gen)
+            };
+            match self.conn(slot, conn_gen & 0x00ff_ffff) {
+                Some(c) if c.gen == conn_gen && !c.closing => {
+                    c.ready.push_back(i);
+                    if !touched.contains(&slot) {
+                        touched.push(slot);
+                    }
+                }
+                _ => {
+                    // Its connection closed: nobody to answer.
+                    self.parks.borrow_mut().remove(i);
+                    self.conn_lost_park(slot, conn_gen);
+                }
+            }
+        }
+        for slot in touched {
+            self.process(slot);
+            self.settle(slot);
+        }
+        self.unstall();
+    }
+
+    /// A closed connection's parked call left the table.
+    fn conn_lost_park(&mut self, slot: usize, conn_gen: u32) {
+        if let Some(Some(c)) = self.conns.get_mut(slot) {
+            if c.gen == conn_gen {
+                c.parked -= 1;
+            }
+        }
+    }
+
+    /// After parked calls left a table that had stalled connections, read
+    /// them again.
+    fn unstall(&mut self) {
+        let stalled = {
+            let mut t = self.parks.borrow_mut();
+            let go = t.stalled && t.count < t.count_max;
+            if go {
+                t.stalled = false;
+            }
+            go
+        };
+        if stalled {
+            for slot in 0..self.conns.len() {
+                if self.conns[slot].is_some() {
+                    self.process(slot);
+                    self.settle(slot);
+                }
+            }
+        }
+    }
+
     /// Start sends and receives the connection is ready for; free it once
     /// closed with nothing in flight.
     fn settle(&mut self, slot: usize) {
@@ -475,6 +706,9 @@ impl Loop {
         let done = matches!(&self.conns[slot], Some(c) if c.closing && !c.recv_inflight && !c.sending);
         if done {
             let c = self.conns[slot].take().expect("checked above");
+            for &i in &c.ready {
+                self.parks.borrow_mut().remove(i);
+            }
             self.shared.dispatcher.conn_closed(&c.info);
             self.free.push(slot);
             self.shared.conns_open.fetch_sub(1, Ordering::SeqCst);
@@ -539,6 +773,7 @@ impl Loop {
     /// each to its connection and start sending.
     fn on_wake(&mut self) {
         self.wake_inflight = false;
+        self.on_done();
         let batch: Vec<(u64, Vec<u8>)> = {
             let mut q = self.shared.mail.boxes[self.core].queue.lock().unwrap_or_else(|e| e.into_inner());
             q.drain(..).collect()

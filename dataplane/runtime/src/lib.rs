@@ -42,9 +42,16 @@ pub const OUTBOX_PER_CORE_MAX: usize = 1024;
 pub(crate) const CONN_CORE_BITS: u32 = 8;
 const _: () = assert!(rpc::metrics::CORES_MAX <= 1 << CONN_CORE_BITS);
 
-/// One core's incoming server-initiated records and its wake-up eventfd.
+/// A parked call's completion on its way back to its core: the park table
+/// index and generation, and the payload (`None`: cancelled).
+pub(crate) type Completed = (usize, u32, Option<rpc::park::Payload>);
+
+/// One core's incoming server-initiated records, the completions of its
+/// parked calls, and its wake-up eventfd.
 pub(crate) struct Mailbox {
     pub queue: Mutex<VecDeque<(u64, Vec<u8>)>>,
+    /// Bounded by the core's park table (one entry per parked call).
+    pub done: Mutex<Vec<Completed>>,
     pub efd: OwnedFd,
 }
 
@@ -55,6 +62,17 @@ pub(crate) struct Mailboxes {
 }
 
 impl Mailboxes {
+    /// Hand a parked call's completion to its core (any thread).
+    pub(crate) fn complete(&self, core: usize, c: Completed) {
+        let mut q = self.boxes[core].done.lock().unwrap_or_else(|e| e.into_inner());
+        let was_empty = q.is_empty();
+        q.push(c);
+        drop(q);
+        if was_empty {
+            self.wake(core);
+        }
+    }
+
     pub(crate) fn wake(&self, core: usize) {
         let one: u64 = 1;
         // An eventfd write only fails when the counter would overflow,
@@ -182,7 +200,7 @@ impl Server {
         let stop = Arc::new(AtomicBool::new(false));
         let mut boxes = Vec::with_capacity(cfg.cores);
         for _ in 0..cfg.cores {
-            boxes.push(Mailbox { queue: Mutex::new(VecDeque::new()), efd: sys::eventfd()? });
+            boxes.push(Mailbox { queue: Mutex::new(VecDeque::new()), done: Mutex::new(Vec::new()), efd: sys::eventfd()? });
         }
         // A server-initiated record goes into a connection's reply buffer.
         let record_bytes_max = cfg.limits.reply_bytes_max;

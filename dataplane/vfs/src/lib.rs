@@ -288,6 +288,39 @@ pub trait LendSink {
     fn lend(&mut self, chunk: &Shared, at: usize, len: usize);
 }
 
+/// The result of a data operation that completed after its call returned
+/// (see [`Vfs::read_start`]).
+#[derive(Debug)]
+pub enum IoDone {
+    /// The bytes read (at most the count asked) and whether the read
+    /// reached end of file.
+    Read { data: Vec<u8>, eof: bool },
+    /// Bytes written, the stability achieved, the attributes after.
+    Write { count: usize, committed: Stability, attr: Attr },
+    Commit,
+}
+
+/// Hands the result of a parked operation back to the caller's core. Called
+/// exactly once, from any thread.
+pub type Done = Box<dyn FnOnce(VfsResult<IoDone>) + Send>;
+
+/// The caller's side of an operation that may complete later: a backend
+/// that must wait (a device, a remote server) asks to park the call and,
+/// if it may, returns `Ok(None)` and completes the [`Done`] later. A caller
+/// that cannot wait answers `None` and the backend completes inline.
+pub trait Later {
+    fn park(&mut self) -> Option<Done>;
+}
+
+/// A caller that cannot park (control paths, tests): backends complete inline.
+pub struct Inline;
+
+impl Later for Inline {
+    fn park(&mut self) -> Option<Done> {
+        None
+    }
+}
+
 pub trait Vfs: Send + Sync {
     /// Root handle of an export; `Stale` if the export is unknown.
     fn root(&self, export_id: ExportId) -> VfsResult<FileHandle>;
@@ -331,6 +364,34 @@ pub trait Vfs: Send + Sync {
 
     /// Make earlier unstable writes in the range durable.
     fn commit(&self, fh: &FileHandle, offset: u64, count: u64) -> VfsResult<()>;
+
+    /// `read`, where the backend may park the call (`later.park()`) and
+    /// answer `Ok(None)`: the result then arrives through the [`Done`] as
+    /// [`IoDone::Read`]. Backends that never wait keep this default.
+    fn read_start(&self, fh: &FileHandle, offset: u64, buf: &mut [u8], later: &mut dyn Later) -> VfsResult<Option<(usize, bool)>> {
+        let _ = later;
+        self.read(fh, offset, buf).map(Some)
+    }
+
+    /// `write`, parkable as `read_start` ([`IoDone::Write`]). `data` is only
+    /// borrowed for the call: a backend that parks copies what it needs.
+    fn write_start(
+        &self,
+        fh: &FileHandle,
+        offset: u64,
+        data: &[u8],
+        stable: Stability,
+        later: &mut dyn Later,
+    ) -> VfsResult<Option<(usize, Stability, Attr)>> {
+        let _ = later;
+        self.write(fh, offset, data, stable).map(Some)
+    }
+
+    /// `commit`, parkable as `read_start` ([`IoDone::Commit`]).
+    fn commit_start(&self, fh: &FileHandle, offset: u64, count: u64, later: &mut dyn Later) -> VfsResult<Option<()>> {
+        let _ = later;
+        self.commit(fh, offset, count).map(Some)
+    }
 
     /// Write verifier: changes whenever unstable data may have been lost
     /// (every restart), so clients know to resend uncommitted writes.

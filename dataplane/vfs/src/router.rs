@@ -292,6 +292,34 @@ impl Vfs for Router {
         }
     }
 
+    fn read_start(&self, fh: &FileHandle, offset: u64, buf: &mut [u8], later: &mut dyn crate::Later) -> VfsResult<Option<(usize, bool)>> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::IsDir),
+            Target::Backend(v) => v.read_start(fh, offset, buf, later),
+        }
+    }
+
+    fn write_start(
+        &self,
+        fh: &FileHandle,
+        offset: u64,
+        data: &[u8],
+        stable: Stability,
+        later: &mut dyn crate::Later,
+    ) -> VfsResult<Option<(usize, Stability, Attr)>> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::IsDir),
+            Target::Backend(v) => v.write_start(fh, offset, data, stable, later),
+        }
+    }
+
+    fn commit_start(&self, fh: &FileHandle, offset: u64, count: u64, later: &mut dyn crate::Later) -> VfsResult<Option<()>> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::IsDir),
+            Target::Backend(v) => v.commit_start(fh, offset, count, later),
+        }
+    }
+
     /// One verifier for the whole server: the XOR of the backends', so it
     /// changes whenever any backend's does.
     fn write_verifier(&self) -> [u8; 8] {

@@ -9,7 +9,8 @@ use crate::ops::sid_in;
 use crate::state::SHARE_WRITE;
 use proto::nfs4 as p;
 use proto::xdr::{pad, Decoder, Encoder, Xdr};
-use vfs::{FileHandle, FileType, Stability};
+use crate::park::{done_of, Park4};
+use vfs::{FileHandle, FileType, IoDone, Stability};
 
 /// READ4resok bytes besides the data: eof, length, up to 3 bytes of padding.
 const READ_RESOK_OVERHEAD_BYTES: usize = 12;
@@ -38,15 +39,22 @@ impl Compound<'_> {
 
     /// READ (RFC 8881 §18.22). Any open of the file allows reading (as
     /// Linux's server does: a write-only open may read back what it wrote).
+    /// A backend that must wait parks the COMPOUND here (`crate::park`).
     pub(crate) fn op_read(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
         let a = p::READ4args::decode(d)?;
-        let fh = self.cur_file()?;
-        self.io_access(&a.stateid, &fh)?;
         let room = self.reply_room(e).saturating_sub(READ_RESOK_OVERHEAD_BYTES);
         let count = (a.count as usize).min(self.prog.cfg.read_bytes_max as usize).min(room);
+        if let Some(r) = self.resumed.take() {
+            return read_resumed(&r, count, e);
+        }
+        let fh = self.cur_file()?;
+        self.io_access(&a.stateid, &fh)?;
         let head = e.reserve(8)?;
-        let buf = e.spare();
-        let (n, eof) = self.prog.vfs.read(&fh, a.offset, &mut buf[..count])?;
+        let (written, buf) = e.split();
+        let mut later = Park4 { c: self, reply: &written[self.reply_start..] };
+        let Some((n, eof)) = self.prog.vfs.read_start(&fh, a.offset, &mut buf[..count], &mut later)? else {
+            return Ok(()); // parked
+        };
         assert!(n <= count, "backend read more than asked");
         let padding = pad(n);
         buf[n..n + padding].fill(0);
@@ -59,6 +67,13 @@ impl Compound<'_> {
     /// WRITE (RFC 8881 §18.32).
     pub(crate) fn op_write(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
         let a = p::WRITE4args::decode(d)?;
+        if let Some(r) = self.resumed.take() {
+            // Parked after every check passed; the write is done.
+            return match done_of(&r)? {
+                IoDone::Write { count, committed, .. } => self.write_ok(*count, *committed, e),
+                _ => fail(p::NFS4ERR_IO),
+            };
+        }
         let fh = self.cur_file()?;
         if a.data.len() > self.prog.cfg.write_bytes_max as usize {
             return fail(p::NFS4ERR_INVAL);
@@ -71,7 +86,14 @@ impl Compound<'_> {
             p::stable_how4::DATA_SYNC4 => Stability::DataSync,
             p::stable_how4::FILE_SYNC4 => Stability::FileSync,
         };
-        let (n, done, _) = self.prog.vfs.write(&fh, a.offset, a.data, stable)?;
+        let mut later = Park4 { c: self, reply: &e.written()[self.reply_start..] };
+        let Some((n, done, _)) = self.prog.vfs.write_start(&fh, a.offset, a.data, stable, &mut later)? else {
+            return Ok(()); // parked
+        };
+        self.write_ok(n, done, e)
+    }
+
+    fn write_ok(&self, n: usize, done: Stability, e: &mut Encoder<'_>) -> OpResult {
         let committed = match done {
             Stability::Unstable => p::stable_how4::UNSTABLE4,
             Stability::DataSync => p::stable_how4::DATA_SYNC4,
@@ -88,8 +110,39 @@ impl Compound<'_> {
         if a.count != 0 && a.offset.checked_add(a.count as u64).is_none() {
             return fail(p::NFS4ERR_INVAL);
         }
-        self.prog.vfs.commit(&fh, a.offset, a.count as u64)?;
+        if let Some(r) = self.resumed.take() {
+            match done_of(&r)? {
+                IoDone::Commit => {}
+                _ => return fail(p::NFS4ERR_IO),
+            }
+        } else {
+            let mut later = Park4 { c: self, reply: &e.written()[self.reply_start..] };
+            if self.prog.vfs.commit_start(&fh, a.offset, a.count as u64, &mut later)?.is_none() {
+                return Ok(()); // parked
+            }
+        }
         p::COMMIT4resok { writeverf: self.prog.vfs.write_verifier() }.encode(e)?;
         Ok(())
     }
+}
+
+/// A parked READ's data came back: answer it as an inline READ would.
+fn read_resumed(r: &rpc::park::Resumed<'_>, count: usize, e: &mut Encoder<'_>) -> OpResult {
+    let (data, eof) = match done_of(r)? {
+        IoDone::Read { data, eof } if data.len() <= count => (data, *eof),
+        _ => return fail(p::NFS4ERR_IO),
+    };
+    let head = e.reserve(8)?;
+    let n = data.len();
+    let padding = pad(n);
+    let buf = e.spare();
+    if buf.len() < n + padding {
+        return fail(p::NFS4ERR_REP_TOO_BIG);
+    }
+    buf[..n].copy_from_slice(data);
+    buf[n..n + padding].fill(0);
+    e.advance(n + padding);
+    e.patch_u32(head, eof as u32);
+    e.patch_u32(head + 4, n as u32);
+    Ok(())
 }
