@@ -441,6 +441,98 @@ fn mirror_survives_one_ds_down() {
     assert_ne!(v.ds_of(&l.mirrors[0].deviceid), dead_addr);
 }
 
+/// A TCP relay to one address that can be paused: while paused it holds
+/// what it reads instead of forwarding it (a data server that stalls).
+struct Relay {
+    addr: std::net::SocketAddr,
+    paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn relay(to: std::net::SocketAddr) -> Relay {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let paused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let p = paused.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(c) = c else { return };
+            let Ok(up) = std::net::TcpStream::connect(to) else { return };
+            for (mut from, mut into) in [(c.try_clone().unwrap(), up.try_clone().unwrap()), (up, c)] {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 << 10];
+                    loop {
+                        let n = match from.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        while p.load(Ordering::SeqCst) {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        if into.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        }
+    });
+    Relay { addr, paused }
+}
+
+/// Proves I/O through the MDS does not block its core (the call parks while
+/// a pnfs-io worker waits on the data server): with one core and the only
+/// data server stalled, a READ through the MDS waits, while another
+/// client's GETATTR on the same core is answered at once; when the data
+/// server resumes, the READ returns every byte.
+#[test]
+fn mds_io_parks_instead_of_blocking_the_core() {
+    use std::sync::atomic::Ordering;
+    let ds = start_ds();
+    let r = relay(ds_addr(&ds));
+    let list = json!([{ "name": "ds0", "uaddr": r.addr.to_string() }]);
+    let c = cluster(0, 0, json!({ "data_servers": list, "ds_timeout_ms": 10000 }));
+    let mut a = V4::connect(mds_addr(&c), b"parked-a");
+    let mut b = V4::connect(mds_addr(&c), b"parked-b");
+    let (open, fh) = a.open(&["m"], "slow", SHARE_BOTH);
+    let data = pattern(9, 0, 200_000);
+    assert_eq!(a.write(&fh, &open, 0, &data), Ok(200_000));
+    r.paused.store(true, Ordering::SeqCst);
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let t = Instant::now();
+            (a.read(&fh, &open, 0, 200_000), t.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        // The READ is parked on the only core; GETATTR still answers.
+        let t = Instant::now();
+        assert_eq!(b.size(&fh), 200_000);
+        let took = t.elapsed();
+        // Blocking, the core would answer only after the 2 s the DS stalls.
+        assert!(took < Duration::from_millis(500), "GETATTR took {took:?} while a READ waited on the DS");
+        assert!(!reader.is_finished(), "the READ waits for the stalled data server");
+        std::thread::sleep(Duration::from_millis(1700));
+        r.paused.store(false, Ordering::SeqCst);
+        let (got, waited) = reader.join().unwrap();
+        assert!(got.as_ref().is_ok_and(|g| *g == data), "every byte after the DS resumed");
+        assert!(waited >= Duration::from_millis(1900), "the READ really waited ({waited:?})");
+    });
+    // NFSv3 through the MDS parks the same way: WRITE, COMMIT, READ back.
+    let mut v3 = ds_client(mds_addr(&c), 0, 0);
+    let more = pattern(3, 0, 70_000);
+    v3.write(&fh, 50_000, &more, 0).expect("NFSv3 WRITE through the MDS");
+    v3.commit(&fh).expect("NFSv3 COMMIT through the MDS");
+    let mut back = Vec::new();
+    v3.read(&fh, 0, 200_000, &mut back).expect("NFSv3 READ through the MDS");
+    let mut want = data.clone();
+    want[50_000..120_000].copy_from_slice(&more);
+    assert!(back == want, "NFSv3 READ through the MDS returns what was written");
+    drop(c);
+    ds.shutdown();
+}
+
 /// Proves the pNFS config keys are parsed with their limits and that a bad
 /// value is an error naming its key path (CONFIG.md).
 #[test]
