@@ -215,8 +215,8 @@ pub struct DataServer {
     /// Host (IP literal or DNS name) clients reach the DS at.
     pub host: String,
     pub port: u16,
-    /// Namespace path on the MDS under which DS data files are reached
-    /// (reference key; kept for compatibility, unused until pNFS lands).
+    /// Directory on the DS (a namespace path there) holding this MDS's data
+    /// files; `None`: the DS's first mount (CONFIG.md).
     pub backing_path: Option<String>,
     /// NFS version (major, minor) clients use towards the DS.
     pub version: (u32, u32),

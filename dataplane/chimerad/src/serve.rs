@@ -1,5 +1,5 @@
 //! Start and stop a whole server from a validated `Config`:
-//! mounts -> `vfs::router::Router` (one memfs per mount) -> NFS programs ->
+//! mounts -> `vfs::router::Router` (one backend per mount, `backend_for`) -> NFS programs ->
 //! `rpc::Dispatcher` -> `runtime::Server` (the data-path cores), plus the
 //! admin API and `/metrics` on their own threads.
 //!
@@ -454,6 +454,28 @@ mod tests {
             names(&renamed),
             [("/nfs1".to_string(), "/m".to_string()), ("/m/volumes".to_string(), "/m/volumes".to_string())]
         );
+    }
+
+    #[test]
+    fn admin_api_never_starts_without_a_token() {
+        // Parsed without a file, a config lacking a token has nowhere to
+        // keep a generated one: start refuses instead of serving open.
+        let c = Config::parse(
+            &serde_json::json!({
+                "server": { "bind": "127.0.0.1", "nfs_port": 0, "mount_port": 0, "portmap_port": 0 },
+                "mounts": { "m": { "module": "memfs" } },
+                "admin": { "bind": "127.0.0.1", "port": 0 },
+                "metrics": { "enabled": false }
+            })
+            .to_string(),
+        )
+        .unwrap();
+        assert!(c.admin.token_generate);
+        let e = start(&c).err().expect("refused");
+        assert!(e.starts_with("admin.token: none set and none generated"), "{e}");
+        let mut c = c;
+        let e = c.provide_admin_token().unwrap_err();
+        assert_eq!(e.path, "admin.token");
     }
 
     #[test]
