@@ -12,9 +12,12 @@
 //!   misspelt limit silently falling back to its default is worse than
 //!   refusing to start.
 //!
-//! Parsing is a pure function of the text (plus reading `admin.token_file`),
+//! Parsing is a pure function of the text (plus reading `admin.token_file`
+//! and the machine's CPU count, which caps the reference's `server.threads`),
 //! so `chimerad --check-config` and the tests exercise exactly what the
-//! server runs with.
+//! server runs with. The one thing decided at start rather than at parse is
+//! a generated admin token (`Config::provide_admin_token`): writing a file is
+//! not something a check may do.
 
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
@@ -30,6 +33,10 @@ pub const CONFIG_FILE_BYTES_MAX: u64 = 4 << 20;
 // (an extra zero) is caught before it becomes a memory blow-up.
 /// The runtime's per-core metric shards bound the number of event loops.
 pub const CORES_MAX: u64 = rpc::metrics::CORES_MAX as u64;
+/// Largest reference `server.threads` accepted. The reference sizes it for
+/// its own machine (80 on a 128-thread server); we run at most one loop per
+/// available CPU (and `CORES_MAX`), so this bound only catches typos.
+pub const THREADS_REF_MAX: u64 = 4096;
 /// Room for an NFSv4 COMPOUND with a 4 KiB READ/WRITE plus headers.
 pub const RECORD_BYTES_MIN: u64 = 64 << 10;
 pub const RECORD_BYTES_MAX: u64 = 16 << 20;
@@ -60,6 +67,24 @@ pub const MOUNTS_MAX: usize = 64;
 pub const EXPORTS_MAX: usize = 256;
 /// Longest namespace path (`/mount/dir/...`) accepted in `exports` and `volumes`.
 pub const NS_PATH_BYTES_MAX: usize = 1024;
+/// Devices one diskfs spreads over (the reference runs 16 per server).
+pub const DISKFS_DEVICES_MAX: usize = 256;
+/// diskfs metadata block cache, in 4 KiB blocks: 1 MiB .. 1 TiB; default 256 MiB.
+pub const BLOCK_CACHE_BLOCKS_MIN: u64 = 256;
+pub const BLOCK_CACHE_BLOCKS_MAX: u64 = 1 << 28;
+pub const BLOCK_CACHE_BLOCKS_DEFAULT: u64 = 1 << 16;
+/// diskfs inode cache, in inodes; default 64 Ki.
+pub const INODE_CACHE_INODES_MIN: u64 = 64;
+pub const INODE_CACHE_INODES_MAX: u64 = 1 << 28;
+pub const INODE_CACHE_INODES_DEFAULT: u64 = 1 << 16;
+/// Longest device path (Linux PATH_MAX including the NUL).
+pub const DEVICE_PATH_BYTES_MAX: usize = 4095;
+/// Random bytes in a generated admin token (256 bits; hex-encoded).
+pub const GENERATED_TOKEN_BYTES: usize = 32;
+/// Name of the generated admin token file, appended to the config file's name
+/// (`pnfs.json` -> `pnfs.json.admin-token`) so two configs in one directory
+/// get two tokens.
+pub const GENERATED_TOKEN_SUFFIX: &str = ".admin-token";
 
 /// A configuration problem, naming the key path (`server.nfs_port`,
 /// `mounts.memfs.module`, `server.pnfs.data_servers[2].uaddr`).
@@ -190,8 +215,8 @@ pub struct DataServer {
     /// Host (IP literal or DNS name) clients reach the DS at.
     pub host: String,
     pub port: u16,
-    /// Namespace path on the MDS under which DS data files are reached
-    /// (reference key; kept for compatibility, unused until pNFS lands).
+    /// Directory on the DS (a namespace path there) holding this MDS's data
+    /// files; `None`: the DS's first mount (CONFIG.md).
     pub backing_path: Option<String>,
     /// NFS version (major, minor) clients use towards the DS.
     pub version: (u32, u32),
@@ -259,7 +284,24 @@ pub struct ServerConfig {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Module {
+    /// In-memory, bounded by `capacity_bytes`.
     Memfs,
+    /// The durable block backend over `Config::diskfs` (backend not in this
+    /// build yet: parsed and validated, refused at start).
+    Diskfs,
+    /// The userspace NFS client (a remote export mounted into the namespace;
+    /// not in this build yet: parsed and validated, refused at start).
+    Nfs,
+}
+
+impl Module {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Module::Memfs => "memfs",
+            Module::Diskfs => "diskfs",
+            Module::Nfs => "nfs",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,9 +309,90 @@ pub struct MountConfig {
     /// Name of the mount: the first component of namespace paths (`/name/...`).
     pub name: String,
     pub module: Module,
-    /// Backend path (for memfs always "/").
+    /// Backend path: memfs always "/"; diskfs an absolute path inside the
+    /// file system ("/", "/mds"); nfs the remote export ("host:/path").
     pub path: String,
+    /// memfs memory bound; 0 for the other modules (their capacity is the
+    /// devices' or the remote server's).
     pub capacity_bytes: u64,
+}
+
+/// `server.vfs.diskfs.config`: the durable backend's devices and caches,
+/// shaped as the reference deployment's. Parsed and validated here; the
+/// backend consumes it as is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskfsConfig {
+    /// Format the devices at start (destroys what they hold). The reference
+    /// writes `true`; the backend decides how that combines with a device
+    /// already holding this cluster's format.
+    pub initialize: bool,
+    /// Metadata block cache bound, in 4 KiB blocks (data blocks are not cached).
+    pub block_cache_blocks: u64,
+    /// Inode cache bound, in inodes.
+    pub inode_cache_inodes: u64,
+    /// Data spreads over all of them; at least one, no duplicates.
+    pub devices: Vec<DiskfsDevice>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiskfsDevice {
+    /// A regular file or block device driven through io_uring with O_DIRECT.
+    IoUring { path: std::path::PathBuf },
+    /// An NVMe controller bound to vfio-pci, driven from userspace.
+    Vfio { pci: PciAddress },
+}
+
+/// A PCI function address. Written `0000:01:00.0` (domain:bus:device.function,
+/// hex) or, as the reference does, without the domain (`01:00.0`, domain 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PciAddress {
+    pub domain: u32,
+    pub bus: u8,
+    /// 0..=31
+    pub device: u8,
+    /// 0..=7
+    pub function: u8,
+}
+
+impl PciAddress {
+    /// Largest PCI domain: Linux prints domains as 4 hex digits but VMD
+    /// domains start at 0x10000, so up to 8 digits are accepted.
+    const DOMAIN_HEX_DIGITS_MAX: usize = 8;
+
+    pub fn parse(s: &str) -> Option<PciAddress> {
+        let (dbd, function) = s.split_once('.')?;
+        let parts: Vec<&str> = dbd.split(':').collect();
+        let (domain, bus, device) = match parts.as_slice() {
+            [b, d] => ("0", *b, *d),
+            [dom, b, d] if (4..=Self::DOMAIN_HEX_DIGITS_MAX).contains(&dom.len()) => (*dom, *b, *d),
+            _ => return None,
+        };
+        // `digits` 0: any length (the domain's was checked above).
+        let hex = |x: &str, digits: usize| -> Option<u32> {
+            let len_ok = if digits == 0 { !x.is_empty() } else { x.len() == digits };
+            if !len_ok || !x.bytes().all(|c| c.is_ascii_hexdigit()) {
+                return None;
+            }
+            u32::from_str_radix(x, 16).ok()
+        };
+        let a = PciAddress {
+            domain: hex(domain, 0)?,
+            bus: hex(bus, 2)? as u8,
+            device: hex(device, 2)? as u8,
+            function: hex(function, 1)? as u8,
+        };
+        if a.device > 31 || a.function > 7 {
+            return None;
+        }
+        Some(a)
+    }
+}
+
+/// The sysfs name (`0000:01:00.0`), what `/sys/bus/pci/devices/` lists.
+impl fmt::Display for PciAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04x}:{:02x}:{:02x}.{:x}", self.domain, self.bus, self.device, self.function)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -285,8 +408,15 @@ pub struct AdminConfig {
     pub enabled: bool,
     pub bind: IpAddr,
     pub port: u16,
-    /// Bearer token every request must carry (from `token` or `token_file`).
+    /// Bearer token every request must carry (from `token` or `token_file`,
+    /// or generated at start when neither is set; empty until then).
     pub token: String,
+    /// Neither `token` nor `token_file` is set: `Config::provide_admin_token`
+    /// generates one at start (or reuses the one generated before).
+    pub token_generate: bool,
+    /// Where that token is kept: beside the config file (`Config::load`
+    /// sets it; `None` after `Config::parse`, which knows no file).
+    pub generated_token_file: Option<std::path::PathBuf>,
     pub body_bytes_max: u32,
     pub conns_max: u32,
 }
@@ -309,8 +439,13 @@ pub struct Config {
     pub volumes_path: String,
     pub admin: AdminConfig,
     pub metrics: MetricsConfig,
+    /// `server.vfs.diskfs.config`, when present (required by a diskfs mount).
+    pub diskfs: Option<DiskfsConfig>,
     /// Accepted-but-ignored keys of the reference format, one message each.
     pub warnings: Vec<String>,
+    /// What start-up will do that the file does not say (a generated admin
+    /// token); `--check-config` prints them, they are not problems.
+    pub notes: Vec<String>,
 }
 
 // Reference-format keys we accept but do not implement, per object. Anything
@@ -326,6 +461,9 @@ const FOREIGN_COMMON: &[&str] = &[
     "sync_delegation_threads",
     "async_delegation",
     "async_delegation_threads",
+    "preallocate_slabs",
+    "preallocate_threads",
+    "rdmacm_tos",
 ];
 const FOREIGN_SERVER: &[&str] = &[
     "delegation_threads",
@@ -358,7 +496,7 @@ const FOREIGN_SERVER: &[&str] = &[
     "rest_ssl_key",
     "rest_debug_fsops",
     "soft_fail_bad_req",
-    "vfs",
+    "tcp_flavor",
 ];
 const FOREIGN_MOUNT: &[&str] = &["options", "create"];
 
@@ -452,6 +590,7 @@ impl<'a> Obj<'a> {
             }
             let p = join(&self.path, k);
             if foreign.contains(&k.as_str()) {
+                check_foreign(&p, k, &self.map[k.as_str()])?;
                 warnings.push(format!(
                     "{p}: key of the reference Chimera format that this server does not implement; ignored"
                 ));
@@ -460,6 +599,33 @@ impl<'a> Obj<'a> {
             }
         }
         Ok(())
+    }
+}
+
+/// Reference keys we ignore still get their type checked: a value the
+/// reference daemon would refuse ("huge_pages": "yes") is a typo here too,
+/// and ignoring it would hide the typo until the key is implemented.
+fn check_foreign(path: &str, key: &str, v: &Value) -> Result<(), ConfigError> {
+    if v.is_null() {
+        return Ok(());
+    }
+    match key {
+        "huge_pages" | "sync_delegation" | "async_delegation" | "nfs4_delegations" | "external_portmap" => match v {
+            Value::Bool(_) => Ok(()),
+            other => err(path, format!("expected true or false, got {}", kind(other))),
+        },
+        "huge_page_size" | "slab_size" => parse_size(path, v).map(|_| ()),
+        "preallocate_slabs" | "preallocate_threads" | "nfs4_session_slots" | "delegation_threads"
+        | "sync_delegation_threads" | "async_delegation_threads" | "max_open_files" => {
+            parse_u64_in(path, v, 0, u32::MAX as u64).map(|_| ())
+        }
+        // An IP TOS byte.
+        "rdmacm_tos" => parse_u64_in(path, v, 0, 255).map(|_| ()),
+        "tcp_flavor" | "rdma_hostname" | "portmap_hostname" | "nfs_server_scope" | "kv_module" | "metrics_file" => match v {
+            Value::String(_) => Ok(()),
+            other => err(path, format!("expected a string, got {}", kind(other))),
+        },
+        _ => Ok(()),
     }
 }
 
@@ -587,7 +753,18 @@ impl Config {
         }
         let text = std::fs::read_to_string(file)
             .map_err(|e| ConfigError { path: String::new(), msg: format!("cannot read {fname}: {e}") })?;
-        Config::parse(&text)
+        let mut cfg = Config::parse(&text)?;
+        if cfg.admin.token_generate {
+            cfg.notes.retain(|n| !n.starts_with("admin.token:"));
+            let f = generated_token_path(file);
+            let how = if f.exists() { "reused from" } else { "generated at start and kept in" };
+            cfg.notes.push(format!(
+                "admin.token: none set (server.rest_http_port / admin API enabled); a random token is {how} {} (mode 0600)",
+                f.display()
+            ));
+            cfg.admin.generated_token_file = Some(f);
+        }
+        Ok(cfg)
     }
 
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
@@ -610,7 +787,11 @@ impl Config {
             Some(v) => Some(Obj::new("server", v)?),
             None => None,
         };
-        let server = parse_server(server_obj.as_mut())?;
+        let server = parse_server(server_obj.as_mut(), &mut warnings)?;
+        let diskfs = match server_obj.as_mut().and_then(|o| o.get("vfs")) {
+            Some(v) => parse_vfs(v, &mut warnings)?,
+            None => None,
+        };
         // Reference-format aliases living under `server` for the services we
         // configure in our own sections.
         let rest_http_port = match server_obj.as_mut() {
@@ -628,18 +809,51 @@ impl Config {
         if server.role.runs_mds() && mounts.is_empty() {
             return err("mounts", "at least one mount is required for role mds/both");
         }
+        if diskfs.is_none() {
+            if let Some(m) = mounts.iter().find(|m| m.module == Module::Diskfs) {
+                return err(
+                    "server.vfs.diskfs.config",
+                    format!("required: mounts.{} uses module \"diskfs\" (its devices and caches are configured here)", m.name),
+                );
+            }
+        }
         let exports = match top.get("exports") {
-            Some(v) => parse_exports(v, &mounts)?,
+            Some(v) => parse_exports(v, &mounts, &mut warnings)?,
             None => Vec::new(),
         };
-        let volumes_path = parse_volumes(top.get("volumes"), &mounts, &mut warnings)?;
+        let volumes_path = parse_volumes(top.get("volumes"), &mounts, &exports)?;
         let admin = parse_admin(top.get("admin"), rest_http_port, server.role)?;
         let metrics = parse_metrics(top.get("metrics"), metrics_port_alias)?;
         top.finish(FOREIGN_TOP, &mut warnings)?;
 
-        let cfg = Config { log_level, log_format, server, mounts, exports, volumes_path, admin, metrics, warnings };
+        let mut notes = Vec::new();
+        if admin.token_generate {
+            // `load` replaces this with one naming the file.
+            notes.push("admin.token: none set; a random token is generated at start and kept beside the config".to_string());
+        }
+        let cfg =
+            Config { log_level, log_format, server, mounts, exports, volumes_path, admin, metrics, diskfs, warnings, notes };
         cfg.check_ports()?;
         Ok(cfg)
+    }
+
+    /// Make sure the admin API has a token before it starts: when the config
+    /// sets none, reuse the one generated by an earlier start (the file beside
+    /// the config) or generate one and keep it there, readable by this user
+    /// only. Returns the file and whether it was created now, for the log.
+    /// Never called by `--check-config`: a check writes nothing.
+    pub fn provide_admin_token(&mut self) -> Result<Option<(std::path::PathBuf, bool)>, ConfigError> {
+        if !(self.admin.enabled && self.admin.token_generate) {
+            return Ok(None);
+        }
+        let f = match &self.admin.generated_token_file {
+            Some(f) => f.clone(),
+            None => return err("admin.token", "required when the admin API is enabled (or set admin.token_file)"),
+        };
+        let (token, created) = generated_token(&f)?;
+        self.admin.token = token;
+        self.admin.token_generate = false;
+        Ok(Some((f, created)))
     }
 
     /// Two services on one address and port would fail at bind time with a
@@ -699,7 +913,7 @@ fn default_cores() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(CORES_MAX as usize)
 }
 
-fn parse_server(o: Option<&mut Obj<'_>>) -> Result<ServerConfig, ConfigError> {
+fn parse_server(o: Option<&mut Obj<'_>>, warnings: &mut Vec<String>) -> Result<ServerConfig, ConfigError> {
     let mut s = ServerConfig {
         role: Role::Both,
         bind: IpAddr::from([0, 0, 0, 0]),
@@ -741,14 +955,29 @@ fn parse_server(o: Option<&mut Obj<'_>>) -> Result<ServerConfig, ConfigError> {
     if let Some(ip) = o.ip("bind")? {
         s.bind = ip;
     }
-    // `threads` is the reference name for the number of core threads.
-    let threads = o.u64_in("threads", 1, CORES_MAX)?;
+    // `threads` is the reference name for the number of core threads. The
+    // reference sizes it for its own machine (80), so it is capped at the
+    // CPUs this process may use: every loop polls while busy, and loops
+    // beyond the CPUs only take turns on them. `cores` (ours) is taken as
+    // written, for whoever means it.
+    let threads = o.u64_in("threads", 1, THREADS_REF_MAX)?;
     let cores = o.u64_in("cores", 1, CORES_MAX)?;
     match (threads, cores) {
         (Some(t), Some(c)) if t != c => {
             return err("server.cores", format!("{c} contradicts server.threads {t}; set one of them"))
         }
-        (_, Some(n)) | (Some(n), None) => s.cores = n as usize,
+        (_, Some(n)) => s.cores = n as usize,
+        (Some(t), None) => {
+            let cpus = default_cores();
+            s.cores = (t as usize).min(cpus);
+            if s.cores < t as usize {
+                warnings.push(format!(
+                    "server.threads: {t} requested, {cpus} CPUs usable here (at most {CORES_MAX}); running {} event loops \
+                     (set server.cores to choose exactly)",
+                    s.cores
+                ));
+            }
+        }
         (None, None) => {}
     }
     if let Some(p) = o.port("nfs_port", true)? {
@@ -762,6 +991,14 @@ fn parse_server(o: Option<&mut Obj<'_>>) -> Result<ServerConfig, ConfigError> {
     }
     if let Some(b) = o.bool("rdma")? {
         s.rdma = b;
+        if b {
+            // Said at check time too: the reference deployment's clients
+            // mount over RDMA, and they would find nothing on rdma_port.
+            warnings.push(
+                "server.rdma: RPC-over-RDMA is not implemented yet; nothing listens on server.rdma_port, NFS is served over TCP only"
+                    .to_string(),
+            );
+        }
     }
     if let Some(p) = o.port("rdma_port", true)? {
         s.rdma_port = p;
@@ -860,11 +1097,57 @@ fn parse_data_server(path: &str, v: &Value) -> Result<DataServer, ConfigError> {
             msg: format!("expected tcp, tcp6, rdma or rdma6, got {s:?}"),
         })?,
     };
-    let uaddr = match o.str("uaddr")? {
-        Some(s) => s,
-        None => return err(&join(path, "uaddr"), "required (\"host\" or \"host:port\")"),
+    // Ours: one `uaddr` of the netid. The reference's: a `tcp` and an `rdma`
+    // address; the netid picks the one clients are sent to first.
+    let uaddr = o.str("uaddr")?;
+    let tcp = o.str("tcp")?;
+    let rdma = o.str("rdma")?;
+    let rdma_first = matches!(netid, Netid::Rdma | Netid::Rdma6);
+    let (host, port) = match (uaddr, tcp, rdma) {
+        (Some(u), None, None) => split_host_port(&join(path, "uaddr"), u, netid.default_port())?,
+        (Some(_), _, _) => {
+            let other = if tcp.is_some() { "tcp" } else { "rdma" };
+            return err(&join(path, other), "set either uaddr or the reference's tcp/rdma addresses, not both");
+        }
+        (None, None, None) => {
+            return err(&join(path, "tcp"), "required: an address (\"host\" or \"host:port\") in tcp (reference form) or uaddr")
+        }
+        (None, Some(t), r) if !rdma_first => {
+            let tcp_netid = if netid == Netid::Tcp6 { Netid::Tcp6 } else { Netid::Tcp };
+            let a = split_host_port(&join(path, "tcp"), t, tcp_netid.default_port())?;
+            if let Some(r) = r {
+                split_host_port(&join(path, "rdma"), r, Netid::Rdma.default_port())?;
+            }
+            a
+        }
+        (None, None, Some(_)) if !rdma_first => {
+            return err(&join(path, "tcp"), format!("required with netid {}: the rdma address is used only with netid rdma", netid.as_str()))
+        }
+        (None, t, Some(r)) => {
+            let (host, port) = split_host_port(&join(path, "rdma"), r, Netid::Rdma.default_port())?;
+            // Clients fall back to TCP, and the MDS's control calls use it, on
+            // the RDMA host at the TCP default port: that is all an RDMA data
+            // server can be told today, so a tcp address saying otherwise is
+            // refused rather than silently not used.
+            if let Some(t) = t {
+                let tp = join(path, "tcp");
+                let (th, tport) = split_host_port(&tp, t, Netid::Tcp.default_port())?;
+                if th != host || tport != Netid::Tcp.default_port() {
+                    return err(
+                        &tp,
+                        format!(
+                            "with netid {} the TCP address must be the rdma host on port {} ({host}:{}), got {t:?}",
+                            netid.as_str(),
+                            Netid::Tcp.default_port(),
+                            Netid::Tcp.default_port()
+                        ),
+                    );
+                }
+            }
+            (host, port)
+        }
+        (None, Some(_), None) => return err(&join(path, "rdma"), format!("required with netid {}", netid.as_str())),
     };
-    let (host, port) = split_host_port(&join(path, "uaddr"), uaddr, netid.default_port())?;
     let backing_path = match o.str("backing_path")? {
         None => None,
         Some(b) => Some(check_ns_path(&join(path, "backing_path"), b)?),
@@ -934,6 +1217,99 @@ fn parse_nfs_version(path: &str, v: &Value) -> Result<(u32, u32), ConfigError> {
     Ok(ver)
 }
 
+/// `server.vfs`: per-module settings keyed by module name. The reference
+/// loads modules from plugin paths (`path`, ignored with a warning: ours are
+/// built in); diskfs's `config` is parsed, any other module's settings are
+/// the reference's and ignored with a warning.
+fn parse_vfs(v: &Value, warnings: &mut Vec<String>) -> Result<Option<DiskfsConfig>, ConfigError> {
+    let mut o = Obj::new("server.vfs", v)?;
+    let diskfs = match o.get("diskfs") {
+        None => None,
+        Some(d) => {
+            let mut d = Obj::new("server.vfs.diskfs", d)?;
+            let cfg = match d.get("config") {
+                Some(c) => parse_diskfs(c)?,
+                None => return err("server.vfs.diskfs.config", "required (initialize, block_cache_blocks, inode_cache_inodes, devices)"),
+            };
+            d.finish(&["path"], warnings)?;
+            Some(cfg)
+        }
+    };
+    let others: Vec<String> = o.map.keys().filter(|k| k.as_str() != "diskfs").cloned().collect();
+    for k in others {
+        match o.map.get(&k) {
+            Some(Value::Object(_)) | Some(Value::Null) => warnings.push(format!(
+                "server.vfs.{k}: settings of a reference plugin module this server does not load (built-in modules: memfs, diskfs); ignored"
+            )),
+            Some(other) => return err(&format!("server.vfs.{k}"), format!("expected an object, got {}", kind(other))),
+            None => {}
+        }
+    }
+    Ok(diskfs)
+}
+
+fn parse_diskfs(v: &Value) -> Result<DiskfsConfig, ConfigError> {
+    const P: &str = "server.vfs.diskfs.config";
+    let mut o = Obj::new(P, v)?;
+    let initialize = o.bool("initialize")?.unwrap_or(false);
+    let block_cache_blocks = o
+        .u64_in("block_cache_blocks", BLOCK_CACHE_BLOCKS_MIN, BLOCK_CACHE_BLOCKS_MAX)?
+        .unwrap_or(BLOCK_CACHE_BLOCKS_DEFAULT);
+    let inode_cache_inodes = o
+        .u64_in("inode_cache_inodes", INODE_CACHE_INODES_MIN, INODE_CACHE_INODES_MAX)?
+        .unwrap_or(INODE_CACHE_INODES_DEFAULT);
+    let dp = format!("{P}.devices");
+    let items = match o.get("devices") {
+        Some(Value::Array(items)) => items,
+        Some(other) => return err(&dp, format!("expected an array of {{\"type\", \"path\"}}, got {}", kind(other))),
+        None => return err(&dp, "required: at least one device ({\"type\": \"io_uring\" or \"vfio\", \"path\": ...})"),
+    };
+    if items.is_empty() || items.len() > DISKFS_DEVICES_MAX {
+        return err(&dp, format!("{} devices; 1..={DISKFS_DEVICES_MAX} are accepted", items.len()));
+    }
+    let mut devices: Vec<DiskfsDevice> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let ip = format!("{dp}[{i}]");
+        let mut d = Obj::new(&ip, item)?;
+        let tp = join(&ip, "type");
+        let pp = join(&ip, "path");
+        let kind_s = d.str("type")?;
+        let path = match d.str("path")? {
+            Some(p) => p,
+            None => return err(&pp, "required"),
+        };
+        let dev = match kind_s {
+            Some("io_uring") => {
+                // Absolute: a relative one would depend on the directory the
+                // server happens to start in.
+                if !path.starts_with('/') || path.len() > DEVICE_PATH_BYTES_MAX || path.contains('\0') {
+                    return err(&pp, format!("expected an absolute file or block-device path (at most {DEVICE_PATH_BYTES_MAX} bytes), got {path:?}"));
+                }
+                if path.ends_with('/') {
+                    return err(&pp, format!("{path:?} names a directory; expected a file or block device"));
+                }
+                DiskfsDevice::IoUring { path: std::path::PathBuf::from(path) }
+            }
+            Some("vfio") => match PciAddress::parse(path) {
+                Some(pci) => DiskfsDevice::Vfio { pci },
+                None => {
+                    return err(&pp, format!("expected a PCI address \"0000:01:00.0\" or \"01:00.0\" (device 00-1f, function 0-7), got {path:?}"))
+                }
+            },
+            Some(other) => return err(&tp, format!("expected \"io_uring\" or \"vfio\", got {other:?}")),
+            None => return err(&tp, "required: \"io_uring\" or \"vfio\""),
+        };
+        d.finish(&[], &mut Vec::new())?;
+        // One device listed twice would be formatted and written as two.
+        if let Some(j) = devices.iter().position(|x| x == &dev) {
+            return err(&pp, format!("same device as {dp}[{j}]"));
+        }
+        devices.push(dev);
+    }
+    o.finish(&[], &mut Vec::new())?;
+    Ok(DiskfsConfig { initialize, block_cache_blocks, inode_cache_inodes, devices })
+}
+
 /// `mounts` is an object keyed by mount name in the reference format; an array
 /// of `{name, module, path}` is accepted too.
 fn parse_mounts(v: &Value, warnings: &mut Vec<String>) -> Result<Vec<MountConfig>, ConfigError> {
@@ -949,27 +1325,56 @@ fn parse_mounts(v: &Value, warnings: &mut Vec<String>) -> Result<Vec<MountConfig
         }
         let mut o = Obj::new(&path, body)?;
         o.seen.insert("name");
+        const KNOWN: &str = "memfs, diskfs, nfs";
         let module = match o.str("module")? {
             Some("memfs") => Module::Memfs,
+            Some("diskfs") => Module::Diskfs,
+            Some("nfs") => Module::Nfs,
             Some(other) => {
+                return err(&join(&path, "module"), format!("module {other:?} is not available in this build (known: {KNOWN})"))
+            }
+            None => return err(&join(&path, "module"), format!("required (known: {KNOWN})")),
+        };
+        let pp = join(&path, "path");
+        let backend_path = match (module, o.str("path")?) {
+            (Module::Memfs, None | Some("/")) => "/".to_string(),
+            (Module::Memfs, Some(p)) => return err(&pp, format!("memfs has no backing path; use \"/\", got {p:?}")),
+            (Module::Diskfs, None) => "/".to_string(),
+            (Module::Diskfs, Some(p)) => check_ns_path(&pp, p)?,
+            (Module::Nfs, None) => return err(&pp, "required: the remote export, \"host:/path\""),
+            (Module::Nfs, Some(p)) => check_remote_export(&pp, p)?,
+        };
+        let capacity = o.size_in("capacity_bytes", MEMFS_CAPACITY_BYTES_MIN, MEMFS_CAPACITY_BYTES_MAX)?;
+        let capacity_bytes = match (module, capacity) {
+            (Module::Memfs, c) => c.unwrap_or(MEMFS_CAPACITY_BYTES_DEFAULT),
+            (_, None) => 0,
+            (m, Some(_)) => {
                 return err(
-                    &join(&path, "module"),
-                    format!("module {other:?} is not available in this build (available: memfs)"),
+                    &join(&path, "capacity_bytes"),
+                    format!("only memfs has a capacity bound; a {} mount's capacity is its storage's", m.as_str()),
                 )
             }
-            None => return err(&join(&path, "module"), "required (available: memfs)"),
         };
-        let backend_path = o.str("path")?.unwrap_or("/");
-        if module == Module::Memfs && backend_path != "/" {
-            return err(&join(&path, "path"), format!("memfs has no backing path; use \"/\", got {backend_path:?}"));
-        }
-        let capacity_bytes = o
-            .size_in("capacity_bytes", MEMFS_CAPACITY_BYTES_MIN, MEMFS_CAPACITY_BYTES_MAX)?
-            .unwrap_or(MEMFS_CAPACITY_BYTES_DEFAULT);
         o.finish(FOREIGN_MOUNT, warnings)?;
-        out.push(MountConfig { name, module, path: backend_path.to_string(), capacity_bytes });
+        out.push(MountConfig { name, module, path: backend_path, capacity_bytes });
     }
     Ok(out)
+}
+
+/// An `nfs` mount's remote export: "host:/path" or "[v6]:/path".
+fn check_remote_export(path: &str, s: &str) -> Result<String, ConfigError> {
+    let split = if s.starts_with('[') { s.find("]:").map(|i| (&s[..=i], &s[i + 2..])) } else { s.split_once(':') };
+    let (host, export) = match split {
+        Some((h, e)) if e.starts_with('/') => (h, e),
+        _ => return err(path, format!("expected a remote export \"host:/path\", got {s:?}")),
+    };
+    // A port is not part of an export's name; "host:2049:/x" is a typo.
+    if !host.starts_with('[') && host.contains(':') {
+        return err(path, format!("expected a remote export \"host:/path\", got {s:?}"));
+    }
+    split_host_port(path, host, Netid::Tcp.default_port())?;
+    check_ns_path(path, export)?;
+    Ok(s.to_string())
 }
 
 /// Entries of an object keyed by name, or of an array of objects with a
@@ -1004,7 +1409,7 @@ fn check_under_mount(path: &str, p: &str, mounts: &[MountConfig]) -> Result<(), 
     Ok(())
 }
 
-fn parse_exports(v: &Value, mounts: &[MountConfig]) -> Result<Vec<ExportConfig>, ConfigError> {
+fn parse_exports(v: &Value, mounts: &[MountConfig], warnings: &mut Vec<String>) -> Result<Vec<ExportConfig>, ConfigError> {
     let entries = named_entries("exports", v)?;
     if entries.len() > EXPORTS_MAX {
         return err("exports", format!("{} exports, more than {EXPORTS_MAX}", entries.len()));
@@ -1021,15 +1426,37 @@ fn parse_exports(v: &Value, mounts: &[MountConfig]) -> Result<Vec<ExportConfig>,
             Some(p) => check_ns_path(&join(&path, "path"), p)?,
             None => return err(&join(&path, "path"), "required (a namespace path such as \"/memfs\")"),
         };
-        check_under_mount(&join(&path, "path"), &target, mounts)?;
         o.finish(&[], &mut Vec::new())?;
+        // The reference resolves exports when a client mounts them, and its
+        // own MDS config carries one that names no mount ("/ds1" -> "/ds"):
+        // such an export is left out with a warning rather than refusing
+        // the whole config. Every other malformation above is still an error.
+        if let Err(e) = check_under_mount(&join(&path, "path"), &target, mounts) {
+            warnings.push(format!("{e}; export {name:?} is not served"));
+            continue;
+        }
         out.push(ExportConfig { name, path: target });
     }
     Ok(out)
 }
 
-fn parse_volumes(v: Option<&Value>, mounts: &[MountConfig], _w: &mut Vec<String>) -> Result<String, ConfigError> {
-    let default = mounts.first().map(|m| format!("/{}/volumes", m.name));
+/// The volumes directory defaults into the mount clients are served from
+/// (the first export's), else the first local one: with the reference's
+/// mounts (sorted: `ds1` an nfs mount of another server, `ds2`, `mds`) the
+/// first mount is the wrong place for the namespace's volumes.
+fn parse_volumes(v: Option<&Value>, mounts: &[MountConfig], exports: &[ExportConfig]) -> Result<String, ConfigError> {
+    let mount_of = |p: &str| {
+        let first = p.trim_start_matches('/').split('/').next().unwrap_or("");
+        mounts.iter().find(|m| m.name == first)
+    };
+    let local = |m: &&MountConfig| m.module != Module::Nfs;
+    let home = exports
+        .iter()
+        .filter_map(|e| mount_of(&e.path))
+        .find(local)
+        .or_else(|| mounts.iter().find(local))
+        .or(mounts.first());
+    let default = home.map(|m| format!("/{}/volumes", m.name));
     let path = match v {
         None => default,
         Some(v) => {
@@ -1063,6 +1490,8 @@ fn parse_admin(v: Option<&Value>, rest_http_port: Option<u16>, role: Role) -> Re
         token: String::new(),
         body_bytes_max: ADMIN_BODY_BYTES_DEFAULT as u32,
         conns_max: ADMIN_CONNS_DEFAULT as u32,
+        token_generate: false,
+        generated_token_file: None,
     };
     let mut token_file = None;
     if let Some(v) = v {
@@ -1078,6 +1507,9 @@ fn parse_admin(v: Option<&Value>, rest_http_port: Option<u16>, role: Role) -> Re
             a.port = p as u16;
         }
         if let Some(t) = o.str("token")? {
+            if t.is_empty() {
+                return err("admin.token", "must not be empty (leave it out to have one generated at start)");
+            }
             a.token = t.to_string();
         }
         token_file = o.str("token_file")?;
@@ -1093,31 +1525,126 @@ fn parse_admin(v: Option<&Value>, rest_http_port: Option<u16>, role: Role) -> Re
         if !a.token.is_empty() {
             return err("admin.token_file", "set either admin.token or admin.token_file, not both");
         }
-        a.token = read_token_file(f)?;
+        a.token = read_token_file("admin.token_file", Path::new(f))?;
     }
     if a.enabled {
         if a.token.is_empty() {
-            return err("admin.token", "required when the admin API is enabled (or set admin.token_file)");
+            // The reference format has no admin token: rather than refuse
+            // its configs, start-up generates one (`provide_admin_token`).
+            a.token_generate = true;
+        } else {
+            check_token("admin.token", &a.token)?;
         }
-        check_token("admin.token", &a.token)?;
     }
     Ok(a)
 }
 
-fn read_token_file(f: &str) -> Result<String, ConfigError> {
-    let meta = std::fs::metadata(f)
-        .map_err(|e| ConfigError { path: "admin.token_file".into(), msg: format!("cannot read {f:?}: {e}") })?;
+fn read_token_file(key: &str, f: &Path) -> Result<String, ConfigError> {
+    let meta =
+        std::fs::metadata(f).map_err(|e| ConfigError { path: key.into(), msg: format!("cannot read {f:?}: {e}") })?;
     if meta.len() > TOKEN_BYTES_MAX as u64 {
-        return err("admin.token_file", format!("{f:?} is {} bytes, longer than {TOKEN_BYTES_MAX}", meta.len()));
+        return err(key, format!("{f:?} is {} bytes, longer than {TOKEN_BYTES_MAX}", meta.len()));
     }
-    let t = std::fs::read_to_string(f)
-        .map_err(|e| ConfigError { path: "admin.token_file".into(), msg: format!("cannot read {f:?}: {e}") })?;
+    let t = std::fs::read_to_string(f).map_err(|e| ConfigError { path: key.into(), msg: format!("cannot read {f:?}: {e}") })?;
     // Secrets mounted from Kubernetes often end in a newline.
     let t = t.trim_end_matches(['\n', '\r']).to_string();
     if t.is_empty() {
-        return err("admin.token_file", format!("{f:?} is empty"));
+        return err(key, format!("{f:?} is empty"));
     }
     Ok(t)
+}
+
+/// `<config file>.admin-token` in the config file's directory.
+pub fn generated_token_path(config_file: &Path) -> std::path::PathBuf {
+    let name = config_file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "chimerad".into());
+    config_file.with_file_name(format!("{name}{GENERATED_TOKEN_SUFFIX}"))
+}
+
+/// The token kept in `f`, generating and writing it when `f` does not exist.
+/// Returns it and whether it was created now.
+fn generated_token(f: &Path) -> Result<(String, bool), ConfigError> {
+    use std::io::Write;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    const KEY: &str = "admin.token";
+    // Two tries: a process that loses the race to create the file reads the
+    // winner's token on its second pass.
+    for _ in 0..2 {
+        match std::fs::symlink_metadata(f) {
+            Ok(meta) => {
+                // It holds a secret: one others can read or replace would
+                // hand them the admin API.
+                if !meta.file_type().is_file() {
+                    return err(KEY, format!("{} (generated token) is not a regular file", f.display()));
+                }
+                let mode = meta.permissions().mode() & 0o777;
+                // SAFETY: geteuid has no preconditions.
+                let euid = unsafe { libc::geteuid() };
+                if mode & 0o077 != 0 || meta.uid() != euid {
+                    return err(
+                        KEY,
+                        format!(
+                            "{} (generated token) has mode {mode:04o} and owner {}; it must be mode 0600 and owned by uid {euid}",
+                            f.display(),
+                            meta.uid()
+                        ),
+                    );
+                }
+                let t = read_token_file(KEY, f)?;
+                check_token(KEY, &t)?;
+                return Ok((t, false));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return err(KEY, format!("cannot read {}: {e}", f.display())),
+        }
+        let token = random_hex(GENERATED_TOKEN_BYTES).map_err(|e| ConfigError { path: KEY.into(), msg: e })?;
+        let io = |what: &str, e: std::io::Error| ConfigError {
+            path: KEY.into(),
+            msg: format!("none set and cannot {what} a generated one at {}: {e} (set admin.token_file)", f.display()),
+        };
+        // Written under a temporary name and linked into place: a crash
+        // mid-write leaves no half-written token, and link (unlike rename)
+        // never replaces a token another process has just created.
+        let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let tmp = f.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        let mut file =
+            std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(|e| io("write", e))?;
+        let written = file.write_all(format!("{token}\n").as_bytes()).and_then(|_| file.sync_all());
+        drop(file);
+        let linked = written.and_then(|_| std::fs::hard_link(&tmp, f));
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => {
+                // The new directory entry survives a crash too.
+                if let Some(dir) = f.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+                }
+                return Ok((token, true));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io("write", e)),
+        }
+    }
+    err(KEY, format!("{} keeps appearing and disappearing; set admin.token_file", f.display()))
+}
+
+/// `n` bytes from the kernel's CSPRNG, hex-encoded (token characters).
+fn random_hex(n: usize) -> Result<String, String> {
+    let mut buf = vec![0u8; n];
+    let mut filled = 0;
+    while filled < n {
+        // SAFETY: the pointer and length describe the unfilled tail of `buf`.
+        let rc = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), n - filled, 0) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(format!("getrandom: {e}"));
+        }
+        filled += rc as usize;
+    }
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn check_token(path: &str, t: &str) -> Result<(), ConfigError> {

@@ -72,6 +72,9 @@ fn main() -> ExitCode {
             for w in &cfg.warnings {
                 eprintln!("warning: {w}");
             }
+            for n in &cfg.notes {
+                eprintln!("note: {n}");
+            }
             println!("OK");
             ExitCode::SUCCESS
         }
@@ -106,11 +109,22 @@ fn wait_stop_signal(set: &libc::sigset_t) -> i32 {
     }
 }
 
-fn run(cfg: Config) -> ExitCode {
+fn run(mut cfg: Config) -> ExitCode {
     let signals = block_stop_signals();
     chimerad::log::init(cfg.log_level, cfg.log_format);
     for w in &cfg.warnings {
         chimerad::log::warn("config", &[("warning", w.into())]);
+    }
+    match cfg.provide_admin_token() {
+        Ok(None) => {}
+        Ok(Some((file, created))) => {
+            let what = if created { "admin token generated" } else { "admin token reused" };
+            chimerad::log::info(what, &[("file", file.display().to_string().as_str().into())]);
+        }
+        Err(e) => {
+            chimerad::log::error("start-up failed", &[("error", e.to_string().as_str().into())]);
+            return ExitCode::from(1);
+        }
     }
     let running = match chimerad::serve::start(&cfg) {
         Ok(r) => r,

@@ -1,0 +1,331 @@
+//! Proves issue 13 item 6, "the reference deployment's configs run", on the
+//! real binary and on the two configs of that deployment, kept verbatim in
+//! tests/reference/ (pnfs.json: MDS that is also a DS; chimera.json: a DS):
+//! - `chimerad --check-config` accepts both as written, prints OK and a
+//!   warning naming every reference key this server does not implement, and
+//!   a note that an admin token will be generated; it writes nothing;
+//! - parsed, they say what the reference means (16 VFIO devices, the data
+//!   servers RDMA-first, the diskfs and nfs mounts);
+//! - started with only device edits they fail at start, exit 1, and the
+//!   error names each mount whose module is not in this build (nfs: the
+//!   userspace client; diskfs: the durable backend), before listening;
+//! - with the admin API on and no token, the first start generates one into
+//!   `<config>.admin-token` (mode 0600), requests with it get 200 and without
+//!   it 401, and the next start reuses it; a token file others can read is
+//!   refused.
+
+mod common;
+
+use chimerad::config::{Config, DiskfsDevice, Module, Netid};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference").join(name)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("chimerad-ref-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Reference keys each fixture carries that we accept but do not implement.
+const COMMON_WARNED: &[&str] = &[
+    "common.async_delegation",
+    "common.huge_page_size",
+    "common.huge_pages",
+    "common.preallocate_slabs",
+    "common.preallocate_threads",
+    "common.rdmacm_tos",
+    "common.slab_size",
+    "common.sync_delegation",
+    "server.rdma",
+    "server.rdma_hostname",
+    "server.tcp_flavor",
+    "server.vfs.diskfs.path",
+];
+
+fn expected_warnings(fixture: &str) -> Vec<&'static str> {
+    let mut w = COMMON_WARNED.to_vec();
+    match fixture {
+        "chimera.json" => w.extend(["shares", "buckets"]),
+        "pnfs.json" => w.extend(["server.nfs4_session_slots", "mounts.mds.create", "mounts.ds2.create", "exports./ds1.path"]),
+        _ => unreachable!(),
+    }
+    // 80 loops are capped at the CPUs usable here.
+    if std::thread::available_parallelism().unwrap().get() < 80 {
+        w.push("server.threads");
+    }
+    w
+}
+
+#[test]
+fn check_config_accepts_both_reference_configs_as_written() {
+    for name in ["chimera.json", "pnfs.json"] {
+        let f = fixture(name);
+        let out = Command::new(env!("CARGO_BIN_EXE_chimerad")).args(["--check-config", "--config"]).arg(&f).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {stderr}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "OK\n", "{name}");
+        let warned: Vec<&str> =
+            stderr.lines().filter_map(|l| l.strip_prefix("warning: ")).map(|l| l.split(": ").next().unwrap()).collect();
+        let mut want = expected_warnings(name);
+        let mut got = warned.clone();
+        want.sort();
+        got.sort();
+        assert_eq!(got, want, "{name}: warnings\n{stderr}");
+        let token = PathBuf::from(format!("{}.admin-token", f.display()));
+        let note = format!("note: admin.token: none set (server.rest_http_port / admin API enabled); a random token is generated at start and kept in {} (mode 0600)", token.display());
+        assert!(stderr.lines().any(|l| l == note), "{name}: no token note in\n{stderr}");
+        assert!(!stderr.contains("error"), "{name}: {stderr}");
+        // A check writes nothing.
+        assert!(!token.exists(), "--check-config created {}", token.display());
+    }
+}
+
+#[test]
+fn reference_configs_mean_what_the_reference_means() {
+    let mds = Config::load(&fixture("pnfs.json")).unwrap();
+    assert!(mds.server.pnfs.enabled);
+    let ds = &mds.server.pnfs.data_servers;
+    assert_eq!(ds.len(), 2);
+    for (d, host, backing) in [(&ds[0], "10.67.25.209", "/ds1"), (&ds[1], "10.67.25.211", "/ds2")] {
+        assert_eq!((d.netid, d.host.as_str(), d.port, d.backing_path.as_deref()), (Netid::Rdma, host, 20049, Some(backing)));
+    }
+    let modules: Vec<(&str, Module, &str)> = mds.mounts.iter().map(|m| (m.name.as_str(), m.module, m.path.as_str())).collect();
+    assert_eq!(
+        modules,
+        [("ds1", Module::Nfs, "10.67.25.209:/ds"), ("ds2", Module::Diskfs, "/ds"), ("mds", Module::Diskfs, "/mds")]
+    );
+    assert_eq!(mds.exports.iter().map(|e| (e.name.as_str(), e.path.as_str())).collect::<Vec<_>>(), [("/export", "/mds")]);
+    // Volumes live beside what clients mount, not on the nfs mount that sorts first.
+    assert_eq!(mds.volumes_path, "/mds/volumes");
+    assert!(mds.server.rdma && mds.server.rdma_port == 20049);
+    assert_eq!((mds.admin.port, mds.metrics.port), (8080, 9000));
+    assert!(mds.admin.token_generate);
+
+    for cfg in [&mds, &Config::load(&fixture("chimera.json")).unwrap()] {
+        let d = cfg.diskfs.as_ref().expect("diskfs config");
+        assert!(d.initialize);
+        assert_eq!((d.block_cache_blocks, d.inode_cache_inodes), (1 << 20, 1 << 20));
+        let pci: Vec<String> = d
+            .devices
+            .iter()
+            .map(|x| match x {
+                DiskfsDevice::Vfio { pci } => pci.to_string(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(pci.len(), 16);
+        assert_eq!((pci[0].as_str(), pci[15].as_str()), ("0000:01:00.0", "0000:c7:00.0"));
+        assert!(cfg.server.cores <= std::thread::available_parallelism().unwrap().get());
+    }
+}
+
+/// A chimerad started from `cfg`, its JSON log lines on a channel.
+struct Proc {
+    child: Child,
+    lines: mpsc::Receiver<Value>,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(cfg: &Path) -> Proc {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_chimerad"))
+        .arg("--config")
+        .arg(cfg)
+        .env_remove("CHIMERA_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
+            if tx.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    Proc { child, lines: rx }
+}
+
+/// Lines logged until "started" (Ok) or until the process exits (Err with
+/// its exit code); panics when neither happens in time.
+fn until_started_or_exit(p: &mut Proc) -> Result<Vec<Value>, (Option<i32>, Vec<Value>)> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut seen = Vec::new();
+    loop {
+        match p.lines.recv_timeout(Duration::from_millis(50)) {
+            Ok(v) => {
+                let started = v["msg"] == "started";
+                seen.push(v);
+                if started {
+                    return Ok(seen);
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let st = wait_exit(p);
+                return Err((st.code(), seen));
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        assert!(Instant::now() < deadline, "chimerad neither started nor exited within {START_TIMEOUT:?}: {seen:?}");
+    }
+}
+
+fn wait_exit(p: &mut Proc) -> std::process::ExitStatus {
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    loop {
+        if let Some(st) = p.child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(Instant::now() < deadline, "chimerad did not exit within {STOP_TIMEOUT:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn start_error(lines: &[Value]) -> String {
+    let e = lines.iter().find(|v| v["msg"] == "start-up failed").unwrap_or_else(|| panic!("no start-up failure logged: {lines:?}"));
+    assert_eq!(e["level"], "error");
+    e["error"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn reference_configs_with_device_edits_fail_at_start_naming_the_mounts() {
+    let dir = scratch("devices");
+    for (name, want) in [
+        ("chimera.json", vec!["mounts.ds: module \"diskfs\" (the durable backend) is not in this build yet"]),
+        (
+            "pnfs.json",
+            vec![
+                "mounts.ds1: module \"nfs\" (the userspace NFS client, to mount 10.67.25.209:/ds) is not in this build yet",
+                "mounts.ds2: module \"diskfs\" (the durable backend) is not in this build yet",
+                "mounts.mds: module \"diskfs\" (the durable backend) is not in this build yet",
+            ],
+        ),
+    ] {
+        // The one edit the issue allows: this machine's devices (files)
+        // instead of the reference's NVMe controllers.
+        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(fixture(name)).unwrap()).unwrap();
+        let img = dir.join(format!("{name}.img"));
+        v["server"]["vfs"]["diskfs"]["config"]["devices"] = json!([{ "type": "io_uring", "path": img.to_str().unwrap() }]);
+        let cfg = dir.join(name);
+        std::fs::write(&cfg, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        let mut p = spawn(&cfg);
+        let (code, lines) = until_started_or_exit(&mut p).expect_err("a diskfs/nfs mount cannot start in this build");
+        assert_eq!(code, Some(1), "{name}: {lines:?}");
+        let e = start_error(&lines);
+        for w in &want {
+            assert!(e.contains(w), "{name}: {e:?} lacks {w:?}");
+        }
+        assert_eq!(e.matches("mounts.").count(), want.len(), "{name}: {e}");
+        // It failed before opening any listener.
+        assert!(!lines.iter().any(|v| v["msg"] == "listening"), "{name}: {lines:?}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A memfs config plus an `nfs` mount: accepted by --check-config, refused
+/// at start with the reason, exit 1.
+#[test]
+fn nfs_mount_fails_at_start_with_a_clear_error() {
+    let dir = scratch("nfs");
+    let cfg = dir.join("chimera.json");
+    let v = json!({
+        "server": { "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0 },
+        "mounts": { "memfs": { "module": "memfs", "path": "/", "capacity_bytes": "64M" },
+                    "remote": { "module": "nfs", "path": "10.0.0.9:/ds" } },
+        "exports": { "/memfs": { "path": "/memfs" } },
+        "admin": { "bind": "127.0.0.1", "port": 0, "token": "nfs-mount-test" },
+        "metrics": { "bind": "127.0.0.1", "port": 0 }
+    });
+    std::fs::write(&cfg, v.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_chimerad")).args(["--check-config", "--config"]).arg(&cfg).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut p = spawn(&cfg);
+    let (code, lines) = until_started_or_exit(&mut p).expect_err("an nfs mount cannot start in this build");
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        start_error(&lines),
+        "mounts.remote: module \"nfs\" (the userspace NFS client, to mount 10.0.0.9:/ds) is not in this build yet; this mount cannot start"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn listening(lines: &[Value], service: &str) -> SocketAddr {
+    let v = lines.iter().find(|v| v["msg"] == "listening" && v["service"] == service).unwrap_or_else(|| panic!("no {service} in {lines:?}"));
+    v["addr"].as_str().unwrap().parse().unwrap()
+}
+
+#[test]
+fn missing_admin_token_is_generated_beside_the_config_and_reused() {
+    let dir = scratch("token");
+    let cfg = dir.join("pnfs.json");
+    // The reference's shape: the admin API on through server.rest_http_port,
+    // no token anywhere; kernel-chosen ports on loopback.
+    let v = json!({
+        "server": { "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0,
+                    "rest_http_port": 0, "metrics_port": 0 },
+        "mounts": { "memfs": { "module": "memfs", "path": "/", "capacity_bytes": "64M" } },
+        "exports": { "/memfs": { "path": "/memfs" } },
+        "admin": { "bind": "127.0.0.1" },
+        "metrics": { "bind": "127.0.0.1" }
+    });
+    std::fs::write(&cfg, v.to_string()).unwrap();
+    let token_file = dir.join("pnfs.json.admin-token");
+
+    let mut token = String::new();
+    for round in ["generated", "reused"] {
+        let mut p = spawn(&cfg);
+        let lines = until_started_or_exit(&mut p).unwrap_or_else(|(c, l)| panic!("exit {c:?}: {l:?}"));
+        let logged = lines.iter().find(|v| v["msg"] == format!("admin token {round}")).unwrap_or_else(|| panic!("{round}: {lines:?}"));
+        assert_eq!(logged["file"], token_file.to_str().unwrap());
+        // Where it is, never what it is.
+        assert!(!lines.iter().any(|v| !token.is_empty() && v.to_string().contains(&token)));
+        let meta = std::fs::metadata(&token_file).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        let t = std::fs::read_to_string(&token_file).unwrap().trim_end().to_string();
+        assert_eq!(t.len(), 64, "{t:?}");
+        assert!(t.bytes().all(|c| c.is_ascii_hexdigit()), "{t:?}");
+        if round == "reused" {
+            assert_eq!(t, token, "the second start uses the first start's token");
+        }
+        token = t;
+        let admin = listening(&lines, "admin");
+        assert_eq!(common::get(admin, "/api/v1/volumes", Some(&token)).status, 200);
+        assert_eq!(common::get(admin, "/api/v1/volumes", None).status, 401);
+        assert_eq!(common::get(admin, "/api/v1/volumes", Some("not-the-token")).status, 401);
+        // SAFETY: signalling our own child.
+        assert_eq!(unsafe { libc::kill(p.child.id() as i32, libc::SIGTERM) }, 0);
+        assert_eq!(wait_exit(&mut p).code(), Some(0));
+    }
+
+    // A token file others may read is not a secret any more: refused.
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut p = spawn(&cfg);
+    let (code, lines) = until_started_or_exit(&mut p).expect_err("a readable token file is refused");
+    assert_eq!(code, Some(1));
+    let e = start_error(&lines);
+    assert!(e.starts_with("admin.token: ") && e.contains("has mode 0644") && e.contains("must be mode 0600"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
