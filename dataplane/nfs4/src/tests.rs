@@ -744,6 +744,15 @@ fn grace_period_only_reclaims() {
     r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
     r.ok0(p::OP_PUTFH);
     assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_NO_GRACE);
+    // Grace is over, but this client has not sent RECLAIM_COMPLETE yet:
+    // still NFS4ERR_GRACE (RFC 8881 §18.51.3); after it, the open works.
+    let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &open(p::open_claim4::CLAIM_FH, c.clientid)));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_GRACE);
+    let mut r = s.call(c.seq_req(false).op(p::OP_RECLAIM_COMPLETE, &p::RECLAIM_COMPLETE4args { rca_one_fs: false }));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_RECLAIM_COMPLETE);
     let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &open(p::open_claim4::CLAIM_FH, c.clientid)));
     assert_eq!(r.status, p::NFS4_OK);
     let _ = r.next(p::OP_SEQUENCE);
