@@ -1239,6 +1239,11 @@ impl State {
         self.clients.len()
     }
 
+    /// Replay-cache memory reserved by all sessions (tests, metrics).
+    pub fn reply_cache_bytes(&self) -> u64 {
+        self.reply_cache_bytes
+    }
+
     // ---- byte-range locks (§9.2, §18.10–18.12) ----
 
     fn lock_owner_of(&self, key: u64) -> (ClientId, &[u8]) {

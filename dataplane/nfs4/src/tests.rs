@@ -1395,3 +1395,275 @@ fn background_reaper_expires_silent_clients() {
     }
     drop(s);
 }
+
+// ---- RFC 8881 conformance: owners, sessions, EXCHANGE_ID, reclaim first ----
+
+fn sys(uid: u32) -> Auth<'static> {
+    Auth::Sys { stamp: 0, machine_name: b"t", uid, gid: uid, gids: &[] }
+}
+
+/// EXCHANGE_ID as `uid`: its status and, when OK, (clientid, sequence, flags).
+fn exchange_as(s: &Server, uid: u32, owner: &[u8], verifier: u8, flags: u32) -> (i32, u64, u32, u32) {
+    let args = p::EXCHANGE_ID4args {
+        eia_clientowner: p::client_owner4 { co_verifier: [verifier; 8], co_ownerid: owner },
+        eia_flags: flags,
+        eia_state_protect: p::state_protect4_a::SP4_NONE,
+        eia_client_impl_id: vec![],
+    };
+    let mut r = Reply::parse(s.call_as(sys(uid), 1, &Req::new(1).op(p::OP_EXCHANGE_ID, &args).bytes()));
+    let st = r.next(p::OP_EXCHANGE_ID);
+    assert_eq!(st, r.status);
+    if st != p::NFS4_OK {
+        return (st, 0, 0, 0);
+    }
+    let x = p::EXCHANGE_ID4resok::decode(&mut r.body()).unwrap();
+    (st, x.eir_clientid, x.eir_sequenceid, x.eir_flags)
+}
+
+/// CREATE_SESSION as `uid`: its status and, when OK, the session id and
+/// the negotiated fore channel.
+fn create_session_as(
+    s: &Server,
+    uid: u32,
+    clientid: u64,
+    sequence: u32,
+    flags: u32,
+    fore: p::channel_attrs4,
+    back: p::channel_attrs4,
+) -> (i32, Option<([u8; 16], p::channel_attrs4)>) {
+    let args = p::CREATE_SESSION4args {
+        csa_clientid: clientid,
+        csa_sequence: sequence,
+        csa_flags: flags,
+        csa_fore_chan_attrs: fore,
+        csa_back_chan_attrs: back,
+        csa_cb_program: 0x4000_0000,
+        csa_sec_parms: vec![p::callback_sec_parms4::AUTH_NONE],
+    };
+    let mut r = Reply::parse(s.call_as(sys(uid), 1, &Req::new(1).op(p::OP_CREATE_SESSION, &args).bytes()));
+    let st = r.next(p::OP_CREATE_SESSION);
+    if st != p::NFS4_OK {
+        return (st, None);
+    }
+    let cs = p::CREATE_SESSION4resok::decode(&mut r.body()).unwrap();
+    (st, Some((cs.csr_sessionid, cs.csr_fore_chan_attrs)))
+}
+
+/// A confirmed client (uid 0) that has not sent RECLAIM_COMPLETE.
+fn session_only(s: &Server, owner: &[u8], verifier: u8) -> Client {
+    let (st, clientid, seq, _) = exchange_as(s, 0, owner, verifier, 0);
+    assert_eq!(st, p::NFS4_OK);
+    let (st, cs) = create_session_as(s, 0, clientid, seq, 0, chan(16, 8), chan(2, 1));
+    assert_eq!(st, p::NFS4_OK);
+    Client { clientid, session: cs.unwrap().0, seq: 0 }
+}
+
+fn reclaim_complete(s: &Server, c: &mut Client) -> i32 {
+    let mut r = s.call(c.seq_req(false).op(p::OP_RECLAIM_COMPLETE, &p::RECLAIM_COMPLETE4args { rca_one_fs: false }));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.next(p::OP_RECLAIM_COMPLETE)
+}
+
+fn open_args<'a>(clientid: u64, owner: &'a [u8], name: &'a [u8], access: u32, deny: u32) -> p::OPEN4args<'a> {
+    p::OPEN4args {
+        seqid: 0,
+        share_access: access,
+        share_deny: deny,
+        owner: p::state_owner4 { clientid, owner },
+        openhow: p::openflag4::default(p::OPEN4_NOCREATE),
+        claim: p::open_claim4::CLAIM_NULL(name),
+    }
+}
+
+fn new_lock<'a>(sid: &p::stateid4, clientid: u64, owner: &'a [u8], offset: u64, reclaim: bool) -> p::LOCK4args<'a> {
+    p::LOCK4args {
+        locktype: p::nfs_lock_type4::WRITE_LT,
+        reclaim,
+        offset,
+        length: 10,
+        locker: p::locker4::TRUE(p::open_to_lock_owner4 {
+            open_seqid: 0,
+            open_stateid: sid.clone(),
+            lock_seqid: 0,
+            lock_owner: p::state_owner4 { clientid, owner },
+        }),
+    }
+}
+
+/// Item 1 of issue 17: the clientid inside open_owner4 / lock_owner4 is
+/// ignored in minor version 1 (RFC 8881 §18.16.3, §18.10.3, §18.11.3): a
+/// client sending 0 there (as independent clients do) opens and locks; a
+/// client naming another client's ID there still acts only as itself.
+#[test]
+fn owner_clientid_is_ignored_rfc8881_18_16_3() {
+    let s = server();
+    let mut a = connect(&s, b"owner-a");
+    let mut b = connect(&s, b"owner-b");
+    open_create(&s, &mut a, b"setup", b"shared", 3);
+    // a opens with clientid 0 in its open-owner, read+write, denying nothing.
+    let mut r = s.call(a.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, &open_args(0, b"oa", b"shared", 3, 0)).raw(p::OP_GETFH as u32, &[]));
+    assert_eq!(r.status, p::NFS4_OK, "OPEN with owner clientid 0");
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    let sa = r.ok::<p::OPEN4resok>(p::OP_OPEN).stateid.clone();
+    let fh = r.ok::<p::GETFH4resok>(p::OP_GETFH).object.to_vec();
+    // LOCK for a new lock-owner with clientid 0 (and one with garbage).
+    for (owner, cid, off) in [(&b"la"[..], 0u64, 0u64), (b"lz", u64::MAX, 100)] {
+        let mut r = s.call(a.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_LOCK, &new_lock(&sa, cid, owner, off, false)));
+        assert_eq!(r.status, p::NFS4_OK, "LOCK with lock-owner clientid {cid:#x}");
+        r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+        r.ok0(p::OP_PUTFH);
+        r.ok::<p::LOCK4resok>(p::OP_LOCK);
+    }
+    // LOCKT: "la" of this client is ours whatever clientid is written;
+    // another owner of ours conflicts.
+    let lockt = |clientid: u64, owner: &'static [u8]| p::LOCKT4args {
+        locktype: p::nfs_lock_type4::WRITE_LT,
+        offset: 0,
+        length: 5,
+        owner: p::state_owner4 { clientid, owner },
+    };
+    let mut r = s.call(
+        a.seq_req(false)
+            .op(p::OP_PUTFH, &putfh(&fh))
+            .op(p::OP_LOCKT, &lockt(0, b"la"))
+            .op(p::OP_LOCKT, &lockt(b.clientid, b"la"))
+            .op(p::OP_LOCKT, &lockt(0, b"other")),
+    );
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    r.ok0(p::OP_LOCKT);
+    r.ok0(p::OP_LOCKT);
+    assert_eq!(r.next(p::OP_LOCKT), p::NFS4ERR_DENIED);
+    let denied = p::LOCK4denied::decode(&mut r.body()).unwrap();
+    assert_eq!((denied.owner.clientid, denied.owner.owner), (a.clientid, &b"la"[..]), "the denial names the real client");
+    // Hostile: b writes a's client ID and a's owner names. LOCKT still
+    // tests as b (a's lock conflicts) ...
+    let mut r = s.call(b.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_LOCKT, &lockt(a.clientid, b"la")));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_LOCKT), p::NFS4ERR_DENIED);
+    // ... and OPEN is b's own open, not an upgrade of a's: denying WRITE
+    // conflicts with a's write access.
+    let mut r = s.call(b.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, &open_args(a.clientid, b"oa", b"shared", 1, 2)));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_SHARE_DENIED);
+    // b cannot use a's open stateid for a lock either.
+    let mut r = s.call(b.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_LOCK, &new_lock(&sa, a.clientid, b"la", 200, false)));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_LOCK), p::NFS4ERR_BAD_STATEID);
+    s.prog.state().assert_invariants();
+}
+
+fn chan_sized(request: u32, response: u32, cached: u32, ops: u32) -> p::channel_attrs4 {
+    p::channel_attrs4 {
+        ca_headerpadsize: 0,
+        ca_maxrequestsize: request,
+        ca_maxresponsesize: response,
+        ca_maxresponsesize_cached: cached,
+        ca_maxoperations: ops,
+        ca_maxrequests: 1,
+        ca_rdma_ird: vec![],
+    }
+}
+
+/// Item 3 of issue 17: CREATE_SESSION (RFC 8881 §18.36) answers
+/// NFS4ERR_CLID_INUSE to a principal other than the EXCHANGE_ID's before
+/// confirmation (without using up the owner's sequence), NFS4ERR_INVAL for
+/// undefined csa_flags, NFS4ERR_TOOSMALL for channels that cannot carry any
+/// request, accepts small workable sizes; a failed CREATE_SESSION leaves no
+/// session and no reserved replay cache, and its result is what a
+/// retransmission gets (§18.36.4). On the session, SEQUENCE (§18.46,
+/// §2.10.6.4) enforces the negotiated sizes: REQ_TOO_BIG, REP_TOO_BIG,
+/// REP_TOO_BIG_TO_CACHE with sa_cachethis, REP_TOO_BIG past the full size.
+#[test]
+fn create_session_checks_rfc8881_18_36() {
+    let s = server();
+    let (st, id, seq, _) = exchange_as(&s, 0, b"sizes", 1, 0);
+    assert_eq!(st, p::NFS4_OK);
+    let cache_before = s.prog.state().reply_cache_bytes();
+    let ok_back = chan(2, 1);
+    // Another principal, before confirmation: CLID_INUSE, not consuming seq.
+    assert_eq!(create_session_as(&s, 1000, id, seq, 0, chan(16, 8), ok_back.clone()).0, p::NFS4ERR_CLID_INUSE);
+    // Undefined flag bits: INVAL; the retransmission gets the cached INVAL.
+    assert_eq!(create_session_as(&s, 0, id, seq, 0x8, chan(16, 8), ok_back.clone()).0, p::NFS4ERR_INVAL);
+    assert_eq!(create_session_as(&s, 0, id, seq, 0x8, chan(16, 8), ok_back.clone()).0, p::NFS4ERR_INVAL);
+    assert_eq!(create_session_as(&s, 0, id, seq + 5, 0, chan(16, 8), ok_back.clone()).0, p::NFS4ERR_SEQ_MISORDERED);
+    // Channels that cannot carry a single request.
+    let mut n = seq;
+    for (fore, back) in [
+        (chan_sized(20, 1 << 20, 4096, 16), ok_back.clone()),
+        (chan_sized(1 << 20, 20, 4096, 16), ok_back.clone()),
+        (chan_sized(1 << 20, 1 << 20, 4096, 0), ok_back.clone()),
+        (chan(16, 8), chan_sized(10, 4096, 0, 1)),
+        (chan(16, 8), chan_sized(4096, 10, 0, 1)),
+        (chan(16, 8), chan_sized(4096, 4096, 0, 0)),
+    ] {
+        n += 1;
+        assert_eq!(create_session_as(&s, 0, id, n, 0, fore, back).0, p::NFS4ERR_TOOSMALL, "sequence {n}");
+    }
+    // Nothing was reserved by any of that, and the client is still
+    // unconfirmed (EXCHANGE_ID does not say CONFIRMED_R).
+    assert_eq!(s.prog.state().session_count(), 0);
+    assert_eq!(s.prog.state().reply_cache_bytes(), cache_before);
+    s.prog.state().assert_invariants();
+    // Small but workable: 400-byte requests and replies, 200 cached.
+    n += 1;
+    let (st, cs) = create_session_as(&s, 0, id, n, 0, chan_sized(400, 400, 200, 16), ok_back.clone());
+    assert_eq!(st, p::NFS4_OK, "400-byte channel sizes are accepted");
+    let (session, fore) = cs.unwrap();
+    assert_eq!((fore.ca_maxrequestsize, fore.ca_maxresponsesize, fore.ca_maxresponsesize_cached), (400, 400, 200));
+    let mut c = Client { clientid: id, session, seq: 0 };
+    assert_eq!(reclaim_complete(&s, &mut c), p::NFS4_OK);
+    let size = p::GETATTR4args { attr_request: crate::attrs::Bitmap::of(&[crate::attrs::SIZE]).to_vec() };
+    let all = p::GETATTR4args { attr_request: crate::attrs::SUPPORTED.to_vec() };
+    let sizes = |c: &mut Client, cache: bool, n: usize| {
+        let mut req = c.seq_req(cache).raw(p::OP_PUTROOTFH as u32, &[]);
+        for _ in 0..n {
+            req = req.op(p::OP_GETATTR, &size);
+        }
+        req
+    };
+    // Fits: ~100 bytes of reply, under the cache size too.
+    let r = s.call(sizes(&mut c, true, 1));
+    assert_eq!(r.status, p::NFS4_OK);
+    // Over ca_maxresponsesize_cached (200 with the RPC header), under 400:
+    // REP_TOO_BIG_TO_CACHE with sa_cachethis, fine without.
+    let mut r = s.call(sizes(&mut c, true, 4));
+    assert_eq!((r.status, r.count), (p::NFS4ERR_REP_TOO_BIG_TO_CACHE, 6));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    for _ in 0..3 {
+        r.ok::<p::GETATTR4resok>(p::OP_GETATTR);
+    }
+    assert_eq!(r.next(p::OP_GETATTR), p::NFS4ERR_REP_TOO_BIG_TO_CACHE);
+    assert_eq!(s.call(sizes(&mut c, false, 4)).status, p::NFS4_OK);
+    // Over ca_maxresponsesize: REP_TOO_BIG, with or without sa_cachethis.
+    for cache in [false, true] {
+        let mut r = s.call(c.seq_req(cache).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_GETATTR, &all));
+        assert_eq!((r.status, r.count), (p::NFS4ERR_REP_TOO_BIG, 3), "cachethis {cache}");
+        r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+        r.ok0(p::OP_PUTROOTFH);
+        assert_eq!(r.next(p::OP_GETATTR), p::NFS4ERR_REP_TOO_BIG);
+    }
+    // A request over ca_maxrequestsize (RPC header included): REQ_TOO_BIG.
+    let w = p::WRITE4args { stateid: stateid0(), offset: 0, stable: p::stable_how4::UNSTABLE4, data: &[0; 320] };
+    let mut r = s.call(c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_WRITE, &w));
+    assert_eq!(r.next(p::OP_SEQUENCE), p::NFS4ERR_REQ_TOO_BIG);
+    c.seq -= 1;
+    assert_eq!(s.call(c.seq_req(false)).status, p::NFS4_OK, "the slot is free again");
+    // The owner's sequence was not used up by the foreign principal, and a
+    // replay of the successful request returns the same session.
+    let (st, again) = create_session_as(&s, 0, id, n, 0, chan_sized(400, 400, 200, 16), ok_back.clone());
+    assert_eq!((st, again.map(|x| x.0)), (p::NFS4_OK, Some(session)));
+    // Once confirmed, the session limit: RESOURCE, nothing reserved.
+    let s1 = server_with(Config { grace_time_s: 0, sessions_per_client_max: 1, ..Config::default() }, 1 << 20);
+    let one = session_only(&s1, b"one", 1);
+    let used = s1.prog.state().reply_cache_bytes();
+    assert_eq!(create_session_as(&s1, 0, one.clientid, 2, 0, chan(16, 8), ok_back).0, p::NFS4ERR_RESOURCE);
+    assert_eq!(s1.prog.state().session_count(), 1);
+    assert_eq!(s1.prog.state().reply_cache_bytes(), used);
+    s1.prog.state().assert_invariants();
+}
