@@ -1667,3 +1667,168 @@ fn create_session_checks_rfc8881_18_36() {
     assert_eq!(s1.prog.state().reply_cache_bytes(), used);
     s1.prog.state().assert_invariants();
 }
+
+/// Item 4 of issue 17: every case of the EXCHANGE_ID table (RFC 8881
+/// §18.35.5), principals being AUTH_SYS uids 0 and 1000.
+#[test]
+fn exchange_id_cases_rfc8881_18_35_5() {
+    let s = server();
+    const UPD: u32 = p::EXCHGID4_FLAG_UPD_CONFIRMED_REC_A;
+    let confirmed = |flags: u32| flags & p::EXCHGID4_FLAG_CONFIRMED_R != 0;
+    // Case 1, new owner: an unconfirmed record, sequence 1.
+    let (st, id1, seq1, f) = exchange_as(&s, 0, b"table", 1, 0);
+    assert_eq!((st, seq1, confirmed(f)), (p::NFS4_OK, 1, false));
+    // Case 4, unconfirmed record replaced (even with the same verifier): a
+    // new client ID; CREATE_SESSION on the replaced one is STALE_CLIENTID.
+    let (st, id2, seq2, f) = exchange_as(&s, 0, b"table", 1, 0);
+    assert_eq!((st, confirmed(f)), (p::NFS4_OK, false));
+    assert_ne!(id2, id1);
+    assert_eq!(create_session_as(&s, 0, id1, seq1, 0, chan(16, 8), chan(2, 1)).0, p::NFS4ERR_STALE_CLIENTID);
+    // ... also when replaced by another principal's EXCHANGE_ID.
+    let (st, id3, seq3, _) = exchange_as(&s, 1000, b"table", 2, 0);
+    assert_eq!(st, p::NFS4_OK);
+    assert_ne!(id3, id2);
+    assert_eq!(create_session_as(&s, 0, id2, seq2, 0, chan(16, 8), chan(2, 1)).0, p::NFS4ERR_STALE_CLIENTID);
+    assert_eq!(s.prog.state().client_count(), 1);
+    // uid 1000 confirms its record; it now holds a session.
+    let (st, cs) = create_session_as(&s, 1000, id3, seq3, 0, chan(16, 8), chan(2, 1));
+    assert_eq!(st, p::NFS4_OK);
+    let mut c = Client { clientid: id3, session: cs.unwrap().0, seq: 0 };
+    // Case 2, same owner, verifier and principal: the confirmed record.
+    let (st, id, _, f) = exchange_as(&s, 1000, b"table", 2, 0);
+    assert_eq!((st, id, confirmed(f)), (p::NFS4_OK, id3, true));
+    // Case 6, update with the same verifier and principal.
+    let (st, id, _, f) = exchange_as(&s, 1000, b"table", 2, UPD);
+    assert_eq!((st, id, confirmed(f)), (p::NFS4_OK, id3, true));
+    // Case 9, update by another principal: PERM (whatever the verifier).
+    assert_eq!(exchange_as(&s, 0, b"table", 2, UPD).0, p::NFS4ERR_PERM);
+    assert_eq!(exchange_as(&s, 0, b"table", 3, UPD).0, p::NFS4ERR_PERM);
+    // Case 8, update with another verifier: NOT_SAME.
+    assert_eq!(exchange_as(&s, 1000, b"table", 3, UPD).0, p::NFS4ERR_NOT_SAME);
+    // Case 7, update of a record that does not exist / is not confirmed.
+    assert_eq!(exchange_as(&s, 0, b"nobody", 1, UPD).0, p::NFS4ERR_NOENT);
+    let (st, _, _, _) = exchange_as(&s, 0, b"pending", 1, 0);
+    assert_eq!(st, p::NFS4_OK);
+    assert_eq!(exchange_as(&s, 0, b"pending", 1, UPD).0, p::NFS4ERR_NOENT);
+    // Case 3, collision: another principal, the confirmed record has state
+    // (a session): CLID_INUSE, with any verifier; the record is untouched.
+    assert_eq!(exchange_as(&s, 0, b"table", 2, 0).0, p::NFS4ERR_CLID_INUSE);
+    assert_eq!(exchange_as(&s, 0, b"table", 9, 0).0, p::NFS4ERR_CLID_INUSE);
+    assert_eq!(s.call(c.seq_req(false)).status, p::NFS4_OK);
+    // Case 5, client restart (same principal, new verifier): a new
+    // unconfirmed client ID; the old one keeps its session until the new
+    // one is confirmed, then it and its state are gone.
+    let (st, id4, seq4, f) = exchange_as(&s, 1000, b"table", 7, 0);
+    assert_eq!((st, confirmed(f)), (p::NFS4_OK, false));
+    assert_ne!(id4, id3);
+    assert_eq!(s.call(c.seq_req(false)).status, p::NFS4_OK, "old incarnation still served");
+    // Retried before confirmation (case 5 again, replacing the unconfirmed).
+    let (st, id5, seq5, _) = exchange_as(&s, 1000, b"table", 7, 0);
+    assert_eq!(st, p::NFS4_OK);
+    assert_ne!(id5, id4);
+    assert_eq!(create_session_as(&s, 1000, id4, seq4, 0, chan(16, 8), chan(2, 1)).0, p::NFS4ERR_STALE_CLIENTID);
+    assert_eq!(create_session_as(&s, 1000, id5, seq5, 0, chan(16, 8), chan(2, 1)).0, p::NFS4_OK);
+    assert_eq!(s.call(c.seq_req(false)).status, p::NFS4ERR_BADSESSION, "restart confirmed: old session gone");
+    assert_eq!(create_session_as(&s, 1000, id3, 2, 0, chan(16, 8), chan(2, 1)).0, p::NFS4ERR_STALE_CLIENTID);
+    // Case 3 without state: the confirmed record is dropped and another
+    // principal gets a new unconfirmed one.
+    let (st, lone, lseq, _) = exchange_as(&s, 0, b"stateless", 1, 0);
+    assert_eq!(st, p::NFS4_OK);
+    let (st, cs) = create_session_as(&s, 0, lone, lseq, 0, chan(16, 8), chan(2, 1));
+    assert_eq!(st, p::NFS4_OK);
+    let mut r = s.call(Req::new(1).op(p::OP_DESTROY_SESSION, &p::DESTROY_SESSION4args { dsa_sessionid: cs.unwrap().0 }));
+    r.ok0(p::OP_DESTROY_SESSION);
+    let (st, taken, tseq, f) = exchange_as(&s, 1000, b"stateless", 1, 0);
+    assert_eq!((st, confirmed(f)), (p::NFS4_OK, false));
+    assert_ne!(taken, lone);
+    assert_eq!(create_session_as(&s, 0, lone, lseq + 1, 0, chan(16, 8), chan(2, 1)).0, p::NFS4ERR_STALE_CLIENTID);
+    // The new record belongs to its principal: another one gets CLID_INUSE.
+    assert_eq!(create_session_as(&s, 0, taken, tseq, 0, chan(16, 8), chan(2, 1)).0, p::NFS4ERR_CLID_INUSE);
+    assert_eq!(create_session_as(&s, 1000, taken, tseq, 0, chan(16, 8), chan(2, 1)).0, p::NFS4_OK);
+    // Open state counts as state too: a collision with a client holding an
+    // open (no session needed to see it) is CLID_INUSE.
+    let mut o = connect(&s, b"opener");
+    open_create(&s, &mut o, b"o", b"held", 3);
+    assert_eq!(exchange_as(&s, 1000, b"opener", 7, 0).0, p::NFS4ERR_CLID_INUSE);
+    s.prog.state().assert_invariants();
+}
+
+/// Item 5 of issue 17: until a client sends RECLAIM_COMPLETE for its new
+/// client ID, non-reclaim OPEN (CLAIM_NULL, CLAIM_FH) and LOCK get
+/// NFS4ERR_GRACE (RFC 8881 §18.51.3) outside the server's grace period too,
+/// before any file is created or truncated; a reclaim is NO_GRACE there.
+/// A restarted client (new client ID) must send it again.
+#[test]
+fn reclaim_complete_first_rfc8881_18_51_3() {
+    let s = server();
+    assert!(!s.prog.state().in_grace(0));
+    let mut ready = connect(&s, b"ready");
+    let (rsid, fh) = open_create(&s, &mut ready, b"o", b"kept", 3);
+    let w = p::WRITE4args { stateid: rsid.clone(), offset: 0, stable: p::stable_how4::FILE_SYNC4, data: b"0123456789" };
+    assert_eq!(s.call(ready.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_WRITE, &w)).status, p::NFS4_OK);
+    let size_of = |fh: &[u8]| {
+        let a = s.fs.getattr(&vfs::FileHandle::from_bytes(fh).unwrap()).unwrap();
+        a.size
+    };
+    let mut c = session_only(&s, b"eager", 1);
+    let (mask, vals) = fattr_mode(0o644);
+    let create = p::OPEN4args {
+        openhow: p::openflag4::OPEN4_CREATE(p::createhow4::UNCHECKED4(p::fattr4 { attrmask: mask.clone(), attr_vals: &vals })),
+        ..open_args(0, b"e", b"fresh", 3, 0)
+    };
+    let size0 = crate::attrs::Bitmap::of(&[crate::attrs::SIZE]).to_vec();
+    let zero = 0u64.to_be_bytes();
+    let truncate = p::OPEN4args {
+        openhow: p::openflag4::OPEN4_CREATE(p::createhow4::UNCHECKED4(p::fattr4 { attrmask: size0, attr_vals: &zero })),
+        ..open_args(0, b"e", b"kept", 3, 0)
+    };
+    for (what, args) in [("create", &create), ("truncate", &truncate), ("plain", &open_args(0, b"e", b"kept", 1, 0))] {
+        let mut r = s.call(c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, args));
+        r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+        r.ok0(p::OP_PUTROOTFH);
+        assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_GRACE, "{what} before RECLAIM_COMPLETE");
+    }
+    let root = s.fs.root(EXPORT).unwrap();
+    assert_eq!(s.fs.lookup(&root, b"fresh").err(), Some(vfs::VfsError::NoEnt), "nothing created");
+    assert_eq!(size_of(&fh), 10, "nothing truncated");
+    let by_fh = p::OPEN4args { claim: p::open_claim4::CLAIM_FH, ..open_args(0, b"e", b"", 1, 0) };
+    let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &by_fh));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_GRACE, "CLAIM_FH before RECLAIM_COMPLETE");
+    // A reclaim outside grace is NO_GRACE, as always.
+    let prev = p::OPEN4args { claim: p::open_claim4::CLAIM_PREVIOUS(p::open_delegation_type4::OPEN_DELEGATE_NONE), ..open_args(0, b"e", b"", 1, 0) };
+    let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &prev));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_NO_GRACE);
+    // LOCK (non-reclaim) is GRACE too, whatever stateid it names.
+    let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_LOCK, &new_lock(&rsid, 0, b"l", 0, false)));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_LOCK), p::NFS4ERR_GRACE);
+    // After RECLAIM_COMPLETE: OPEN and LOCK work.
+    assert_eq!(reclaim_complete(&s, &mut c), p::NFS4_OK);
+    let current = p::stateid4 { seqid: 1, other: [0; 12] };
+    let mut r = s.call(
+        c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, &create).op(p::OP_LOCK, &new_lock(&current, 0, b"l", 0, false)),
+    );
+    assert_eq!(r.status, p::NFS4_OK);
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    r.ok::<p::OPEN4resok>(p::OP_OPEN);
+    r.ok::<p::LOCK4resok>(p::OP_LOCK);
+    // The client restarts (new verifier, new client ID): again GRACE until
+    // its RECLAIM_COMPLETE.
+    let mut c2 = session_only(&s, b"eager", 2);
+    assert_ne!(c2.clientid, c.clientid);
+    let mut r = s.call(c2.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, &open_args(0, b"e", b"kept", 1, 0)));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_GRACE);
+    assert_eq!(reclaim_complete(&s, &mut c2), p::NFS4_OK);
+    let mut r = s.call(c2.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, &open_args(0, b"e", b"kept", 1, 0)));
+    assert_eq!(r.status, p::NFS4_OK);
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    s.prog.state().assert_invariants();
+}
