@@ -1832,3 +1832,69 @@ fn reclaim_complete_first_rfc8881_18_51_3() {
     r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
     s.prog.state().assert_invariants();
 }
+
+/// Hostile client records: seeded random EXCHANGE_ID / CREATE_SESSION /
+/// DESTROY_SESSION traffic from two principals over a few owners (random
+/// flags, verifiers, sequences and channel sizes) only ever gets the
+/// statuses RFC 8881 §18.35 / §18.36 allow, and the state's cross-table
+/// invariants (replay-cache charge included) hold after every call.
+#[test]
+fn hostile_client_records_keep_invariants() {
+    let s = server_with(Config { grace_time_s: 0, sessions_per_client_max: 2, clients_max: 6, ..Config::default() }, 1 << 20);
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let owners: [&[u8]; 3] = [b"h0", b"h1", b"h2"];
+    let mut ids: Vec<(u64, u32)> = Vec::new();
+    let mut sessions: Vec<[u8; 16]> = Vec::new();
+    let pick = |v: u64| [0u32, 1, 2, 20, 87, 88, 400, 4096, 1 << 20, u32::MAX][(v % 10) as usize];
+    for round in 0..3000 {
+        let uid = if next() % 3 == 0 { 1000 } else { 0 };
+        match next() % 4 {
+            0 | 1 if !ids.is_empty() && next() % 2 == 0 => {
+                let (id, seq) = ids[(next() as usize) % ids.len()];
+                let seq = seq.wrapping_add((next() % 3) as u32).wrapping_sub(1);
+                let fore = chan_sized(pick(next()), pick(next()), pick(next()), pick(next()).min(64));
+                let back = chan_sized(pick(next()), pick(next()), 0, pick(next()).min(4));
+                let flags = [0, 1, 2, 4, 8, 1 << 31][(next() % 6) as usize];
+                let (st, cs) = create_session_as(&s, uid, id, seq, flags, fore, back);
+                let allowed = [
+                    p::NFS4_OK,
+                    p::NFS4ERR_STALE_CLIENTID,
+                    p::NFS4ERR_CLID_INUSE,
+                    p::NFS4ERR_SEQ_MISORDERED,
+                    p::NFS4ERR_INVAL,
+                    p::NFS4ERR_TOOSMALL,
+                    p::NFS4ERR_RESOURCE,
+                ];
+                assert!(allowed.contains(&st), "round {round}: CREATE_SESSION answered {st}");
+                if let Some((sid, _)) = cs {
+                    sessions.push(sid);
+                }
+            }
+            0 | 1 => {
+                let flags = if next() % 4 == 0 { p::EXCHGID4_FLAG_UPD_CONFIRMED_REC_A } else { 0 };
+                let (st, id, seq, _) = exchange_as(&s, uid, owners[(next() % 3) as usize], (next() % 3) as u8, flags);
+                let allowed =
+                    [p::NFS4_OK, p::NFS4ERR_NOENT, p::NFS4ERR_NOT_SAME, p::NFS4ERR_PERM, p::NFS4ERR_CLID_INUSE, p::NFS4ERR_RESOURCE];
+                assert!(allowed.contains(&st), "round {round}: EXCHANGE_ID answered {st}");
+                if st == p::NFS4_OK {
+                    ids.push((id, seq));
+                }
+            }
+            2 if !sessions.is_empty() => {
+                let sid = sessions.swap_remove((next() as usize) % sessions.len());
+                let r = s.call(Req::new(1).op(p::OP_DESTROY_SESSION, &p::DESTROY_SESSION4args { dsa_sessionid: sid }));
+                assert!(r.status == p::NFS4_OK || r.status == p::NFS4ERR_BADSESSION);
+            }
+            _ => {}
+        }
+        s.prog.state().assert_invariants();
+        assert!(s.prog.state().client_count() <= 6);
+    }
+    assert!(!ids.is_empty() && s.prog.state().session_count() <= 6 * 2);
+}
