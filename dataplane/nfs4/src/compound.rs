@@ -380,8 +380,9 @@ fn evaluate(
         // Response limits (§2.10.6.4): the op that crosses them fails.
         if let Some(s) = c.seq {
             let used = e.position() - start;
-            let (limit, code) = if s.cachethis {
-                (s.response_cached_bytes_max.min(s.response_bytes_max), p::NFS4ERR_REP_TOO_BIG_TO_CACHE)
+            // A reply over ca_maxresponsesize is too big whatever was asked.
+            let (limit, code) = if s.cachethis && used <= s.response_bytes_max {
+                (s.response_cached_bytes_max, p::NFS4ERR_REP_TOO_BIG_TO_CACHE)
             } else {
                 (s.response_bytes_max, p::NFS4ERR_REP_TOO_BIG)
             };

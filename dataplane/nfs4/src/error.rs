@@ -78,6 +78,9 @@ pub fn state_status(e: StateError) -> i32 {
         StateError::NoEnt => p::NFS4ERR_NOENT,
         StateError::NotSame => p::NFS4ERR_NOT_SAME,
         StateError::LockRange => p::NFS4ERR_LOCK_RANGE,
+        StateError::ClidInUse => p::NFS4ERR_CLID_INUSE,
+        StateError::Perm => p::NFS4ERR_PERM,
+        StateError::TooSmall => p::NFS4ERR_TOOSMALL,
     }
 }
 

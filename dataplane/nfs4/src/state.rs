@@ -85,12 +85,40 @@ pub enum StateError {
     NoEnt,
     NotSame,
     LockRange,
+    /// The client ID belongs to another principal (§18.35.5 case 3, §18.36.4).
+    ClidInUse,
+    /// An update of a confirmed record by another principal (§18.35.5 case 9).
+    Perm,
+    /// Channel sizes that cannot carry any request (§18.36.3).
+    TooSmall,
 }
 
 pub type StateResult<T> = Result<T, StateError>;
 
 pub type ClientId = u64;
 pub type SessionId = [u8; 16];
+/// Who sent an EXCHANGE_ID / CREATE_SESSION: for AUTH_SYS the uid (AUTH_NONE
+/// is the nobody uid). RPCSEC_GSS is not supported, so this is all we have.
+pub type Principal = u32;
+
+/// Smallest channel sizes that can carry any request at all (RFC 8881
+/// §18.36.3, NFS4ERR_TOOSMALL below them). ca_maxrequestsize and
+/// ca_maxresponsesize count the RPC header too (§18.36.2): the smallest call
+/// header (AUTH_NONE credential and verifier) is 40 bytes, the reply header
+/// 24. Fore channel: COMPOUND4args with an empty tag (12) + SEQUENCE (4 + 32);
+/// its reply COMPOUND4res (12) + SEQUENCE4res (8 + 36).
+pub const RPC_CALL_HEADER_BYTES_MIN: u32 = 40;
+pub const RPC_REPLY_HEADER_BYTES: u32 = 24;
+pub const FORE_REQUEST_BYTES_MIN: u32 = RPC_CALL_HEADER_BYTES_MIN + 12 + 36;
+pub const FORE_RESPONSE_BYTES_MIN: u32 = RPC_REPLY_HEADER_BYTES + 12 + 44;
+/// Back channel: CB_COMPOUND4args (16) + CB_SEQUENCE (4 + 36); its reply
+/// CB_COMPOUND4res (12) + CB_SEQUENCE4res (8 + 32).
+pub const BACK_REQUEST_BYTES_MIN: u32 = RPC_CALL_HEADER_BYTES_MIN + 16 + 40;
+pub const BACK_RESPONSE_BYTES_MIN: u32 = RPC_REPLY_HEADER_BYTES + 12 + 40;
+/// csa_flags defined by RFC 8881 §18.36.2; any other bit is NFS4ERR_INVAL.
+const CREATE_SESSION_FLAGS_DEFINED: u32 = proto::nfs4::CREATE_SESSION4_FLAG_PERSIST
+    | proto::nfs4::CREATE_SESSION4_FLAG_CONN_BACK_CHAN
+    | proto::nfs4::CREATE_SESSION4_FLAG_CONN_RDMA;
 
 /// stateid4 (RFC 8881 §8.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -223,10 +251,14 @@ struct Client {
     id: ClientId,
     owner: Vec<u8>,
     verifier: [u8; 8],
+    /// The principal of the EXCHANGE_ID that made this record.
+    principal: Principal,
     confirmed: bool,
-    /// csa_sequence of the last CREATE_SESSION executed.
+    /// csa_sequence of the last CREATE_SESSION executed, and its result
+    /// (the one-slot CREATE_SESSION reply cache of §18.36.4; an error is
+    /// cached as well, since the client counts a failed request too).
     cs_seq: u32,
-    cs_last: Option<CreatedSession>,
+    cs_last: Option<StateResult<CreatedSession>>,
     renewed_ms: u64,
     sessions: Vec<SessionId>,
     reclaim_complete: bool,
@@ -402,6 +434,22 @@ impl State {
         Ok(())
     }
 
+    /// May `clientid` obtain locking state (an open or a byte-range lock)
+    /// now? A reclaim: only during grace, before its RECLAIM_COMPLETE
+    /// (§8.4.2.1). Anything else: only outside grace, and only once the
+    /// client sent RECLAIM_COMPLETE for this client ID, grace or not
+    /// (§18.51.3: NFS4ERR_GRACE before it).
+    pub fn check_locking(&self, clientid: ClientId, reclaim: bool, now_ms: u64) -> StateResult<()> {
+        if reclaim {
+            return self.check_reclaim(clientid, now_ms);
+        }
+        let c = self.clients.get(&clientid).ok_or(StateError::StaleClientId)?;
+        if !c.reclaim_complete {
+            return Err(StateError::Grace);
+        }
+        self.check_not_grace(now_ms)
+    }
+
     fn check_not_grace(&self, now_ms: u64) -> StateResult<()> {
         if self.in_grace(now_ms) {
             Err(StateError::Grace)
@@ -412,55 +460,79 @@ impl State {
 
     // ---- clients (§18.35, §18.50, §18.51) ----
 
-    /// EXCHANGE_ID (RFC 8881 §18.35.4), for SP4_NONE.
+    /// EXCHANGE_ID for SP4_NONE: the nine cases of RFC 8881 §18.35.5,
+    /// each named below. `principal` is the caller's (see [`Principal`]).
     pub fn exchange_id(
         &mut self,
         owner: &[u8],
         verifier: [u8; 8],
+        principal: Principal,
         update: bool,
         now_ms: u64,
     ) -> StateResult<Exchanged> {
-        let mut replaces = None;
-        if let Some(&id) = self.by_owner.get(owner) {
+        // The owner index names the newest record; an unconfirmed one that
+        // will replace a confirmed one (case 5) points at it.
+        let (conf, unconf) = match self.by_owner.get(owner).and_then(|id| self.clients.get(id)) {
+            Some(c) if c.confirmed => (Some(c.id), None),
+            Some(c) => (c.replaces, Some(c.id)),
+            None => (None, None),
+        };
+        if update {
+            // Case 7: nothing confirmed to update.
+            let Some(id) = conf else { return Err(StateError::NoEnt) };
             let c = self.clients.get_mut(&id).expect("owner index points at a live client");
-            if update {
-                // Case "update" of §18.35.4: only a confirmed record with the same verifier.
-                if !c.confirmed {
-                    return Err(StateError::NoEnt);
-                }
-                if c.verifier != verifier {
-                    return Err(StateError::NotSame);
-                }
-                c.renewed_ms = now_ms;
-                return Ok(Exchanged { clientid: id, sequence: c.cs_seq.wrapping_add(1), confirmed: true });
+            if c.principal != principal {
+                return Err(StateError::Perm); // case 9
             }
-            if c.confirmed && c.verifier == verifier {
-                // A retransmission or a trunked connection: same record.
-                c.renewed_ms = now_ms;
-                return Ok(Exchanged { clientid: id, sequence: c.cs_seq.wrapping_add(1), confirmed: true });
+            if c.verifier != verifier {
+                return Err(StateError::NotSame); // case 8
             }
-            if c.confirmed {
-                // The client rebooted (new verifier): a new unconfirmed record
-                // starts; the old one keeps its state until the new one is
-                // confirmed by CREATE_SESSION (§18.35.4 case 5).
-                replaces = Some(id);
-            } else {
-                // An unconfirmed record is replaced outright (case 4).
-                replaces = c.replaces;
-                self.expire_client(id, false);
-            }
-        } else if update {
-            return Err(StateError::NoEnt);
+            // Case 6: the update (SP4_NONE: nothing to change but the lease).
+            c.renewed_ms = now_ms;
+            return Ok(Exchanged { clientid: id, sequence: c.cs_seq.wrapping_add(1), confirmed: true });
         }
-        if self.clients.len() >= self.limits.clients_max {
+        let mut replaces = None;
+        let mut collision = None;
+        if let Some(id) = conf {
+            let c = &self.clients[&id];
+            if c.principal != principal {
+                // Case 3, client collision: refused while the record has
+                // state (opens, locks, sessions); else it is dropped.
+                if self.client_has_state(id) {
+                    return Err(StateError::ClidInUse);
+                }
+                collision = Some(id);
+            } else if c.verifier == verifier {
+                // Case 2: a retransmission or a trunked connection.
+                let c = self.clients.get_mut(&id).expect("checked above");
+                c.renewed_ms = now_ms;
+                return Ok(Exchanged { clientid: id, sequence: c.cs_seq.wrapping_add(1), confirmed: true });
+            } else {
+                // Case 5, client restart: a new unconfirmed record; the old
+                // one keeps its state until CREATE_SESSION confirms the new.
+                replaces = Some(id);
+            }
+        }
+        let freed = usize::from(unconf.is_some()) + usize::from(collision.is_some());
+        if self.clients.len() - freed >= self.limits.clients_max {
             return Err(StateError::Resource);
         }
+        if let Some(id) = collision {
+            self.expire_client(id, false);
+        }
+        if let Some(id) = unconf {
+            // Case 4: an unconfirmed record is replaced by a new one with a
+            // new client ID (CREATE_SESSION on the old ID: STALE_CLIENTID).
+            self.expire_client(id, false);
+        }
+        // Case 1 (and the new record of cases 3, 4, 5).
         let id = ((self.boot_epoch as u64) << 32) | self.next_client as u64;
         self.next_client = self.next_client.wrapping_add(1).max(1);
         let c = Client {
             id,
             owner: owner.to_vec(),
             verifier,
+            principal,
             confirmed: false,
             cs_seq: 0,
             cs_last: None,
@@ -474,34 +546,83 @@ impl State {
         Ok(Exchanged { clientid: id, sequence: 1, confirmed: false })
     }
 
+    /// Does the client hold sessions, opens or locks (§18.35.5 case 3)?
+    fn client_has_state(&self, clientid: ClientId) -> bool {
+        self.clients.get(&clientid).is_some_and(|c| !c.sessions.is_empty())
+            || self.states.values().any(|s| s.clientid == clientid)
+    }
+
     fn client_mut(&mut self, clientid: ClientId) -> StateResult<&mut Client> {
         self.clients.get_mut(&clientid).ok_or(StateError::StaleClientId)
     }
 
-    /// CREATE_SESSION (RFC 8881 §18.36.4): sequence check, replay, confirm,
-    /// negotiate, create.
+    /// CREATE_SESSION (RFC 8881 §18.36.4): principal check, the one-slot
+    /// reply cache (replay / misordered), then the request itself. Its
+    /// result, success or error, is cached and consumes the sequence id (the
+    /// client counts a failed request too); a failed request reserves
+    /// nothing. `flags` are csa_flags as asked; CONN_BACK_CHAN is granted
+    /// only with `back_chan_ok` (a callback credential we can use).
     #[allow(clippy::too_many_arguments)] // mirrors CREATE_SESSION4args
     pub fn create_session(
         &mut self,
         clientid: ClientId,
         sequence: u32,
+        principal: Principal,
         flags: u32,
+        back_chan_ok: bool,
         fore_asked: ChannelAttrs,
         back_asked: ChannelAttrs,
         cb_program: u32,
         now_ms: u64,
     ) -> StateResult<CreatedSession> {
-        let sessions_max = self.limits.sessions_per_client_max;
         let c = self.client_mut(clientid)?;
+        if !c.confirmed && c.principal != principal {
+            // Not the EXCHANGE_ID's principal: refused before the slot is
+            // looked at, so a stranger cannot use up the owner's sequence.
+            return Err(StateError::ClidInUse);
+        }
         if sequence == c.cs_seq {
             if let Some(last) = c.cs_last {
-                return Ok(last);
+                return last;
             }
         }
         if sequence != c.cs_seq.wrapping_add(1) {
             return Err(StateError::SeqMisordered);
         }
-        if c.sessions.len() >= sessions_max {
+        let r = self.create_session_new(clientid, sequence, flags, back_chan_ok, fore_asked, back_asked, cb_program, now_ms);
+        let c = self.clients.get_mut(&clientid).expect("checked above");
+        c.cs_seq = sequence;
+        c.cs_last = Some(r);
+        r
+    }
+
+    /// The CREATE_SESSION request proper: every check comes before anything
+    /// is reserved, so an error leaves no trace but the cached result.
+    #[allow(clippy::too_many_arguments)]
+    fn create_session_new(
+        &mut self,
+        clientid: ClientId,
+        sequence: u32,
+        flags: u32,
+        back_chan_ok: bool,
+        fore_asked: ChannelAttrs,
+        back_asked: ChannelAttrs,
+        cb_program: u32,
+        now_ms: u64,
+    ) -> StateResult<CreatedSession> {
+        if flags & !CREATE_SESSION_FLAGS_DEFINED != 0 {
+            return Err(StateError::Inval);
+        }
+        let too_small = |a: &ChannelAttrs, req_min: u32, resp_min: u32| {
+            a.request_bytes_max < req_min || a.response_bytes_max < resp_min || a.ops_max == 0
+        };
+        if too_small(&fore_asked, FORE_REQUEST_BYTES_MIN, FORE_RESPONSE_BYTES_MIN)
+            || too_small(&back_asked, BACK_REQUEST_BYTES_MIN, BACK_RESPONSE_BYTES_MIN)
+        {
+            return Err(StateError::TooSmall);
+        }
+        let c = self.clients.get(&clientid).ok_or(StateError::StaleClientId)?;
+        if c.sessions.len() >= self.limits.sessions_per_client_max {
             return Err(StateError::Resource);
         }
         let mut fore = self.negotiate_fore(&fore_asked);
@@ -512,9 +633,11 @@ impl State {
         if fit == 0 {
             return Err(StateError::Resource);
         }
+        // Nothing fails from here on.
         fore.requests_max = fit;
         self.reply_cache_bytes += per_slot * u64::from(fit);
         let back = negotiate_back(&back_asked);
+        let flags = if back_chan_ok { flags & proto::nfs4::CREATE_SESSION4_FLAG_CONN_BACK_CHAN } else { 0 };
         let mut id = [0u8; 16];
         id[..8].copy_from_slice(&clientid.to_be_bytes());
         id[8..12].copy_from_slice(&self.next_session.to_be_bytes());
@@ -546,8 +669,6 @@ impl State {
         );
         let c = self.clients.get_mut(&clientid).expect("checked above");
         let replaced = c.replaces.take();
-        c.cs_seq = sequence;
-        c.cs_last = Some(created);
         c.sessions.push(id);
         c.renewed_ms = now_ms;
         c.confirmed = true;
@@ -564,7 +685,11 @@ impl State {
             headerpad_bytes: 0,
             request_bytes_max: a.request_bytes_max.min(l.request_bytes_max),
             response_bytes_max: a.response_bytes_max.min(l.response_bytes_max),
-            response_cached_bytes_max: a.response_cached_bytes_max.min(l.response_cached_bytes_max),
+            // A reply too big to send is too big to cache.
+            response_cached_bytes_max: a
+                .response_cached_bytes_max
+                .min(a.response_bytes_max)
+                .min(l.response_cached_bytes_max),
             ops_max: a.ops_max.clamp(1, l.ops_per_compound_max),
             requests_max: a.requests_max.clamp(1, l.slots_per_session_max),
         }
@@ -1011,7 +1136,8 @@ impl State {
 
     /// OPEN: create or upgrade the open state of (`clientid`, `owner`) on
     /// `fh`. `reclaim` is CLAIM_PREVIOUS, allowed only during grace; other
-    /// opens are refused during grace.
+    /// opens are refused during grace and before RECLAIM_COMPLETE
+    /// (`check_locking`).
     #[allow(clippy::too_many_arguments)] // mirrors OPEN4args
     pub fn open(
         &mut self,
@@ -1026,14 +1152,7 @@ impl State {
         if access == 0 || access > SHARE_BOTH || deny > SHARE_BOTH {
             return Err(StateError::Inval);
         }
-        if !self.clients.contains_key(&clientid) {
-            return Err(StateError::StaleClientId);
-        }
-        if reclaim {
-            self.check_reclaim(clientid, now_ms)?;
-        } else {
-            self.check_not_grace(now_ms)?;
-        }
+        self.check_locking(clientid, reclaim, now_ms)?;
         let mut mine = None;
         if let Some(f) = self.files.get(&fh) {
             for k in &f.opens {
@@ -1120,6 +1239,11 @@ impl State {
         self.clients.len()
     }
 
+    /// Replay-cache memory reserved by all sessions (tests, metrics).
+    pub fn reply_cache_bytes(&self) -> u64 {
+        self.reply_cache_bytes
+    }
+
     // ---- byte-range locks (§9.2, §18.10–18.12) ----
 
     fn lock_owner_of(&self, key: u64) -> (ClientId, &[u8]) {
@@ -1171,11 +1295,7 @@ impl State {
         now_ms: u64,
     ) -> Result<Stateid, LockError> {
         let last = range_last(offset, length)?;
-        if reclaim {
-            self.check_reclaim(clientid, now_ms)?;
-        } else {
-            self.check_not_grace(now_ms)?;
-        }
+        self.check_locking(clientid, reclaim, now_ms)?;
         // Resolve (or prepare) the lock state and the open it hangs off.
         let (existing, open_key, owner) = match locker {
             Locker::New { open_stateid, owner } => {
@@ -1385,42 +1505,48 @@ mod tests {
     }
 
     fn setup_at(st: &mut State, owner: &[u8], now: u64) -> (ClientId, SessionId) {
-        let x = st.exchange_id(owner, [1; 8], false, now).unwrap();
+        let x = st.exchange_id(owner, [1; 8], 0, false, now).unwrap();
         assert!(!x.confirmed);
-        let cs = st.create_session(x.clientid, x.sequence, 0, attrs(), attrs(), 0x4000_0000, now).unwrap();
+        let cs = st.create_session(x.clientid, x.sequence, 0, 0, true, attrs(), attrs(), 0x4000_0000, now).unwrap();
+        if !st.in_grace(now) {
+            // What every client does first (§18.51.3); during grace the
+            // tests reclaim before it.
+            st.reclaim_complete(x.clientid).unwrap();
+        }
         (x.clientid, cs.id)
     }
 
     #[test]
     fn exchange_id_cases() {
         let mut st = State::new(no_grace(), 7, 0);
-        let a = st.exchange_id(b"alice", [1; 8], false, 0).unwrap();
+        let a = st.exchange_id(b"alice", [1; 8], 0, false, 0).unwrap();
         // Unconfirmed retry replaces the record.
-        let a2 = st.exchange_id(b"alice", [1; 8], false, 0).unwrap();
+        let a2 = st.exchange_id(b"alice", [1; 8], 0, false, 0).unwrap();
         assert_ne!(a.clientid, a2.clientid);
         assert_eq!(st.client_count(), 1);
-        assert_eq!(st.create_session(a.clientid, 1, 0, attrs(), attrs(), 0, 0), Err(StateError::StaleClientId));
-        st.create_session(a2.clientid, a2.sequence, 0, attrs(), attrs(), 0, 0).unwrap();
+        assert_eq!(st.create_session(a.clientid, 1, 0, 0, true, attrs(), attrs(), 0, 0), Err(StateError::StaleClientId));
+        st.create_session(a2.clientid, a2.sequence, 0, 0, true, attrs(), attrs(), 0, 0).unwrap();
         // Confirmed + same verifier: same clientid, confirmed flag.
-        let a3 = st.exchange_id(b"alice", [1; 8], false, 0).unwrap();
+        let a3 = st.exchange_id(b"alice", [1; 8], 0, false, 0).unwrap();
         assert_eq!(a3.clientid, a2.clientid);
         assert!(a3.confirmed);
         assert_eq!(a3.sequence, 2);
         // Update with the wrong verifier is refused.
-        assert_eq!(st.exchange_id(b"alice", [2; 8], true, 0), Err(StateError::NotSame));
-        assert_eq!(st.exchange_id(b"bob", [2; 8], true, 0), Err(StateError::NoEnt));
+        assert_eq!(st.exchange_id(b"alice", [2; 8], 0, true, 0), Err(StateError::NotSame));
+        assert_eq!(st.exchange_id(b"bob", [2; 8], 0, true, 0), Err(StateError::NoEnt));
         // A reboot (new verifier) gives a new client; the old one keeps its
         // session and state until the new one is confirmed.
+        st.reclaim_complete(a2.clientid).unwrap();
         let o = st.open(a2.clientid, b"o", FH, SHARE_READ, 0, false, 0).unwrap();
-        let a4 = st.exchange_id(b"alice", [9; 8], false, 0).unwrap();
+        let a4 = st.exchange_id(b"alice", [9; 8], 0, false, 0).unwrap();
         assert_ne!(a4.clientid, a2.clientid);
         assert!(!a4.confirmed);
         assert_eq!(st.session_count(), 1);
         assert!(st.test_stateid(a2.clientid, &o).is_ok());
         st.assert_invariants();
         // Retried before confirmation: still one replacement pending.
-        let a5 = st.exchange_id(b"alice", [9; 8], false, 0).unwrap();
-        st.create_session(a5.clientid, a5.sequence, 0, attrs(), attrs(), 0, 0).unwrap();
+        let a5 = st.exchange_id(b"alice", [9; 8], 0, false, 0).unwrap();
+        st.create_session(a5.clientid, a5.sequence, 0, 0, true, attrs(), attrs(), 0, 0).unwrap();
         assert!(!st.client_exists(a2.clientid) && !st.client_exists(a4.clientid));
         assert_eq!(st.test_stateid(a2.clientid, &o), Err(StateError::BadStateid));
         assert_eq!(st.session_count(), 1);
@@ -1431,17 +1557,17 @@ mod tests {
     #[test]
     fn create_session_replay_and_misorder() {
         let mut st = State::new(no_grace(), 7, 0);
-        let x = st.exchange_id(b"c", [1; 8], false, 0).unwrap();
+        let x = st.exchange_id(b"c", [1; 8], 0, false, 0).unwrap();
         let big = ChannelAttrs { requests_max: 10_000, ops_max: 10_000, response_cached_bytes_max: u32::MAX, ..attrs() };
-        let s1 = st.create_session(x.clientid, 1, 0, big, big, 0, 0).unwrap();
+        let s1 = st.create_session(x.clientid, 1, 0, 0, true, big, big, 0, 0).unwrap();
         assert_eq!(s1.fore.requests_max, Limits::default().slots_per_session_max);
         assert_eq!(s1.fore.ops_max, Limits::default().ops_per_compound_max);
         assert_eq!(s1.fore.response_cached_bytes_max, Limits::default().response_cached_bytes_max);
-        let again = st.create_session(x.clientid, 1, 0, big, big, 0, 0).unwrap();
+        let again = st.create_session(x.clientid, 1, 0, 0, true, big, big, 0, 0).unwrap();
         assert_eq!(again, s1, "replay returns the same session");
         assert_eq!(st.session_count(), 1);
-        assert_eq!(st.create_session(x.clientid, 5, 0, big, big, 0, 0), Err(StateError::SeqMisordered));
-        let s2 = st.create_session(x.clientid, 2, 0, big, big, 0, 0).unwrap();
+        assert_eq!(st.create_session(x.clientid, 5, 0, 0, true, big, big, 0, 0), Err(StateError::SeqMisordered));
+        let s2 = st.create_session(x.clientid, 2, 0, 0, true, big, big, 0, 0).unwrap();
         assert_ne!(s2.id, s1.id);
         assert_eq!(st.destroy_clientid(x.clientid), Err(StateError::ClientIdBusy));
         st.destroy_session(&s1.id).unwrap();
@@ -1590,6 +1716,14 @@ mod tests {
         st.open(a, b"o2", FH2, SHARE_READ, 0, false, 6_000).unwrap();
         let (b, _) = setup(&mut st, b"b");
         assert_eq!(st.open(b, b"o", FH2, SHARE_READ, 0, true, 6_000), Err(StateError::NoGrace));
+        // Reclaim first (§18.51.3): after grace too, b may not open or lock
+        // before its RECLAIM_COMPLETE.
+        assert_eq!(st.open(b, b"o", FH2, SHARE_READ, 0, false, 6_000), Err(StateError::Grace));
+        assert_eq!(st.check_locking(b, false, 6_000), Err(StateError::Grace));
+        let r = st.lock(b, &FH2, Locker::New { open_stateid: o, owner: b"l" }, LockKind::Read, 0, 1, false, 6_000);
+        assert!(matches!(r, Err(LockError::State(StateError::Grace))));
+        st.reclaim_complete(b).unwrap();
+        st.open(b, b"o", FH2, SHARE_READ, 0, false, 6_000).unwrap();
     }
 
     #[test]
@@ -1598,14 +1732,19 @@ mod tests {
         // second the 2 left, the third none until one is destroyed.
         let limits = Limits { reply_cache_bytes_max: 6 * 4096, ..no_grace() };
         let mut st = State::new(limits, 7, 0);
-        let x = st.exchange_id(b"c", [1; 8], false, 0).unwrap();
-        let s1 = st.create_session(x.clientid, 1, 0, attrs(), attrs(), 0, 0).unwrap();
+        let x = st.exchange_id(b"c", [1; 8], 0, false, 0).unwrap();
+        let s1 = st.create_session(x.clientid, 1, 0, 0, true, attrs(), attrs(), 0, 0).unwrap();
         assert_eq!(s1.fore.requests_max, 4);
-        let s2 = st.create_session(x.clientid, 2, 0, attrs(), attrs(), 0, 0).unwrap();
+        let s2 = st.create_session(x.clientid, 2, 0, 0, true, attrs(), attrs(), 0, 0).unwrap();
         assert_eq!(s2.fore.requests_max, 2);
-        assert_eq!(st.create_session(x.clientid, 3, 0, attrs(), attrs(), 0, 0), Err(StateError::Resource));
+        let before = st.reply_cache_bytes;
+        assert_eq!(st.create_session(x.clientid, 3, 0, 0, true, attrs(), attrs(), 0, 0), Err(StateError::Resource));
+        assert_eq!(st.reply_cache_bytes, before, "a failed CREATE_SESSION reserves nothing");
         st.destroy_session(&s1.id).unwrap();
-        assert_eq!(st.create_session(x.clientid, 3, 0, attrs(), attrs(), 0, 0).unwrap().fore.requests_max, 4);
+        // The failure was cached (§18.36.4): its retransmission gets it again,
+        // the next request is executed.
+        assert_eq!(st.create_session(x.clientid, 3, 0, 0, true, attrs(), attrs(), 0, 0), Err(StateError::Resource));
+        assert_eq!(st.create_session(x.clientid, 4, 0, 0, true, attrs(), attrs(), 0, 0).unwrap().fore.requests_max, 4);
     }
 
     /// Seeded random walk over clients, opens, locks, unlocks, closes and
@@ -1717,7 +1856,7 @@ mod tests {
         assert_eq!(st.cb_begin(a).unwrap().seqid, 1, "slot 2: back over the lost call");
         // A second session keeps the client reachable; closing the only
         // back-channel connection of the first takes its path down.
-        let s2 = st.create_session(a, 2, 0, attrs(), attrs(), 0, 0).unwrap().id;
+        let s2 = st.create_session(a, 2, 0, 0, true, attrs(), attrs(), 0, 0).unwrap().id;
         st.bind_conn_dir(&s2, 6, true).unwrap();
         st.set_callback_sec(&s2, 1, Some(CallCred::None)).unwrap();
         st.conn_closed(5);
@@ -1736,8 +1875,8 @@ mod tests {
         let mut st = State::new(limits, 7, 0);
         let (a, _) = setup(&mut st, b"a");
         setup(&mut st, b"b");
-        assert_eq!(st.exchange_id(b"c", [1; 8], false, 0), Err(StateError::Resource));
-        assert_eq!(st.create_session(a, 2, 0, attrs(), attrs(), 0, 0), Err(StateError::Resource));
+        assert_eq!(st.exchange_id(b"c", [1; 8], 0, false, 0), Err(StateError::Resource));
+        assert_eq!(st.create_session(a, 2, 0, 0, true, attrs(), attrs(), 0, 0), Err(StateError::Resource));
         st.open(a, b"o", FH, SHARE_READ, 0, false, 0).unwrap();
         assert_eq!(st.open(a, b"o2", FH2, SHARE_READ, 0, false, 0), Err(StateError::Resource));
     }

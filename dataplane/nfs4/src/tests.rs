@@ -746,6 +746,15 @@ fn grace_period_only_reclaims() {
     r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
     r.ok0(p::OP_PUTFH);
     assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_NO_GRACE);
+    // Grace is over, but this client has not sent RECLAIM_COMPLETE yet:
+    // still NFS4ERR_GRACE (RFC 8881 §18.51.3); after it, the open works.
+    let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &open(p::open_claim4::CLAIM_FH, c.clientid)));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_GRACE);
+    let mut r = s.call(c.seq_req(false).op(p::OP_RECLAIM_COMPLETE, &p::RECLAIM_COMPLETE4args { rca_one_fs: false }));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_RECLAIM_COMPLETE);
     let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &open(p::open_claim4::CLAIM_FH, c.clientid)));
     assert_eq!(r.status, p::NFS4_OK);
     let _ = r.next(p::OP_SEQUENCE);
@@ -1389,4 +1398,507 @@ fn background_reaper_expires_silent_clients() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     drop(s);
+}
+
+// ---- RFC 8881 conformance: owners, sessions, EXCHANGE_ID, reclaim first ----
+
+fn sys(uid: u32) -> Auth<'static> {
+    Auth::Sys { stamp: 0, machine_name: b"t", uid, gid: uid, gids: &[] }
+}
+
+/// EXCHANGE_ID as `uid`: its status and, when OK, (clientid, sequence, flags).
+fn exchange_as(s: &Server, uid: u32, owner: &[u8], verifier: u8, flags: u32) -> (i32, u64, u32, u32) {
+    let args = p::EXCHANGE_ID4args {
+        eia_clientowner: p::client_owner4 { co_verifier: [verifier; 8], co_ownerid: owner },
+        eia_flags: flags,
+        eia_state_protect: p::state_protect4_a::SP4_NONE,
+        eia_client_impl_id: vec![],
+    };
+    let mut r = Reply::parse(s.call_as(sys(uid), 1, &Req::new(1).op(p::OP_EXCHANGE_ID, &args).bytes()));
+    let st = r.next(p::OP_EXCHANGE_ID);
+    assert_eq!(st, r.status);
+    if st != p::NFS4_OK {
+        return (st, 0, 0, 0);
+    }
+    let x = p::EXCHANGE_ID4resok::decode(&mut r.body()).unwrap();
+    (st, x.eir_clientid, x.eir_sequenceid, x.eir_flags)
+}
+
+/// CREATE_SESSION as `uid`: its status and, when OK, the session id and
+/// the negotiated fore channel.
+fn create_session_as(
+    s: &Server,
+    uid: u32,
+    clientid: u64,
+    sequence: u32,
+    flags: u32,
+    fore: p::channel_attrs4,
+    back: p::channel_attrs4,
+) -> (i32, Option<([u8; 16], p::channel_attrs4)>) {
+    let args = p::CREATE_SESSION4args {
+        csa_clientid: clientid,
+        csa_sequence: sequence,
+        csa_flags: flags,
+        csa_fore_chan_attrs: fore,
+        csa_back_chan_attrs: back,
+        csa_cb_program: 0x4000_0000,
+        csa_sec_parms: vec![p::callback_sec_parms4::AUTH_NONE],
+    };
+    let mut r = Reply::parse(s.call_as(sys(uid), 1, &Req::new(1).op(p::OP_CREATE_SESSION, &args).bytes()));
+    let st = r.next(p::OP_CREATE_SESSION);
+    if st != p::NFS4_OK {
+        return (st, None);
+    }
+    let cs = p::CREATE_SESSION4resok::decode(&mut r.body()).unwrap();
+    (st, Some((cs.csr_sessionid, cs.csr_fore_chan_attrs)))
+}
+
+/// A confirmed client (uid 0) that has not sent RECLAIM_COMPLETE.
+fn session_only(s: &Server, owner: &[u8], verifier: u8) -> Client {
+    let (st, clientid, seq, _) = exchange_as(s, 0, owner, verifier, 0);
+    assert_eq!(st, p::NFS4_OK);
+    let (st, cs) = create_session_as(s, 0, clientid, seq, 0, chan(16, 8), chan(2, 1));
+    assert_eq!(st, p::NFS4_OK);
+    Client { clientid, session: cs.unwrap().0, seq: 0 }
+}
+
+fn reclaim_complete(s: &Server, c: &mut Client) -> i32 {
+    let mut r = s.call(c.seq_req(false).op(p::OP_RECLAIM_COMPLETE, &p::RECLAIM_COMPLETE4args { rca_one_fs: false }));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.next(p::OP_RECLAIM_COMPLETE)
+}
+
+fn open_args<'a>(clientid: u64, owner: &'a [u8], name: &'a [u8], access: u32, deny: u32) -> p::OPEN4args<'a> {
+    p::OPEN4args {
+        seqid: 0,
+        share_access: access,
+        share_deny: deny,
+        owner: p::state_owner4 { clientid, owner },
+        openhow: p::openflag4::default(p::OPEN4_NOCREATE),
+        claim: p::open_claim4::CLAIM_NULL(name),
+    }
+}
+
+fn new_lock<'a>(sid: &p::stateid4, clientid: u64, owner: &'a [u8], offset: u64, reclaim: bool) -> p::LOCK4args<'a> {
+    p::LOCK4args {
+        locktype: p::nfs_lock_type4::WRITE_LT,
+        reclaim,
+        offset,
+        length: 10,
+        locker: p::locker4::TRUE(p::open_to_lock_owner4 {
+            open_seqid: 0,
+            open_stateid: sid.clone(),
+            lock_seqid: 0,
+            lock_owner: p::state_owner4 { clientid, owner },
+        }),
+    }
+}
+
+/// Item 1 of issue 17: the clientid inside open_owner4 / lock_owner4 is
+/// ignored in minor version 1 (RFC 8881 §18.16.3, §18.10.3, §18.11.3): a
+/// client sending 0 there (as independent clients do) opens and locks; a
+/// client naming another client's ID there still acts only as itself.
+#[test]
+fn owner_clientid_is_ignored_rfc8881_18_16_3() {
+    let s = server();
+    let mut a = connect(&s, b"owner-a");
+    let mut b = connect(&s, b"owner-b");
+    open_create(&s, &mut a, b"setup", b"shared", 3);
+    // a opens with clientid 0 in its open-owner, read+write, denying nothing.
+    let mut r = s.call(a.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, &open_args(0, b"oa", b"shared", 3, 0)).raw(p::OP_GETFH as u32, &[]));
+    assert_eq!(r.status, p::NFS4_OK, "OPEN with owner clientid 0");
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    let sa = r.ok::<p::OPEN4resok>(p::OP_OPEN).stateid.clone();
+    let fh = r.ok::<p::GETFH4resok>(p::OP_GETFH).object.to_vec();
+    // LOCK for a new lock-owner with clientid 0 (and one with garbage).
+    for (owner, cid, off) in [(&b"la"[..], 0u64, 0u64), (b"lz", u64::MAX, 100)] {
+        let mut r = s.call(a.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_LOCK, &new_lock(&sa, cid, owner, off, false)));
+        assert_eq!(r.status, p::NFS4_OK, "LOCK with lock-owner clientid {cid:#x}");
+        r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+        r.ok0(p::OP_PUTFH);
+        r.ok::<p::LOCK4resok>(p::OP_LOCK);
+    }
+    // LOCKT: "la" of this client is ours whatever clientid is written;
+    // another owner of ours conflicts.
+    let lockt = |clientid: u64, owner: &'static [u8]| p::LOCKT4args {
+        locktype: p::nfs_lock_type4::WRITE_LT,
+        offset: 0,
+        length: 5,
+        owner: p::state_owner4 { clientid, owner },
+    };
+    let mut r = s.call(
+        a.seq_req(false)
+            .op(p::OP_PUTFH, &putfh(&fh))
+            .op(p::OP_LOCKT, &lockt(0, b"la"))
+            .op(p::OP_LOCKT, &lockt(b.clientid, b"la"))
+            .op(p::OP_LOCKT, &lockt(0, b"other")),
+    );
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    r.ok0(p::OP_LOCKT);
+    r.ok0(p::OP_LOCKT);
+    assert_eq!(r.next(p::OP_LOCKT), p::NFS4ERR_DENIED);
+    let denied = p::LOCK4denied::decode(&mut r.body()).unwrap();
+    assert_eq!((denied.owner.clientid, denied.owner.owner), (a.clientid, &b"la"[..]), "the denial names the real client");
+    // Hostile: b writes a's client ID and a's owner names. LOCKT still
+    // tests as b (a's lock conflicts) ...
+    let mut r = s.call(b.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_LOCKT, &lockt(a.clientid, b"la")));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_LOCKT), p::NFS4ERR_DENIED);
+    // ... and OPEN is b's own open, not an upgrade of a's: denying WRITE
+    // conflicts with a's write access.
+    let mut r = s.call(b.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, &open_args(a.clientid, b"oa", b"shared", 1, 2)));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_SHARE_DENIED);
+    // b cannot use a's open stateid for a lock either.
+    let mut r = s.call(b.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_LOCK, &new_lock(&sa, a.clientid, b"la", 200, false)));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_LOCK), p::NFS4ERR_BAD_STATEID);
+    s.prog.state().assert_invariants();
+}
+
+fn chan_sized(request: u32, response: u32, cached: u32, ops: u32) -> p::channel_attrs4 {
+    p::channel_attrs4 {
+        ca_headerpadsize: 0,
+        ca_maxrequestsize: request,
+        ca_maxresponsesize: response,
+        ca_maxresponsesize_cached: cached,
+        ca_maxoperations: ops,
+        ca_maxrequests: 1,
+        ca_rdma_ird: vec![],
+    }
+}
+
+/// Item 3 of issue 17: CREATE_SESSION (RFC 8881 §18.36) answers
+/// NFS4ERR_CLID_INUSE to a principal other than the EXCHANGE_ID's before
+/// confirmation (without using up the owner's sequence), NFS4ERR_INVAL for
+/// undefined csa_flags, NFS4ERR_TOOSMALL for channels that cannot carry any
+/// request, accepts small workable sizes; a failed CREATE_SESSION leaves no
+/// session and no reserved replay cache, and its result is what a
+/// retransmission gets (§18.36.4). On the session, SEQUENCE (§18.46,
+/// §2.10.6.4) enforces the negotiated sizes: REQ_TOO_BIG, REP_TOO_BIG,
+/// REP_TOO_BIG_TO_CACHE with sa_cachethis, REP_TOO_BIG past the full size.
+#[test]
+fn create_session_checks_rfc8881_18_36() {
+    let s = server();
+    let (st, id, seq, _) = exchange_as(&s, 0, b"sizes", 1, 0);
+    assert_eq!(st, p::NFS4_OK);
+    let cache_before = s.prog.state().reply_cache_bytes();
+    let ok_back = chan(2, 1);
+    // Another principal, before confirmation: CLID_INUSE, not consuming seq.
+    assert_eq!(create_session_as(&s, 1000, id, seq, 0, chan(16, 8), ok_back.clone()).0, p::NFS4ERR_CLID_INUSE);
+    // Undefined flag bits: INVAL; the retransmission gets the cached INVAL.
+    assert_eq!(create_session_as(&s, 0, id, seq, 0x8, chan(16, 8), ok_back.clone()).0, p::NFS4ERR_INVAL);
+    assert_eq!(create_session_as(&s, 0, id, seq, 0x8, chan(16, 8), ok_back.clone()).0, p::NFS4ERR_INVAL);
+    assert_eq!(create_session_as(&s, 0, id, seq + 5, 0, chan(16, 8), ok_back.clone()).0, p::NFS4ERR_SEQ_MISORDERED);
+    // Channels that cannot carry a single request.
+    let mut n = seq;
+    for (fore, back) in [
+        (chan_sized(20, 1 << 20, 4096, 16), ok_back.clone()),
+        (chan_sized(1 << 20, 20, 4096, 16), ok_back.clone()),
+        (chan_sized(1 << 20, 1 << 20, 4096, 0), ok_back.clone()),
+        (chan(16, 8), chan_sized(10, 4096, 0, 1)),
+        (chan(16, 8), chan_sized(4096, 10, 0, 1)),
+        (chan(16, 8), chan_sized(4096, 4096, 0, 0)),
+    ] {
+        n += 1;
+        assert_eq!(create_session_as(&s, 0, id, n, 0, fore, back).0, p::NFS4ERR_TOOSMALL, "sequence {n}");
+    }
+    // Nothing was reserved by any of that, and the client is still
+    // unconfirmed (EXCHANGE_ID does not say CONFIRMED_R).
+    assert_eq!(s.prog.state().session_count(), 0);
+    assert_eq!(s.prog.state().reply_cache_bytes(), cache_before);
+    s.prog.state().assert_invariants();
+    // Small but workable: 400-byte requests and replies, 200 cached.
+    n += 1;
+    let (st, cs) = create_session_as(&s, 0, id, n, 0, chan_sized(400, 400, 200, 16), ok_back.clone());
+    assert_eq!(st, p::NFS4_OK, "400-byte channel sizes are accepted");
+    let (session, fore) = cs.unwrap();
+    assert_eq!((fore.ca_maxrequestsize, fore.ca_maxresponsesize, fore.ca_maxresponsesize_cached), (400, 400, 200));
+    let mut c = Client { clientid: id, session, seq: 0 };
+    assert_eq!(reclaim_complete(&s, &mut c), p::NFS4_OK);
+    let size = p::GETATTR4args { attr_request: crate::attrs::Bitmap::of(&[crate::attrs::SIZE]).to_vec() };
+    let all = p::GETATTR4args { attr_request: crate::attrs::SUPPORTED.to_vec() };
+    let sizes = |c: &mut Client, cache: bool, n: usize| {
+        let mut req = c.seq_req(cache).raw(p::OP_PUTROOTFH as u32, &[]);
+        for _ in 0..n {
+            req = req.op(p::OP_GETATTR, &size);
+        }
+        req
+    };
+    // Fits: ~100 bytes of reply, under the cache size too.
+    let r = s.call(sizes(&mut c, true, 1));
+    assert_eq!(r.status, p::NFS4_OK);
+    // Over ca_maxresponsesize_cached (200 with the RPC header), under 400:
+    // REP_TOO_BIG_TO_CACHE with sa_cachethis, fine without.
+    let mut r = s.call(sizes(&mut c, true, 4));
+    assert_eq!((r.status, r.count), (p::NFS4ERR_REP_TOO_BIG_TO_CACHE, 6));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    for _ in 0..3 {
+        r.ok::<p::GETATTR4resok>(p::OP_GETATTR);
+    }
+    assert_eq!(r.next(p::OP_GETATTR), p::NFS4ERR_REP_TOO_BIG_TO_CACHE);
+    assert_eq!(s.call(sizes(&mut c, false, 4)).status, p::NFS4_OK);
+    // Over ca_maxresponsesize: REP_TOO_BIG, with or without sa_cachethis.
+    for cache in [false, true] {
+        let mut r = s.call(c.seq_req(cache).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_GETATTR, &all));
+        assert_eq!((r.status, r.count), (p::NFS4ERR_REP_TOO_BIG, 3), "cachethis {cache}");
+        r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+        r.ok0(p::OP_PUTROOTFH);
+        assert_eq!(r.next(p::OP_GETATTR), p::NFS4ERR_REP_TOO_BIG);
+    }
+    // A request over ca_maxrequestsize (RPC header included): REQ_TOO_BIG.
+    let w = p::WRITE4args { stateid: stateid0(), offset: 0, stable: p::stable_how4::UNSTABLE4, data: &[0; 320] };
+    let mut r = s.call(c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_WRITE, &w));
+    assert_eq!(r.next(p::OP_SEQUENCE), p::NFS4ERR_REQ_TOO_BIG);
+    c.seq -= 1;
+    assert_eq!(s.call(c.seq_req(false)).status, p::NFS4_OK, "the slot is free again");
+    // The owner's sequence was not used up by the foreign principal, and a
+    // replay of the successful request returns the same session.
+    let (st, again) = create_session_as(&s, 0, id, n, 0, chan_sized(400, 400, 200, 16), ok_back.clone());
+    assert_eq!((st, again.map(|x| x.0)), (p::NFS4_OK, Some(session)));
+    // Once confirmed, the session limit: RESOURCE, nothing reserved.
+    let s1 = server_with(Config { grace_time_s: 0, sessions_per_client_max: 1, ..Config::default() }, 1 << 20);
+    let one = session_only(&s1, b"one", 1);
+    let used = s1.prog.state().reply_cache_bytes();
+    assert_eq!(create_session_as(&s1, 0, one.clientid, 2, 0, chan(16, 8), ok_back).0, p::NFS4ERR_RESOURCE);
+    assert_eq!(s1.prog.state().session_count(), 1);
+    assert_eq!(s1.prog.state().reply_cache_bytes(), used);
+    s1.prog.state().assert_invariants();
+}
+
+/// Item 4 of issue 17: every case of the EXCHANGE_ID table (RFC 8881
+/// §18.35.5), principals being AUTH_SYS uids 0 and 1000.
+#[test]
+fn exchange_id_cases_rfc8881_18_35_5() {
+    let s = server();
+    const UPD: u32 = p::EXCHGID4_FLAG_UPD_CONFIRMED_REC_A;
+    let confirmed = |flags: u32| flags & p::EXCHGID4_FLAG_CONFIRMED_R != 0;
+    // Case 1, new owner: an unconfirmed record, sequence 1.
+    let (st, id1, seq1, f) = exchange_as(&s, 0, b"table", 1, 0);
+    assert_eq!((st, seq1, confirmed(f)), (p::NFS4_OK, 1, false));
+    // Case 4, unconfirmed record replaced (even with the same verifier): a
+    // new client ID; CREATE_SESSION on the replaced one is STALE_CLIENTID.
+    let (st, id2, seq2, f) = exchange_as(&s, 0, b"table", 1, 0);
+    assert_eq!((st, confirmed(f)), (p::NFS4_OK, false));
+    assert_ne!(id2, id1);
+    assert_eq!(create_session_as(&s, 0, id1, seq1, 0, chan(16, 8), chan(2, 1)).0, p::NFS4ERR_STALE_CLIENTID);
+    // ... also when replaced by another principal's EXCHANGE_ID.
+    let (st, id3, seq3, _) = exchange_as(&s, 1000, b"table", 2, 0);
+    assert_eq!(st, p::NFS4_OK);
+    assert_ne!(id3, id2);
+    assert_eq!(create_session_as(&s, 0, id2, seq2, 0, chan(16, 8), chan(2, 1)).0, p::NFS4ERR_STALE_CLIENTID);
+    assert_eq!(s.prog.state().client_count(), 1);
+    // uid 1000 confirms its record; it now holds a session.
+    let (st, cs) = create_session_as(&s, 1000, id3, seq3, 0, chan(16, 8), chan(2, 1));
+    assert_eq!(st, p::NFS4_OK);
+    let mut c = Client { clientid: id3, session: cs.unwrap().0, seq: 0 };
+    // Case 2, same owner, verifier and principal: the confirmed record.
+    let (st, id, _, f) = exchange_as(&s, 1000, b"table", 2, 0);
+    assert_eq!((st, id, confirmed(f)), (p::NFS4_OK, id3, true));
+    // Case 6, update with the same verifier and principal.
+    let (st, id, _, f) = exchange_as(&s, 1000, b"table", 2, UPD);
+    assert_eq!((st, id, confirmed(f)), (p::NFS4_OK, id3, true));
+    // Case 9, update by another principal: PERM (whatever the verifier).
+    assert_eq!(exchange_as(&s, 0, b"table", 2, UPD).0, p::NFS4ERR_PERM);
+    assert_eq!(exchange_as(&s, 0, b"table", 3, UPD).0, p::NFS4ERR_PERM);
+    // Case 8, update with another verifier: NOT_SAME.
+    assert_eq!(exchange_as(&s, 1000, b"table", 3, UPD).0, p::NFS4ERR_NOT_SAME);
+    // Case 7, update of a record that does not exist / is not confirmed.
+    assert_eq!(exchange_as(&s, 0, b"nobody", 1, UPD).0, p::NFS4ERR_NOENT);
+    let (st, _, _, _) = exchange_as(&s, 0, b"pending", 1, 0);
+    assert_eq!(st, p::NFS4_OK);
+    assert_eq!(exchange_as(&s, 0, b"pending", 1, UPD).0, p::NFS4ERR_NOENT);
+    // Case 3, collision: another principal, the confirmed record has state
+    // (a session): CLID_INUSE, with any verifier; the record is untouched.
+    assert_eq!(exchange_as(&s, 0, b"table", 2, 0).0, p::NFS4ERR_CLID_INUSE);
+    assert_eq!(exchange_as(&s, 0, b"table", 9, 0).0, p::NFS4ERR_CLID_INUSE);
+    assert_eq!(s.call(c.seq_req(false)).status, p::NFS4_OK);
+    // Case 5, client restart (same principal, new verifier): a new
+    // unconfirmed client ID; the old one keeps its session until the new
+    // one is confirmed, then it and its state are gone.
+    let (st, id4, seq4, f) = exchange_as(&s, 1000, b"table", 7, 0);
+    assert_eq!((st, confirmed(f)), (p::NFS4_OK, false));
+    assert_ne!(id4, id3);
+    assert_eq!(s.call(c.seq_req(false)).status, p::NFS4_OK, "old incarnation still served");
+    // Retried before confirmation (case 5 again, replacing the unconfirmed).
+    let (st, id5, seq5, _) = exchange_as(&s, 1000, b"table", 7, 0);
+    assert_eq!(st, p::NFS4_OK);
+    assert_ne!(id5, id4);
+    assert_eq!(create_session_as(&s, 1000, id4, seq4, 0, chan(16, 8), chan(2, 1)).0, p::NFS4ERR_STALE_CLIENTID);
+    assert_eq!(create_session_as(&s, 1000, id5, seq5, 0, chan(16, 8), chan(2, 1)).0, p::NFS4_OK);
+    assert_eq!(s.call(c.seq_req(false)).status, p::NFS4ERR_BADSESSION, "restart confirmed: old session gone");
+    assert_eq!(create_session_as(&s, 1000, id3, 2, 0, chan(16, 8), chan(2, 1)).0, p::NFS4ERR_STALE_CLIENTID);
+    // Case 3 without state: the confirmed record is dropped and another
+    // principal gets a new unconfirmed one.
+    let (st, lone, lseq, _) = exchange_as(&s, 0, b"stateless", 1, 0);
+    assert_eq!(st, p::NFS4_OK);
+    let (st, cs) = create_session_as(&s, 0, lone, lseq, 0, chan(16, 8), chan(2, 1));
+    assert_eq!(st, p::NFS4_OK);
+    let mut r = s.call(Req::new(1).op(p::OP_DESTROY_SESSION, &p::DESTROY_SESSION4args { dsa_sessionid: cs.unwrap().0 }));
+    r.ok0(p::OP_DESTROY_SESSION);
+    let (st, taken, tseq, f) = exchange_as(&s, 1000, b"stateless", 1, 0);
+    assert_eq!((st, confirmed(f)), (p::NFS4_OK, false));
+    assert_ne!(taken, lone);
+    assert_eq!(create_session_as(&s, 0, lone, lseq + 1, 0, chan(16, 8), chan(2, 1)).0, p::NFS4ERR_STALE_CLIENTID);
+    // The new record belongs to its principal: another one gets CLID_INUSE.
+    assert_eq!(create_session_as(&s, 0, taken, tseq, 0, chan(16, 8), chan(2, 1)).0, p::NFS4ERR_CLID_INUSE);
+    assert_eq!(create_session_as(&s, 1000, taken, tseq, 0, chan(16, 8), chan(2, 1)).0, p::NFS4_OK);
+    // Open state counts as state too: a collision with a client holding an
+    // open (no session needed to see it) is CLID_INUSE.
+    let mut o = connect(&s, b"opener");
+    open_create(&s, &mut o, b"o", b"held", 3);
+    assert_eq!(exchange_as(&s, 1000, b"opener", 7, 0).0, p::NFS4ERR_CLID_INUSE);
+    s.prog.state().assert_invariants();
+}
+
+/// Item 5 of issue 17: until a client sends RECLAIM_COMPLETE for its new
+/// client ID, non-reclaim OPEN (CLAIM_NULL, CLAIM_FH) and LOCK get
+/// NFS4ERR_GRACE (RFC 8881 §18.51.3) outside the server's grace period too,
+/// before any file is created or truncated; a reclaim is NO_GRACE there.
+/// A restarted client (new client ID) must send it again.
+#[test]
+fn reclaim_complete_first_rfc8881_18_51_3() {
+    let s = server();
+    assert!(!s.prog.state().in_grace(0));
+    let mut ready = connect(&s, b"ready");
+    let (rsid, fh) = open_create(&s, &mut ready, b"o", b"kept", 3);
+    let w = p::WRITE4args { stateid: rsid.clone(), offset: 0, stable: p::stable_how4::FILE_SYNC4, data: b"0123456789" };
+    assert_eq!(s.call(ready.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_WRITE, &w)).status, p::NFS4_OK);
+    let size_of = |fh: &[u8]| {
+        let a = s.fs.getattr(&vfs::FileHandle::from_bytes(fh).unwrap()).unwrap();
+        a.size
+    };
+    let mut c = session_only(&s, b"eager", 1);
+    let (mask, vals) = fattr_mode(0o644);
+    let create = p::OPEN4args {
+        openhow: p::openflag4::OPEN4_CREATE(p::createhow4::UNCHECKED4(p::fattr4 { attrmask: mask.clone(), attr_vals: &vals })),
+        ..open_args(0, b"e", b"fresh", 3, 0)
+    };
+    let size0 = crate::attrs::Bitmap::of(&[crate::attrs::SIZE]).to_vec();
+    let zero = 0u64.to_be_bytes();
+    let truncate = p::OPEN4args {
+        openhow: p::openflag4::OPEN4_CREATE(p::createhow4::UNCHECKED4(p::fattr4 { attrmask: size0, attr_vals: &zero })),
+        ..open_args(0, b"e", b"kept", 3, 0)
+    };
+    for (what, args) in [("create", &create), ("truncate", &truncate), ("plain", &open_args(0, b"e", b"kept", 1, 0))] {
+        let mut r = s.call(c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, args));
+        r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+        r.ok0(p::OP_PUTROOTFH);
+        assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_GRACE, "{what} before RECLAIM_COMPLETE");
+    }
+    let root = s.fs.root(EXPORT).unwrap();
+    assert_eq!(s.fs.lookup(&root, b"fresh").err(), Some(vfs::VfsError::NoEnt), "nothing created");
+    assert_eq!(size_of(&fh), 10, "nothing truncated");
+    let by_fh = p::OPEN4args { claim: p::open_claim4::CLAIM_FH, ..open_args(0, b"e", b"", 1, 0) };
+    let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &by_fh));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_GRACE, "CLAIM_FH before RECLAIM_COMPLETE");
+    // A reclaim outside grace is NO_GRACE, as always.
+    let prev = p::OPEN4args { claim: p::open_claim4::CLAIM_PREVIOUS(p::open_delegation_type4::OPEN_DELEGATE_NONE), ..open_args(0, b"e", b"", 1, 0) };
+    let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &prev));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_NO_GRACE);
+    // LOCK (non-reclaim) is GRACE too, whatever stateid it names.
+    let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_LOCK, &new_lock(&rsid, 0, b"l", 0, false)));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_LOCK), p::NFS4ERR_GRACE);
+    // After RECLAIM_COMPLETE: OPEN and LOCK work.
+    assert_eq!(reclaim_complete(&s, &mut c), p::NFS4_OK);
+    let current = p::stateid4 { seqid: 1, other: [0; 12] };
+    let mut r = s.call(
+        c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, &create).op(p::OP_LOCK, &new_lock(&current, 0, b"l", 0, false)),
+    );
+    assert_eq!(r.status, p::NFS4_OK);
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    r.ok::<p::OPEN4resok>(p::OP_OPEN);
+    r.ok::<p::LOCK4resok>(p::OP_LOCK);
+    // The client restarts (new verifier, new client ID): again GRACE until
+    // its RECLAIM_COMPLETE.
+    let mut c2 = session_only(&s, b"eager", 2);
+    assert_ne!(c2.clientid, c.clientid);
+    let mut r = s.call(c2.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, &open_args(0, b"e", b"kept", 1, 0)));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_GRACE);
+    assert_eq!(reclaim_complete(&s, &mut c2), p::NFS4_OK);
+    let mut r = s.call(c2.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, &open_args(0, b"e", b"kept", 1, 0)));
+    assert_eq!(r.status, p::NFS4_OK);
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    s.prog.state().assert_invariants();
+}
+
+/// Hostile client records: seeded random EXCHANGE_ID / CREATE_SESSION /
+/// DESTROY_SESSION traffic from two principals over a few owners (random
+/// flags, verifiers, sequences and channel sizes) only ever gets the
+/// statuses RFC 8881 §18.35 / §18.36 allow, and the state's cross-table
+/// invariants (replay-cache charge included) hold after every call.
+#[test]
+fn hostile_client_records_keep_invariants() {
+    let s = server_with(Config { grace_time_s: 0, sessions_per_client_max: 2, clients_max: 6, ..Config::default() }, 1 << 20);
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let owners: [&[u8]; 3] = [b"h0", b"h1", b"h2"];
+    let mut ids: Vec<(u64, u32)> = Vec::new();
+    let mut sessions: Vec<[u8; 16]> = Vec::new();
+    let pick = |v: u64| [0u32, 1, 2, 20, 87, 88, 400, 4096, 1 << 20, u32::MAX][(v % 10) as usize];
+    for round in 0..3000 {
+        let uid = if next() % 3 == 0 { 1000 } else { 0 };
+        match next() % 4 {
+            0 | 1 if !ids.is_empty() && next() % 2 == 0 => {
+                let (id, seq) = ids[(next() as usize) % ids.len()];
+                let seq = seq.wrapping_add((next() % 3) as u32).wrapping_sub(1);
+                let fore = chan_sized(pick(next()), pick(next()), pick(next()), pick(next()).min(64));
+                let back = chan_sized(pick(next()), pick(next()), 0, pick(next()).min(4));
+                let flags = [0, 1, 2, 4, 8, 1 << 31][(next() % 6) as usize];
+                let (st, cs) = create_session_as(&s, uid, id, seq, flags, fore, back);
+                let allowed = [
+                    p::NFS4_OK,
+                    p::NFS4ERR_STALE_CLIENTID,
+                    p::NFS4ERR_CLID_INUSE,
+                    p::NFS4ERR_SEQ_MISORDERED,
+                    p::NFS4ERR_INVAL,
+                    p::NFS4ERR_TOOSMALL,
+                    p::NFS4ERR_RESOURCE,
+                ];
+                assert!(allowed.contains(&st), "round {round}: CREATE_SESSION answered {st}");
+                if let Some((sid, _)) = cs {
+                    sessions.push(sid);
+                }
+            }
+            0 | 1 => {
+                let flags = if next() % 4 == 0 { p::EXCHGID4_FLAG_UPD_CONFIRMED_REC_A } else { 0 };
+                let (st, id, seq, _) = exchange_as(&s, uid, owners[(next() % 3) as usize], (next() % 3) as u8, flags);
+                let allowed =
+                    [p::NFS4_OK, p::NFS4ERR_NOENT, p::NFS4ERR_NOT_SAME, p::NFS4ERR_PERM, p::NFS4ERR_CLID_INUSE, p::NFS4ERR_RESOURCE];
+                assert!(allowed.contains(&st), "round {round}: EXCHANGE_ID answered {st}");
+                if st == p::NFS4_OK {
+                    ids.push((id, seq));
+                }
+            }
+            2 if !sessions.is_empty() => {
+                let sid = sessions.swap_remove((next() as usize) % sessions.len());
+                let r = s.call(Req::new(1).op(p::OP_DESTROY_SESSION, &p::DESTROY_SESSION4args { dsa_sessionid: sid }));
+                assert!(r.status == p::NFS4_OK || r.status == p::NFS4ERR_BADSESSION);
+            }
+            _ => {}
+        }
+        s.prog.state().assert_invariants();
+        assert!(s.prog.state().client_count() <= 6);
+    }
+    assert!(!ids.is_empty() && s.prog.state().session_count() <= 6 * 2);
 }

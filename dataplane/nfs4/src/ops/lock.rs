@@ -19,16 +19,15 @@ impl Compound<'_> {
     }
 
     /// LOCK (RFC 8881 §18.10). A new lock owner comes with its open
-    /// stateid; an existing one with its lock stateid.
+    /// stateid; an existing one with its lock stateid. The lock-owner's
+    /// clientid is ignored: the session names the client (§18.10.3). A
+    /// non-reclaim LOCK before RECLAIM_COMPLETE is NFS4ERR_GRACE (§18.51.3).
     pub(crate) fn op_lock(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
         let a = p::LOCK4args::decode(d)?;
         let fh = self.cur_fh()?;
         let clientid = self.clientid()?;
         let locker = match &a.locker {
             p::locker4::TRUE(o) => {
-                if o.lock_owner.clientid != clientid {
-                    return fail(p::NFS4ERR_STALE_CLIENTID);
-                }
                 Locker::New { open_stateid: self.resolve_sid(sid_in(&o.open_stateid))?, owner: o.lock_owner.owner }
             }
             p::locker4::FALSE(x) => Locker::Existing { lock_stateid: self.resolve_sid(sid_in(&x.lock_stateid))? },
@@ -52,15 +51,15 @@ impl Compound<'_> {
         Ok(())
     }
 
-    /// LOCKT (RFC 8881 §18.11).
+    /// LOCKT (RFC 8881 §18.11). The owner's clientid is ignored: the
+    /// session names the client (§18.11.3), so "our own" lock is this
+    /// client's lock of the owner named.
     pub(crate) fn op_lockt(&mut self, d: &mut Decoder<'_>, _e: &mut Encoder<'_>) -> OpResult {
         let a = p::LOCKT4args::decode(d)?;
         let fh = self.cur_fh()?;
-        // Only callers with a session may test locks; the owner named in the
-        // arguments decides what counts as "our own" lock.
-        self.clientid()?;
+        let clientid = self.clientid()?;
         let r = self.prog.state().lockt(
-            a.owner.clientid,
+            clientid,
             &fh,
             a.owner.owner,
             lock_kind(&a.locktype),

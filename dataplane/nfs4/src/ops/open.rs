@@ -137,17 +137,21 @@ impl Compound<'_> {
     /// OPEN (RFC 8881 §18.16): CLAIM_NULL (with UNCHECKED4 / GUARDED4 /
     /// EXCLUSIVE4 / EXCLUSIVE4_1 creation), CLAIM_FH, CLAIM_PREVIOUS
     /// (reclaim during grace). No delegation is ever granted.
+    ///
+    /// The open-owner's clientid is ignored: the session names the client
+    /// (§18.16.3; other clients send 0 there). Whether this client may open
+    /// now (grace, RECLAIM_COMPLETE: §18.51.3) is settled before anything
+    /// is created or truncated.
     pub(crate) fn op_open(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
         let a = p::OPEN4args::decode(d)?;
         let clientid = self.clientid()?;
-        if a.owner.clientid != clientid {
-            return fail(p::NFS4ERR_STALE_CLIENTID);
-        }
         let share = a.share_access & SHARE_MASK;
         let deny = a.share_deny;
         if share == 0 || deny > SHARE_MASK {
             return fail(p::NFS4ERR_INVAL);
         }
+        let reclaim = matches!(a.claim, p::open_claim4::CLAIM_PREVIOUS(_));
+        self.prog.state().check_locking(clientid, reclaim, self.now_ms)?;
         let how = match &a.openhow {
             p::openflag4::OPEN4_CREATE(how) => Some(how),
             _ => None,

@@ -3,14 +3,14 @@
 
 use crate::compound::{Compound, Seq, Step};
 use crate::error::{fail, OpResult};
-use crate::state::ChannelAttrs;
+use crate::state::{ChannelAttrs, RPC_CALL_HEADER_BYTES_MIN, RPC_REPLY_HEADER_BYTES};
 use proto::nfs4 as p;
 use rpc::backchannel::CallCred;
 use proto::xdr::{Decoder, Encoder, Xdr};
 
-/// Smallest request/response size a client may negotiate: below it not even
-/// SEQUENCE + PUTFH + GETATTR fit (NFS4ERR_TOOSMALL, §18.36.3).
-pub const CHANNEL_BYTES_MIN: u32 = 512;
+/// Encoded size of CREATE_SESSION4resok (no RDMA attributes): checked
+/// before the session is made, so a reply that cannot be sent creates none.
+const CREATE_SESSION_RES_BYTES: usize = 16 + 4 + 4 + 2 * (6 * 4 + 4);
 
 /// Flags a client may set in eia_flags (§18.35.3); anything else, e.g. the
 /// server-only CONFIRMED_R, is NFS4ERR_INVAL.
@@ -66,6 +66,11 @@ fn callback_cred(parms: &[p::callback_sec_parms4<'_>]) -> Option<CallCred> {
 impl Compound<'_> {
     /// SEQUENCE (RFC 8881 §18.46): find the session, apply its limits to
     /// this COMPOUND, run the slot check (§2.10.6.1), renew the lease.
+    /// The negotiated sizes count the RPC header (§18.36.2), which `args`
+    /// and the COMPOUND reply do not hold: the request is charged the
+    /// smallest call header, the reply the reply header we send; the
+    /// COMPOUND loop then answers NFS4ERR_REP_TOO_BIG or
+    /// NFS4ERR_REP_TOO_BIG_TO_CACHE at the op that crosses them (§2.10.6.4).
     pub(crate) fn op_sequence(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult<Step> {
         let a = p::SEQUENCE4args::decode(d)?;
         let mut st = self.prog.state();
@@ -74,7 +79,7 @@ impl Compound<'_> {
         if self.numops > fore.ops_max {
             return fail(p::NFS4ERR_TOO_MANY_OPS);
         }
-        if self.request_bytes > fore.request_bytes_max as usize {
+        if self.request_bytes + RPC_CALL_HEADER_BYTES_MIN as usize > fore.request_bytes_max as usize {
             return fail(p::NFS4ERR_REQ_TOO_BIG);
         }
         let replay = st.sequence_begin(&a.sa_sessionid, a.sa_slotid, a.sa_sequenceid, self.conn_id, self.now_ms)?;
@@ -86,8 +91,8 @@ impl Compound<'_> {
             slot: a.sa_slotid,
             clientid,
             cachethis: a.sa_cachethis,
-            response_bytes_max: fore.response_bytes_max as usize,
-            response_cached_bytes_max: fore.response_cached_bytes_max as usize,
+            response_bytes_max: fore.response_bytes_max.saturating_sub(RPC_REPLY_HEADER_BYTES) as usize,
+            response_cached_bytes_max: fore.response_cached_bytes_max.saturating_sub(RPC_REPLY_HEADER_BYTES) as usize,
         });
         if replay {
             return Ok(Step::Replay);
@@ -105,8 +110,8 @@ impl Compound<'_> {
         Ok(Step::Done)
     }
 
-    /// EXCHANGE_ID (RFC 8881 §18.35): SP4_NONE only; we are a plain
-    /// (non-pNFS) server for now.
+    /// EXCHANGE_ID (RFC 8881 §18.35): SP4_NONE only; the client record
+    /// cases of §18.35.5 are `State::exchange_id`'s.
     pub(crate) fn op_exchange_id(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
         let a = p::EXCHANGE_ID4args::decode(d)?;
         if a.eia_flags & !EIA_FLAGS_ALLOWED != 0 {
@@ -120,6 +125,7 @@ impl Compound<'_> {
         let x = self.prog.state().exchange_id(
             a.eia_clientowner.co_ownerid,
             a.eia_clientowner.co_verifier,
+            self.uid,
             update,
             self.now_ms,
         )?;
@@ -147,20 +153,29 @@ impl Compound<'_> {
     /// negotiated down to our limits; with CONN_BACK_CHAN this connection
     /// also carries the back channel (`crate::callback`), unless the client
     /// offered only RPCSEC_GSS for it (then the flag is not granted).
+    /// NFS4ERR_CLID_INUSE (another principal than the EXCHANGE_ID's),
+    /// NFS4ERR_INVAL (undefined csa_flags) and NFS4ERR_TOOSMALL (channels
+    /// that cannot carry a request) come from `State::create_session`.
     pub(crate) fn op_create_session(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
         let a = p::CREATE_SESSION4args::decode(d)?;
         let fore = attrs_in(&a.csa_fore_chan_attrs);
         let back = attrs_in(&a.csa_back_chan_attrs);
-        if fore.request_bytes_max < CHANNEL_BYTES_MIN || fore.response_bytes_max < CHANNEL_BYTES_MIN {
-            return fail(p::NFS4ERR_TOOSMALL);
+        if e.remaining() < CREATE_SESSION_RES_BYTES {
+            return fail(p::NFS4ERR_RESOURCE);
         }
         let cred = callback_cred(&a.csa_sec_parms);
-        let mut flags = a.csa_flags & p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN;
-        if cred.is_none() {
-            flags = 0;
-        }
         let mut st = self.prog.state();
-        let cs = st.create_session(a.csa_clientid, a.csa_sequence, flags, fore, back, a.csa_cb_program, self.now_ms)?;
+        let cs = st.create_session(
+            a.csa_clientid,
+            a.csa_sequence,
+            self.uid,
+            a.csa_flags,
+            cred.is_some(),
+            fore,
+            back,
+            a.csa_cb_program,
+            self.now_ms,
+        )?;
         st.set_callback_sec(&cs.id, a.csa_cb_program, cred)?;
         st.bind_conn_dir(&cs.id, self.conn_id, cs.flags & p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0)?;
         drop(st);
