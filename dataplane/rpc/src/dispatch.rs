@@ -64,6 +64,13 @@ pub struct Limits {
     pub parked_per_conn_max: usize,
     pub parked_per_core_max: usize,
     pub parked_bytes_per_core_max: usize,
+    /// Large buffers per core, lent to connections while a record larger
+    /// than a connection's own receive buffer (16 KiB) arrives, or a reply
+    /// larger than its own reply buffer (8 KiB) is built: each receive
+    /// buffer holds `record_bytes_max` + 64 KiB, each reply buffer twice
+    /// `reply_bytes_max`. At the bound, connections wait for one.
+    pub recv_buffers_per_core: usize,
+    pub reply_buffers_per_core: usize,
     /// Duplicate-request cache bounds.
     pub drc_entries_max: usize,
     pub drc_bytes_max: usize,
@@ -79,6 +86,8 @@ impl Default for Limits {
             parked_per_conn_max: 64,
             parked_per_core_max: 1024,
             parked_bytes_per_core_max: 64 << 20,
+            recv_buffers_per_core: 32,
+            reply_buffers_per_core: 32,
             drc_entries_max: 8192,
             drc_bytes_max: 16 << 20,
         }
@@ -133,6 +142,7 @@ impl Dispatcher {
         assert!(limits.inflight_per_conn_max >= 1 && limits.conns_max >= 1);
         assert!(limits.parked_per_conn_max >= 1 && limits.parked_per_core_max >= limits.parked_per_conn_max);
         assert!(limits.parked_bytes_per_core_max >= limits.record_bytes_max);
+        assert!(limits.recv_buffers_per_core >= 1 && limits.reply_buffers_per_core >= 1);
         Dispatcher {
             programs: Vec::new(),
             reply_sink: None,

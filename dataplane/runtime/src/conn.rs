@@ -1,6 +1,7 @@
 //! One core's event loop: accepts, receives records, dispatches them, sends
 //! replies — all through one io_uring.
 
+use crate::buf::{MmapBuf, Pool};
 use crate::sys;
 use crate::Shared;
 use io_uring::{opcode, squeue, types, IoUring};
@@ -24,9 +25,15 @@ const KIND_WAKE: u64 = 5;
 
 /// How long a sleeping loop waits before rechecking the stop flag.
 const IDLE_WAKE: Duration = Duration::from_millis(100);
-/// Extra receive space beyond one maximal record, so several small records
-/// (pipelined calls) arrive in one receive.
+/// Extra receive space beyond one maximal record in a pool's receive
+/// buffer, so several small records (pipelined calls) arrive in one receive.
 const RECV_SLACK_BYTES: usize = 64 << 10;
+/// What every connection owns: a receive buffer for records up to this
+/// size (larger ones move to a pool buffer) and two reply buffers (a reply
+/// that does not fit moves its buffer to a pool buffer). Together 32 KiB,
+/// resident only as far as touched.
+pub(crate) const RECV_SMALL_BYTES: usize = 16 << 10;
+pub(crate) const REPLY_SMALL_BYTES: usize = 8 << 10;
 /// How long shutdown waits for in-flight operations to drain.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(2);
 /// Server-initiated records held per connection while its reply buffer is
@@ -49,13 +56,19 @@ struct Conn {
     fd: OwnedFd,
     info: ConnInfo,
     gen: u32,
-    rbuf: Box<[u8]>,
+    /// The receive buffer: the connection's own, or a pool buffer while a
+    /// large record needs one (then the own one waits in `rsmall`).
+    rbuf: MmapBuf,
+    rsmall: Option<MmapBuf>,
     /// Parse position and end of received data in `rbuf`.
     rpos: usize,
     rfill: usize,
     /// Two reply buffers: `fill` is being appended to; the other may be in
     /// flight to the socket.
-    wbuf: [Box<[u8]>; 2],
+    /// Each the connection's own or, while a large reply needs one, a pool
+    /// buffer (the own one then waits in `wsmall`).
+    wbuf: [MmapBuf; 2],
+    wsmall: [Option<MmapBuf>; 2],
     wlen: [usize; 2],
     /// Replies held in each buffer (calls in flight on this connection).
     wcount: [usize; 2],
@@ -233,6 +246,31 @@ impl ParkSlot for CoreParker<'_> {
     }
 }
 
+/// Move reply buffer `f` of `c` to a pool buffer, its bytes copied (the
+/// lent pieces' positions are offsets, unchanged). False: the pool is empty.
+fn move_to_pool(c: &mut Conn, f: usize, pool: &mut Pool) -> bool {
+    debug_assert!(c.wsmall[f].is_none() && f == c.fill);
+    let Some(mut big) = pool.take() else { return false };
+    let n = c.wlen[f];
+    big[..n].copy_from_slice(&c.wbuf[f][..n]);
+    c.wsmall[f] = Some(std::mem::replace(&mut c.wbuf[f], big));
+    true
+}
+
+/// Copy a reply of `n` bytes (plus `lent` bytes it lent) built in `scratch`
+/// to the end of the connection's buffer being filled, moving that buffer
+/// to a pool buffer first when it does not fit. Room was checked before
+/// the call ran (`Loop::reply_room`), so this cannot fail.
+fn place(c: &mut Conn, scratch: &[u8], n: usize, lent: usize, pool: &mut Pool) {
+    let f = c.fill;
+    if c.wbuf[f].len().saturating_sub(c.send_len(f)) < n + lent || c.wbuf[f].len() - c.wlen[f] < n {
+        assert!(c.wsmall[f].is_none(), "a pool reply buffer with room for a maximal reply was too small");
+        let moved = move_to_pool(c, f, pool);
+        assert!(moved, "reply room was checked before the call");
+    }
+    c.wbuf[f][c.wlen[f]..c.wlen[f] + n].copy_from_slice(&scratch[..n]);
+}
+
 pub(crate) struct Loop {
     core: usize,
     ring: IoUring,
@@ -256,6 +294,13 @@ pub(crate) struct Loop {
     deferred: bool,
     parks: RefCell<ParkTable>,
     parked_per_conn_max: usize,
+    /// Large receive and reply buffers, lent to connections while needed.
+    recv_pool: Pool,
+    reply_pool: Pool,
+    /// Where a reply is built when the connection's buffer may be too
+    /// small for it; then copied to the connection (moving it to a pool
+    /// buffer if it does not fit).
+    scratch: MmapBuf,
 }
 
 impl Loop {
@@ -282,6 +327,11 @@ impl Loop {
             deferred,
             parks: RefCell::new(ParkTable::new(limits.parked_per_core_max, limits.parked_bytes_per_core_max)),
             parked_per_conn_max: limits.parked_per_conn_max,
+            recv_pool: Pool::new(limits.recv_buffers_per_core, limits.record_bytes_max + 4 + RECV_SLACK_BYTES),
+            // Room for a maximal reply after whatever the connection's own
+            // buffer held when it moved.
+            reply_pool: Pool::new(limits.reply_buffers_per_core, (2 * limits.reply_bytes_max).max(REPLY_SMALL_BYTES + limits.reply_bytes_max)),
+            scratch: MmapBuf::new(limits.reply_bytes_max),
         }
     }
 
@@ -351,6 +401,7 @@ impl Loop {
             for &(ud, res) in &batch {
                 self.complete(ud, res);
             }
+            self.unstall();
         }
         self.shutdown(&mut batch);
     }
@@ -420,15 +471,16 @@ impl Loop {
         // The low bits name this core (see `CONN_CORE_BITS`).
         let n = self.shared.next_conn_id.fetch_add(1, Ordering::Relaxed);
         let conn_id = (n << crate::CONN_CORE_BITS) | self.core as u64;
-        let wcap = 2 * self.reply_bytes_max;
         self.conns[slot] = Some(Conn {
             fd,
             info: ConnInfo { conn_id, peer, core: self.core },
             gen: self.gens[slot],
-            rbuf: vec![0u8; self.record_bytes_max + 4 + RECV_SLACK_BYTES].into_boxed_slice(),
+            rbuf: MmapBuf::new(RECV_SMALL_BYTES),
+            rsmall: None,
             rpos: 0,
             rfill: 0,
-            wbuf: [vec![0u8; wcap].into_boxed_slice(), vec![0u8; wcap].into_boxed_slice()],
+            wbuf: [MmapBuf::new(REPLY_SMALL_BYTES), MmapBuf::new(REPLY_SMALL_BYTES)],
+            wsmall: [None, None],
             wlen: [0; 2],
             wcount: [0; 2],
             fill: 0,
@@ -489,6 +541,11 @@ impl Loop {
         c.wcount[s] = 0;
         c.lent_bytes[s] = 0;
         c.sending = false;
+        let c = self.conns[slot].as_mut().expect("checked above");
+        if let Some(small) = c.wsmall[s].take() {
+            // Sent: the pool buffer goes back, the connection's own returns.
+            self.reply_pool.give(std::mem::replace(&mut c.wbuf[s], small));
+        }
         if c.send_len(c.fill) == 0 {
             // Nothing was queued meanwhile: keep filling the buffer just
             // sent, still in cache, instead of alternating between two
@@ -508,8 +565,28 @@ impl Loop {
 
     /// Can this connection take another call right now?
     fn has_room(&self, c: &Conn) -> bool {
-        c.inflight() < self.inflight_per_conn_max
-            && c.wbuf[c.fill].len().saturating_sub(c.send_len(c.fill)) >= self.reply_bytes_max
+        c.inflight() < self.inflight_per_conn_max && self.reply_room(c)
+    }
+
+    /// Is there room for the connection's next reply, whatever its size: in
+    /// its buffer being filled, or in a pool buffer it may move to?
+    fn reply_room(&self, c: &Conn) -> bool {
+        self.reply_direct(c) || (c.wsmall[c.fill].is_none() && self.reply_pool.available())
+    }
+
+    /// Can a maximal reply be written straight into the buffer being filled?
+    fn reply_direct(&self, c: &Conn) -> bool {
+        c.wbuf[c.fill].len().saturating_sub(c.send_len(c.fill)) >= self.reply_bytes_max
+    }
+
+    /// The connection cannot reply for want of a pool buffer: note it, so
+    /// that it is read again when one comes back.
+    fn note_reply_wait(&mut self, slot: usize) {
+        if let Some(c) = &self.conns[slot] {
+            if !self.reply_direct(c) && c.wsmall[c.fill].is_none() && !self.reply_pool.available() {
+                self.reply_pool.waited = true;
+            }
+        }
     }
 
     /// Reply to the connection's completed parked calls while there is
@@ -524,8 +601,10 @@ impl Loop {
                 _ => return,
             };
             if !room {
+                self.note_reply_wait(slot);
                 break;
             }
+            let direct = self.reply_direct(self.conns[slot].as_ref().unwrap());
             let c = self.conns[slot].as_mut().unwrap();
             match record::next_record(&mut c.rbuf, c.rpos, c.rfill, record_max) {
                 Next::Record { start, end, consumed } => {
@@ -538,7 +617,7 @@ impl Loop {
                         break;
                     }
                     let f = c.fill;
-                    let out = &mut c.wbuf[f][c.wlen[f]..];
+                    let out = if direct { &mut c.wbuf[f][c.wlen[f]..] } else { &mut self.scratch[..] };
                     let parker = CoreParker {
                         table: &self.parks,
                         mail: &self.shared.mail,
@@ -553,7 +632,12 @@ impl Loop {
                             c.parked += 1;
                         }
                         Outcome::Reply(n) => {
-                            if let Some(mut l) = self.lender.take() {
+                            let lent = self.lender.take();
+                            if !direct {
+                                let lent_bytes = lent.as_ref().map_or(0, |l| l.len);
+                                place(c, &self.scratch, n, lent_bytes, &mut self.reply_pool);
+                            }
+                            if let Some(mut l) = lent {
                                 l.pos += c.wlen[f];
                                 c.lent_bytes[f] += l.len;
                                 c.lent[f].push(l);
@@ -570,14 +654,25 @@ impl Loop {
                     c.rpos = consumed;
                 }
                 Next::Incomplete { need } => {
-                    if c.rpos == 0 && c.rfill == c.rbuf.len() && !c.recv_inflight {
+                    // Never move bytes while a receive may be landing in
+                    // the tail: it completes into the old offsets.
+                    if !c.recv_inflight && need > c.rbuf.len() && c.rsmall.is_none() {
+                        // A record larger than the connection's own buffer:
+                        // move to a pool buffer, or wait for one.
+                        let Some(mut big) = self.recv_pool.take() else { break };
+                        let len = c.rfill - c.rpos;
+                        big[..len].copy_from_slice(&c.rbuf[c.rpos..c.rfill]);
+                        c.rsmall = Some(std::mem::replace(&mut c.rbuf, big));
+                        c.rpos = 0;
+                        c.rfill = len;
+                        break;
+                    }
+                    if c.rpos == 0 && c.rfill == c.rbuf.len() && !c.recv_inflight && need <= c.rbuf.len() {
                         // Full buffer and still no record: fragment headers
                         // are eating the space. Not a client we can serve.
                         self.close(slot, true);
                         return;
                     }
-                    // Never move bytes while a receive may be landing in
-                    // the tail: it completes into the old offsets.
                     if !c.recv_inflight && c.rpos > 0 && c.rpos + need > c.rbuf.len() {
                         c.rbuf.copy_within(c.rpos..c.rfill, 0);
                         c.rfill -= c.rpos;
@@ -595,6 +690,10 @@ impl Loop {
         if c.rpos == c.rfill && !c.recv_inflight {
             c.rpos = 0;
             c.rfill = 0;
+            if let Some(small) = c.rsmall.take() {
+                // Drained: the pool buffer goes back.
+                self.recv_pool.give(std::mem::replace(&mut c.rbuf, small));
+            }
         }
     }
 
@@ -602,19 +701,28 @@ impl Loop {
     /// room for a maximal reply (out of order: the xid names the call).
     fn resume_ready(&mut self, slot: usize) {
         loop {
-            let Some(c) = self.conns[slot].as_mut() else { return };
-            if c.closing || c.ready.is_empty() || c.wbuf[c.fill].len().saturating_sub(c.send_len(c.fill)) < self.reply_bytes_max {
+            let Some(c) = self.conns[slot].as_ref() else { return };
+            if c.closing || c.ready.is_empty() {
                 return;
             }
+            if !self.reply_room(c) {
+                self.note_reply_wait(slot);
+                return;
+            }
+            let direct = self.reply_direct(c);
+            let c = self.conns[slot].as_mut().expect("checked above");
             let i = c.ready.pop_front().expect("checked non-empty");
             let p = self.parks.borrow_mut().remove(i);
             c.parked -= 1;
             let payload = p.payload.expect("ready calls have completed");
             let f = c.fill;
-            let out = &mut c.wbuf[f][c.wlen[f]..];
+            let out = if direct { &mut c.wbuf[f][c.wlen[f]..] } else { &mut self.scratch[..] };
             let o = self.shared.dispatcher.resume(&c.info, &p.record, &p.state, payload.as_deref(), out, p.started);
             match o {
                 Outcome::Reply(n) => {
+                    if !direct {
+                        place(c, &self.scratch, n, 0, &mut self.reply_pool);
+                    }
                     c.wlen[f] += n;
                     c.wcount[f] += 1;
                 }
@@ -677,8 +785,8 @@ impl Loop {
         }
     }
 
-    /// After parked calls left a table that had stalled connections, read
-    /// them again.
+    /// After parked calls left a table that had stalled connections, or
+    /// pool buffers came back that connections waited for, read them again.
     fn unstall(&mut self) {
         let stalled = {
             let mut t = self.parks.borrow_mut();
@@ -688,7 +796,13 @@ impl Loop {
             }
             go
         };
-        if stalled {
+        let pools = (self.recv_pool.waited && self.recv_pool.available())
+            || (self.reply_pool.waited && self.reply_pool.available());
+        if pools {
+            self.recv_pool.waited = false;
+            self.reply_pool.waited = false;
+        }
+        if stalled || pools {
             for slot in 0..self.conns.len() {
                 if self.conns[slot].is_some() {
                     self.process(slot);
@@ -705,7 +819,15 @@ impl Loop {
         self.maybe_recv(slot);
         let done = matches!(&self.conns[slot], Some(c) if c.closing && !c.recv_inflight && !c.sending);
         if done {
-            let c = self.conns[slot].take().expect("checked above");
+            let mut c = self.conns[slot].take().expect("checked above");
+            if let Some(small) = c.rsmall.take() {
+                self.recv_pool.give(std::mem::replace(&mut c.rbuf, small));
+            }
+            for s in 0..2 {
+                if let Some(small) = c.wsmall[s].take() {
+                    self.reply_pool.give(std::mem::replace(&mut c.wbuf[s], small));
+                }
+            }
             for &i in &c.ready {
                 self.parks.borrow_mut().remove(i);
             }
@@ -723,7 +845,13 @@ impl Loop {
         while let Some(r) = c.out.front() {
             let f = c.fill;
             if c.wbuf[f].len() - c.wlen[f] < r.len() {
-                break;
+                // A record larger than the connection's own buffer moves it
+                // to a pool buffer; otherwise it waits for the next send.
+                let fits_big = c.wlen[f] + r.len() <= self.reply_pool.buf_bytes();
+                if c.wsmall[f].is_some() || !fits_big || !move_to_pool(c, f, &mut self.reply_pool) {
+                    break;
+                }
+                continue;
             }
             let r = c.out.pop_front().expect("front exists");
             c.wbuf[f][c.wlen[f]..c.wlen[f] + r.len()].copy_from_slice(&r);

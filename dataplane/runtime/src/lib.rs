@@ -21,6 +21,7 @@
 //! reply buffer between replies. REPLY records coming back are routed by the
 //! dispatcher to its reply sink; every connection close is reported to it.
 
+mod buf;
 mod conn;
 mod sys;
 
