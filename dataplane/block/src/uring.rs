@@ -403,3 +403,22 @@ impl Drop for UringQueue {
         }
     }
 }
+
+/// Whether files in `dir` take O_DIRECT I/O (false on file systems without
+/// it, like tmpfs before Linux 6.6). Tests of this and later crates pick
+/// their device files' directory, or buffered mode, with it; it creates and
+/// removes one small probe file.
+pub fn probe_direct_io(dir: &Path) -> std::io::Result<bool> {
+    // Unique per call: tests probe from many threads at once.
+    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!(".block-direct-probe-{}-{n}", std::process::id()));
+    std::fs::write(&path, vec![0u8; BLOCK_BYTES])?;
+    let r = open_fd(&path, false, IoMode::Direct).and_then(|fd| probe_direct(&fd));
+    let _ = std::fs::remove_file(&path);
+    match r {
+        Ok(()) => Ok(true),
+        Err(libc::EINVAL) => Ok(false),
+        Err(e) => Err(std::io::Error::from_raw_os_error(e)),
+    }
+}
