@@ -32,12 +32,15 @@ use std::collections::BTreeMap;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 
+/// A write's contents per 4 KiB block (`None`: a zero block).
+pub type BlockData = Vec<Option<Arc<[u8]>>>;
+
 /// One recorded write: where, what (per block; `None` is a zero block),
 /// and when it was submitted and completed (logical time).
 #[derive(Debug, Clone)]
 pub struct WriteRecord {
     pub lba: u64,
-    pub data: Vec<Option<Arc<[u8]>>>,
+    pub data: BlockData,
     pub submitted: u64,
     pub completed: Option<u64>,
     pub ok: bool,
@@ -116,7 +119,7 @@ struct RecordingQueue {
     scratch: Vec<Completion>,
 }
 
-fn block_data(op: &Op) -> Option<(u64, Vec<Option<Arc<[u8]>>>)> {
+fn block_data(op: &Op) -> Option<(u64, BlockData)> {
     match op {
         Op::Write { lba, blocks, buf } => {
             let d = buf[..*blocks as usize * BLOCK_BYTES].chunks(BLOCK_BYTES).map(|b| Some(Arc::from(b))).collect();
