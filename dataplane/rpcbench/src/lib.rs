@@ -13,6 +13,7 @@
 //! server's CPU-seconds to give calls per server CPU-second.
 
 pub mod nfs;
+pub mod storm;
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -11,6 +11,7 @@ usage: rpcbench null    --addr IP:PORT [--prog N] [--vers N] [--calls N] [--warm
        rpcbench echo    --addr IP:PORT [--calls N] [--warmup N] [--json]
        rpcbench echo-server --addr IP:PORT
        rpcbench read    --addr IP:PORT --mount-port N --export PATH --file NAME [--count N] [--calls N] [--warmup N] [--json]
+       rpcbench storm   --addr IP:PORT [--conns N] [--depth N] [--seconds N] [--prog N] [--vers N] [--json]
        rpcbench compare --addr IP:PORT [--prog N] [--vers N] [--calls N] [--rounds N] [--json]
                         [--mount-port N --export PATH --file NAME [--count N]]
 
@@ -42,11 +43,15 @@ struct Args {
     export: Option<String>,
     file: Option<String>,
     count: u32,
+    /// storm: connections, calls in flight on each, how long.
+    conns: usize,
+    depth: usize,
+    seconds: u64,
 }
 
 fn parse(argv: &[String]) -> Result<Args, String> {
     let cmd = argv.first().ok_or("missing command")?.clone();
-    let mut a = Args { cmd, addr: None, prog: NFS_PROGRAM, vers: NFS_V3, calls: 20_000, warmup: 1000, rounds: 4, json: false, mount_port: None, export: None, file: None, count: 4096 };
+    let mut a = Args { conns: 1000, depth: 4, seconds: 3, cmd, addr: None, prog: NFS_PROGRAM, vers: NFS_V3, calls: 20_000, warmup: 1000, rounds: 4, json: false, mount_port: None, export: None, file: None, count: 4096 };
     let mut i = 1;
     while i < argv.len() {
         let flag = argv[i].as_str();
@@ -73,6 +78,9 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "--mount-port" => a.mount_port = Some(num(u16::MAX as u64)? as u16),
             "--export" => a.export = Some(val.clone()),
             "--file" => a.file = Some(val.clone()),
+            "--conns" => a.conns = num(rpcbench::storm::STORM_CONNS_MAX as u64)? as usize,
+            "--depth" => a.depth = num(rpcbench::storm::STORM_DEPTH_MAX as u64)? as usize,
+            "--seconds" => a.seconds = num(3600)?,
             "--count" => a.count = num(rpcbench::nfs::READ_COUNT_MAX as u64)? as u32,
             _ => return Err(format!("unknown argument {flag:?}")),
         }
@@ -170,6 +178,25 @@ fn run(a: Args) -> std::io::Result<()> {
         "read" => {
             let mut c = read_client(&a, addr)?;
             print("read", &measure(&mut c, a.warmup, a.calls, 1)?, a.json);
+        }
+        "storm" => {
+            let cfg = rpcbench::storm::StormConfig {
+                addr,
+                conns: a.conns,
+                depth: a.depth,
+                duration: Duration::from_secs(a.seconds),
+                prog: a.prog,
+                vers: a.vers,
+            };
+            let r = rpcbench::storm::storm(&cfg)?;
+            if a.json {
+                println!("{}", r.to_json());
+            } else {
+                println!(
+                    "storm  {} connections served, {} refused, {} calls; good client {} calls: p50 {:.0} us, p99 {:.0} us, max {:.0} us",
+                    r.served, r.refused, r.calls, r.good_calls, r.good_us_p50, r.good_us_p99, r.good_us_max
+                );
+            }
         }
         "echo-server" => {
             let s = EchoServer::start(addr)?;
