@@ -15,10 +15,10 @@ use vfs::{access, Attr, CreateMode, FileHandle, FileType, NodeKind, SetAttr, Vfs
 /// share_access carries delegation wants (§18.16.3), which we never grant.
 const SHARE_MASK: u32 = 3;
 /// OPEN4_RESULT_LOCKTYPE_POSIX: our byte-range locks are POSIX-style.
-const RESULT_LOCKTYPE_POSIX: u32 = p::OPEN4_RESULT_LOCKTYPE_POSIX as u32;
+const RESULT_LOCKTYPE_POSIX: u32 = p::OPEN4_RESULT_LOCKTYPE_POSIX;
 /// OPEN4_RESULT_PRESERVE_UNLINKED: the file stays usable through its
 /// stateid after REMOVE or RENAME takes its last name (the backend pinned it).
-const RESULT_PRESERVE_UNLINKED: u32 = p::OPEN4_RESULT_PRESERVE_UNLINKED as u32;
+const RESULT_PRESERVE_UNLINKED: u32 = p::OPEN4_RESULT_PRESERVE_UNLINKED;
 /// Mode of a file created without a mode attribute.
 const CREATE_MODE_DEFAULT: u32 = 0o644;
 
