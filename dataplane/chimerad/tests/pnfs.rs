@@ -364,8 +364,9 @@ fn membership_add_and_drain() {
 /// Proves I/O through the MDS (a client without a layout): WRITE through
 /// the MDS lands in the data file on the DS (read back as root), READ
 /// returns it; with a single copy whose DS is down the READ is a clear
-/// NFS4ERR_IO (never zeros); REMOVE removes the data file from the DS
-/// (asynchronously; polled with a deadline); truncation resizes it.
+/// NFS4ERR_IO (never zeros); REMOVE of the open file keeps its data file
+/// (the open still reads it through the MDS) and the CLOSE removes it from
+/// the DS (asynchronously; polled with a deadline); truncation resizes it.
 #[test]
 fn mds_through_io_and_single_copy_failure() {
     let mut c = cluster(3, 3, json!({ "stripe_width": 1 }));
@@ -394,6 +395,11 @@ fn mds_through_io_and_single_copy_failure() {
     r.ok(p::OP_PUTROOTFH);
     r.ok(p::OP_LOOKUP);
     r.ok(p::OP_REMOVE);
+    // Still open: the data file stays and the open reads it.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(ds_client(addr, 0, 0).getattr(&dfh).expect("data file kept while open").size, 10);
+    assert_eq!(v.read(&fh, &open, 0, 100).unwrap(), data[..10]);
+    assert_eq!(v.close(&fh, &open), 0, "CLOSE after REMOVE is OK");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match ds_client(addr, 0, 0).getattr(&dfh) {
@@ -571,8 +577,8 @@ fn pnfs_config_keys_are_checked() {
 
 /// Proves deleting a volume through the admin API also removes the data
 /// files of the pNFS files inside it from the DSes (no REMOVE names them:
-/// the whole tree goes at once), while a file outside the volume keeps its
-/// data file.
+/// the whole tree goes at once) once they are closed, while a file outside
+/// the volume keeps its data file.
 #[test]
 fn volume_delete_removes_its_data_files() {
     let c = cluster(3, 3, json!({ "stripe_width": 1 }));
@@ -582,11 +588,13 @@ fn volume_delete_removes_its_data_files() {
     let mut v = V4::connect(mds_addr(&c), b"voldel");
     let data = pattern(7, 0, 20_000);
     let mut inside = Vec::new();
+    let mut opens = Vec::new();
     for name in ["a", "b", "c"] {
         let (open, fh) = v.open(&["m", "volumes", &id], name, SHARE_BOTH);
         assert_eq!(v.write(&fh, &open, 0, &data), Ok(20_000));
         let vfh = vfs::FileHandle::from_bytes(&fh).unwrap();
         inside.push(c.pnfs().placement_of(&vfh).expect("placed")[0].clone());
+        opens.push((open, fh));
     }
     let (open, keep) = v.open(&["m"], "outside", SHARE_BOTH);
     assert_eq!(v.write(&keep, &open, 0, &data), Ok(20_000));
@@ -594,6 +602,12 @@ fn volume_delete_removes_its_data_files() {
 
     let (code, body) = admin(&c, "DELETE", &format!("/api/v1/volumes/{id}"), None);
     assert!(code == 200 || code == 204, "delete volume: {code} {body}");
+    // Still open: the files live on, nameless, with their data files.
+    let (open, fh) = &opens[0];
+    assert_eq!(v.read(fh, open, 0, 20_000).unwrap(), data);
+    for (open, fh) in &opens {
+        assert_eq!(v.close(fh, open), 0);
+    }
     let deadline = Instant::now() + Duration::from_secs(10);
     for (ds_name, dfh) in &inside {
         let idx: usize = ds_name.trim_start_matches("ds").parse().unwrap();

@@ -317,6 +317,91 @@ fn encode_one(a: u32, s: &Source<'_>, e: &mut Encoder<'_>) -> XdrResult<()> {
     }
 }
 
+/// Attributes VERIFY and NVERIFY may not name (RFC 8881 §18.15.3,
+/// §18.31.3): rdattr_error and the write-only ones (NFS4ERR_INVAL).
+pub const NOT_COMPARABLE: Bitmap = Bitmap::of(&[RDATTR_ERROR, TIME_ACCESS_SET, TIME_MODIFY_SET]);
+
+/// The boolean attributes (XDR bool: 0 or 1, anything else is BADXDR).
+const BOOLS: Bitmap = Bitmap::of(&[
+    LINK_SUPPORT, SYMLINK_SUPPORT, NAMED_ATTR, UNIQUE_HANDLES, CANSETTIME, CASE_INSENSITIVE,
+    CASE_PRESERVING, CHOWN_RESTRICTED, HOMOGENEOUS, NO_TRUNC,
+]);
+
+/// Longest filehandle (NFS4_FHSIZE) and owner string accepted in a fattr4.
+const FHSIZE: u32 = 128;
+const OWNER_BYTES_MAX: u32 = 1024;
+/// Layout types accepted in a client's fs_layout_types.
+const LAYOUT_TYPES_MAX: u32 = 16;
+
+/// VERIFY / NVERIFY (RFC 8881 §18.31, §18.15): does the client's fattr4
+/// (`words` its attrmask, `vals` its attr_vals) equal the object's
+/// attributes, every one it names? Unsupported attributes (bits beyond ours
+/// included) are `NotSupported` (ATTRNOTSUPP), rdattr_error and write-only
+/// ones `Inval`, values that do not decode per the mask (short, trailing
+/// bytes, a bool neither 0 nor 1, an over-long opaque) `BadXdr`. Values are
+/// compared as values, not bytes: a bitmap with trailing zero words equals
+/// one without. `src.fsstat` must be present when the mask names a space
+/// or file-count attribute (`needs_fsstat`).
+pub fn same(words: &[u32], vals: &[u8], src: &Source<'_>) -> Result<bool, SetError> {
+    if Bitmap::has_bits_beyond(words) {
+        return Err(SetError::NotSupported);
+    }
+    let mask = Bitmap::from_words(words);
+    if !mask.minus(&SUPPORTED).is_empty() {
+        return Err(SetError::NotSupported);
+    }
+    if !mask.and(&NOT_COMPARABLE).is_empty() {
+        return Err(SetError::Inval);
+    }
+    debug_assert!(!needs_fsstat(&mask) || src.fsstat.is_some(), "caller fetches fsstat");
+    let mut theirs = Decoder::new(vals);
+    let mut equal = true;
+    // Ours, one value at a time: the largest is a filehandle (4 + 24 bytes).
+    let mut buf = [0u8; 64];
+    for a in mask.iter() {
+        let mut e = Encoder::new(&mut buf);
+        encode_one(a, src, &mut e).expect("one attribute value fits 64 bytes");
+        let n = e.position();
+        equal &= value_eq(a, &buf[..n], &mut theirs)?;
+    }
+    if theirs.remaining() != 0 {
+        return Err(SetError::BadXdr);
+    }
+    Ok(equal)
+}
+
+/// Decode the client's value of attribute `a` and compare it with ours
+/// (`mine`, as `encode_one` wrote it).
+fn value_eq(a: u32, mine: &[u8], theirs: &mut Decoder<'_>) -> Result<bool, SetError> {
+    let mut ours = Decoder::new(mine);
+    Ok(match a {
+        SUPPORTED_ATTRS | SUPPATTR_EXCLCREAT => {
+            let (t, beyond) = Bitmap::decode(theirs)?;
+            let (o, _) = Bitmap::decode(&mut ours)?;
+            !beyond && t == o
+        }
+        _ if BOOLS.contains(a) => theirs.bool()? == ours.bool()?,
+        FILEHANDLE => theirs.opaque_var(FHSIZE)? == ours.opaque_var(FHSIZE)?,
+        OWNER | OWNER_GROUP => theirs.opaque_var(OWNER_BYTES_MAX)? == ours.opaque_var(OWNER_BYTES_MAX)?,
+        FS_LAYOUT_TYPES => {
+            let n = theirs.array_len(LAYOUT_TYPES_MAX, 4)?;
+            let m = ours.u32()? as usize;
+            let mut eq = n == m;
+            for i in 0..n {
+                let t = theirs.u32()?;
+                eq &= i < m && t == ours.u32()?;
+            }
+            eq
+        }
+        // Every other value has a fixed size: ours tells it.
+        _ => {
+            let t = theirs.rest().get(..mine.len()).ok_or(SetError::BadXdr)?;
+            theirs.skip(mine.len())?;
+            t == mine
+        }
+    })
+}
+
 /// Why a client's fattr4 could not be applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SetError {

@@ -224,6 +224,8 @@ impl<'p> Compound<'p> {
             p::OP_SECINFO => self.op_secinfo(d, e),
             p::OP_SETATTR => self.op_setattr(d, e),
             p::OP_WRITE => self.op_write(d, e),
+            p::OP_VERIFY => self.op_verify(d, e),
+            p::OP_NVERIFY => self.op_nverify(d, e),
             p::OP_BACKCHANNEL_CTL => self.op_backchannel_ctl(d, e),
             p::OP_BIND_CONN_TO_SESSION => self.op_bind_conn_to_session(d, e),
             p::OP_EXCHANGE_ID => self.op_exchange_id(d, e),
@@ -241,8 +243,8 @@ impl<'p> Compound<'p> {
             p::OP_LAYOUTCOMMIT => self.op_layoutcommit(d, e),
             p::OP_LAYOUTERROR => self.op_layouterror(d, e),
             p::OP_LAYOUTSTATS => self.op_layoutstats(d, e),
-            // Everything else of minor version 1 (delegations, pNFS, NVERIFY,
-            // OPENATTR, the v4.0-only ops ...) is not supported (§15.2).
+            // Everything else of minor version 1 (delegations, OPENATTR,
+            // WANT_DELEGATION, the v4.0-only ops ...) is not supported (§15.2).
             _ => fail(p::NFS4ERR_NOTSUPP),
         }
     }

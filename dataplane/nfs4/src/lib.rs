@@ -17,6 +17,7 @@ pub mod state;
 mod tests;
 
 use rpc::{CallContext, CallError, Program};
+use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use vfs::{ExportId, Vfs};
@@ -171,6 +172,7 @@ impl Nfs4Program {
         let mut p = Self::new_without_reaper(vfs, cfg);
         let (stop, rx) = std::sync::mpsc::channel::<()>();
         let st = Arc::downgrade(&p.state);
+        let vfs = p.vfs.clone();
         let clock = p.clock;
         let thread = std::thread::Builder::new()
             .name("nfs4-lease-reaper".into())
@@ -180,7 +182,7 @@ impl Nfs4Program {
                 {
                     let Some(st) = st.upgrade() else { return };
                     let now = clock.elapsed().as_millis() as u64;
-                    st.lock().unwrap_or_else(|e| e.into_inner()).reap(now);
+                    StateGuard::lock(&st, &*vfs).reap(now);
                 }
             })
             .expect("spawn lease reaper");
@@ -228,10 +230,8 @@ impl Nfs4Program {
         self.skew_ms.fetch_add(ms, std::sync::atomic::Ordering::Relaxed);
     }
 
-    fn state(&self) -> MutexGuard<'_, state::State> {
-        // A panic while holding the lock leaves state consistent per call
-        // (each method is all-or-nothing on its tables): keep serving.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn state(&self) -> StateGuard<'_> {
+        StateGuard::lock(&self.state, &*self.vfs)
     }
 
     /// Expire leases now (what the reaper does every second).
@@ -247,6 +247,53 @@ impl Nfs4Program {
     /// The back channel: CB_LAYOUTRECALL and friends (see `callback`).
     pub fn callbacks(&self) -> Arc<callback::Callbacks> {
         self.callbacks.clone()
+    }
+}
+
+/// The state lock, held. Dropping it releases the backend's open
+/// references (`Vfs::unpin`) of every file whose last open went while it
+/// was held — by CLOSE, lease expiry, a replaced client record, whatever
+/// path — so no such reference is leaked. The unpins run after the lock
+/// is released: an OPEN pins under the lock, and pins are counted, so a
+/// late unpin can only keep a nameless file a moment longer, never free
+/// one that is open.
+pub(crate) struct StateGuard<'a> {
+    st: Option<MutexGuard<'a, state::State>>,
+    vfs: &'a dyn Vfs,
+}
+
+impl<'a> StateGuard<'a> {
+    fn lock(st: &'a Mutex<state::State>, vfs: &'a dyn Vfs) -> StateGuard<'a> {
+        // A panic while holding the lock leaves state consistent per call
+        // (each method is all-or-nothing on its tables): keep serving.
+        StateGuard { st: Some(st.lock().unwrap_or_else(|e| e.into_inner())), vfs }
+    }
+}
+
+impl Deref for StateGuard<'_> {
+    type Target = state::State;
+    fn deref(&self) -> &state::State {
+        self.st.as_ref().expect("held until drop")
+    }
+}
+
+impl DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut state::State {
+        self.st.as_mut().expect("held until drop")
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        let Some(mut st) = self.st.take() else { return };
+        if !st.unpins_pending() {
+            return;
+        }
+        let unpins = st.take_unpins();
+        drop(st);
+        for fh in &unpins {
+            self.vfs.unpin(fh);
+        }
     }
 }
 

@@ -339,6 +339,9 @@ struct LockRange {
 struct FileState {
     opens: Vec<u64>,
     locks: Vec<LockRange>,
+    /// The backend holds an open reference (`vfs::Vfs::pin`) for this
+    /// file's opens: released when the record goes (`take_unpins`).
+    pinned: bool,
 }
 
 /// A validated stateid: which state it names and what the file was opened for.
@@ -366,6 +369,9 @@ pub struct State {
     reply_cache_bytes: u64,
     expired: HashSet<u64>,
     expired_order: VecDeque<u64>,
+    /// Files whose last open went (CLOSE, lease expiry, client replaced)
+    /// while pinned: the caller unpins them in the backend (`take_unpins`).
+    unpins: Vec<FileHandle>,
 }
 
 fn range_last(offset: u64, length: u64) -> StateResult<u64> {
@@ -408,6 +414,7 @@ impl State {
             reply_cache_bytes: 0,
             expired: HashSet::new(),
             expired_order: VecDeque::new(),
+            unpins: Vec::new(),
         }
     }
 
@@ -1075,9 +1082,41 @@ impl State {
             f.locks.retain(|l| l.state != key);
             self.locks_total -= before - f.locks.len();
             if f.opens.is_empty() && f.locks.is_empty() {
+                if f.pinned {
+                    self.unpins.push(rec.fh);
+                }
                 self.files.remove(&rec.fh);
             }
         }
+    }
+
+    // ---- open references in the backend (OPEN4_RESULT_PRESERVE_UNLINKED) ----
+
+    /// Does the backend hold an open reference for `fh`'s opens?
+    pub fn is_pinned(&self, fh: &FileHandle) -> bool {
+        self.files.get(fh).is_some_and(|f| f.pinned)
+    }
+
+    /// Record that the caller pinned `fh` in the backend for its opens
+    /// (after a successful `open`, under the same lock). Its last open
+    /// going away, by whatever path, queues it for `take_unpins`.
+    pub fn set_pinned(&mut self, fh: &FileHandle) {
+        let f = self.files.get_mut(fh).expect("set_pinned after a successful open");
+        debug_assert!(!f.pinned && !f.opens.is_empty());
+        f.pinned = true;
+    }
+
+    /// Whether files await their unpin (cheap; no allocation).
+    pub fn unpins_pending(&self) -> bool {
+        !self.unpins.is_empty()
+    }
+
+    /// Files whose last open went since the last call: each was pinned
+    /// once and must be unpinned once in the backend. Every path that drops
+    /// opens (CLOSE, the reaper, a replaced or collided client record)
+    /// funnels through `drop_state`, which queues here.
+    pub fn take_unpins(&mut self) -> Vec<FileHandle> {
+        std::mem::take(&mut self.unpins)
     }
 
     /// Validate a stateid used for I/O on `fh` (READ, WRITE, SETATTR size).
@@ -1429,6 +1468,7 @@ impl State {
         assert!(self.reply_cache_bytes <= self.limits.reply_cache_bytes_max);
         for (fh, f) in &self.files {
             assert!(!f.opens.is_empty() || !f.locks.is_empty(), "empty file entries are dropped");
+            assert!(!f.pinned || !f.opens.is_empty(), "a pinned file has opens");
             for k in &f.opens {
                 let rec = self.states.get(k).expect("open in file table exists");
                 assert!(matches!(rec.kind, Kind::Open { .. }) && rec.fh == *fh);

@@ -255,6 +255,12 @@ fn fattr_mode(mode: u32) -> (Vec<u32>, [u8; 4]) {
 
 /// OPEN (create unchecked) `name` under the root: returns stateid and handle.
 fn open_create(s: &Server, c: &mut Client, owner: &[u8], name: &[u8], access: u32) -> (p::stateid4, Vec<u8>) {
+    let (sid, fh, _) = open_create_rflags(s, c, owner, name, access);
+    (sid, fh)
+}
+
+/// `open_create`, with the OPEN's rflags.
+fn open_create_rflags(s: &Server, c: &mut Client, owner: &[u8], name: &[u8], access: u32) -> (p::stateid4, Vec<u8>, u32) {
     let (mask, vals) = fattr_mode(0o644);
     let args = p::OPEN4args {
         seqid: 0,
@@ -272,10 +278,10 @@ fn open_create(s: &Server, c: &mut Client, owner: &[u8], name: &[u8], access: u3
     r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
     r.ok0(p::OP_PUTROOTFH);
     let o: p::OPEN4resok = r.ok(p::OP_OPEN);
-    let sid = o.stateid.clone();
+    let (sid, rflags) = (o.stateid.clone(), o.rflags);
     assert!(matches!(o.delegation, p::open_delegation4::OPEN_DELEGATE_NONE));
     let fh: p::GETFH4resok = r.ok(p::OP_GETFH);
-    (sid, fh.object.to_vec())
+    (sid, fh.object.to_vec(), rflags)
 }
 
 fn putfh(fh: &[u8]) -> p::PUTFH4args<'_> {
@@ -1901,4 +1907,405 @@ fn hostile_client_records_keep_invariants() {
         assert!(s.prog.state().client_count() <= 6);
     }
     assert!(!ids.is_empty() && s.prog.state().session_count() <= 6 * 2);
+}
+
+// ---- item 2 of issue 17: open files outlive their names ----
+
+/// One operation on `fh` in its own COMPOUND: SEQUENCE, PUTFH, `op`.
+/// Returns the op's status and the reply positioned at its body.
+fn on_fh<'a, T: Xdr<'a>>(s: &Server, c: &mut Client, fh: &[u8], opnum: i32, args: &T) -> (i32, Reply) {
+    let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(fh)).op(opnum, args));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    let st = r.next(p::OP_PUTFH);
+    if st != p::NFS4_OK {
+        return (st, r);
+    }
+    let st = r.next(opnum);
+    (st, r)
+}
+
+fn read_via(s: &Server, c: &mut Client, fh: &[u8], sid: &p::stateid4, count: u32) -> Result<Vec<u8>, i32> {
+    let rd = p::READ4args { stateid: sid.clone(), offset: 0, count };
+    match on_fh(s, c, fh, p::OP_READ, &rd) {
+        (p::NFS4_OK, r) => Ok(p::READ4resok::decode(&mut r.body()).unwrap().data.to_vec()),
+        (st, _) => Err(st),
+    }
+}
+
+fn write_via(s: &Server, c: &mut Client, fh: &[u8], sid: &p::stateid4, offset: u64, data: &[u8]) -> i32 {
+    let w = p::WRITE4args { stateid: sid.clone(), offset, stable: p::stable_how4::FILE_SYNC4, data };
+    on_fh(s, c, fh, p::OP_WRITE, &w).0
+}
+
+fn close_via(s: &Server, c: &mut Client, fh: &[u8], sid: &p::stateid4) -> i32 {
+    on_fh(s, c, fh, p::OP_CLOSE, &p::CLOSE4args { seqid: 0, open_stateid: sid.clone() }).0
+}
+
+/// GETATTR numlinks and size of `fh`, or the status that stopped it.
+fn links_and_size(s: &Server, c: &mut Client, fh: &[u8]) -> Result<(u32, u64), i32> {
+    use crate::attrs::{Bitmap, NUMLINKS, SIZE};
+    let ga = p::GETATTR4args { attr_request: Bitmap::of(&[SIZE, NUMLINKS]).to_vec() };
+    match on_fh(s, c, fh, p::OP_GETATTR, &ga) {
+        (p::NFS4_OK, r) => {
+            let g = p::GETATTR4resok::decode(&mut r.body()).unwrap();
+            let mut v = Decoder::new(g.obj_attributes.attr_vals);
+            let size = v.u64().unwrap();
+            Ok((v.u32().unwrap(), size))
+        }
+        (st, _) => Err(st),
+    }
+}
+
+fn remove_via(s: &Server, c: &mut Client, name: &[u8]) -> i32 {
+    let mut r = s.call(c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_REMOVE, &p::REMOVE4args { target: name }));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    r.next(p::OP_REMOVE)
+}
+
+/// REMOVE of a file two clients hold open (RFC 8881 §18.16.4
+/// OPEN4_RESULT_PRESERVE_UNLINKED, §18.25): the name is gone at once, the
+/// opens keep READ (the original bytes), WRITE, GETATTR (numlinks 0), LOCK,
+/// LOCKU and CLOSE working; the first CLOSE leaves the file to the other
+/// opener; the last CLOSE destroys it (its handle is STALE) and the space
+/// goes back, in the backend and in fsstat (space_free).
+#[test]
+fn remove_while_open_keeps_the_file_until_the_last_close() {
+    let s = server();
+    let mut a = connect(&s, b"holder");
+    let mut b = connect(&s, b"other");
+    let empty = s.fs.used_bytes();
+    let root = s.fs.root(EXPORT).unwrap();
+    let free_empty = s.fs.fsstat(&root).unwrap().free_bytes;
+    let (sa, fh, rflags) = open_create_rflags(&s, &mut a, b"oa", b"victim", 3);
+    assert_eq!(rflags & p::OPEN4_RESULT_PRESERVE_UNLINKED, p::OPEN4_RESULT_PRESERVE_UNLINKED, "advertised");
+    assert_ne!(rflags & p::OPEN4_RESULT_LOCKTYPE_POSIX, 0);
+    let payload: Vec<u8> = (0..50_000u32).map(|i| (i % 253) as u8).collect();
+    assert_eq!(write_via(&s, &mut a, &fh, &sa, 0, &payload), p::NFS4_OK);
+    let (sb, _, _) = open_create_rflags(&s, &mut b, b"ob", b"victim", 1);
+    let used_open = s.fs.used_bytes();
+    assert!(used_open > empty + 50_000);
+
+    assert_eq!(remove_via(&s, &mut b, b"victim"), p::NFS4_OK);
+    let lk = p::LOOKUP4args { objname: b"victim" };
+    let mut r = s.call(a.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_LOOKUP, &lk));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    assert_eq!(r.next(p::OP_LOOKUP), p::NFS4ERR_NOENT, "the name is gone");
+    // Both opens still read the original bytes; a writes more.
+    assert_eq!(read_via(&s, &mut a, &fh, &sa, 60_000), Ok(payload.clone()));
+    assert_eq!(read_via(&s, &mut b, &fh, &sb, 60_000), Ok(payload.clone()));
+    assert_eq!(write_via(&s, &mut a, &fh, &sa, 50_000, b"tail"), p::NFS4_OK);
+    assert_eq!(links_and_size(&s, &mut a, &fh), Ok((0, 50_004)));
+    // LOCK and LOCKU under the open of the nameless file; CLOSE with the
+    // lock held is refused as for any file.
+    let (st, r) = on_fh(&s, &mut a, &fh, p::OP_LOCK, &new_lock(&sa, 0, b"la", 0, false));
+    assert_eq!(st, p::NFS4_OK);
+    let lock_sid = p::LOCK4resok::decode(&mut r.body()).unwrap().lock_stateid;
+    assert_eq!(close_via(&s, &mut a, &fh, &sa), p::NFS4ERR_LOCKS_HELD);
+    let u = p::LOCKU4args { locktype: p::nfs_lock_type4::WRITE_LT, seqid: 0, lock_stateid: lock_sid, offset: 0, length: u64::MAX };
+    assert_eq!(on_fh(&s, &mut a, &fh, p::OP_LOCKU, &u).0, p::NFS4_OK);
+    // a closes: b's open keeps it; the space is still held.
+    assert_eq!(close_via(&s, &mut a, &fh, &sa), p::NFS4_OK);
+    let mut expect = payload.clone();
+    expect.extend_from_slice(b"tail");
+    assert_eq!(read_via(&s, &mut b, &fh, &sb, 60_000), Ok(expect));
+    assert!(s.fs.used_bytes() >= used_open - DIRENT_SLACK);
+    // The last CLOSE answers OK (not STALE) and frees it.
+    assert_eq!(close_via(&s, &mut b, &fh, &sb), p::NFS4_OK);
+    assert_eq!(links_and_size(&s, &mut b, &fh), Err(p::NFS4ERR_STALE));
+    assert_eq!(s.fs.used_bytes(), empty, "the space is released at the last close");
+    assert_eq!(s.fs.fsstat(&root).unwrap().free_bytes, free_empty);
+    s.prog.state().assert_invariants();
+}
+
+/// What a directory entry may charge (a name up to 16 bytes): the REMOVE
+/// released it while the file stayed.
+const DIRENT_SLACK: u64 = vfs::memfs::DIRENT_CHARGE_BYTES + 16;
+
+/// RENAME over a file that is open (RFC 8881 §18.26): the replaced file
+/// stays readable and writable through its stateid, GETATTR says numlinks
+/// 0, and CLOSE answers OK (it used to be NFS4ERR_STALE); then the space
+/// goes back. The renamed file is what the name now reads.
+#[test]
+fn rename_over_an_open_file_keeps_it_until_close() {
+    let s = server();
+    let mut c = connect(&s, b"renamer");
+    let empty = s.fs.used_bytes();
+    let (sid, fh) = open_create(&s, &mut c, b"o", b"target", 3);
+    assert_eq!(write_via(&s, &mut c, &fh, &sid, 0, b"the old bytes"), p::NFS4_OK);
+    let (s2, fh2) = open_create(&s, &mut c, b"o2", b"incoming", 3);
+    assert_eq!(write_via(&s, &mut c, &fh2, &s2, 0, b"new"), p::NFS4_OK);
+    assert_eq!(close_via(&s, &mut c, &fh2, &s2), p::NFS4_OK);
+    let rn = p::RENAME4args { oldname: b"incoming", newname: b"target" };
+    let mut r = s.call(
+        c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).raw(p::OP_SAVEFH as u32, &[]).op(p::OP_RENAME, &rn),
+    );
+    assert_eq!(r.status, p::NFS4_OK);
+    let _ = r.next(p::OP_SEQUENCE);
+    assert_eq!(read_via(&s, &mut c, &fh, &sid, 100), Ok(b"the old bytes".to_vec()));
+    assert_eq!(write_via(&s, &mut c, &fh, &sid, 0, b"THE"), p::NFS4_OK);
+    assert_eq!(read_via(&s, &mut c, &fh, &sid, 100), Ok(b"THE old bytes".to_vec()));
+    assert_eq!(links_and_size(&s, &mut c, &fh), Ok((0, 13)));
+    let (target, _) = s.fs.lookup(&s.fs.root(EXPORT).unwrap(), b"target").unwrap();
+    assert_eq!(target.to_bytes().to_vec(), fh2, "the name is the renamed file");
+    assert_eq!(close_via(&s, &mut c, &fh, &sid), p::NFS4_OK);
+    assert_eq!(links_and_size(&s, &mut c, &fh), Err(p::NFS4ERR_STALE));
+    s.fs.remove(&s.fs.root(EXPORT).unwrap(), b"target").unwrap();
+    assert_eq!(s.fs.used_bytes(), empty);
+}
+
+/// An NFSv3 REMOVE (straight to the backend, as the NFSv3 program does)
+/// racing a 4.1 open succeeds and the opener keeps using the file. Every
+/// other path that drops opens releases the file too: lease expiry by the
+/// reaper, and a client restart (EXCHANGE_ID with a new verifier, confirmed
+/// by CREATE_SESSION) dropping the old incarnation's opens.
+#[test]
+fn other_removers_and_every_path_that_drops_opens_release_the_file() {
+    let s = server_with(Config { grace_time_s: 0, lease_time_s: 5, ..Config::default() }, 64 << 20);
+    let root = s.fs.root(EXPORT).unwrap();
+    let empty = s.fs.used_bytes();
+    // NFSv3 REMOVE while open, then lease expiry.
+    let mut a = connect(&s, b"v4-opener");
+    let (sa, fh) = open_create(&s, &mut a, b"o", b"shared", 3);
+    assert_eq!(write_via(&s, &mut a, &fh, &sa, 0, b"written over v4"), p::NFS4_OK);
+    s.fs.remove(&root, b"shared").expect("the NFSv3 REMOVE succeeds");
+    assert_eq!(read_via(&s, &mut a, &fh, &sa, 100), Ok(b"written over v4".to_vec()));
+    assert_eq!(write_via(&s, &mut a, &fh, &sa, 15, b"!"), p::NFS4_OK);
+    assert!(s.fs.used_bytes() > empty);
+    s.prog.advance_clock_ms(6_000);
+    assert_eq!(s.prog.reap_now(), 1);
+    assert_eq!(s.fs.used_bytes(), empty, "lease expiry released the nameless file");
+    let handle = vfs::FileHandle::from_bytes(&fh).unwrap();
+    assert_eq!(s.fs.getattr(&handle), Err(vfs::VfsError::Stale));
+    // Client restart: the new incarnation's confirmation drops the old opens.
+    let mut b = connect(&s, b"restarter");
+    let (sb, fh) = open_create(&s, &mut b, b"o", b"f", 3);
+    assert_eq!(write_via(&s, &mut b, &fh, &sb, 0, b"data"), p::NFS4_OK);
+    s.fs.remove(&root, b"f").unwrap();
+    assert!(s.fs.used_bytes() > empty);
+    let (st, id, seq, _) = exchange_as(&s, 0, b"restarter", 8, 0);
+    assert_eq!(st, p::NFS4_OK);
+    assert!(s.fs.used_bytes() > empty, "the old incarnation keeps its opens until the new one is confirmed");
+    assert_eq!(create_session_as(&s, 0, id, seq, 0, chan(16, 8), chan(2, 1)).0, p::NFS4_OK);
+    assert_eq!(s.fs.used_bytes(), empty, "the replaced client's open released the file");
+    // An open of a file that still has its name: CLOSE leaves it alone.
+    let mut c = connect(&s, b"plain");
+    let (sc, fh) = open_create(&s, &mut c, b"o", b"kept", 3);
+    assert_eq!(close_via(&s, &mut c, &fh, &sc), p::NFS4_OK);
+    assert_eq!(links_and_size(&s, &mut c, &fh), Ok((1, 0)));
+    s.prog.state().assert_invariants();
+}
+
+/// A nameless open file may be opened again by handle (CLAIM_FH) by
+/// another owner, which also keeps it; once the last of them closes, the
+/// handle is STALE and an OPEN by it creates no open state.
+#[test]
+fn open_by_handle_of_a_destroyed_file_is_stale_and_leaves_no_state() {
+    let s = server();
+    let mut c = connect(&s, b"late");
+    let (sid, fh) = open_create(&s, &mut c, b"o", b"gone", 3);
+    assert_eq!(remove_via(&s, &mut c, b"gone"), p::NFS4_OK);
+    // While open, another owner may still open it by handle.
+    let args = p::OPEN4args { claim: p::open_claim4::CLAIM_FH, ..open_args(0, b"o2", b"", 1, 0) };
+    let (st, r) = on_fh(&s, &mut c, &fh, p::OP_OPEN, &args);
+    assert_eq!(st, p::NFS4_OK);
+    let o = p::OPEN4resok::decode(&mut r.body()).unwrap();
+    assert_ne!(o.rflags & p::OPEN4_RESULT_PRESERVE_UNLINKED, 0);
+    let s2 = o.stateid.clone();
+    assert_eq!(close_via(&s, &mut c, &fh, &sid), p::NFS4_OK);
+    assert_eq!(read_via(&s, &mut c, &fh, &s2, 10), Ok(vec![]));
+    assert_eq!(close_via(&s, &mut c, &fh, &s2), p::NFS4_OK);
+    let before = s.prog.state().stateid_count();
+    assert_eq!(on_fh(&s, &mut c, &fh, p::OP_OPEN, &args).0, p::NFS4ERR_STALE, "PUTFH of the destroyed file");
+    assert_eq!(s.prog.state().stateid_count(), before);
+}
+
+// ---- item 6 of issue 17: every REQUIRED attribute, VERIFY and NVERIFY ----
+
+/// GETATTR `req` of `fh`: the returned mask's words and the values.
+fn getattr_raw(s: &Server, c: &mut Client, fh: &[u8], req: &crate::attrs::Bitmap) -> (Vec<u32>, Vec<u8>) {
+    let ga = p::GETATTR4args { attr_request: req.to_vec() };
+    let (st, r) = on_fh(s, c, fh, p::OP_GETATTR, &ga);
+    assert_eq!(st, p::NFS4_OK);
+    let g = p::GETATTR4resok::decode(&mut r.body()).unwrap();
+    (g.obj_attributes.attrmask.clone(), g.obj_attributes.attr_vals.to_vec())
+}
+
+/// VERIFY (or NVERIFY) of `fh` with the fattr4 (`mask`, `vals`), then a
+/// GETATTR: the VERIFY's status, and how many results the COMPOUND has
+/// (4 when it went on past the check).
+fn verify_raw(s: &Server, c: &mut Client, fh: &[u8], not: bool, mask: &[u32], vals: &[u8]) -> (i32, u32) {
+    let f = p::fattr4 { attrmask: mask.to_vec(), attr_vals: vals };
+    let ga = p::GETATTR4args { attr_request: crate::attrs::Bitmap::of(&[crate::attrs::SIZE]).to_vec() };
+    let req = c.seq_req(false).op(p::OP_PUTFH, &putfh(fh));
+    let req = if not {
+        req.op(p::OP_NVERIFY, &p::NVERIFY4args { obj_attributes: f })
+    } else {
+        req.op(p::OP_VERIFY, &p::VERIFY4args { obj_attributes: f })
+    };
+    let mut r = s.call(req.op(p::OP_GETATTR, &ga));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    let st = r.next(if not { p::OP_NVERIFY } else { p::OP_VERIFY });
+    assert_eq!(r.status, st, "the COMPOUND's status is its last op's");
+    (st, r.count)
+}
+
+/// RFC 8881 §5.6 table 4: the REQUIRED attributes.
+fn required_attrs() -> crate::attrs::Bitmap {
+    use crate::attrs::*;
+    Bitmap::of(&[
+        SUPPORTED_ATTRS, TYPE, FH_EXPIRE_TYPE, CHANGE, SIZE, LINK_SUPPORT, SYMLINK_SUPPORT, NAMED_ATTR, FSID,
+        UNIQUE_HANDLES, LEASE_TIME, RDATTR_ERROR, FILEHANDLE,
+    ])
+}
+
+/// Item 6 of issue 17: GETATTR answers every REQUIRED attribute and every
+/// one supported_attrs claims (write-only ones aside); VERIFY of exactly
+/// what GETATTR answered — the REQUIRED set, all of it at once, and each
+/// attribute alone — succeeds and the COMPOUND goes on, NVERIFY of it is
+/// NFS4ERR_SAME and stops it (RFC 8881 §18.31.3, §18.15.3); one differing
+/// value makes VERIFY NFS4ERR_NOT_SAME and NVERIFY succeed.
+#[test]
+fn required_attributes_answered_and_verifiable_rfc8881_5_6() {
+    use crate::attrs::*;
+    let s = server();
+    let mut c = connect(&s, b"attrs");
+    let (sid, fh) = open_create(&s, &mut c, b"o", b"f", 3);
+    assert_eq!(write_via(&s, &mut c, &fh, &sid, 0, b"twelve bytes"), p::NFS4_OK);
+    // The REQUIRED set: all answered, in bit order.
+    let required = required_attrs();
+    assert!(required.minus(&SUPPORTED).is_empty(), "supported_attrs claims every REQUIRED attribute");
+    let (mask, vals) = getattr_raw(&s, &mut c, &fh, &required);
+    assert_eq!(Bitmap::from_words(&mask), required);
+    let mut v = Decoder::new(&vals);
+    let (supported, _) = Bitmap::decode(&mut v).unwrap();
+    assert_eq!(supported, SUPPORTED);
+    assert_eq!(v.u32().unwrap(), 1, "type NF4REG");
+    assert_eq!(v.u32().unwrap(), 0, "fh_expire_type FH4_PERSISTENT");
+    let change = v.u64().unwrap();
+    assert_eq!(v.u64().unwrap(), 12, "size");
+    assert!(v.bool().unwrap() && v.bool().unwrap(), "link and symlink support");
+    assert!(!v.bool().unwrap(), "no named attributes");
+    assert_eq!((v.u64().unwrap(), v.u64().unwrap()), (u64::from(EXPORT), 0), "fsid");
+    assert!(v.bool().unwrap(), "unique_handles");
+    assert_eq!(v.u32().unwrap(), Config::default().lease_time_s);
+    assert_eq!(v.u32().unwrap(), p::NFS4_OK as u32, "rdattr_error");
+    assert_eq!(v.opaque_var(128).unwrap(), &fh[..], "filehandle");
+    assert_eq!(v.remaining(), 0);
+    // Everything claimed (but the write-only) is answered.
+    let write_only = Bitmap::of(&[TIME_ACCESS_SET, TIME_MODIFY_SET]);
+    let (mask, _) = getattr_raw(&s, &mut c, &fh, &SUPPORTED);
+    assert_eq!(Bitmap::from_words(&mask), SUPPORTED.minus(&write_only));
+    // VERIFY / NVERIFY of what GETATTR said: the REQUIRED set (without
+    // rdattr_error, which may not be verified), everything, each alone.
+    let comparable = SUPPORTED.minus(&NOT_COMPARABLE);
+    let mut sets = vec![required.minus(&NOT_COMPARABLE), comparable];
+    sets.extend(comparable.iter().map(|a| Bitmap::of(&[a])));
+    for set in &sets {
+        let (mask, vals) = getattr_raw(&s, &mut c, &fh, set);
+        assert_eq!(Bitmap::from_words(&mask), *set);
+        assert_eq!(verify_raw(&s, &mut c, &fh, false, &mask, &vals), (p::NFS4_OK, 4), "VERIFY {set:?}");
+        assert_eq!(verify_raw(&s, &mut c, &fh, true, &mask, &vals), (p::NFS4ERR_SAME, 3), "NVERIFY {set:?}");
+    }
+    // One value differs: the change attribute, then the size.
+    let one = |a: u32| Bitmap::of(&[a]).to_vec();
+    let stale_change = (change - 1).to_be_bytes();
+    assert_eq!(verify_raw(&s, &mut c, &fh, false, &one(CHANGE), &stale_change), (p::NFS4ERR_NOT_SAME, 3));
+    assert_eq!(verify_raw(&s, &mut c, &fh, true, &one(CHANGE), &stale_change), (p::NFS4_OK, 4));
+    let (mask, mut vals) = getattr_raw(&s, &mut c, &fh, &Bitmap::of(&[TYPE, SIZE, MODE]));
+    vals[11] += 1; // size 12 -> 13
+    assert_eq!(verify_raw(&s, &mut c, &fh, false, &mask, &vals), (p::NFS4ERR_NOT_SAME, 3));
+    assert_eq!(verify_raw(&s, &mut c, &fh, true, &mask, &vals), (p::NFS4_OK, 4));
+    // Values, not bytes: supported_attrs with a trailing zero word is the same.
+    let mut padded = Vec::new();
+    padded.extend_from_slice(&(SUPPORTED.words().len() as u32 + 1).to_be_bytes());
+    for w in SUPPORTED.words().iter().chain(&[0]) {
+        padded.extend_from_slice(&w.to_be_bytes());
+    }
+    assert_eq!(verify_raw(&s, &mut c, &fh, false, &one(SUPPORTED_ATTRS), &padded), (p::NFS4_OK, 4));
+    // A write changes the change attribute: the old value no longer verifies.
+    let (mask, vals) = getattr_raw(&s, &mut c, &fh, &Bitmap::of(&[CHANGE]));
+    assert_eq!(write_via(&s, &mut c, &fh, &sid, 0, b"T"), p::NFS4_OK);
+    assert_eq!(verify_raw(&s, &mut c, &fh, false, &mask, &vals), (p::NFS4ERR_NOT_SAME, 3));
+    assert_eq!(verify_raw(&s, &mut c, &fh, true, &mask, &vals), (p::NFS4_OK, 4));
+    // The export root (a directory, space and file counts included) too.
+    let root = s.fs.root(EXPORT).unwrap().to_bytes().to_vec();
+    let (mask, vals) = getattr_raw(&s, &mut c, &root, &comparable);
+    assert_eq!(verify_raw(&s, &mut c, &root, false, &mask, &vals), (p::NFS4_OK, 4));
+}
+
+/// Hostile VERIFY / NVERIFY: rdattr_error or a write-only attribute in the
+/// set is NFS4ERR_INVAL, an attribute we do not support (a bit we do not
+/// know, one beyond our words) NFS4ERR_ATTRNOTSUPP, a fattr4 whose values
+/// do not decode per its mask NFS4ERR_BADXDR (RFC 8881 §18.15.3, §18.31.3),
+/// no current filehandle NFS4ERR_NOFILEHANDLE; random masks and values
+/// only ever get those statuses (or the verdicts), never a crash.
+#[test]
+fn hostile_verify_and_nverify() {
+    use crate::attrs::*;
+    let s = server();
+    let mut c = connect(&s, b"hostile-attrs");
+    let (_, fh) = open_create(&s, &mut c, b"o", b"f", 3);
+    let one = |a: u32| Bitmap::of(&[a]).to_vec();
+    for not in [false, true] {
+        let v = |c: &mut Client, mask: &[u32], vals: &[u8]| verify_raw(&s, c, &fh, not, mask, vals).0;
+        assert_eq!(v(&mut c, &one(RDATTR_ERROR), &0u32.to_be_bytes()), p::NFS4ERR_INVAL);
+        let mut size_and_err = Vec::from(0u64.to_be_bytes());
+        size_and_err.extend_from_slice(&0u32.to_be_bytes());
+        assert_eq!(v(&mut c, &Bitmap::of(&[SIZE, RDATTR_ERROR]).to_vec(), &size_and_err), p::NFS4ERR_INVAL);
+        assert_eq!(v(&mut c, &one(TIME_MODIFY_SET), &0u32.to_be_bytes()), p::NFS4ERR_INVAL);
+        assert_eq!(v(&mut c, &one(12), &[0; 4]), p::NFS4ERR_ATTRNOTSUPP, "acl is not supported");
+        assert_eq!(v(&mut c, &[0, 0, 0, 1], &[]), p::NFS4ERR_ATTRNOTSUPP, "a bit beyond our words");
+        assert_eq!(v(&mut c, &one(SIZE), &[0; 4]), p::NFS4ERR_BADXDR, "short value");
+        assert_eq!(v(&mut c, &one(SIZE), &[0; 12]), p::NFS4ERR_BADXDR, "trailing bytes");
+        assert_eq!(v(&mut c, &one(LINK_SUPPORT), &2u32.to_be_bytes()), p::NFS4ERR_BADXDR, "bool 2");
+        assert_eq!(v(&mut c, &one(OWNER), &5000u32.to_be_bytes()), p::NFS4ERR_BADXDR, "owner longer than allowed");
+        assert_eq!(v(&mut c, &one(FILEHANDLE), &[0, 0, 0, 24, 1]), p::NFS4ERR_BADXDR, "opaque cut short");
+        assert_eq!(v(&mut c, &one(SUPPORTED_ATTRS), &[0, 0, 0, 9]), p::NFS4ERR_BADXDR, "bitmap longer than allowed");
+        assert_eq!(v(&mut c, &one(FS_LAYOUT_TYPES), &[0, 1, 0, 0]), p::NFS4ERR_BADXDR, "65536 layout types");
+        // A numeric owner written with a leading zero is another string.
+        let mut owner = Vec::new();
+        owner.extend_from_slice(&2u32.to_be_bytes());
+        owner.extend_from_slice(b"00\0\0");
+        let expect_owner = if not { p::NFS4_OK } else { p::NFS4ERR_NOT_SAME };
+        assert_eq!(v(&mut c, &one(OWNER), &owner), expect_owner);
+        // The empty set: nothing differs.
+        assert_eq!(v(&mut c, &[], &[]), if not { p::NFS4ERR_SAME } else { p::NFS4_OK });
+    }
+    // Without a current filehandle.
+    let f = p::fattr4 { attrmask: one(SIZE), attr_vals: &[0; 8] };
+    let mut r = s.call(c.seq_req(false).op(p::OP_VERIFY, &p::VERIFY4args { obj_attributes: f }));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    assert_eq!(r.next(p::OP_VERIFY), p::NFS4ERR_NOFILEHANDLE);
+    // The arguments themselves cut short: BADXDR for the op.
+    let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).raw(p::OP_NVERIFY as u32, &[0, 0, 0, 1, 0, 0]));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_NVERIFY), p::NFS4ERR_BADXDR);
+    // Random masks over our words (plus some unknown bits) and random
+    // values: only the statuses RFC 8881 allows for these.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let allowed = [p::NFS4_OK, p::NFS4ERR_SAME, p::NFS4ERR_NOT_SAME, p::NFS4ERR_BADXDR, p::NFS4ERR_INVAL, p::NFS4ERR_ATTRNOTSUPP];
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..400 {
+        let mut mask = vec![0u32; 3];
+        for _ in 0..1 + rnd() % 4 {
+            let a = if i % 8 == 0 { (rnd() % 96) as u32 } else { SUPPORTED.iter().nth((rnd() % 48) as usize).unwrap_or(SIZE) };
+            mask[(a / 32) as usize] |= 1 << (a % 32);
+        }
+        let vals: Vec<u8> = (0..rnd() % 48).map(|_| if rnd() % 3 == 0 { 0 } else { rnd() as u8 }).collect();
+        let (st, _) = verify_raw(&s, &mut c, &fh, i % 2 == 1, &mask, &vals);
+        assert!(allowed.contains(&st), "status {st} for mask {mask:?} vals {vals:?}");
+        seen.insert(st);
+    }
+    assert!(seen.contains(&p::NFS4ERR_BADXDR) && seen.contains(&p::NFS4ERR_ATTRNOTSUPP));
+    s.prog.state().assert_invariants();
 }

@@ -134,8 +134,21 @@ impl PnfsVfs {
         Self::pieces(p, offset, len)
     }
 
+    /// A placed file that lost its last name: its data files on the DSes
+    /// are queued for removal once the MDS's backend destroyed it. While
+    /// it is still open (pinned: nameless but alive) they stay, with its
+    /// layouts, so the opener keeps reading and writing its data through
+    /// the MDS or the DSes; `unpin` comes back here after the last close.
+    /// Racing callers (a REMOVE and the last CLOSE) may both get here:
+    /// forgetting a placement twice is a no-op.
+    fn forget_if_gone(&self, fh: &FileHandle) {
+        if matches!(self.inner().getattr(fh), Err(VfsError::Stale)) {
+            self.pnfs.forget_placement(fh);
+        }
+    }
+
     /// The regular file `name` in `dir` with one link: removing that name
-    /// removes the file.
+    /// removes the file (or leaves it nameless while it is open).
     fn last_link(&self, dir: &FileHandle, name: &[u8]) -> Option<FileHandle> {
         let (fh, a) = self.inner().lookup(dir, name).ok()?;
         (a.ftype == FileType::Regular && a.nlink <= 1 && self.placed(&fh).is_some()).then_some(fh)
@@ -266,7 +279,7 @@ impl Vfs for PnfsVfs {
         let victim = self.last_link(dir, name);
         self.inner().remove(dir, name)?;
         if let Some(fh) = victim {
-            self.pnfs.forget_placement(&fh);
+            self.forget_if_gone(&fh);
         }
         Ok(())
     }
@@ -280,7 +293,7 @@ impl Vfs for PnfsVfs {
         let moved = self.inner().lookup(from_dir, from_name).ok().map(|x| x.0);
         self.inner().rename(from_dir, from_name, to_dir, to_name)?;
         if let Some(fh) = victim.filter(|v| Some(*v) != moved) {
-            self.pnfs.forget_placement(&fh);
+            self.forget_if_gone(&fh);
         }
         Ok(())
     }
@@ -325,10 +338,21 @@ impl Vfs for PnfsVfs {
         let candidates: Vec<FileHandle> =
             self.pnfs.state().files.keys().filter(|fh| fh.export_id == export_id).copied().collect();
         for fh in candidates {
-            if matches!(self.inner().getattr(&fh), Err(VfsError::Stale)) {
-                self.pnfs.forget_placement(&fh);
-            }
+            self.forget_if_gone(&fh);
         }
         Ok(())
+    }
+
+    fn pin(&self, fh: &FileHandle) -> VfsResult<()> {
+        self.inner().pin(fh)
+    }
+
+    /// The last unpin of a file that lost its last name while open
+    /// destroys it in the MDS's backend: its data files go now.
+    fn unpin(&self, fh: &FileHandle) {
+        self.inner().unpin(fh);
+        if self.placed(fh).is_some() {
+            self.forget_if_gone(fh);
+        }
     }
 }

@@ -166,3 +166,47 @@ fn layout_stateids_are_checked() {
     assert_eq!(pn.getdeviceinfo(&device_id(1)).unwrap_err(), p::NFS4ERR_NOENT);
     assert!(pn.getdevicelist().is_empty());
 }
+
+#[test]
+fn an_open_unlinked_placed_file_keeps_its_data_files_until_unpin() {
+    use vfs::{CreateMode, Cred, NodeKind, Vfs, VfsError};
+    let memfs: Arc<dyn vfs::Vfs> = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: 16 << 20 }));
+    let pn = Pnfs::new(PnfsConfig::default(), memfs, vec![]).unwrap();
+    let v = crate::mdsio::PnfsVfs::new(pn.clone());
+    let root = v.root(1).unwrap();
+    let mk = |name: &[u8]| v.create(&root, name, NodeKind::File, 0o644, &Cred::ROOT, CreateMode::Guarded).unwrap().0;
+    let queued = || pn.metrics.removals_queued.load(std::sync::atomic::Ordering::Relaxed);
+    let placed = |fh: &FileHandle| pn.state().files.contains_key(fh);
+    // REMOVE while open: the placement (and so the data files) stays.
+    let f = mk(b"f");
+    pn.state().files.insert(f, placement(1, 1));
+    v.pin(&f).unwrap();
+    v.remove(&root, b"f").unwrap();
+    assert!(placed(&f), "data files kept while the file is open");
+    assert_eq!(queued(), 0);
+    assert_eq!(v.getattr(&f).unwrap().nlink, 0);
+    v.unpin(&f);
+    assert!(!placed(&f), "the last close removes the data files");
+    assert_eq!(queued(), 1);
+    assert_eq!(v.getattr(&f), Err(VfsError::Stale));
+    // RENAME over an open file: likewise.
+    let old = mk(b"old");
+    let new = mk(b"new");
+    pn.state().files.insert(old, placement(1, 1));
+    v.pin(&old).unwrap();
+    v.rename(&root, b"new", &root, b"old").unwrap();
+    assert!(placed(&old));
+    assert_eq!(queued(), 1);
+    v.unpin(&old);
+    assert!(!placed(&old));
+    assert_eq!(queued(), 2);
+    // Unpinning a file that still has its name removes nothing; an
+    // unopened file's last REMOVE removes its data files at once.
+    pn.state().files.insert(new, placement(1, 1));
+    v.pin(&new).unwrap();
+    v.unpin(&new);
+    assert!(placed(&new));
+    v.remove(&root, b"old").unwrap();
+    assert!(!placed(&new));
+    assert_eq!(queued(), 3);
+}

@@ -407,12 +407,15 @@ pub trait Vfs: Send + Sync {
         how: CreateMode,
     ) -> VfsResult<(FileHandle, Attr)>;
 
-    /// Remove a non-directory.
+    /// Remove a non-directory. Removing the last name of a pinned object
+    /// (see [`Vfs::pin`]) keeps the object until its last unpin.
     fn remove(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()>;
 
     /// Remove an empty directory.
     fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()>;
 
+    /// Rename; a non-directory replaced at `to_name` loses that link as
+    /// with `remove` (a pinned one lives on until its last unpin).
     fn rename(
         &self,
         from_dir: &FileHandle,
@@ -451,7 +454,40 @@ pub trait Vfs: Send + Sync {
     fn quota(&self, fh: &FileHandle) -> VfsResult<Option<QuotaUsage>>;
 
     /// Remove a directory and everything below it (volume deletion).
+    /// Pinned files below it lose their names and live on until unpinned.
     fn remove_tree(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()>;
+
+    /// Take an open reference on a non-directory (an NFSv4 OPEN holds one
+    /// while any client has the file open): while pinned, removing or
+    /// renaming over its last name does not destroy it. It then has no
+    /// name (nlink 0, no directory lists it, `link` to it is `NoEnt`), but
+    /// its handle keeps working — read, write, getattr, setattr — and its
+    /// data and space stay charged. At the last `unpin` of an object
+    /// without names it is destroyed and its space released (quota and
+    /// fsstat go back down); its handle is `Stale` from then on.
+    ///
+    /// Pins are counted: every successful `pin` is matched by exactly one
+    /// `unpin`. A handle naming no live object is `Stale`; a directory is
+    /// `IsDir`. A backend without open references answers `NotSupported`
+    /// (the default): removing the last name then destroys the object at
+    /// once, and callers must not promise otherwise to clients (NFSv4
+    /// OPEN4_RESULT_PRESERVE_UNLINKED).
+    ///
+    /// Pins are not durable, because opens are not: nothing is open after
+    /// a restart. A durable backend must therefore record an object that
+    /// lost its last name while pinned (an orphan list, as a journaling
+    /// file system does) and free every such object when it recovers at
+    /// start, before serving; otherwise its space leaks across restarts.
+    fn pin(&self, fh: &FileHandle) -> VfsResult<()> {
+        let _ = fh;
+        Err(VfsError::NotSupported)
+    }
+
+    /// Drop an open reference taken by `pin` (see there). Called once per
+    /// successful `pin`; never fails (the object may be destroyed now).
+    fn unpin(&self, fh: &FileHandle) {
+        let _ = fh;
+    }
 }
 
 /// Longest name component accepted.

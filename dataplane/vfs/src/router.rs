@@ -418,6 +418,21 @@ impl Vfs for Router {
             Target::Backend(v) => v.remove_tree(dir, name),
         }
     }
+
+    fn pin(&self, fh: &FileHandle) -> VfsResult<()> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::IsDir),
+            Target::Backend(v) => v.pin(fh),
+        }
+    }
+
+    fn unpin(&self, fh: &FileHandle) {
+        // Only a pinned handle comes back here, and the mount table never
+        // changes: its backend is still there.
+        if let Ok(Target::Backend(v)) = self.target(fh) {
+            v.unpin(fh)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -435,6 +435,13 @@ impl V4 {
         }
     }
 
+    /// CLOSE an open: its status.
+    pub fn close(&mut self, fh: &[u8], sid: &Sid) -> i32 {
+        let mut r = self.call(&[putfh(fh), raw(p::OP_CLOSE, W::default().u32(0).sid(sid))]);
+        r.ok(p::OP_PUTFH);
+        r.next(p::OP_CLOSE)
+    }
+
     /// WRITE through the MDS (FILE_SYNC): Ok(count) or Err(status).
     pub fn write(&mut self, fh: &[u8], sid: &Sid, offset: u64, data: &[u8]) -> Result<u32, i32> {
         let mut r = self.call(&[putfh(fh), raw(p::OP_WRITE, W::default().sid(sid).u64(offset).u32(2).opaque(data))]);

@@ -90,22 +90,57 @@ impl Compound<'_> {
         Ok(())
     }
 
-    /// Encode the fattr4 of `fh` answering `req`.
-    pub(crate) fn encode_attrs(&self, req: &Bitmap, fh: &FileHandle, a: &Attr, e: &mut Encoder<'_>) -> OpResult {
-        let fs = if attrs::needs_fsstat(req) { Some(self.prog.vfs.fsstat(fh)?) } else { None };
+    /// Where the attribute values of `fh` come from.
+    fn source<'s>(&self, fh: &'s FileHandle, a: &'s Attr, fs: Option<&'s vfs::FsStat>) -> Source<'s> {
         let cfg = &self.prog.cfg;
-        let src = Source {
+        Source {
             attr: a,
             fh,
-            fsstat: fs.as_ref(),
+            fsstat: fs,
             lease_time_s: cfg.lease_time_s,
             read_bytes_max: cfg.read_bytes_max,
             write_bytes_max: cfg.write_bytes_max,
             rdattr_error: p::NFS4_OK as u32,
             layout_type: self.prog.layout_type(),
             layout_blksize: self.prog.layout_blksize(),
-        };
-        attrs::encode_fattr(req, &src, e)?;
+        }
+    }
+
+    /// Encode the fattr4 of `fh` answering `req`.
+    pub(crate) fn encode_attrs(&self, req: &Bitmap, fh: &FileHandle, a: &Attr, e: &mut Encoder<'_>) -> OpResult {
+        let fs = if attrs::needs_fsstat(req) { Some(self.prog.vfs.fsstat(fh)?) } else { None };
+        attrs::encode_fattr(req, &self.source(fh, a, fs.as_ref()), e)?;
+        Ok(())
+    }
+
+    /// Whether the client's fattr4 equals the current object's attributes
+    /// (VERIFY and NVERIFY; see `attrs::same` for the errors).
+    fn attrs_same(&self, f: &p::fattr4<'_>) -> OpResult<bool> {
+        let fh = self.cur_fh()?;
+        let a = self.prog.vfs.getattr(&fh)?;
+        let mask = Bitmap::from_words(&f.attrmask);
+        let supported = mask.minus(&attrs::SUPPORTED).is_empty() && !Bitmap::has_bits_beyond(&f.attrmask);
+        let fs = if supported && attrs::needs_fsstat(&mask) { Some(self.prog.vfs.fsstat(&fh)?) } else { None };
+        Ok(attrs::same(&f.attrmask, f.attr_vals, &self.source(&fh, &a, fs.as_ref()))?)
+    }
+
+    /// VERIFY (RFC 8881 §18.31): go on only if every attribute given
+    /// equals the object's; NFS4ERR_NOT_SAME otherwise.
+    pub(crate) fn op_verify(&mut self, d: &mut Decoder<'_>, _e: &mut Encoder<'_>) -> OpResult {
+        let a = p::VERIFY4args::decode(d)?;
+        if !self.attrs_same(&a.obj_attributes)? {
+            return fail(p::NFS4ERR_NOT_SAME);
+        }
+        Ok(())
+    }
+
+    /// NVERIFY (RFC 8881 §18.15): go on only if some attribute given
+    /// differs from the object's; NFS4ERR_SAME otherwise.
+    pub(crate) fn op_nverify(&mut self, d: &mut Decoder<'_>, _e: &mut Encoder<'_>) -> OpResult {
+        let a = p::NVERIFY4args::decode(d)?;
+        if self.attrs_same(&a.obj_attributes)? {
+            return fail(p::NFS4ERR_SAME);
+        }
         Ok(())
     }
 

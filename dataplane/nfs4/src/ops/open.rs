@@ -15,7 +15,10 @@ use vfs::{access, Attr, CreateMode, FileHandle, FileType, NodeKind, SetAttr, Vfs
 /// share_access carries delegation wants (§18.16.3), which we never grant.
 const SHARE_MASK: u32 = 3;
 /// OPEN4_RESULT_LOCKTYPE_POSIX: our byte-range locks are POSIX-style.
-const RESULT_LOCKTYPE_POSIX: u32 = 4;
+const RESULT_LOCKTYPE_POSIX: u32 = p::OPEN4_RESULT_LOCKTYPE_POSIX;
+/// OPEN4_RESULT_PRESERVE_UNLINKED: the file stays usable through its
+/// stateid after REMOVE or RENAME takes its last name (the backend pinned it).
+const RESULT_PRESERVE_UNLINKED: u32 = p::OPEN4_RESULT_PRESERVE_UNLINKED;
 /// Mode of a file created without a mode attribute.
 const CREATE_MODE_DEFAULT: u32 = 0o644;
 
@@ -181,11 +184,12 @@ impl Compound<'_> {
             // Delegation claims: we hold no delegations.
             _ => return fail(p::NFS4ERR_NOTSUPP),
         };
-        let sid = self.prog.state().open(clientid, a.owner.owner, fh, share, deny, reclaim, self.now_ms)?;
+        let (sid, preserved) = self.open_state(clientid, a.owner.owner, fh, share, deny, reclaim)?;
+        let rflags = RESULT_LOCKTYPE_POSIX | if preserved { RESULT_PRESERVE_UNLINKED } else { 0 };
         p::OPEN4resok {
             stateid: sid_out(sid),
             cinfo: ci,
-            rflags: RESULT_LOCKTYPE_POSIX,
+            rflags,
             attrset: mask.to_vec(),
             delegation: p::open_delegation4::OPEN_DELEGATE_NONE,
         }
@@ -193,6 +197,48 @@ impl Compound<'_> {
         self.cur = Some(fh);
         self.cur_sid = Some(sid);
         Ok(())
+    }
+
+    /// The open state of an OPEN, with the backend's open reference: the
+    /// first open of a file pins it (`Vfs::pin`), under the state lock, so
+    /// a REMOVE or RENAME taking its last name leaves it usable until the
+    /// last open goes (the state lock's guard unpins then, on every path).
+    /// Returns the stateid and whether the file is preserved when unlinked
+    /// (false on a backend without open references). A file removed since
+    /// it was looked up is NFS4ERR_STALE and gets no open state.
+    #[allow(clippy::too_many_arguments)] // mirrors State::open
+    fn open_state(
+        &self,
+        clientid: u64,
+        owner: &[u8],
+        fh: FileHandle,
+        share: u32,
+        deny: u32,
+        reclaim: bool,
+    ) -> OpResult<(crate::state::Stateid, bool)> {
+        let vfs = &*self.prog.vfs;
+        let mut st = self.prog.state();
+        let pinned_now = !st.is_pinned(&fh)
+            && match vfs.pin(&fh) {
+                Ok(()) => true,
+                Err(VfsError::NotSupported) => false,
+                Err(x) => return Err(x.into()),
+            };
+        match st.open(clientid, owner, fh, share, deny, reclaim, self.now_ms) {
+            Ok(sid) => {
+                if pinned_now {
+                    st.set_pinned(&fh);
+                }
+                Ok((sid, st.is_pinned(&fh)))
+            }
+            Err(x) => {
+                drop(st);
+                if pinned_now {
+                    vfs.unpin(&fh);
+                }
+                Err(x.into())
+            }
+        }
     }
 
     /// OPEN_DOWNGRADE (RFC 8881 §18.18).

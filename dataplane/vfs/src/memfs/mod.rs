@@ -21,6 +21,11 @@
 //! * A removed object is marked `dead` under its own lock while its charges
 //!   are released, so a writer that raced the removal (holding an `Arc`)
 //!   sees `dead` and fails `Stale` instead of charging space to a ghost.
+//! * Open references (`pin`): an object that loses its last link while
+//!   pinned stays in the table with `nlink` 0, its charges kept; the unpin
+//!   that leaves it neither pinned nor linked destroys it under `ns`, like
+//!   a removal. Only namespace changes add links, and `link` refuses an
+//!   object with none, so `nlink` 0 is final.
 //!
 //! # Handles
 //!
@@ -171,6 +176,7 @@ impl MemFs {
             ctime: now,
             change: 1,
             dead: false,
+            pins: 0,
             volume: None,
             charged_bytes: INODE_CHARGE_BYTES,
             body: Body::Dir(Dir::new(ROOT_INO, ROOT_GENERATION)),

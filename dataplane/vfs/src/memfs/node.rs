@@ -47,8 +47,13 @@ pub(crate) struct State {
     pub(crate) mtime: Time,
     pub(crate) ctime: Time,
     pub(crate) change: u64,
-    /// Set when the last link went away; every later access is `Stale`.
+    /// Set when the object is destroyed (its last link went away while
+    /// unpinned, or its last pin while unlinked); every later access is
+    /// `Stale`.
     pub(crate) dead: bool,
+    /// Open references (`Vfs::pin`): while non-zero, losing the last link
+    /// leaves the object alive with `nlink` 0.
+    pub(crate) pins: u32,
     /// The volume this object is charged to and reports space from.
     pub(crate) volume: Option<Arc<Volume>>,
     /// Bytes this inode charges to its volume and the backend: the inode

@@ -228,6 +228,7 @@ impl Vfs for MemFs {
             ctime: now,
             change: 1,
             dead: false,
+            pins: 0,
             volume,
             charged_bytes: object_bytes,
             body,
@@ -287,6 +288,10 @@ impl Vfs for MemFs {
         live(&st)?;
         if st.ftype == FileType::Directory {
             return Err(VfsError::IsDir);
+        }
+        if st.nlink == 0 {
+            // Removed while open: it cannot get a name back (as linkat(2)).
+            return Err(VfsError::NoEnt);
         }
         if dir_of(&ds)?.get(name).is_some() {
             return Err(VfsError::Exist);
@@ -442,6 +447,45 @@ impl Vfs for MemFs {
             .map(|v| QuotaUsage { capacity_bytes: v.space.capacity_bytes(), used_bytes: v.space.used_bytes() }))
     }
 
+    fn pin(&self, fh: &FileHandle) -> VfsResult<()> {
+        let inode = self.get(fh)?;
+        let mut st = inode.write();
+        live(&st)?;
+        if st.ftype == FileType::Directory {
+            return Err(VfsError::IsDir);
+        }
+        st.pins = st.pins.checked_add(1).ok_or(VfsError::Inval)?;
+        Ok(())
+    }
+
+    fn unpin(&self, fh: &FileHandle) {
+        let Ok(inode) = self.get(fh) else {
+            debug_assert!(false, "unpin of a handle that names nothing: {fh:?}");
+            return;
+        };
+        {
+            let mut st = inode.write();
+            if st.dead || st.pins == 0 {
+                debug_assert!(false, "unpin without a pin: {fh:?}");
+                return;
+            }
+            if st.pins > 1 || st.nlink > 0 {
+                st.pins -= 1;
+                return;
+            }
+        }
+        // Possibly the last reference to an unlinked object: destroying it
+        // needs `ns` (the inode number goes back), taken before the inode
+        // lock like every namespace change. Another pin may have come in
+        // meanwhile; a link cannot (`link` refuses nlink 0).
+        let mut ns = self.lock_ns();
+        let mut st = inode.write();
+        st.pins -= 1;
+        if st.pins == 0 && st.nlink == 0 && !st.dead {
+            self.destroy(&mut ns, &inode, &mut st);
+        }
+    }
+
     fn remove_tree(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
         check_name(name)?;
         let mut ns = self.lock_ns();
@@ -570,10 +614,11 @@ impl MemFs {
         ds.touch_mtime(now);
     }
 
-    /// One link to a non-directory went away.
+    /// One link to a non-directory went away. The last one destroys it,
+    /// unless it is pinned: it then lives on without a name until unpinned.
     fn drop_link(&self, ns: &mut Namespace, inode: &Inode, st: &mut State, now: Time) {
         assert!(st.nlink > 0 && st.ftype != FileType::Directory);
-        if st.nlink == 1 {
+        if st.nlink == 1 && st.pins == 0 {
             self.destroy(ns, inode, st);
         } else {
             st.nlink -= 1;

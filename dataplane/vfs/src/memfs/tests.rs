@@ -1241,3 +1241,146 @@ fn reads_match_a_model_across_holes() {
         }
     }
 }
+
+#[test]
+fn pinned_file_outlives_its_last_name_until_unpin() {
+    let fs = fs();
+    let r = root(&fs);
+    let empty = fs.used_bytes();
+    let f = mkfile(&fs, &r, b"f");
+    fs.write(&f, 0, &[7u8; 3 * CHUNK_BYTES], Stability::FileSync).unwrap();
+    let with_file = fs.used_bytes();
+    // Pins are counted; a directory cannot be pinned; a removed object cannot.
+    fs.pin(&f).unwrap();
+    fs.pin(&f).unwrap();
+    assert_eq!(fs.pin(&r), Err(VfsError::IsDir));
+    fs.remove(&r, b"f").unwrap();
+    // Nameless but alive: nothing lists or finds it, its handle still works.
+    assert_eq!(fs.lookup(&r, b"f"), Err(VfsError::NoEnt));
+    assert_eq!(names(&fs, &r), Vec::<Vec<u8>>::new());
+    let a = fs.getattr(&f).unwrap();
+    assert_eq!((a.nlink, a.size), (0, 3 * CHUNK_BYTES as u64));
+    assert_eq!(read_all(&fs, &f), vec![7u8; 3 * CHUNK_BYTES]);
+    fs.write(&f, 4 * CHUNK_BYTES as u64, b"more", Stability::FileSync).unwrap();
+    fs.setattr(&f, &SetAttr { size: Some(5), ..SetAttr::default() }, None).unwrap();
+    fs.write(&f, 5, b"!", Stability::FileSync).unwrap();
+    assert_eq!(read_all(&fs, &f), b"\x07\x07\x07\x07\x07!");
+    // It cannot get a name back.
+    assert_eq!(fs.link(&f, &r, b"back"), Err(VfsError::NoEnt));
+    // Its space stays charged (only the entry went) until the last unpin.
+    assert_eq!(fs.used_bytes(), with_file - (DIRENT_CHARGE_BYTES + 1) - 2 * CHUNK_CHARGE_BYTES);
+    assert_eq!(fs.inode_count(), 2);
+    fs.unpin(&f);
+    assert_eq!(fs.getattr(&f).unwrap().nlink, 0, "one pin left");
+    fs.unpin(&f);
+    assert_eq!(fs.getattr(&f), Err(VfsError::Stale));
+    assert_eq!(fs.pin(&f), Err(VfsError::Stale));
+    assert_eq!(fs.used_bytes(), empty);
+    assert_eq!(fs.inode_count(), 1);
+    // A pinned file that keeps its name is untouched by pin and unpin.
+    let g = mkfile(&fs, &r, b"g");
+    fs.pin(&g).unwrap();
+    fs.unpin(&g);
+    assert_eq!(fs.getattr(&g).unwrap().nlink, 1);
+    // Unpinned, the last removal destroys at once (as before).
+    fs.remove(&r, b"g").unwrap();
+    assert_eq!(fs.getattr(&g), Err(VfsError::Stale));
+    assert_eq!(fs.used_bytes(), empty);
+}
+
+#[test]
+fn pinned_rename_target_hard_links_and_volume_deletion() {
+    let fs = fs();
+    let r = root(&fs);
+    let empty = fs.used_bytes();
+    // RENAME over a pinned file: the replaced one lives on under its handle.
+    let old = mkfile(&fs, &r, b"target");
+    fs.write(&old, 0, b"old bytes", Stability::FileSync).unwrap();
+    let new = mkfile(&fs, &r, b"new");
+    fs.write(&new, 0, b"new bytes", Stability::FileSync).unwrap();
+    fs.pin(&old).unwrap();
+    fs.rename(&r, b"new", &r, b"target").unwrap();
+    assert_eq!(fs.lookup(&r, b"target").unwrap().0, new);
+    assert_eq!(read_all(&fs, &old), b"old bytes");
+    assert_eq!(fs.getattr(&old).unwrap().nlink, 0);
+    fs.unpin(&old);
+    assert_eq!(fs.getattr(&old), Err(VfsError::Stale));
+    fs.remove(&r, b"target").unwrap();
+    assert_eq!(fs.used_bytes(), empty);
+    // With two names, removing one of a pinned file is an ordinary unlink.
+    let h = mkfile(&fs, &r, b"h");
+    fs.link(&h, &r, b"h2").unwrap();
+    fs.pin(&h).unwrap();
+    fs.remove(&r, b"h").unwrap();
+    assert_eq!(fs.getattr(&h).unwrap().nlink, 1);
+    fs.unpin(&h);
+    assert_eq!(fs.lookup(&r, b"h2").unwrap().0, h);
+    fs.remove(&r, b"h2").unwrap();
+    assert_eq!(fs.used_bytes(), empty);
+    // A volume deleted while one of its files is open: the volume's space
+    // and the backend's are released when that file is unpinned.
+    let v = mkdir(&fs, &r, b"v");
+    fs.set_quota(&v, MIB).unwrap();
+    let f = mkfile(&fs, &v, b"f");
+    fs.write(&f, 0, &[1u8; CHUNK_BYTES], Stability::FileSync).unwrap();
+    fs.pin(&f).unwrap();
+    fs.remove_tree(&r, b"v").unwrap();
+    assert_eq!(fs.used_bytes(), empty + INODE_CHARGE_BYTES + CHUNK_CHARGE_BYTES);
+    assert_eq!(read_all(&fs, &f), vec![1u8; CHUNK_BYTES]);
+    fs.unpin(&f);
+    assert_eq!(fs.getattr(&f), Err(VfsError::Stale));
+    assert_eq!(fs.used_bytes(), empty);
+    assert_eq!(fs.inode_count(), 1);
+}
+
+#[test]
+fn pin_unpin_racing_removals_never_leak_or_free_early() {
+    // Threads pin, check the file is readable, and unpin, while another
+    // removes and recreates the name: every pinned handle reads its own
+    // bytes, and in the end everything is freed.
+    let fs = Arc::new(fs());
+    let r = root(&fs);
+    let empty = fs.used_bytes();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let remover = {
+        let (fs, stop) = (fs.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                // Written before it gets the name the pinners look up.
+                let f = mkfile(&fs, &r, b"tmp");
+                fs.write(&f, 0, &i.to_be_bytes(), Stability::FileSync).unwrap();
+                fs.rename(&r, b"tmp", &r, b"x").unwrap();
+                fs.remove(&r, b"x").unwrap();
+                i += 1;
+            }
+        })
+    };
+    let pinners: Vec<_> = (0..2)
+        .map(|_| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let mut pinned = 0;
+                let t0 = std::time::Instant::now();
+                while pinned < 500 && t0.elapsed() < std::time::Duration::from_secs(30) {
+                    let Ok((f, _)) = fs.lookup(&r, b"x") else { continue };
+                    if fs.pin(&f).is_err() {
+                        continue; // removed between lookup and pin
+                    }
+                    let before = read_all(&fs, &f);
+                    std::thread::yield_now();
+                    assert_eq!(read_all(&fs, &f), before, "a pinned file keeps its bytes");
+                    fs.unpin(&f);
+                    pinned += 1;
+                }
+                pinned
+            })
+        })
+        .collect();
+    let pinned: usize = pinners.into_iter().map(|t| t.join().unwrap()).sum();
+    stop.store(true, Ordering::Relaxed);
+    remover.join().unwrap();
+    assert_eq!(pinned, 1000, "each pinner pinned 500 live files");
+    assert_eq!(fs.used_bytes(), empty);
+    assert_eq!(fs.inode_count(), 1);
+}
