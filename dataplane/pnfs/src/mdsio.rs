@@ -2,8 +2,10 @@
 //!
 //! A client without a layout (it could not get one, or its DS failed and
 //! it fell back) reads and writes through the MDS; this wrapper proxies
-//! those calls to the file's data files over NFSv3, on the calling thread,
-//! bounded by `ds_timeout_ms` per DS call. Writes go to every non-stale
+//! those calls to the file's data files over NFSv3, bounded by
+//! `ds_timeout_ms` per DS call: on a `pnfs-io` worker while the calling
+//! core's call is parked (`read_start` / `write_start`, see `iopool`), or
+//! on the calling thread for callers that cannot park (control paths). Writes go to every non-stale
 //! mirror FILE_SYNC; a mirror that fails is marked stale (never read again)
 //! and its DS unhealthy; when no mirror takes the write the caller gets
 //! `Io` (NFS4ERR_IO / NFS3ERR_IO) — never a silent partial write. Reads
