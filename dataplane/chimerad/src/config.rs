@@ -43,6 +43,13 @@ pub const RECORD_BYTES_MAX: u64 = 16 << 20;
 pub const RECORD_BYTES_DEFAULT: u64 = (1 << 20) + (64 << 10);
 pub const INFLIGHT_PER_CONN_MAX: u64 = 4096;
 pub const INFLIGHT_PER_CONN_DEFAULT: u64 = 128;
+/// Large receive / reply buffers per core (runtime pools; see CONFIG.md).
+pub const BUFFERS_PER_CORE_MAX: u64 = 4096;
+pub const BUFFERS_PER_CORE_DEFAULT: u64 = 32;
+/// Calls parked on slow backends, per connection and per core.
+pub const PARKED_PER_CONN_DEFAULT: u64 = 64;
+pub const PARKED_PER_CORE_MAX: u64 = 65_536;
+pub const PARKED_PER_CORE_DEFAULT: u64 = 1024;
 pub const CONNS_MAX: u64 = 65536;
 pub const CONNS_DEFAULT: u64 = 1024;
 pub const LEASE_TIME_S_MIN: u64 = 5;
@@ -277,6 +284,10 @@ pub struct ServerConfig {
     pub record_bytes_max: u32,
     pub inflight_per_conn_max: u32,
     pub conns_max: u32,
+    pub recv_buffers_per_core: u32,
+    pub reply_buffers_per_core: u32,
+    pub parked_per_conn_max: u32,
+    pub parked_per_core_max: u32,
     pub lease_time_s: u32,
     pub grace_time_s: u32,
     pub pnfs: PnfsConfig,
@@ -926,6 +937,10 @@ fn parse_server(o: Option<&mut Obj<'_>>, warnings: &mut Vec<String>) -> Result<S
         record_bytes_max: RECORD_BYTES_DEFAULT as u32,
         inflight_per_conn_max: INFLIGHT_PER_CONN_DEFAULT as u32,
         conns_max: CONNS_DEFAULT as u32,
+        recv_buffers_per_core: BUFFERS_PER_CORE_DEFAULT as u32,
+        reply_buffers_per_core: BUFFERS_PER_CORE_DEFAULT as u32,
+        parked_per_conn_max: PARKED_PER_CONN_DEFAULT as u32,
+        parked_per_core_max: PARKED_PER_CORE_DEFAULT as u32,
         lease_time_s: LEASE_TIME_S_DEFAULT as u32,
         grace_time_s: LEASE_TIME_S_DEFAULT as u32,
         pnfs: PnfsConfig::defaults(),
@@ -1011,6 +1026,24 @@ fn parse_server(o: Option<&mut Obj<'_>>, warnings: &mut Vec<String>) -> Result<S
     }
     if let Some(n) = o.u64_in("conns_max", 1, CONNS_MAX)? {
         s.conns_max = n as u32;
+    }
+    if let Some(n) = o.u64_in("recv_buffers_per_core", 1, BUFFERS_PER_CORE_MAX)? {
+        s.recv_buffers_per_core = n as u32;
+    }
+    if let Some(n) = o.u64_in("reply_buffers_per_core", 1, BUFFERS_PER_CORE_MAX)? {
+        s.reply_buffers_per_core = n as u32;
+    }
+    if let Some(n) = o.u64_in("parked_per_core_max", 1, PARKED_PER_CORE_MAX)? {
+        s.parked_per_core_max = n as u32;
+    }
+    if let Some(n) = o.u64_in("parked_per_conn_max", 1, INFLIGHT_PER_CONN_MAX)? {
+        s.parked_per_conn_max = n as u32;
+    }
+    if s.parked_per_conn_max > s.parked_per_core_max {
+        return err(
+            "server.parked_per_conn_max",
+            format!("{} is more than server.parked_per_core_max ({})", s.parked_per_conn_max, s.parked_per_core_max),
+        );
     }
     let lease = o.u64_in("lease_time_s", LEASE_TIME_S_MIN, LEASE_TIME_S_MAX)?;
     let lease_ref = o.u64_in("nfs4_lease_time", LEASE_TIME_S_MIN, LEASE_TIME_S_MAX)?;

@@ -111,6 +111,10 @@ fn limits(cfg: &Config) -> rpc::Limits {
         reply_bytes_max: s.record_bytes_max as usize,
         inflight_per_conn_max: s.inflight_per_conn_max as usize,
         conns_max: s.conns_max as usize,
+        recv_buffers_per_core: s.recv_buffers_per_core as usize,
+        reply_buffers_per_core: s.reply_buffers_per_core as usize,
+        parked_per_conn_max: s.parked_per_conn_max as usize,
+        parked_per_core_max: s.parked_per_core_max as usize,
         // Room for calls parked on slow backends: at least a few records.
         parked_bytes_per_core_max: rpc::Limits::default().parked_bytes_per_core_max.max(4 * s.record_bytes_max as usize),
         ..rpc::Limits::default()

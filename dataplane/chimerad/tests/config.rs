@@ -614,3 +614,30 @@ fn unresolvable_exports_are_skipped_with_a_warning() {
     v["exports"] = json!({ "/e": { "path": "/a" } });
     assert_eq!(parse(&v).unwrap().volumes_path, "/b/volumes");
 }
+
+/// Proves the buffer-pool and parked-call limits (CONFIG.md, server) are read
+/// into the config with their defaults, and that out-of-range values and a
+/// per-connection bound above the per-core one are errors naming the key.
+#[test]
+fn pool_and_parking_limits_are_checked() {
+    let c = parse(&reference_shaped()).unwrap();
+    assert_eq!((c.server.recv_buffers_per_core, c.server.reply_buffers_per_core), (32, 32));
+    assert_eq!((c.server.parked_per_conn_max, c.server.parked_per_core_max), (64, 1024));
+    let mut v = reference_shaped();
+    for (k, n) in [("recv_buffers_per_core", 8), ("reply_buffers_per_core", 9), ("parked_per_conn_max", 4), ("parked_per_core_max", 16)] {
+        v["server"][k] = json!(n);
+    }
+    let c = parse(&v).unwrap();
+    assert_eq!((c.server.recv_buffers_per_core, c.server.reply_buffers_per_core), (8, 9));
+    assert_eq!((c.server.parked_per_conn_max, c.server.parked_per_core_max), (4, 16));
+    for (k, bad) in [("recv_buffers_per_core", json!(0)), ("reply_buffers_per_core", json!(5000)), ("parked_per_core_max", json!(0)), ("parked_per_conn_max", json!(-3))] {
+        let (p, _) = error_of(&with(&format!("server.{k}"), bad));
+        assert_eq!(p, format!("server.{k}"));
+    }
+    let mut v = reference_shaped();
+    v["server"]["parked_per_conn_max"] = json!(100);
+    v["server"]["parked_per_core_max"] = json!(50);
+    let (p, msg) = error_of(&v);
+    assert_eq!(p, "server.parked_per_conn_max");
+    assert!(msg.contains("parked_per_core_max"), "{msg}");
+}
