@@ -776,6 +776,25 @@ fn wcc_unpack(b: &[u8]) -> pre_op_attr {
     })
 }
 
+/// Bound on the results of the fixed-size procedures (see
+/// `reply_bytes_bound`), with room to spare.
+const FIXED_RESULT_BYTES_MAX: usize = 512;
+/// READ3resok besides the data: status, post-op attributes (88), count,
+/// eof, data length, padding — rounded up.
+const READ_RESULT_OVERHEAD_BYTES: usize = 128;
+
+/// The `count` of READ3args (file handle, offset, count), without decoding
+/// the rest; `None` when the arguments are malformed (the call then fails
+/// to decode and answers GARBAGE_ARGS).
+fn read_count(args: &[u8]) -> Option<u32> {
+    let word = |at: usize| args.get(at..at + 4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    let fh_len = word(0)? as usize;
+    if fh_len > NFS3_FHSIZE as usize {
+        return None;
+    }
+    word(4 + proto::xdr::pad(fh_len) + fh_len + 8)
+}
+
 /// READs of at least this many bytes lend the backend's buffers to the
 /// reply when they can; smaller ones are cheaper to copy.
 const LEND_MIN_BYTES: usize = 16 << 10;
@@ -829,6 +848,18 @@ impl Program for Nfs3Program {
                 | NFSPROC3_RENAME
                 | NFSPROC3_LINK
         )
+    }
+
+    /// Every procedure but READ, READLINK, READDIR and READDIRPLUS answers
+    /// fixed-size results: at most a status, two wcc_data or post-op
+    /// attributes and a handle (CREATE: 4 + 72 + 88 + 116 = 280 bytes).
+    /// READ is bounded by its count. The listings and READLINK: unknown.
+    fn reply_bytes_bound(&self, proc_num: u32, args: &[u8]) -> Option<usize> {
+        match proc_num {
+            NFSPROC3_READLINK | NFSPROC3_READDIR | NFSPROC3_READDIRPLUS => None,
+            NFSPROC3_READ => read_count(args).map(|n| n.min(self.io_bytes_max) as usize + READ_RESULT_OVERHEAD_BYTES),
+            _ => Some(FIXED_RESULT_BYTES_MAX),
+        }
     }
 
     fn call(&self, ctx: &CallContext<'_>, args: &[u8], e: &mut Encoder<'_>) -> R {

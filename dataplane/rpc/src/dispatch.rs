@@ -191,7 +191,7 @@ impl Dispatcher {
     /// after `Outcome::Reply(n)`, `lender.take()` holds what goes on the wire
     /// inside the `n` bytes written (the record mark counts them).
     pub fn handle_lending(&self, conn: &ConnInfo, record: &[u8], out: &mut [u8], lender: Option<&Lender>) -> Outcome {
-        self.run(conn, record, out, lender, None, None, Instant::now())
+        self.run(conn, record, Out::One(out), lender, None, None, Instant::now()).0
     }
 
     /// `handle_lending`, where a call whose backend must wait may park in
@@ -204,7 +204,25 @@ impl Dispatcher {
         lender: Option<&Lender>,
         slot: &dyn ParkSlot,
     ) -> Outcome {
-        self.run(conn, record, out, lender, Some(slot), None, Instant::now())
+        self.run(conn, record, Out::One(out), lender, Some(slot), None, Instant::now()).0
+    }
+
+    /// `handle_parking` with two places for the reply: `direct` (the end of
+    /// a connection's small reply buffer) when the program bounds this
+    /// call's reply within it (`Program::reply_bytes_bound`), else
+    /// `scratch` (room for any reply). Returns the outcome and whether the
+    /// reply is in `scratch` (the transport then copies it).
+    #[allow(clippy::too_many_arguments)]
+    pub fn handle_split(
+        &self,
+        conn: &ConnInfo,
+        record: &[u8],
+        direct: &mut [u8],
+        scratch: &mut [u8],
+        lender: Option<&Lender>,
+        slot: &dyn ParkSlot,
+    ) -> (Outcome, bool) {
+        self.run(conn, record, Out::Split { direct, scratch }, lender, Some(slot), None, Instant::now())
     }
 
     /// Run a parked call again with its completion (`payload`; `None` when
@@ -221,7 +239,7 @@ impl Dispatcher {
         started: Instant,
     ) -> Outcome {
         let resumed = Resumed { state, payload };
-        let o = self.run(conn, record, out, None, None, Some(resumed), started);
+        let (o, _) = self.run(conn, record, Out::One(out), None, None, Some(resumed), started);
         assert!(o != Outcome::Parked, "a resumed call parked again");
         o
     }
@@ -231,16 +249,15 @@ impl Dispatcher {
         &self,
         conn: &ConnInfo,
         record: &[u8],
-        out: &mut [u8],
+        out: Out<'_>,
         lender: Option<&Lender>,
         slot: Option<&dyn ParkSlot>,
         resumed: Option<Resumed<'_>>,
         started: Instant,
-    ) -> Outcome {
-        assert!(out.len() >= 64, "reply buffer too small");
+    ) -> (Outcome, bool) {
         let mut d = Decoder::new(record);
-        let Ok(xid) = d.u32() else { return Outcome::Close };
-        let Ok(mtype) = d.u32() else { return Outcome::Close };
+        let Ok(xid) = d.u32() else { return (Outcome::Close, false) };
+        let Ok(mtype) = d.u32() else { return (Outcome::Close, false) };
         if mtype == REPLY {
             // An answer to one of our back-channel calls: never answered,
             // whatever it holds; the sink validates the rest.
@@ -253,31 +270,38 @@ impl Dispatcher {
                     }
                 }
             }
-            return Outcome::Nothing;
+            return (Outcome::Nothing, false);
         }
         if mtype != CALL {
             // Neither CALL nor REPLY: nothing to answer, nothing to route.
-            return Outcome::Nothing;
+            return (Outcome::Nothing, false);
         }
+        let parsed = parse_call(&mut d);
+        let args = d.rest();
+        let reg = parsed.as_ref().ok().and_then(|h| self.programs.iter().find(|r| r.prog.program() == h.prog && r.prog.version() == h.vers));
+        let bound = match (&parsed, reg) {
+            (Ok(h), Some(r)) => r.prog.reply_bytes_bound(h.proc_num, args).map(|b| b + REPLY_HEADER_BYTES),
+            _ => Some(REJECT_REPLY_BYTES),
+        };
+        let (out, in_scratch) = out.pick(bound);
+        assert!(out.len() >= 64, "reply buffer too small");
         let (body_at, mut e) = start_reply(out, xid);
-        let header = match parse_call(&mut d) {
+        let header = match parsed {
             Ok(h) => h,
             Err(HeaderError::RpcVersion) => {
                 denied_rpc_mismatch(&mut e);
-                return self.finish_rejected(e, body_at, started, record.len());
+                return (self.finish_rejected(e, body_at, started, record.len()), in_scratch);
             }
             Err(HeaderError::BadCred) => {
                 denied_auth(&mut e, AUTH_BADCRED);
-                return self.finish_rejected(e, body_at, started, record.len());
+                return (self.finish_rejected(e, body_at, started, record.len()), in_scratch);
             }
             Err(HeaderError::Garbage) => {
                 accepted(&mut e, GARBAGE_ARGS);
-                return self.finish_rejected(e, body_at, started, record.len());
+                return (self.finish_rejected(e, body_at, started, record.len()), in_scratch);
             }
         };
-        let args = d.rest();
-        let Some(reg) = self.programs.iter().find(|r| r.prog.program() == header.prog && r.prog.version() == header.vers)
-        else {
+        let Some(reg) = reg else {
             let versions = self.programs.iter().filter(|r| r.prog.program() == header.prog).map(|r| r.prog.version());
             match (versions.clone().min(), versions.max()) {
                 (Some(low), Some(high)) => {
@@ -287,7 +311,7 @@ impl Dispatcher {
                 }
                 _ => accepted(&mut e, PROG_UNAVAIL),
             }
-            return self.finish_rejected(e, body_at, started, record.len());
+            return (self.finish_rejected(e, body_at, started, record.len()), in_scratch);
         };
         let op = reg.proc_ops[header.proc_num.min(PROCS_MAX - 1) as usize];
         let drc_key = (!reg.prog.idempotent(header.proc_num)).then(|| DrcKey {
@@ -320,7 +344,7 @@ impl Dispatcher {
             if let Some(n) = self.drc.lookup(key, e.spare()) {
                 // A retransmission: answer with the reply of the first execution.
                 e.advance(n);
-                return self.finish(e, body_at, op, started, record.len(), true, 0);
+                return (self.finish(e, body_at, op, started, record.len(), true, 0), in_scratch);
             }
         }
         let ok = match reg.prog.call(&ctx, args, &mut e) {
@@ -328,7 +352,7 @@ impl Dispatcher {
                 // The reply comes later, from `resume`; what was written
                 // here is discarded (nothing of it was lent).
                 debug_assert!(ctx.lend.is_none_or(|l| l.lent_len() == 0));
-                return Outcome::Parked;
+                return (Outcome::Parked, false);
             }
             Ok(()) => true,
             Err(err) => {
@@ -351,7 +375,7 @@ impl Dispatcher {
             }
         }
         let lent = ctx.lend.map_or(0, |l| l.lent_len());
-        self.finish(e, body_at, op, started, record.len(), ok, lent)
+        (self.finish(e, body_at, op, started, record.len(), ok, lent), in_scratch)
     }
 
     fn finish_rejected(&self, e: Encoder<'_>, body_at: usize, started: Instant, bytes_in: usize) -> Outcome {
@@ -373,6 +397,33 @@ impl Dispatcher {
         e.patch_u32(0, u32::from_be_bytes(record::header(body)));
         metrics::record(op, started.elapsed().as_nanos() as u64, bytes_in as u64, (len + lent) as u64, ok);
         Outcome::Reply(len)
+    }
+}
+
+/// Bytes before a program's results in an accepted reply: record mark,
+/// xid, REPLY, MSG_ACCEPTED, a null verifier, accept_stat (rounded up).
+const REPLY_HEADER_BYTES: usize = 32;
+/// Largest rejection (PROG_MISMATCH with its range, denials), rounded up.
+const REJECT_REPLY_BYTES: usize = 64;
+
+/// Where a reply may be written.
+enum Out<'o> {
+    One(&'o mut [u8]),
+    /// A small buffer, and a scratch buffer with room for any reply.
+    Split { direct: &'o mut [u8], scratch: &'o mut [u8] },
+}
+
+impl<'o> Out<'o> {
+    /// The buffer for a reply of at most `bound` bytes (`None`: unknown),
+    /// and whether it is the scratch buffer.
+    fn pick(self, bound: Option<usize>) -> (&'o mut [u8], bool) {
+        match self {
+            Out::One(b) => (b, false),
+            Out::Split { direct, scratch } => match bound {
+                Some(n) if n.max(REJECT_REPLY_BYTES) <= direct.len() => (direct, false),
+                _ => (scratch, true),
+            },
+        }
     }
 }
 

@@ -81,6 +81,17 @@ pub trait Program: Send + Sync {
         let _ = proc_num;
         true
     }
+    /// An upper bound on the result bytes this call can write (after the
+    /// RPC reply header), when the program knows one cheaply from the
+    /// procedure and its arguments; `None` (the default): up to the
+    /// transport's largest reply. A bound lets the transport write a small
+    /// reply straight into a connection's small buffer instead of a scratch
+    /// buffer it copies from; a program writing past its bound gets an
+    /// encoder overflow (SYSTEM_ERR), never a corrupt reply.
+    fn reply_bytes_bound(&self, proc_num: u32, args: &[u8]) -> Option<usize> {
+        let _ = (proc_num, args);
+        None
+    }
     /// Decode `args`, execute, and encode the procedure's result into `reply`
     /// (the RPC reply header is already written). On error the partially
     /// written result is discarded by the caller.

@@ -60,6 +60,9 @@ struct Conn {
     /// large record needs one (then the own one waits in `rsmall`).
     rbuf: MmapBuf,
     rsmall: Option<MmapBuf>,
+    /// The last receive filled the connection's own buffer (or brought at
+    /// least its size): the client sends faster than it holds.
+    recv_streaming: bool,
     /// Parse position and end of received data in `rbuf`.
     rpos: usize,
     rfill: usize,
@@ -401,7 +404,9 @@ impl Loop {
             for &(ud, res) in &batch {
                 self.complete(ud, res);
             }
-            self.unstall();
+            if !batch.is_empty() {
+                self.unstall();
+            }
         }
         self.shutdown(&mut batch);
     }
@@ -477,6 +482,7 @@ impl Loop {
             gen: self.gens[slot],
             rbuf: MmapBuf::new(RECV_SMALL_BYTES),
             rsmall: None,
+            recv_streaming: false,
             rpos: 0,
             rfill: 0,
             wbuf: [MmapBuf::new(REPLY_SMALL_BYTES), MmapBuf::new(REPLY_SMALL_BYTES)],
@@ -516,6 +522,7 @@ impl Loop {
             self.close(slot, false);
         } else {
             c.rfill += res as usize;
+            c.recv_streaming = res as usize >= RECV_SMALL_BYTES || c.rfill == c.rbuf.len();
             debug_assert!(c.rfill <= c.rbuf.len());
             self.process(slot);
         }
@@ -542,8 +549,12 @@ impl Loop {
         c.lent_bytes[s] = 0;
         c.sending = false;
         let c = self.conns[slot].as_mut().expect("checked above");
-        if let Some(small) = c.wsmall[s].take() {
-            // Sent: the pool buffer goes back, the connection's own returns.
+        // Sent. A busy connection keeps its pool buffer (its next replies
+        // go straight into it, no copy) unless another connection waits for
+        // one; an idle one gives it back and returns to its own.
+        let idle = c.send_len(c.fill) == 0 && c.parked == 0 && c.rpos == c.rfill;
+        if c.wsmall[s].is_some() && (idle || self.reply_pool.waited) {
+            let small = c.wsmall[s].take().expect("checked above");
             self.reply_pool.give(std::mem::replace(&mut c.wbuf[s], small));
         }
         if c.send_len(c.fill) == 0 {
@@ -560,7 +571,6 @@ impl Loop {
         }
         self.process(slot);
         self.settle(slot);
-        self.unstall();
     }
 
     /// Can this connection take another call right now?
@@ -596,15 +606,18 @@ impl Loop {
         let record_max = self.record_bytes_max;
         self.resume_ready(slot);
         loop {
-            let room = match &self.conns[slot] {
-                Some(c) if !c.closing => self.has_room(c) && c.ready.is_empty(),
+            let (room, direct) = match &self.conns[slot] {
+                Some(c) if !c.closing => {
+                    let direct = self.reply_direct(c);
+                    let reply_room = direct || (c.wsmall[c.fill].is_none() && self.reply_pool.available());
+                    (reply_room && c.inflight() < self.inflight_per_conn_max && c.ready.is_empty(), direct)
+                }
                 _ => return,
             };
             if !room {
                 self.note_reply_wait(slot);
                 break;
             }
-            let direct = self.reply_direct(self.conns[slot].as_ref().unwrap());
             let c = self.conns[slot].as_mut().unwrap();
             match record::next_record(&mut c.rbuf, c.rpos, c.rfill, record_max) {
                 Next::Record { start, end, consumed } => {
@@ -617,7 +630,6 @@ impl Loop {
                         break;
                     }
                     let f = c.fill;
-                    let out = if direct { &mut c.wbuf[f][c.wlen[f]..] } else { &mut self.scratch[..] };
                     let parker = CoreParker {
                         table: &self.parks,
                         mail: &self.shared.mail,
@@ -625,7 +637,18 @@ impl Loop {
                         slot,
                         conn_gen: c.gen,
                     };
-                    match dispatcher.handle_parking(&c.info, &c.rbuf[start..end], out, Some(&self.lender), &parker) {
+                    let record = &c.rbuf[start..end];
+                    let (outcome, in_scratch) = if direct {
+                        let out = &mut c.wbuf[f][c.wlen[f]..];
+                        (dispatcher.handle_parking(&c.info, record, out, Some(&self.lender), &parker), false)
+                    } else {
+                        // A small buffer: replies the program bounds within
+                        // its room go straight in, others to the scratch.
+                        let room = c.wbuf[f].len().saturating_sub(c.wlen[f] + c.lent_bytes[f]);
+                        let small = &mut c.wbuf[f][c.wlen[f]..c.wlen[f] + room];
+                        dispatcher.handle_split(&c.info, record, small, &mut self.scratch, Some(&self.lender), &parker)
+                    };
+                    match outcome {
                         Outcome::Parked => {
                             // Nothing of the reply was lent (asserted by the dispatcher).
                             let _ = self.lender.take();
@@ -633,7 +656,7 @@ impl Loop {
                         }
                         Outcome::Reply(n) => {
                             let lent = self.lender.take();
-                            if !direct {
+                            if in_scratch {
                                 let lent_bytes = lent.as_ref().map_or(0, |l| l.len);
                                 place(c, &self.scratch, n, lent_bytes, &mut self.reply_pool);
                             }
@@ -656,9 +679,12 @@ impl Loop {
                 Next::Incomplete { need } => {
                     // Never move bytes while a receive may be landing in
                     // the tail: it completes into the old offsets.
-                    if !c.recv_inflight && need > c.rbuf.len() && c.rsmall.is_none() {
-                        // A record larger than the connection's own buffer:
-                        // move to a pool buffer, or wait for one.
+                    let streaming = c.recv_streaming && self.recv_pool.available() && !self.recv_pool.waited;
+                    if !c.recv_inflight && (need > c.rbuf.len() || streaming) && c.rsmall.is_none() {
+                        // A record larger than the connection's own buffer
+                        // (move to a pool buffer, or wait for one), or a
+                        // client sending more than it holds at once (move
+                        // while one is free: fewer receives, no compaction).
                         let Some(mut big) = self.recv_pool.take() else { break };
                         let len = c.rfill - c.rpos;
                         big[..len].copy_from_slice(&c.rbuf[c.rpos..c.rfill]);
@@ -690,8 +716,10 @@ impl Loop {
         if c.rpos == c.rfill && !c.recv_inflight {
             c.rpos = 0;
             c.rfill = 0;
-            if let Some(small) = c.rsmall.take() {
-                // Drained: the pool buffer goes back.
+            if c.rsmall.is_some() && (!c.recv_streaming || self.recv_pool.waited) {
+                // Drained, and the client is not streaming (or another
+                // connection waits): the pool buffer goes back.
+                let small = c.rsmall.take().expect("checked above");
                 self.recv_pool.give(std::mem::replace(&mut c.rbuf, small));
             }
         }
@@ -788,6 +816,9 @@ impl Loop {
     /// After parked calls left a table that had stalled connections, or
     /// pool buffers came back that connections waited for, read them again.
     fn unstall(&mut self) {
+        if !self.recv_pool.waited && !self.reply_pool.waited && !self.parks.get_mut().stalled {
+            return;
+        }
         let stalled = {
             let mut t = self.parks.borrow_mut();
             let go = t.stalled && t.count < t.count_max;
