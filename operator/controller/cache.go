@@ -4,6 +4,7 @@ import (
 	"github.com/chimera-k8s/chimera/operator/render"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -25,5 +26,6 @@ func CacheOptions() cache.Options {
 		&appsv1.StatefulSet{}:           mine,
 		&appsv1.DaemonSet{}:             mine,
 		&policyv1.PodDisruptionBudget{}: mine,
+		&networkingv1.NetworkPolicy{}:   mine,
 	}}
 }
