@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -61,8 +62,8 @@ func main() {
 	flag.StringVar(&extraSANs, "webhook-cert-extra-sans", "", "comma-separated extra DNS names / IPs for the self-managed webhook certificate (a webhook reached by URL)")
 	flag.BoolVar(&netpol, "network-policy", true, "render a NetworkPolicy per ChimeraCluster (admin API from admin-client pods of --namespace, NFS from the nodes, metrics from the scrapers)")
 	flag.StringVar(&nfsCIDRs, "network-policy-nfs-cidrs", "", "comma-separated CIDRs allowed on the NFS ports besides the nodes' addresses")
-	flag.StringVar(&metricsNS, "network-policy-metrics-namespaces", "", "label selector of the namespaces whose pods may scrape metrics (empty with empty pods selector: the cluster's own namespace)")
-	flag.StringVar(&metricsPods, "network-policy-metrics-pods", "", "label selector of the pods that may scrape metrics")
+	flag.StringVar(&metricsNS, "network-policy-metrics-namespaces", "", "LabelSelector as JSON ({\"matchLabels\":{...}}) of the namespaces whose pods may scrape chimerad's metrics (both selectors empty: every pod of the cluster's own namespace)")
+	flag.StringVar(&metricsPods, "network-policy-metrics-pods", "", "LabelSelector as JSON of the pods that may scrape chimerad's metrics")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -105,8 +106,7 @@ type options struct {
 	netpol                                render.NetworkPolicyOptions
 }
 
-// networkPolicyOptions parses the --network-policy-* flags; selectors use
-// the kubectl syntax ("a=b,c in (d)").
+// networkPolicyOptions parses the --network-policy-* flags.
 func networkPolicyOptions(enabled bool, namespace, cidrs, metricsNS, metricsPods string) (render.NetworkPolicyOptions, error) {
 	o := render.NetworkPolicyOptions{Enabled: enabled, AdminClientNamespace: namespace}
 	if !enabled {
@@ -121,17 +121,31 @@ func networkPolicyOptions(enabled bool, namespace, cidrs, metricsNS, metricsPods
 		}
 	}
 	var err error
-	if metricsNS != "" {
-		if o.MetricsNamespaceSelector, err = metav1.ParseToLabelSelector(metricsNS); err != nil {
-			return o, fmt.Errorf("--network-policy-metrics-namespaces: %w", err)
-		}
+	if o.MetricsNamespaceSelector, err = labelSelectorFlag("--network-policy-metrics-namespaces", metricsNS); err != nil {
+		return o, err
 	}
-	if metricsPods != "" {
-		if o.MetricsPodSelector, err = metav1.ParseToLabelSelector(metricsPods); err != nil {
-			return o, fmt.Errorf("--network-policy-metrics-pods: %w", err)
-		}
+	if o.MetricsPodSelector, err = labelSelectorFlag("--network-policy-metrics-pods", metricsPods); err != nil {
+		return o, err
 	}
 	return o, nil
+}
+
+// labelSelectorFlag parses a LabelSelector given as JSON (the chart passes
+// its values with toJson); empty means none, {} selects everything.
+func labelSelectorFlag(name, v string) (*metav1.LabelSelector, error) {
+	if strings.TrimSpace(v) == "" || strings.TrimSpace(v) == "null" {
+		return nil, nil
+	}
+	sel := &metav1.LabelSelector{}
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(sel); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return sel, nil
 }
 
 func run(o options) error {
