@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chimera-k8s/chimera/operator/controller"
 	"github.com/chimera-k8s/chimera/operator/render"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -129,4 +130,31 @@ func TestNetworkPolicyFollowsNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("a node leaves", "10.77.0.11/32")
+}
+
+// The Node cache keeps only what the policy needs (identity and addresses).
+func TestNodeCacheKeepsOnlyAddresses(t *testing.T) {
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u1", ResourceVersion: "7", Labels: map[string]string{"big": "label"}, Annotations: map[string]string{"a": "b"}},
+		Spec:       corev1.NodeSpec{PodCIDR: "10.244.0.0/24"},
+		Status: corev1.NodeStatus{
+			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.5"}},
+			Images:    []corev1.ContainerImage{{Names: []string{"registry/image:tag"}, SizeBytes: 1 << 30}},
+		},
+	}
+	out, err := controller.NodeAddressesOnly(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*corev1.Node)
+	if got.Name != "n1" || got.UID != "u1" || got.ResourceVersion != "7" || len(got.Status.Addresses) != 1 || got.Status.Addresses[0].Address != "10.0.0.5" {
+		t.Fatalf("identity or addresses lost: %+v", got)
+	}
+	if len(got.Status.Images) != 0 || got.Labels != nil || got.Annotations != nil || got.Spec.PodCIDR != "" {
+		t.Fatalf("kept more than addresses: %+v", got)
+	}
+	pod := &corev1.Pod{}
+	if o, _ := controller.NodeAddressesOnly(pod); o != any(pod) {
+		t.Fatal("other kinds must pass through unchanged")
+	}
 }

@@ -19,7 +19,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -243,9 +242,11 @@ func (r *Reconciler) applyChildren(ctx context.Context, c *chimerav1.ChimeraClus
 func (r *Reconciler) applyNetworkPolicy(ctx context.Context, c *chimerav1.ChimeraCluster) error {
 	if !r.NetworkPolicy.Enabled {
 		np := &networkingv1.NetworkPolicy{}
-		np.SetNamespace(c.Namespace)
-		np.SetName(render.NetworkPolicyName(c))
-		if err := r.Client.Delete(ctx, np); err != nil && !apierrors.IsNotFound(err) && !apimeta.IsNoMatchError(err) {
+		key := types.NamespacedName{Namespace: c.Namespace, Name: render.NetworkPolicyName(c)}
+		if err := r.Client.Get(ctx, key, np); apierrors.IsNotFound(err) {
+			return nil // the usual case: nothing to remove, no API call
+		}
+		if err := r.Client.Delete(ctx, np); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete network policy (policies disabled): %w", err)
 		}
 		return nil
