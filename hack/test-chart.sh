@@ -2,9 +2,9 @@
 # Validates the Helm chart and every manifest under config/ offline:
 #   1. charts/chimera/crds and files/ are in sync with config/ (make generate),
 #   2. helm lint --strict,
-#   3. kubeconform -strict over the rendered chart (default values, and with
-#      cert-manager) and every YAML file in config/, against Kubernetes 1.34
-#      schemas and our CRD (hack/kubeconform-schemas.py prepares them),
+#   3. kubeconform -strict over the rendered chart (default values, with
+#      cert-manager, with non-default networkPolicy values) and every YAML
+#      file in config/, against Kubernetes 1.34 schemas and our CRD (hack/kubeconform-schemas.py prepares them),
 #   4. every kustomization under config/ renders (kubectl kustomize, the
 #      Kubernetes-version kubectl built by hack/build-k8s.sh) and the result
 #      passes kubeconform too,
@@ -64,7 +64,13 @@ conform -skip Certificate,Issuer "$WORK/chart-certmanager.yaml"
   --set 'csi.storageClasses[0].clusterNamespace=chimera' > "$WORK/chart-sc.yaml"
 grep -q 'kind: StorageClass' "$WORK/chart-sc.yaml" || fail "rendered chart has no StorageClass with csi.storageClasses set"
 conform "$WORK/chart-sc.yaml"
-echo "test-chart: kubeconform passed (chart default + cert-manager + StorageClass/webhook-URL renders, ${#config_files[@]} files in config/)"
+# Non-default NetworkPolicy values (selectors become JSON in the policy and the flags).
+"$HELM" template chimera charts/chimera --namespace chimera-system --set 'networkPolicy.nfsClientCIDRs={100.64.0.0/16,fd00::/64}' \
+  --set 'networkPolicy.metrics.namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=monitoring' \
+  --set 'networkPolicy.metrics.podSelector.matchLabels.app=prometheus' > "$WORK/chart-netpol.yaml"
+grep -q -- '--network-policy-metrics-pods=' "$WORK/chart-netpol.yaml" || fail "networkPolicy.metrics values do not reach the operator"
+conform "$WORK/chart-netpol.yaml"
+echo "test-chart: kubeconform passed (chart default + cert-manager + StorageClass/webhook-URL + NetworkPolicy-values renders, ${#config_files[@]} files in config/)"
 
 # 4. kustomizations render and validate
 mapfile -t kdirs < <(find config -name kustomization.yaml -printf '%h\n' | sort)

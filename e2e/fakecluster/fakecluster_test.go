@@ -73,6 +73,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -737,7 +738,7 @@ func noneLeft(ctx context.Context, k8s client.Client, ns string) error {
 		"Secret": &corev1.SecretList{}, "ServiceAccount": &corev1.ServiceAccountList{},
 		"StatefulSet": &appsv1.StatefulSetList{}, "DaemonSet": &appsv1.DaemonSetList{}, "Deployment": &appsv1.DeploymentList{},
 		"PodDisruptionBudget": &policyv1.PodDisruptionBudgetList{}, "Role": &rbacv1.RoleList{}, "RoleBinding": &rbacv1.RoleBindingList{},
-		"PersistentVolumeClaim": &corev1.PersistentVolumeClaimList{},
+		"PersistentVolumeClaim": &corev1.PersistentVolumeClaimList{}, "NetworkPolicy": &networkingv1.NetworkPolicyList{},
 	}
 	var left []string
 	for kind, l := range lists {

@@ -28,6 +28,7 @@ import (
 	"github.com/chimera-k8s/chimera/operator/render"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -169,6 +170,7 @@ func children(t *testing.T, ns, cluster string) []string {
 	lists := map[string]client.ObjectList{
 		"ConfigMap": &corev1.ConfigMapList{}, "Secret": &corev1.SecretList{}, "Service": &corev1.ServiceList{},
 		"StatefulSet": &appsv1.StatefulSetList{}, "DaemonSet": &appsv1.DaemonSetList{}, "PodDisruptionBudget": &policyv1.PodDisruptionBudgetList{},
+		"NetworkPolicy": &networkingv1.NetworkPolicyList{},
 	}
 	for kind, l := range lists {
 		if err := k8s.List(context.Background(), l, client.InNamespace(ns), sel); err != nil {
@@ -194,7 +196,7 @@ func TestReconcileCreatesExactlyTheChildren(t *testing.T) {
 	if err := k8s.Create(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	want := "ConfigMap/kids-config PodDisruptionBudget/kids-ds PodDisruptionBudget/kids-mds Secret/kids-admin-token Service/kids-ds Service/kids-mds StatefulSet/kids-ds StatefulSet/kids-mds"
+	want := "ConfigMap/kids-config NetworkPolicy/kids-servers PodDisruptionBudget/kids-ds PodDisruptionBudget/kids-mds Secret/kids-admin-token Service/kids-ds Service/kids-mds StatefulSet/kids-ds StatefulSet/kids-mds"
 	eventually(t, "children", func() error {
 		if got := strings.Join(children(t, ns, "kids"), " "); got != want {
 			return fmt.Errorf("children %q, want %q", got, want)
@@ -557,7 +559,7 @@ func TestDeletionTearsDownDataServersFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "children", func() error {
-		if n := len(children(t, ns, "bye")); n != 8 {
+		if n := len(children(t, ns, "bye")); n != 9 {
 			return fmt.Errorf("%d children", n)
 		}
 		return nil

@@ -15,17 +15,22 @@ import (
 	"github.com/chimera-k8s/chimera/operator/render"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
@@ -53,6 +58,8 @@ type Reconciler struct {
 	// AdminURL returns the admin API base URL of the MDS pod. The default
 	// uses the pod IP (no cluster DNS needed); tests point it at 127.0.0.1.
 	AdminURL func(c *chimerav1.ChimeraCluster, mds *corev1.Pod) string
+	// NetworkPolicy: whether and how each cluster's servers are isolated.
+	NetworkPolicy render.NetworkPolicyOptions
 }
 
 // +kubebuilder:rbac:groups=storage.chimera.io,resources=chimeraclusters,verbs=get;list;watch;update;patch
@@ -64,6 +71,8 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 
 // SetupWithManager registers the reconciler and its watches.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -75,7 +84,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return fmt.Sprintf("http://%s:%d", mds.Status.PodIP, render.PortAdmin)
 		}
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&chimerav1.ChimeraCluster{}).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&appsv1.DaemonSet{}).
@@ -85,8 +94,38 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&policyv1.PodDisruptionBudget{}).
 		// Pods are not owned by us but their readiness and network status
 		// drive status and the DS list: map them to their cluster by label.
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster)).
-		Complete(r)
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster))
+	if r.NetworkPolicy.Enabled {
+		// The NFS ports admit the nodes' addresses: a node that joins,
+		// leaves or changes address re-renders every cluster's policy.
+		b = b.Owns(&networkingv1.NetworkPolicy{}).
+			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allClusters), builder.WithPredicates(nodeAddressesChanged()))
+	}
+	return b.Complete(r)
+}
+
+func (r *Reconciler) allClusters(ctx context.Context, _ client.Object) []reconcile.Request {
+	list := &chimerav1.ChimeraClusterList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		logf.FromContext(ctx).Error(err, "list clusters for a node change")
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, c := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
+	}
+	return reqs
+}
+
+// nodeAddressesChanged lets node creation and deletion through, and updates
+// only when the addresses differ (status heartbeats would re-render every
+// cluster otherwise).
+func nodeAddressesChanged() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Node)
+		n, ok2 := e.ObjectNew.(*corev1.Node)
+		return !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses)
+	}}
 }
 
 func podToCluster(_ context.Context, o client.Object) []reconcile.Request {
@@ -182,6 +221,9 @@ func (r *Reconciler) applyChildren(ctx context.Context, c *chimerav1.ChimeraClus
 			return err
 		}
 	}
+	if err := r.applyNetworkPolicy(ctx, c); err != nil {
+		return err
+	}
 	// A mode switch leaves the other DS workload behind: remove it.
 	var stale client.Object = &appsv1.DaemonSet{}
 	if ch.DSDaemonSet != nil {
@@ -193,6 +235,31 @@ func (r *Reconciler) applyChildren(ctx context.Context, c *chimerav1.ChimeraClus
 		return fmt.Errorf("delete DS workload of the previous mode: %w", err)
 	}
 	return nil
+}
+
+// applyNetworkPolicy renders the servers' policy from the current nodes, or
+// removes one left from a run with policies enabled when they are not.
+func (r *Reconciler) applyNetworkPolicy(ctx context.Context, c *chimerav1.ChimeraCluster) error {
+	if !r.NetworkPolicy.Enabled {
+		np := &networkingv1.NetworkPolicy{}
+		key := types.NamespacedName{Namespace: c.Namespace, Name: render.NetworkPolicyName(c)}
+		if err := r.Client.Get(ctx, key, np); apierrors.IsNotFound(err) {
+			return nil // the usual case: nothing to remove, no API call
+		}
+		if err := r.Client.Delete(ctx, np); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete network policy (policies disabled): %w", err)
+		}
+		return nil
+	}
+	nodes := &corev1.NodeList{}
+	if err := r.Client.List(ctx, nodes); err != nil {
+		return fmt.Errorf("list nodes for the network policy: %w", err)
+	}
+	np, err := render.NetworkPolicy(c, r.NetworkPolicy, render.NodeAddresses(nodes.Items))
+	if err != nil {
+		return err
+	}
+	return r.apply(ctx, c, np)
 }
 
 // apply server-side-applies one child owned by c.
@@ -310,6 +377,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, c *chimerav1.ChimeraCl
 			meta(&corev1.Service{}, render.DSName(c)), meta(&corev1.Service{}, render.MDSName(c)),
 			meta(&policyv1.PodDisruptionBudget{}, render.DSName(c)), meta(&policyv1.PodDisruptionBudget{}, render.MDSName(c)),
 			meta(&corev1.ConfigMap{}, render.ConfigMapName(c)), meta(&corev1.Secret{}, render.AdminSecretName(c)),
+			meta(&networkingv1.NetworkPolicy{}, render.NetworkPolicyName(c)),
 		},
 	}
 	components := []string{render.ComponentDS, render.ComponentMDS, ""}

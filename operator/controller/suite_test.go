@@ -17,6 +17,7 @@ import (
 
 	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
 	"github.com/chimera-k8s/chimera/operator/controller"
+	"github.com/chimera-k8s/chimera/operator/render"
 	"github.com/chimera-k8s/chimera/operator/webhook"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -33,6 +34,9 @@ import (
 
 // Every wait in the suite is bounded by this.
 const waitTimeout = 30 * time.Second
+
+// adminClientNS plays the release namespace the operator runs in.
+const adminClientNS = "chimera-system"
 
 var (
 	k8s      client.Client
@@ -98,6 +102,8 @@ func runSuite(m *testing.M) int {
 	rec := &controller.Reconciler{
 		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorderFor("chimera-operator"),
 		AdminURL: func(*chimerav1.ChimeraCluster, *corev1.Pod) string { return adminURL.url.Load() },
+		// As the chart runs it: the admin clients live in the release namespace.
+		NetworkPolicy: render.NetworkPolicyOptions{Enabled: true, AdminClientNamespace: adminClientNS},
 	}
 	if err := rec.SetupWithManager(mgr); err != nil {
 		println(err.Error())

@@ -147,7 +147,9 @@ func statefulSet(c *chimerav1.ChimeraCluster, name, component string, replicas i
 }
 
 // budget: the single MDS may not be evicted voluntarily (a drain waits for a
-// human, since clients lose the namespace meanwhile); DSes go one at a time.
+// human, since clients lose the namespace meanwhile and a memfs MDS loses
+// every file); DSes go one at a time, and a DS that is not ready may always
+// be evicted (it serves nothing; keeping it would only block the drain).
 func budget(c *chimerav1.ChimeraCluster, name, component string, ds bool) *policyv1.PodDisruptionBudget {
 	pdb := &policyv1.PodDisruptionBudget{
 		ObjectMeta: objectMeta(c, name, component),
@@ -155,7 +157,9 @@ func budget(c *chimerav1.ChimeraCluster, name, component string, ds bool) *polic
 	}
 	if ds {
 		one := intstr.FromInt32(1)
+		always := policyv1.AlwaysAllow
 		pdb.Spec.MaxUnavailable = &one
+		pdb.Spec.UnhealthyPodEvictionPolicy = &always
 	} else {
 		one := intstr.FromInt32(1)
 		pdb.Spec.MinAvailable = &one

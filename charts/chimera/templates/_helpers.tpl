@@ -31,3 +31,14 @@ app.kubernetes.io/part-of: chimera
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
+
+{{- /* The NetworkPolicy peer of the metrics scrapers (networkPolicy.metrics),
+as JSON; both selectors null: every pod of the policy's namespace. */ -}}
+{{- define "chimera.metricsPeer" -}}
+{{- $m := .Values.networkPolicy.metrics -}}
+{{- $peer := dict -}}
+{{- if not (kindIs "invalid" $m.namespaceSelector) }}{{ $_ := set $peer "namespaceSelector" $m.namespaceSelector }}{{ end -}}
+{{- if not (kindIs "invalid" $m.podSelector) }}{{ $_ := set $peer "podSelector" $m.podSelector }}{{ end -}}
+{{- if not $peer }}{{ $_ := set $peer "podSelector" (dict) }}{{ end -}}
+{{- toJson $peer -}}
+{{- end -}}

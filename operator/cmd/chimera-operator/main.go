@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -13,8 +14,10 @@ import (
 
 	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
 	"github.com/chimera-k8s/chimera/operator/controller"
+	"github.com/chimera-k8s/chimera/operator/render"
 	"github.com/chimera-k8s/chimera/operator/webhook"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -37,6 +40,8 @@ func main() {
 		certSecret, webhookService, vwcName   string
 		namespace, mdsAdminURL, extraSANs     string
 		webhookHost                           string
+		netpol                                bool
+		nfsCIDRs, metricsNS, metricsPods      string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "metrics endpoint address (0 disables)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "/healthz and /readyz address")
@@ -55,6 +60,10 @@ func main() {
 	// by URL instead of through its Service.
 	flag.StringVar(&mdsAdminURL, "mds-admin-url", "", "admin API base URL used for every cluster's MDS instead of http://<MDS pod IP>:8080 (out-of-cluster runs and tests only)")
 	flag.StringVar(&extraSANs, "webhook-cert-extra-sans", "", "comma-separated extra DNS names / IPs for the self-managed webhook certificate (a webhook reached by URL)")
+	flag.BoolVar(&netpol, "network-policy", true, "render a NetworkPolicy per ChimeraCluster (admin API from admin-client pods of --namespace, NFS from the nodes, metrics from the scrapers)")
+	flag.StringVar(&nfsCIDRs, "network-policy-nfs-cidrs", "", "comma-separated CIDRs allowed on the NFS ports besides the nodes' addresses")
+	flag.StringVar(&metricsNS, "network-policy-metrics-namespaces", "", "LabelSelector as JSON ({\"matchLabels\":{...}}) of the namespaces whose pods may scrape chimerad's metrics (both selectors empty: every pod of the cluster's own namespace)")
+	flag.StringVar(&metricsPods, "network-policy-metrics-pods", "", "LabelSelector as JSON of the pods that may scrape chimerad's metrics")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -72,6 +81,12 @@ func main() {
 			o.extraSANs = append(o.extraSANs, s)
 		}
 	}
+	np, err := networkPolicyOptions(netpol, namespace, nfsCIDRs, metricsNS, metricsPods)
+	if err != nil {
+		log.Error(err, "bad network-policy flags")
+		os.Exit(2)
+	}
+	o.netpol = np
 	if o.mdsAdminURL != "" {
 		log.Info("MDS admin API overridden for every cluster (out-of-cluster run)", "url", o.mdsAdminURL)
 	}
@@ -88,6 +103,49 @@ type options struct {
 	certSecret, webhookService, vwcName   string
 	namespace, mdsAdminURL, webhookHost   string
 	extraSANs                             []string
+	netpol                                render.NetworkPolicyOptions
+}
+
+// networkPolicyOptions parses the --network-policy-* flags.
+func networkPolicyOptions(enabled bool, namespace, cidrs, metricsNS, metricsPods string) (render.NetworkPolicyOptions, error) {
+	o := render.NetworkPolicyOptions{Enabled: enabled, AdminClientNamespace: namespace}
+	if !enabled {
+		return o, nil
+	}
+	if namespace == "" {
+		return o, fmt.Errorf("--network-policy needs --namespace (or $POD_NAMESPACE): the admin clients run there")
+	}
+	for _, s := range strings.Split(cidrs, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			o.NFSClientCIDRs = append(o.NFSClientCIDRs, s)
+		}
+	}
+	var err error
+	if o.MetricsNamespaceSelector, err = labelSelectorFlag("--network-policy-metrics-namespaces", metricsNS); err != nil {
+		return o, err
+	}
+	if o.MetricsPodSelector, err = labelSelectorFlag("--network-policy-metrics-pods", metricsPods); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// labelSelectorFlag parses a LabelSelector given as JSON (the chart passes
+// its values with toJson); empty means none, {} selects everything.
+func labelSelectorFlag(name, v string) (*metav1.LabelSelector, error) {
+	if strings.TrimSpace(v) == "" || strings.TrimSpace(v) == "null" {
+		return nil, nil
+	}
+	sel := &metav1.LabelSelector{}
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(sel); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return sel, nil
 }
 
 func run(o options) error {
@@ -134,6 +192,7 @@ func run(o options) error {
 	}
 	r := &controller.Reconciler{
 		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorderFor("chimera-operator"),
+		NetworkPolicy: o.netpol,
 	}
 	if o.mdsAdminURL != "" {
 		r.AdminURL = func(*chimerav1.ChimeraCluster, *corev1.Pod) string { return o.mdsAdminURL }

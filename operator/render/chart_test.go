@@ -1,0 +1,146 @@
+package render
+
+// Proves the chart and the operator agree on who is an admin client and what
+// the chart's own NetworkPolicies admit: the chart is rendered by the real
+// helm ($HELM, else the cache's; required when $CHIMERA_REQUIRE_ENVTEST is
+// set, as make test-operator does), the operator's and the CSI controller's
+// pods must carry LabelAdminClient (else the operator's policies would lock
+// them out of every admin API), and the chart's policies are evaluated with
+// allows() for the webhook, metrics and an arbitrary port.
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	h := os.Getenv("HELM")
+	if h == "" {
+		cache := os.Getenv("CACHE")
+		if cache == "" {
+			home, _ := os.UserHomeDir()
+			cache = filepath.Join(home, ".cache", "chimera-test")
+		}
+		h = filepath.Join(cache, "bin", "helm")
+	}
+	if _, err := os.Stat(h); err != nil {
+		if os.Getenv("CHIMERA_REQUIRE_ENVTEST") != "" {
+			t.Fatalf("helm not found at %s (make setup-operator installs it)", h)
+		}
+		t.Skipf("helm not found at %s", h)
+	}
+	return h
+}
+
+// renderChart returns the chart's objects by kind/name.
+func renderChart(t *testing.T, args ...string) map[string][]byte {
+	t.Helper()
+	cmd := exec.Command(helmBinary(t), append([]string{"template", "chimera", filepath.Join("..", "..", "charts", "chimera"), "--namespace", "chimera-system"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, stderr.String())
+	}
+	objs := map[string][]byte{}
+	for _, doc := range strings.Split(string(out), "\n---") {
+		var meta struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatalf("rendered YAML: %v\n%s", err, doc)
+		}
+		if meta.Kind != "" {
+			objs[meta.Kind+"/"+meta.Metadata.Name] = []byte(doc)
+		}
+	}
+	return objs
+}
+
+func decode[T any](t *testing.T, objs map[string][]byte, key string) *T {
+	t.Helper()
+	doc, ok := objs[key]
+	if !ok {
+		t.Fatalf("chart renders no %s", key)
+	}
+	v := new(T)
+	if err := yaml.UnmarshalStrict(doc, v); err != nil {
+		t.Fatalf("%s: %v", key, err)
+	}
+	return v
+}
+
+func TestChartAdminClientsAndPolicies(t *testing.T) {
+	objs := renderChart(t)
+	op := decode[appsv1.Deployment](t, objs, "Deployment/chimera-operator")
+	csi := decode[appsv1.Deployment](t, objs, "Deployment/chimera-csi-controller")
+	for _, d := range []*appsv1.Deployment{op, csi} {
+		if d.Spec.Template.Labels[LabelAdminClient] != "true" {
+			t.Errorf("%s pods lack %s=true: the clusters' policies would refuse their admin calls", d.Name, LabelAdminClient)
+		}
+		if d.Spec.Selector.MatchLabels[LabelAdminClient] != "" {
+			t.Errorf("%s: the admin-client label must not be in the (immutable) selector", d.Name)
+		}
+	}
+	if args := strings.Join(op.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--network-policy=true") {
+		t.Errorf("operator args %q lack --network-policy=true", args)
+	}
+	// The operator's own admin-client peer must match the chart's pods.
+	np, err := NetworkPolicy(smallCluster(), NetworkPolicyOptions{Enabled: true, AdminClientNamespace: "chimera-system"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []*appsv1.Deployment{op, csi} {
+		if !allows(t, np, Labels(smallCluster(), ComponentMDS), podIn("chimera-system", d.Spec.Template.Labels), PortAdmin) {
+			t.Errorf("%s pods are refused by a cluster's admin rule", d.Name)
+		}
+	}
+
+	opNP := decode[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy/chimera-operator")
+	csiNP := decode[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy/chimera-csi-controller")
+	opPod, csiPod := op.Spec.Template.Labels, csi.Spec.Template.Labels
+	for _, tc := range []struct {
+		what   string
+		np     *networkingv1.NetworkPolicy
+		to     map[string]string
+		src    source
+		port   int32
+		wanted bool
+	}{
+		{"apiserver (a host) → operator webhook", opNP, opPod, host("192.0.2.1"), 9443, true},
+		{"host → operator metrics", opNP, opPod, host("192.0.2.1"), 8443, false},
+		{"pod of the release namespace → operator metrics", opNP, opPod, podIn("chimera-system", map[string]string{"app": "prom"}), 8443, true},
+		{"pod of another namespace → operator metrics", opNP, opPod, podIn("monitoring", map[string]string{"app": "prom"}), 8443, false},
+		{"pod → operator health port", opNP, opPod, podIn("chimera-system", map[string]string{"app": "x"}), 8081, false},
+		{"pod → CSI controller health port", csiNP, csiPod, podIn("chimera-system", map[string]string{"app": "x"}), 9808, false},
+		{"host → CSI controller", csiNP, csiPod, host("192.0.2.1"), 9808, false},
+	} {
+		if got := allows(t, tc.np, tc.to, tc.src, tc.port); got != tc.wanted {
+			t.Errorf("%s (port %d): allowed=%v, want %v", tc.what, tc.port, got, tc.wanted)
+		}
+	}
+
+	// Switched off: no policy from the chart, none from the operator.
+	off := renderChart(t, "--set", "networkPolicy.enabled=false")
+	for k := range off {
+		if strings.HasPrefix(k, "NetworkPolicy/") {
+			t.Errorf("networkPolicy.enabled=false still renders %s", k)
+		}
+	}
+	op = decode[appsv1.Deployment](t, off, "Deployment/chimera-operator")
+	if args := strings.Join(op.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--network-policy=false") {
+		t.Errorf("operator args %q lack --network-policy=false", args)
+	}
+}
