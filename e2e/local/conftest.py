@@ -1,5 +1,5 @@
 """Fixtures that start a real chimerad process on 127.0.0.1 for each test
-module, with kernel-chosen ports, and stop it with SIGTERM (a clean exit is
+module, with kernel-chosen ports (port 0, read back from its log), and stop it with SIGTERM (a clean exit is
 asserted: graceful shutdown is part of what these tests prove)."""
 
 import json
@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -20,27 +19,32 @@ FIO = os.environ.get("FIO")
 TOKEN = "test-token-1234"
 
 
-def free_ports(n):
-    """n distinct free TCP ports on 127.0.0.1. All n sockets are bound at once
-    before any is closed, so one call cannot return the same port twice."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            socks.append(s)
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+def bound_ports(log_path, services, proc, deadline):
+    """The ports chimerad bound, read back from its "listening" log lines
+    (it binds port 0 and the kernel picks: no port is ever guessed)."""
+    want = set(services)
+    while True:
+        found = {}
+        with open(log_path) as f:
+            for line in f:
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue
+                if ev.get("msg") == "listening" and ev.get("service") in want and ev["service"] not in found:
+                    found[ev["service"]] = int(ev["addr"].rsplit(":", 1)[1])
+        if set(found) == want:
+            return found
+        assert proc.poll() is None, f"chimerad exited: {open(log_path).read()}"
+        assert time.time() < deadline, f"chimerad did not report its ports {sorted(want - set(found))} in 20 s"
+        time.sleep(0.05)
 
 
 class Server:
     def __init__(self, tmp, capacity="256M", extra_server=None):
-        self.nfs_port, self.admin_port, self.metrics_port = free_ports(3)
         server = {
             "bind": "127.0.0.1",
-            "nfs_port": self.nfs_port,
+            "nfs_port": 0,
             "mount_port": 0,
             "portmap_port": 0,
             "cores": 2,
@@ -51,8 +55,8 @@ class Server:
             "server": server,
             "mounts": {"memfs": {"module": "memfs", "capacity_bytes": capacity}},
             "exports": {"/memfs": {"path": "/memfs"}},
-            "admin": {"bind": "127.0.0.1", "port": self.admin_port, "token": TOKEN},
-            "metrics": {"bind": "127.0.0.1", "port": self.metrics_port},
+            "admin": {"bind": "127.0.0.1", "port": 0, "token": TOKEN},
+            "metrics": {"bind": "127.0.0.1", "port": 0},
         }
         self.dir = tmp
         path = os.path.join(tmp, "chimerad.json")
@@ -61,6 +65,8 @@ class Server:
         self.log = open(os.path.join(tmp, "chimerad.log"), "w")
         self.proc = subprocess.Popen([CHIMERAD, "--config", path], stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 20
+        ports = bound_ports(self.log.name, ("nfs", "admin", "metrics"), self.proc, deadline)
+        self.nfs_port, self.admin_port, self.metrics_port = ports["nfs"], ports["admin"], ports["metrics"]
         while True:
             assert self.proc.poll() is None, f"chimerad exited: {open(self.log.name).read()}"
             try:
