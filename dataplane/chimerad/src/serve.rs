@@ -370,6 +370,10 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
         };
         let mut admin = Admin::new(cfg.admin.token.clone(), volumes, initial_data_servers(cfg), cluster_info(cfg));
         admin.pnfs = pnfs.clone();
+        if cfg.server.role.runs_mds() {
+            let mounts = router.mounts().iter().map(|m| (String::from_utf8_lossy(&m.name).into_owned(), m.export_id)).collect();
+            admin.access = Some((access.clone(), mounts));
+        }
         let r = router.clone();
         admin.space = Box::new(move || {
             r.mounts().iter().fold((0, 0), |(used, avail), m| match m.backend.root(m.export_id).and_then(|fh| m.backend.fsstat(&fh)) {
