@@ -82,8 +82,11 @@ pub struct Admin {
     pub pnfs: Option<Arc<pnfs::Pnfs>>,
     /// Export access rules (`/api/v1/access`): the table the data path
     /// enforces, and the mounts (name, export id) they may be set on.
-    pub access: Option<(Arc<vfs::clients::AccessTable>, Vec<(String, vfs::ExportId)>)>,
+    pub access: Option<ExportAccess>,
 }
+
+/// The access table and the mounts (name, export id) it is set on.
+pub type ExportAccess = (Arc<vfs::clients::AccessTable>, Vec<(String, vfs::ExportId)>);
 
 impl Admin {
     pub fn new(token: String, volumes: Option<Volumes>, data_servers: Vec<DsEntry>, cluster: ClusterInfo) -> Admin {
