@@ -58,7 +58,7 @@ pub(crate) struct Compound<'p> {
     pub auth_uid: u32,
     auth_gid: u32,
     auth_ngids: usize,
-    peer: std::net::IpAddr,
+    pub peer: std::net::IpAddr,
     pub cur: Option<FileHandle>,
     pub saved: Option<FileHandle>,
     pub cur_sid: Option<Stateid>,

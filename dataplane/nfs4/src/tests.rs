@@ -2467,9 +2467,26 @@ fn lookup_into_a_forbidden_export_over_the_router() {
     };
     assert_eq!(look(&s, &mut c, b"open").0, p::NFS4_OK);
     assert_eq!(look(&s, &mut c, b"closed").0, p::NFS4ERR_ACCESS);
+    // The pseudo-root lists only what the client may use.
+    let names = |s: &Server, c: &mut Client| -> Vec<Vec<u8>> {
+        let rd = p::READDIR4args { cookie: 0, cookieverf: [0; 8], dircount: 4096, maxcount: 8192, attr_request: vec![] };
+        let mut r = s.call(c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_READDIR, &rd));
+        r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+        r.ok0(p::OP_PUTROOTFH);
+        let ok: p::READDIR4resok = r.ok(p::OP_READDIR);
+        let mut out = Vec::new();
+        let mut cur = ok.reply.entries.as_deref();
+        while let Some(ent) = cur {
+            out.push(ent.name.to_vec());
+            cur = ent.nextentry.as_deref();
+        }
+        out
+    };
+    assert_eq!(names(&s, &mut c), vec![b"open".to_vec()]);
     from_peer("[fd00:1::2]:1");
     let (st, fh) = look(&s, &mut c, b"closed");
     assert_eq!(st, p::NFS4_OK);
+    assert_eq!(names(&s, &mut c), vec![b"open".to_vec(), b"closed".to_vec()]);
     assert_eq!(getattr_via(&s, &mut c, &fh), p::NFS4_OK);
     from_peer("192.168.0.9:1");
     let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).raw(p::OP_GETFH as u32, &[]));
