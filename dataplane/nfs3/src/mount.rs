@@ -127,9 +127,14 @@ impl Mount3Program {
         self.mounts.lock().unwrap().retain(|(h, d)| !(*h == host && dirpath.is_none_or(|p| p == d.as_slice())));
     }
 
-    /// §5.2.5 EXPORT: every export, open to all clients (empty group list).
-    fn export(&self, e: &mut Encoder<'_>) -> Result<(), XdrErr> {
+    /// §5.2.5 EXPORT: the exports this client may mount (empty group
+    /// list: the rules are by address and stay the server's).
+    fn export(&self, ctx: &CallContext<'_>, e: &mut Encoder<'_>) -> Result<(), XdrErr> {
         for x in &self.exports {
+            let admitted = (self.resolve)(&x.path).map_or(true, |fh| self.access.check(fh.export_id, ctx.peer.ip()).is_some());
+            if !admitted {
+                continue;
+            }
             e.bool(true)?;
             e.opaque_var(&x.name)?;
             e.bool(false)?;
@@ -174,7 +179,7 @@ impl Program for Mount3Program {
                 self.umnt(ctx, None);
                 Ok(())
             }
-            MOUNTPROC3_EXPORT => sys(self.export(e)),
+            MOUNTPROC3_EXPORT => sys(self.export(ctx, e)),
             _ => Err(CallError::ProcUnavail),
         }
     }

@@ -364,4 +364,17 @@ fn mount_refuses_a_client_the_rules_do_not_admit() {
     assert_eq!(mnt(b"/share", "10.0.0.1:1"), proto::mount3::mountstat3::MNT3ERR_ACCES as u32);
     assert_eq!(mnt(b"/share/d", "[2001:db8::1]:1"), proto::mount3::mountstat3::MNT3ERR_ACCES as u32);
     assert_eq!(mnt(b"/share/missing", "192.168.1.1:1"), proto::mount3::mountstat3::MNT3ERR_NOENT as u32);
+    // EXPORT lists the export only to clients that may mount it.
+    let exports = |peer: &str| -> Vec<u8> {
+        let mut c = ctx(proto::mount3::MOUNTPROC3_EXPORT, 0, peer);
+        c.prog = proto::mount3::MOUNT_PROGRAM;
+        let mut buf = vec![0u8; 4096];
+        let mut e = Encoder::new(&mut buf);
+        m.call(&c, &[], &mut e).unwrap();
+        e.written().to_vec()
+    };
+    let listed = exports("192.168.1.1:1");
+    assert_eq!(&listed[..4], &[0, 0, 0, 1], "one entry");
+    assert_eq!(&listed[8..14], b"/share");
+    assert_eq!(exports("10.0.0.1:1"), vec![0, 0, 0, 0], "an empty list");
 }
