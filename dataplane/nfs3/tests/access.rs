@@ -266,8 +266,7 @@ fn read_only_gets_rofs_on_every_modifying_procedure() {
     assert_eq!(t.names(), before, "nothing created or removed");
     let at = t.fs.getattr(&FileHandle::from_bytes(&t.file).unwrap()).unwrap();
     assert_eq!((at.mode & 0o777, at.size), (0o666, 5), "no SETATTR, no WRITE");
-    // RENAME / LINK into a read-only export from a writable one's handle:
-    // the second handle is checked too.
+    // Under a rule list where this client is rw, the same call goes through.
     t.table.set(1, Some(vec![rule(&["10.9.9.9"], AccessType::ReadWrite, Squash::NoRootSquash)]));
     let r = t.raw(
         NFSPROC3_REMOVE,
