@@ -80,7 +80,13 @@ pub struct Admin {
     pub space: Box<dyn Fn() -> (u64, u64) + Send + Sync>,
     /// The pNFS MDS: told of every DS list change; its state is shown.
     pub pnfs: Option<Arc<pnfs::Pnfs>>,
+    /// Export access rules (`/api/v1/access`): the table the data path
+    /// enforces, and the mounts (name, export id) they may be set on.
+    pub access: Option<ExportAccess>,
 }
+
+/// The access table and the mounts (name, export id) it is set on.
+pub type ExportAccess = (Arc<vfs::clients::AccessTable>, Vec<(String, vfs::ExportId)>);
 
 impl Admin {
     pub fn new(token: String, volumes: Option<Volumes>, data_servers: Vec<DsEntry>, cluster: ClusterInfo) -> Admin {
@@ -93,6 +99,7 @@ impl Admin {
             cluster,
             space: Box::new(|| (0, 0)),
             pnfs: None,
+            access: None,
         }
     }
 
@@ -163,12 +170,75 @@ impl Admin {
                 "PUT" => self.put_data_servers(req),
                 _ => method_not_allowed("GET, PUT"),
             },
+            ["api", "v1", "access"] => match req.method.as_str() {
+                "GET" => self.get_access(),
+                _ => method_not_allowed("GET"),
+            },
+            ["api", "v1", "access", mount] => match req.method.as_str() {
+                "GET" => self.with_access(mount, |doc| Response::json(200, &doc)),
+                "PUT" => self.put_access(req, mount),
+                _ => method_not_allowed("GET, PUT"),
+            },
             ["api", "v1", "cluster"] => match req.method.as_str() {
                 "GET" => self.get_cluster(),
                 _ => method_not_allowed("GET"),
             },
             _ => Response::error(404, format!("no route {}", req.path)),
         }
+    }
+
+    fn access_doc(t: &vfs::clients::AccessTable, name: &str, id: vfs::ExportId) -> Value {
+        let access = t.get(id).map_or(Value::Null, |r| crate::config::access_json(&r));
+        json!({ "mount": name, "access": access })
+    }
+
+    /// `GET /api/v1/access`: every mount's rules (`null`: open to all).
+    fn get_access(&self) -> Response {
+        match &self.access {
+            None => Response::error(501, "this server has no exports (role ds)"),
+            Some((t, mounts)) => {
+                let list: Vec<Value> = mounts.iter().map(|(n, id)| Self::access_doc(t, n, *id)).collect();
+                Response::json(200, &json!({ "mounts": list }))
+            }
+        }
+    }
+
+    fn with_access(&self, mount: &str, f: impl FnOnce(Value) -> Response) -> Response {
+        match &self.access {
+            None => Response::error(501, "this server has no exports (role ds)"),
+            Some((t, mounts)) => match mounts.iter().find(|(n, _)| n == mount) {
+                None => Response::error(404, format!("no mount {mount:?}")),
+                Some((n, id)) => f(Self::access_doc(t, n, *id)),
+            },
+        }
+    }
+
+    /// `PUT /api/v1/access/<mount>` with `{"access": [rules] | null}`: the
+    /// mount's rules (every export and volume in it), applied to the next
+    /// call, handles learned before included. Not kept across restarts
+    /// (the config's `exports.<name>.access` is what a restart starts from).
+    fn put_access(&self, req: &Request, mount: &str) -> Response {
+        let body = match parse_object(req, &["access"]) {
+            Ok(b) => b,
+            Err(r) => return r,
+        };
+        let rules = match body.get("access") {
+            None => return bad("access: required (an array of client rules, or null for open to all)"),
+            Some(Value::Null) => None,
+            Some(v) => match crate::config::parse_access("access", v) {
+                Ok(r) => Some(r),
+                Err(e) => return bad(format!("{}: {}", e.path, e.msg)),
+            },
+        };
+        let Some((t, mounts)) = &self.access else {
+            return Response::error(501, "this server has no exports (role ds)");
+        };
+        let Some((n, id)) = mounts.iter().find(|(n, _)| n == mount) else {
+            return Response::error(404, format!("no mount {mount:?}"));
+        };
+        t.set(*id, rules);
+        log::info("export access rules changed", &[("mount", n.as_str().into())]);
+        Response::json(200, &Self::access_doc(t, n, *id))
     }
 
     fn with_volumes(&self, f: impl FnOnce(&Volumes) -> Result<Response, VolError>) -> Response {
@@ -186,10 +256,13 @@ impl Admin {
     }
 
     fn create_volume(&self, req: &Request) -> Response {
-        let body = match parse_object(req, &["name", "capacityBytes", "sourceSnapshot"]) {
+        let body = match parse_object(req, &["name", "capacityBytes", "sourceSnapshot", "access"]) {
             Ok(b) => b,
             Err(r) => return r,
         };
+        if let Some(r) = volume_access_refused(&body) {
+            return r;
+        }
         let name = match body.get("name") {
             Some(Value::String(s)) => s.clone(),
             Some(other) => return bad(format!("name: expected a string, got {}", kind(other))),
@@ -211,10 +284,13 @@ impl Admin {
     }
 
     fn resize_volume(&self, req: &Request, id: &str) -> Response {
-        let body = match parse_object(req, &["capacityBytes"]) {
+        let body = match parse_object(req, &["capacityBytes", "access"]) {
             Ok(b) => b,
             Err(r) => return r,
         };
+        if let Some(r) = volume_access_refused(&body) {
+            return r;
+        }
         let cap = match required_u64(&body, "capacityBytes") {
             Ok(c) => c,
             Err(r) => return r,
@@ -409,6 +485,23 @@ fn vol_error(e: VolError) -> Response {
             log::error("admin: backend failure", &[("error", m.as_str().into())]);
             Response::error(500, m)
         }
+    }
+}
+
+/// Rules per volume are not enforceable yet: a file handle names its
+/// mount, not the volume directory it is under, so a client could use a
+/// handle past them. The field is validated (a malformed list is named as
+/// such) and then refused rather than stored and not enforced.
+fn volume_access_refused(body: &Map<String, Value>) -> Option<Response> {
+    match body.get("access") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(match crate::config::parse_access("access", v) {
+            Err(e) => bad(format!("{}: {}", e.path, e.msg)),
+            Ok(_) => bad(
+                "access: rules per volume are not supported yet (a file handle names its mount, not the volume); \
+                 set the mount's rules with PUT /api/v1/access/<mount>",
+            ),
+        }),
     }
 }
 

@@ -412,6 +412,9 @@ pub struct ExportConfig {
     pub name: String,
     /// Namespace path it resolves to (`/memfs/dir`).
     pub path: String,
+    /// Client rules (`access`); `None`: open to every client, read-write,
+    /// no squashing.
+    pub access: Option<Vec<vfs::clients::Rule>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1459,6 +1462,10 @@ fn parse_exports(v: &Value, mounts: &[MountConfig], warnings: &mut Vec<String>) 
             Some(p) => check_ns_path(&join(&path, "path"), p)?,
             None => return err(&join(&path, "path"), "required (a namespace path such as \"/memfs\")"),
         };
+        let access = match o.get("access") {
+            None => None,
+            Some(v) => Some(parse_access(&join(&path, "access"), v)?),
+        };
         o.finish(&[], &mut Vec::new())?;
         // The reference resolves exports when a client mounts them, and its
         // own MDS config carries one that names no mount ("/ds1" -> "/ds"):
@@ -1468,9 +1475,117 @@ fn parse_exports(v: &Value, mounts: &[MountConfig], warnings: &mut Vec<String>) 
             warnings.push(format!("{e}; export {name:?} is not served"));
             continue;
         }
-        out.push(ExportConfig { name, path: target });
+        // Rules are enforced per handle, and a handle names its mount:
+        // two exports of one mount cannot have different rules.
+        let mount = mount_of(&target);
+        if let Some(other) = out.iter().find(|e| mount_of(&e.path) == mount && e.access != access) {
+            return err(
+                &join(&path, "access"),
+                format!(
+                    "export {:?} serves the same mount {mount:?} with different access rules; rules apply to a whole mount (give both the same rules)",
+                    other.name
+                ),
+            );
+        }
+        out.push(ExportConfig { name, path: target, access });
     }
     Ok(out)
+}
+
+/// The mount a namespace path is in (its first component).
+pub fn mount_of(p: &str) -> &str {
+    p.trim_start_matches('/').split('/').next().unwrap_or("")
+}
+
+/// Largest anonymous uid/gid (4294967295 is "no id" to the kernel).
+pub const ANON_ID_MAX: u64 = u32::MAX as u64 - 1;
+
+/// An export's (or a volume's) `access` list: client rules in the shape
+/// NFS-Ganesha users know, tried in order, the first whose `clients`
+/// names the peer deciding. Errors name the key path
+/// (`exports./memfs.access[1].clients[0]`).
+pub fn parse_access(path: &str, v: &Value) -> Result<Vec<vfs::clients::Rule>, ConfigError> {
+    use vfs::clients::{AccessType, Net, Rule, Squash, ANON_ID_DEFAULT, CLIENTS_MAX, RULES_MAX};
+    let items = match v {
+        Value::Array(items) => items,
+        other => return err(path, format!("expected an array of client rules, got {}", kind(other))),
+    };
+    if items.len() > RULES_MAX {
+        return err(path, format!("{} rules, more than {RULES_MAX}", items.len()));
+    }
+    let mut rules = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let rp = format!("{path}[{i}]");
+        let mut o = Obj::new(&rp, item)?;
+        let cp = o.key_path("clients");
+        let specs: Vec<(String, &str)> = match o.get("clients") {
+            None => return err(&cp, "required: a CIDR, a host address, \"*\", or an array of them"),
+            Some(Value::String(s)) => vec![(cp.clone(), s.as_str())],
+            Some(Value::Array(a)) => {
+                if a.is_empty() {
+                    return err(&cp, "empty: a rule names at least one client");
+                }
+                if a.len() > CLIENTS_MAX {
+                    return err(&cp, format!("{} clients, more than {CLIENTS_MAX}", a.len()));
+                }
+                let mut v = Vec::with_capacity(a.len());
+                for (j, c) in a.iter().enumerate() {
+                    let p = format!("{cp}[{j}]");
+                    match c {
+                        Value::String(s) => v.push((p, s.as_str())),
+                        other => return err(&p, format!("expected a string, got {}", kind(other))),
+                    }
+                }
+                v
+            }
+            Some(other) => return err(&cp, format!("expected a string or an array of strings, got {}", kind(other))),
+        };
+        let mut clients = Vec::with_capacity(specs.len());
+        for (p, spec) in specs {
+            clients.push(Net::parse(spec).or_else(|m| err(&p, m))?);
+        }
+        let ap = o.key_path("access_type");
+        let access = match o.str("access_type")? {
+            None => AccessType::ReadWrite,
+            Some(s) => match AccessType::parse(s) {
+                Some(a) => a,
+                None => return err(&ap, format!("expected \"rw\", \"ro\" or \"none\", got {s:?}")),
+            },
+        };
+        let sp = o.key_path("squash");
+        let squash = match o.str("squash")? {
+            None => Squash::RootSquash,
+            Some(s) => match Squash::parse(s) {
+                Some(q) => q,
+                None => {
+                    return err(&sp, format!("expected \"root_squash\", \"all_squash\" or \"no_root_squash\", got {s:?}"))
+                }
+            },
+        };
+        let anon_uid = o.u64_in("anonymous_uid", 0, ANON_ID_MAX)?.map_or(ANON_ID_DEFAULT, |n| n as u32);
+        let anon_gid = o.u64_in("anonymous_gid", 0, ANON_ID_MAX)?.map_or(ANON_ID_DEFAULT, |n| n as u32);
+        o.finish(&[], &mut Vec::new())?;
+        rules.push(Rule { clients, access, squash, anon_uid, anon_gid });
+    }
+    Ok(rules)
+}
+
+/// The JSON form of a rule list (what `parse_access` reads back).
+pub fn access_json(rules: &[vfs::clients::Rule]) -> Value {
+    Value::Array(
+        rules
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "clients": r.clients.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+                    "access_type": r.access.as_str(),
+                    "squash": r.squash.as_str(),
+                    "anonymous_uid": r.anon_uid,
+                    "anonymous_gid": r.anon_gid,
+                })
+            })
+            .collect(),
+    )
 }
 
 /// The volumes directory defaults into the mount clients are served from

@@ -38,6 +38,8 @@ pub struct Running {
     pub metrics_addr: Option<SocketAddr>,
     /// The pNFS MDS (role mds/both with `server.pnfs.enabled`).
     pub pnfs: Option<Arc<pnfs::Pnfs>>,
+    /// Export access rules, per mount export id (NFSv3, MOUNT, NFSv4.1).
+    pub access: Arc<vfs::clients::AccessTable>,
 }
 
 /// Capacity of the memfs a data server gets when its config has no mounts.
@@ -159,7 +161,27 @@ fn portmap_registrations(cfg: &Config) -> Vec<nfs3::Registration> {
 /// on the NFS port and clients may name either.
 /// Also returns the NFSv4.1 back channel, to attach to the transport once
 /// it runs.
-fn dispatcher(cfg: &Config, router: &Arc<Router>, pnfs: Option<&Arc<pnfs::Pnfs>>) -> (rpc::Dispatcher, Option<Arc<nfs4::callback::Callbacks>>) {
+/// The configured exports' rules, keyed by the export id of the mount each
+/// export is in (a handle carries that id; config validation made the
+/// exports of one mount agree).
+pub fn access_table(cfg: &Config, router: &Router) -> Arc<vfs::clients::AccessTable> {
+    let t = vfs::clients::AccessTable::new();
+    for e in &cfg.exports {
+        let Some(rules) = &e.access else { continue };
+        let name = crate::config::mount_of(&e.path);
+        if let Some(m) = router.mounts().iter().find(|m| m.name == name.as_bytes()) {
+            t.set(m.export_id, Some(rules.clone()));
+        }
+    }
+    Arc::new(t)
+}
+
+fn dispatcher(
+    cfg: &Config,
+    router: &Arc<Router>,
+    pnfs: Option<&Arc<pnfs::Pnfs>>,
+    access: &Arc<vfs::clients::AccessTable>,
+) -> (rpc::Dispatcher, Option<Arc<nfs4::callback::Callbacks>>) {
     let mut d = rpc::Dispatcher::new(limits(cfg));
     // With pNFS, file data lives on the DSes: both NFS versions on the MDS
     // reach it through the wrapper (I/O through the MDS).
@@ -167,13 +189,21 @@ fn dispatcher(cfg: &Config, router: &Arc<Router>, pnfs: Option<&Arc<pnfs::Pnfs>>
         Some(p) => Arc::new(pnfs::PnfsVfs::new(p.clone())),
         None => router.clone(),
     };
-    d.register(Arc::new(nfs3::Nfs3Program::new(vfs.clone()).io_bytes_max(io_bytes_max(cfg))), "nfs3", &nfs3::PROC_NAMES);
+    d.register(
+        Arc::new(nfs3::Nfs3Program::new(vfs.clone()).io_bytes_max(io_bytes_max(cfg)).with_access(access.clone())),
+        "nfs3",
+        &nfs3::PROC_NAMES,
+    );
     let mut callbacks = None;
     if cfg.server.role.runs_mds() {
-        callbacks = Some(register_nfs4(&mut d, &cfg.server, vfs, pnfs));
+        callbacks = Some(register_nfs4(&mut d, &cfg.server, vfs, pnfs, access));
         let r = router.clone();
         let resolve = Arc::new(move |p: &[u8]| r.resolve_path(p));
-        d.register(Arc::new(nfs3::Mount3Program::new(mount_exports(cfg), resolve)), "mount3", &nfs3::mount::PROC_NAMES);
+        d.register(
+            Arc::new(nfs3::Mount3Program::new(mount_exports(cfg), resolve).with_access(access.clone())),
+            "mount3",
+            &nfs3::mount::PROC_NAMES,
+        );
         // Registered even without its own listener: it then answers on the
         // NFS port, which costs nothing and helps clients that ask there.
         d.register(Arc::new(nfs3::PortmapProgram::new(portmap_registrations(cfg))), "portmap", &nfs3::portmap::PROC_NAMES);
@@ -188,6 +218,7 @@ fn register_nfs4(
     s: &crate::config::ServerConfig,
     vfs: Arc<dyn Vfs>,
     pnfs: Option<&Arc<pnfs::Pnfs>>,
+    access: &Arc<vfs::clients::AccessTable>,
 ) -> Arc<nfs4::callback::Callbacks> {
     let mut c4 = nfs4::Config { lease_time_s: s.lease_time_s, grace_time_s: s.grace_time_s, ..Default::default() };
     let budget = s.record_bytes_max - RPC_HEADER_BYTES;
@@ -199,7 +230,7 @@ fn register_nfs4(
         c4.response_bytes_max = budget;
         c4.response_cached_bytes_max = c4.response_cached_bytes_max.min(budget);
     }
-    let mut prog = nfs4::Nfs4Program::new(vfs, c4);
+    let mut prog = nfs4::Nfs4Program::new(vfs, c4).with_access(access.clone());
     if let Some(p) = pnfs {
         prog = prog.with_layouts(p.clone());
         p.set_recaller(prog.callbacks());
@@ -314,7 +345,9 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
         ensure_ns_path(&router, &e.path).map_err(|m| format!("exports.{}.path: {m}", e.name))?;
     }
     let pnfs = start_pnfs(cfg, &router)?;
+    let access = access_table(cfg, &router);
     let mut run = Running {
+        access: access.clone(),
         router: router.clone(),
         admin: None,
         nfs: None,
@@ -341,6 +374,10 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
         };
         let mut admin = Admin::new(cfg.admin.token.clone(), volumes, initial_data_servers(cfg), cluster_info(cfg));
         admin.pnfs = pnfs.clone();
+        if cfg.server.role.runs_mds() {
+            let mounts = router.mounts().iter().map(|m| (String::from_utf8_lossy(&m.name).into_owned(), m.export_id)).collect();
+            admin.access = Some((access.clone(), mounts));
+        }
         let r = router.clone();
         admin.space = Box::new(move || {
             r.mounts().iter().fold((0, 0), |(used, avail), m| match m.backend.root(m.export_id).and_then(|fh| m.backend.fsstat(&fh)) {
@@ -358,7 +395,7 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
             limits: limits(cfg),
             ..Default::default()
         };
-        let (d, callbacks) = dispatcher(cfg, &router, pnfs.as_ref());
+        let (d, callbacks) = dispatcher(cfg, &router, pnfs.as_ref(), &access);
         let nfs = runtime::Server::start(rt, Arc::new(d))
             .map_err(|e| format!("server.nfs_port: cannot start the data path on {}:{}: {e}", cfg.server.bind, cfg.server.nfs_port))?;
         if let Some(cb) = callbacks {

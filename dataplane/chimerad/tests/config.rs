@@ -640,4 +640,64 @@ fn pool_and_parking_limits_are_checked() {
     let (p, msg) = error_of(&v);
     assert_eq!(p, "server.parked_per_conn_max");
     assert!(msg.contains("parked_per_core_max"), "{msg}");
+
+/// `exports.<name>.access`: client rules parsed in order with their
+/// defaults; bad CIDRs, unknown keys and options, out-of-range anonymous
+/// ids and conflicting rules on one mount are errors naming the key path.
+#[test]
+fn export_access_rules_parse_and_errors_name_the_key() {
+    use vfs::clients::{AccessType, Net, Squash};
+    let rules = json!([
+        { "clients": ["10.0.0.0/8", "fd00::/8"], "access_type": "rw", "squash": "no_root_squash" },
+        { "clients": "192.168.1.7", "access_type": "ro", "squash": "all_squash", "anonymous_uid": 1000, "anonymous_gid": 0 },
+        { "clients": "*", "access_type": "none" }
+    ]);
+    let c = parse(&with("exports./nfs1.access", rules.clone())).unwrap();
+    let r = c.exports[0].access.as_ref().expect("rules");
+    assert_eq!(r.len(), 3);
+    assert_eq!(r[0].clients, vec![Net::parse("10.0.0.0/8").unwrap(), Net::parse("fd00::/8").unwrap()]);
+    assert_eq!((r[0].access, r[0].squash), (AccessType::ReadWrite, Squash::NoRootSquash));
+    assert_eq!((r[1].access, r[1].squash, r[1].anon_uid, r[1].anon_gid), (AccessType::ReadOnly, Squash::AllSquash, 1000, 0));
+    // Defaults: root_squash, anonymous 65534.
+    assert_eq!((r[2].access, r[2].squash, r[2].anon_uid, r[2].anon_gid), (AccessType::None, Squash::RootSquash, 65534, 65534));
+    // The JSON form reads back to the same rules.
+    let back = chimerad::config::access_json(r);
+    assert_eq!(&chimerad::config::parse_access("x", &back).unwrap(), r);
+    // No `access`: open (None); an empty list: nobody.
+    assert!(parse(&reference_shaped()).unwrap().exports[0].access.is_none());
+    assert_eq!(parse(&with("exports./nfs1.access", json!([]))).unwrap().exports[0].access, Some(vec![]));
+
+    let p = "exports./nfs1.access";
+    for (value, path, needle) in [
+        (json!({}), p.to_string(), "expected an array"),
+        (json!([{ "clients": "10.0.0.0/33" }]), format!("{p}[0].clients"), "out of range"),
+        (json!([{ "clients": ["10.0.0.0/8", "10.0.0.1/8"] }]), format!("{p}[0].clients[1]"), "below its prefix"),
+        (json!([{ "clients": ["host.example"] }]), format!("{p}[0].clients[0]"), "not an IP address"),
+        (json!([{ "clients": [7] }]), format!("{p}[0].clients[0]"), "expected a string"),
+        (json!([{ "clients": [] }]), format!("{p}[0].clients"), "empty"),
+        (json!([{ "access_type": "rw" }]), format!("{p}[0].clients"), "required"),
+        (json!([{ "clients": "*", "access_type": "RW" }]), format!("{p}[0].access_type"), "\"rw\""),
+        (json!([{ "clients": "*", "squash": "squash_all" }]), format!("{p}[0].squash"), "root_squash"),
+        (json!([{ "clients": "*", "anonymous_uid": 4294967295u64 }]), format!("{p}[0].anonymous_uid"), "out of range"),
+        (json!([{ "clients": "*", "anonymous_gid": -1 }]), format!("{p}[0].anonymous_gid"), "non-negative"),
+        (json!([{ "clients": "*", "Access_Type": "rw" }]), format!("{p}[0].Access_Type"), "unknown key"),
+        (json!([{ "clients": "*" }, "rw"]), format!("{p}[1]"), "expected an object"),
+    ] {
+        let (ep, msg) = error_of(&with(p, value.clone()));
+        assert_eq!(ep, path, "{value}: {msg}");
+        assert!(msg.contains(needle), "{value}: {msg}");
+    }
+    // Two exports of one mount with different rules.
+    let mut v = with("exports./nfs1.access", json!([{ "clients": "10.0.0.0/8" }]));
+    v["exports"]["/nfs2"] = json!({ "path": "/memfs_dir/sub" });
+    let (ep, msg) = error_of(&v);
+    assert_eq!(ep, "exports./nfs2.access");
+    assert!(msg.contains("same mount"), "{msg}");
+    v["exports"]["/nfs2"]["access"] = json!([{ "clients": "10.0.0.0/8" }]);
+    assert!(parse(&v).is_ok(), "the same rules are fine");
+    // Hostile sizes.
+    let many: Vec<Value> = (0..257).map(|_| json!({ "clients": "*" })).collect();
+    assert!(error_of(&with(p, Value::Array(many))).1.contains("more than 256"));
+    let clients: Vec<String> = (0..257).map(|i| format!("10.0.{}.{}", i / 256, i % 256)).collect();
+    assert!(error_of(&with(p, json!([{ "clients": clients }]))).1.contains("more than 256"));
 }

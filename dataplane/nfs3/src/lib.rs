@@ -20,6 +20,7 @@ use proto::xdr::{Decoder, Encoder, Xdr, XdrError};
 use rpc::lend::Lender;
 use rpc::{Auth, CallContext, CallError, Program};
 use std::sync::Arc;
+use vfs::clients::{AccessTable, Grant};
 use vfs::{Cred, FileHandle, Vfs, VfsError};
 
 /// Procedure names for metrics, indexed by procedure number.
@@ -34,6 +35,7 @@ pub const IO_BYTES_MAX_DEFAULT: u32 = 1 << 20;
 pub struct Nfs3Program {
     vfs: Arc<dyn Vfs>,
     io_bytes_max: u32,
+    access: Arc<AccessTable>,
 }
 
 type R = Result<(), CallError>;
@@ -70,6 +72,44 @@ impl Gids {
     }
 }
 
+/// Procedures that change the file system: refused with ROFS on a
+/// read-only grant.
+fn modifies(proc_num: u32) -> bool {
+    matches!(
+        proc_num,
+        NFSPROC3_SETATTR
+            | NFSPROC3_WRITE
+            | NFSPROC3_CREATE
+            | NFSPROC3_MKDIR
+            | NFSPROC3_SYMLINK
+            | NFSPROC3_MKNOD
+            | NFSPROC3_REMOVE
+            | NFSPROC3_RMDIR
+            | NFSPROC3_RENAME
+            | NFSPROC3_LINK
+            | NFSPROC3_COMMIT
+    )
+}
+
+/// A procedure's failure result with `status` and empty attributes: the
+/// resfail arm of each procedure is a run of post_op_attr (one word) and
+/// wcc_data (two words), all "not present".
+fn refuse(proc_num: u32, status: nfsstat3, e: &mut Encoder<'_>) -> R {
+    let words = match proc_num {
+        NFSPROC3_GETATTR => 0,
+        NFSPROC3_SETATTR | NFSPROC3_WRITE | NFSPROC3_CREATE | NFSPROC3_MKDIR | NFSPROC3_SYMLINK | NFSPROC3_MKNOD => 2,
+        NFSPROC3_REMOVE | NFSPROC3_RMDIR | NFSPROC3_COMMIT => 2,
+        NFSPROC3_RENAME => 4,
+        NFSPROC3_LINK => 3,
+        _ => 1,
+    };
+    enc(e.i32(status as i32))?;
+    for _ in 0..words {
+        enc(e.u32(0))?;
+    }
+    Ok(())
+}
+
 pub(crate) fn status_of(e: VfsError) -> nfsstat3 {
     use nfsstat3::*;
     match e {
@@ -102,7 +142,43 @@ fn fh_of(h: &nfs_fh3<'_>) -> Result<FileHandle, nfsstat3> {
 
 impl Nfs3Program {
     pub fn new(vfs: Arc<dyn Vfs>) -> Self {
-        Nfs3Program { vfs, io_bytes_max: IO_BYTES_MAX_DEFAULT }
+        Nfs3Program { vfs, io_bytes_max: IO_BYTES_MAX_DEFAULT, access: Arc::new(AccessTable::new()) }
+    }
+
+    /// Export access rules to enforce (default: a table without rules, every
+    /// client read-write without squashing).
+    pub fn with_access(mut self, access: Arc<AccessTable>) -> Self {
+        self.access = access;
+        self
+    }
+
+    /// The export access check, before anything reaches the backend: the
+    /// export is the one in the call's handle(s); a procedure that modifies
+    /// needs a writable grant. `Err` is the status to answer. A handle that
+    /// does not parse is left to the procedure (BADHANDLE without a backend
+    /// call). Runs again when a parked call resumes (same answer unless the
+    /// rules changed meanwhile). No allocation.
+    fn admit(&self, ctx: &CallContext<'_>, args: &[u8]) -> Result<Grant, nfsstat3> {
+        let ip = ctx.peer.ip();
+        let mut d = Decoder::new(args);
+        let check = |raw: Option<&[u8]>| -> Result<Grant, nfsstat3> {
+            match raw.and_then(|b| FileHandle::from_bytes(b).ok()) {
+                Some(fh) => self.access.check(fh.export_id, ip).ok_or(nfsstat3::NFS3ERR_ACCES),
+                None => Ok(Grant::OPEN),
+            }
+        };
+        let grant = check(d.opaque_var(NFS3_FHSIZE).ok())?;
+        // RENAME's target directory and LINK's directory are second handles.
+        let second = match ctx.proc_num {
+            NFSPROC3_RENAME => d.opaque_var(u32::MAX).ok().and_then(|_| d.opaque_var(NFS3_FHSIZE).ok()),
+            NFSPROC3_LINK => d.opaque_var(NFS3_FHSIZE).ok(),
+            _ => None,
+        };
+        let other = check(second)?;
+        if !(grant.writable && other.writable) && modifies(ctx.proc_num) {
+            return Err(nfsstat3::NFS3ERR_ROFS);
+        }
+        Ok(grant)
     }
 
     /// Cap READ/WRITE sizes (must leave room for headers within the
@@ -864,7 +940,15 @@ impl Program for Nfs3Program {
 
     fn call(&self, ctx: &CallContext<'_>, args: &[u8], e: &mut Encoder<'_>) -> R {
         let gids = Gids::of(&ctx.auth);
-        let cred = gids.cred(&ctx.auth);
+        let grant = match ctx.proc_num {
+            NFSPROC3_NULL => Grant::OPEN,
+            p if p as usize >= PROC_NAMES.len() => return Err(CallError::ProcUnavail),
+            p => match self.admit(ctx, args) {
+                Ok(g) => g,
+                Err(s) => return refuse(p, s, e),
+            },
+        };
+        let cred = grant.squash(gids.cred(&ctx.auth));
         match ctx.proc_num {
             NFSPROC3_NULL => Ok(()),
             NFSPROC3_GETATTR => self.getattr(decode(args)?, e),

@@ -6,6 +6,7 @@ use proto::mount3::*;
 use proto::xdr::{Decoder, Encoder, Xdr};
 use rpc::{Auth, CallContext, CallError, Program};
 use std::sync::{Arc, Mutex};
+use vfs::clients::AccessTable;
 use vfs::{FileHandle, VfsResult};
 
 pub const PROC_NAMES: [&str; 6] = ["null", "mnt", "dump", "umnt", "umntall", "export"];
@@ -27,6 +28,7 @@ pub struct Mount3Program {
     exports: Vec<Export>,
     resolve: Arc<Resolve>,
     mounts: Mutex<Vec<(String, Vec<u8>)>>,
+    access: Arc<AccessTable>,
 }
 
 const AUTH_NONE: i32 = 0;
@@ -35,7 +37,14 @@ const AUTH_SYS: i32 = 1;
 impl Mount3Program {
     /// `resolve` maps a namespace path ("/share/dir") to a handle.
     pub fn new(exports: Vec<Export>, resolve: Arc<Resolve>) -> Self {
-        Mount3Program { exports, resolve, mounts: Mutex::new(Vec::new()) }
+        Mount3Program { exports, resolve, mounts: Mutex::new(Vec::new()), access: Arc::new(AccessTable::new()) }
+    }
+
+    /// Export access rules: MNT answers MNT3ERR_ACCES to a client they do
+    /// not admit to the export the path resolves into (default: no rules).
+    pub fn with_access(mut self, access: Arc<AccessTable>) -> Self {
+        self.access = access;
+        self
     }
 
     /// The namespace path a client's dirpath names, if it is inside an export.
@@ -68,6 +77,9 @@ impl Mount3Program {
             return e.i32(mountstat3::MNT3ERR_NOENT as i32).map_err(|_| CallError::SystemErr);
         };
         match (self.resolve)(&path) {
+            Ok(fh) if self.access.check(fh.export_id, ctx.peer.ip()).is_none() => {
+                e.i32(mountstat3::MNT3ERR_ACCES as i32).map_err(|_| CallError::SystemErr)
+            }
             Ok(fh) => {
                 {
                     let mut m = self.mounts.lock().unwrap();
@@ -115,9 +127,14 @@ impl Mount3Program {
         self.mounts.lock().unwrap().retain(|(h, d)| !(*h == host && dirpath.is_none_or(|p| p == d.as_slice())));
     }
 
-    /// §5.2.5 EXPORT: every export, open to all clients (empty group list).
-    fn export(&self, e: &mut Encoder<'_>) -> Result<(), XdrErr> {
+    /// §5.2.5 EXPORT: the exports this client may mount (empty group
+    /// list: the rules are by address and stay the server's).
+    fn export(&self, ctx: &CallContext<'_>, e: &mut Encoder<'_>) -> Result<(), XdrErr> {
         for x in &self.exports {
+            let admitted = (self.resolve)(&x.path).map_or(true, |fh| self.access.check(fh.export_id, ctx.peer.ip()).is_some());
+            if !admitted {
+                continue;
+            }
             e.bool(true)?;
             e.opaque_var(&x.name)?;
             e.bool(false)?;
@@ -162,7 +179,7 @@ impl Program for Mount3Program {
                 self.umnt(ctx, None);
                 Ok(())
             }
-            MOUNTPROC3_EXPORT => sys(self.export(e)),
+            MOUNTPROC3_EXPORT => sys(self.export(ctx, e)),
             _ => Err(CallError::ProcUnavail),
         }
     }

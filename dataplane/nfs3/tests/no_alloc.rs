@@ -50,13 +50,39 @@ fn call(xid: u32, proc_num: u32, args: &[u8]) -> Vec<u8> {
 
 #[test]
 fn read_and_write_allocate_nothing_per_call() {
+    run(None);
+}
+
+/// The export access check (rules walked, the credential squashed) adds
+/// no allocation either.
+#[test]
+fn read_and_write_under_access_rules_allocate_nothing_per_call() {
+    use vfs::clients::{AccessTable, AccessType, Net, Rule, Squash};
+    let t = AccessTable::new();
+    let rule = |c: &str, access| Rule {
+        clients: vec![Net::parse("fd00::/8").unwrap(), Net::parse(c).unwrap()],
+        access,
+        squash: Squash::RootSquash,
+        anon_uid: 65534,
+        anon_gid: 65534,
+    };
+    t.set(1, Some(vec![rule("10.0.0.0/8", AccessType::None), rule("127.0.0.0/8", AccessType::ReadWrite)]));
+    t.set(2, Some(vec![rule("*", AccessType::None)]));
+    run(Some(Arc::new(t)));
+}
+
+fn run(access: Option<Arc<vfs::clients::AccessTable>>) {
     let fs = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: 64 << 20 }));
     let root = fs.root(1).unwrap();
-    let (fh, _) = fs.create(&root, b"f", NodeKind::File, 0o644, &Cred::ROOT, CreateMode::Guarded).unwrap();
+    let (fh, _) = fs.create(&root, b"f", NodeKind::File, 0o666, &Cred::ROOT, CreateMode::Guarded).unwrap();
     fs.write(&fh, 0, &vec![1u8; 1 << 20], vfs::Stability::FileSync).unwrap();
     let limits = Limits::default();
     let mut d = Dispatcher::new(limits);
-    d.register(Arc::new(Nfs3Program::new(fs.clone())), "nfs3", &nfs3::PROC_NAMES);
+    let mut p = Nfs3Program::new(fs.clone());
+    if let Some(a) = access {
+        p = p.with_access(a);
+    }
+    d.register(Arc::new(p), "nfs3", &nfs3::PROC_NAMES);
     let conn = ConnInfo { conn_id: 1, peer: "127.0.0.1:9".parse().unwrap(), core: 0 };
     let fhb = fh.to_bytes();
     let data = vec![7u8; 4096];

@@ -48,10 +48,17 @@ pub(crate) struct Seq {
 pub(crate) struct Compound<'p> {
     pub prog: &'p Nfs4Program,
     pub conn_id: u64,
+    /// The credential the backend sees: the caller's, squashed by the
+    /// access rule of the export of the operation's filehandle.
     pub uid: u32,
     pub gid: u32,
     gids: [u32; GIDS_MAX],
     ngids: usize,
+    /// The caller's credential as sent (the principal of EXCHANGE_ID).
+    pub auth_uid: u32,
+    auth_gid: u32,
+    auth_ngids: usize,
+    pub peer: std::net::IpAddr,
     pub cur: Option<FileHandle>,
     pub saved: Option<FileHandle>,
     pub cur_sid: Option<Stateid>,
@@ -110,6 +117,10 @@ impl<'p> Compound<'p> {
             gid,
             gids,
             ngids,
+            auth_uid: uid,
+            auth_gid: gid,
+            auth_ngids: ngids,
+            peer: ctx.peer.ip(),
             cur: None,
             saved: None,
             cur_sid: None,
@@ -190,8 +201,82 @@ impl<'p> Compound<'p> {
                 return fail(p::NFS4ERR_NOT_ONLY_OP);
             }
         }
+        self.admit(opnum as i32, d)?;
+        let before = self.cur;
         self.dispatch(opnum as i32, d, e)?;
+        // LOOKUP / LOOKUPP from the pseudo-root into a mount (or back):
+        // the new current filehandle's export must admit the client too.
+        if matches!(opnum as i32, p::OP_LOOKUP | p::OP_LOOKUPP | p::OP_OPEN) {
+            if let (Some(b), Some(now)) = (before, self.cur) {
+                if b.export_id != now.export_id && self.prog.access().check(now.export_id, self.peer).is_none() {
+                    self.cur = before;
+                    return fail(p::NFS4ERR_ACCESS);
+                }
+            }
+        }
         Ok(Step::Done)
+    }
+
+    /// The export access check (RFC 8881 §2.6.3.1: the filehandle-setting
+    /// operations succeed and the operation that uses the filehandle
+    /// answers): an operation that works on the current (and for RENAME /
+    /// LINK the saved) filehandle is NFS4ERR_ACCESS unless the rules of its
+    /// export admit the peer, NFS4ERR_ROFS when it would modify and the
+    /// grant is read-only; the credential is squashed as the rule says.
+    /// Runs before the operation touches the backend, and again on resume.
+    /// Operations that only put, save or restore a filehandle, ask SECINFO,
+    /// or release state (CLOSE, LOCKU, OPEN_DOWNGRADE, DELEGRETURN,
+    /// LAYOUTRETURN, FREE_STATEID) are not checked: a client that lost
+    /// access can still let go of what it holds.
+    fn admit(&mut self, op: i32, d: &Decoder<'_>) -> OpResult {
+        let uses_fh = !matches!(
+            op,
+            p::OP_PUTFH
+                | p::OP_PUTROOTFH
+                | p::OP_PUTPUBFH
+                | p::OP_SAVEFH
+                | p::OP_RESTOREFH
+                | p::OP_SECINFO
+                | p::OP_SECINFO_NO_NAME
+                | p::OP_CLOSE
+                | p::OP_LOCKU
+                | p::OP_OPEN_DOWNGRADE
+                | p::OP_DELEGRETURN
+                | p::OP_LAYOUTRETURN
+                | p::OP_FREE_STATEID
+                | p::OP_TEST_STATEID
+                | p::OP_RECLAIM_COMPLETE
+                | p::OP_GETDEVICEINFO
+                | p::OP_GETDEVICELIST
+                | p::OP_EXCHANGE_ID
+                | p::OP_CREATE_SESSION
+                | p::OP_DESTROY_SESSION
+                | p::OP_DESTROY_CLIENTID
+                | p::OP_BIND_CONN_TO_SESSION
+                | p::OP_BACKCHANNEL_CTL
+        );
+        let table = self.prog.access();
+        let mut grant = vfs::clients::Grant::OPEN;
+        if uses_fh {
+            if let Some(fh) = self.cur {
+                grant = table.check(fh.export_id, self.peer).ok_or(Nfs4Error(p::NFS4ERR_ACCESS))?;
+            }
+            if matches!(op, p::OP_RENAME | p::OP_LINK) {
+                if let Some(fh) = self.saved {
+                    let g = table.check(fh.export_id, self.peer).ok_or(Nfs4Error(p::NFS4ERR_ACCESS))?;
+                    grant.writable &= g.writable;
+                }
+            }
+            if !grant.writable && modifies(op, d) {
+                return fail(p::NFS4ERR_ROFS);
+            }
+        }
+        let c = grant.squash(Cred { uid: self.auth_uid, gid: self.auth_gid, gids: &[] });
+        let squashed = c.uid != self.auth_uid || c.gid != self.auth_gid || grant.squash == vfs::clients::Squash::AllSquash;
+        self.uid = c.uid;
+        self.gid = c.gid;
+        self.ngids = if squashed { 0 } else { self.auth_ngids };
+        Ok(())
     }
 
     fn dispatch(&mut self, op: i32, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
@@ -247,6 +332,28 @@ impl<'p> Compound<'p> {
             // WANT_DELEGATION, the v4.0-only ops ...) is not supported (§15.2).
             _ => fail(p::NFS4ERR_NOTSUPP),
         }
+    }
+}
+
+/// Whether an operation would change the file system (refused with
+/// NFS4ERR_ROFS on a read-only grant): OPEN when it creates or asks for
+/// write access, LAYOUTGET for a read-write layout, and the operations that
+/// always modify. `d` is at the operation's arguments (peeked, not consumed).
+fn modifies(op: i32, d: &Decoder<'_>) -> bool {
+    use proto::xdr::Xdr;
+    match op {
+        p::OP_SETATTR | p::OP_WRITE | p::OP_CREATE | p::OP_REMOVE | p::OP_RENAME | p::OP_LINK | p::OP_COMMIT => true,
+        p::OP_LAYOUTCOMMIT => true,
+        p::OP_OPEN => match p::OPEN4args::decode(&mut d.clone()) {
+            Ok(a) => a.share_access & p::OPEN4_SHARE_ACCESS_WRITE != 0 || matches!(a.openhow, p::openflag4::OPEN4_CREATE(_)),
+            // The operation answers BADXDR itself.
+            Err(_) => false,
+        },
+        p::OP_LAYOUTGET => match p::LAYOUTGET4args::decode(&mut d.clone()) {
+            Ok(a) => a.loga_iomode == p::layoutiomode4::LAYOUTIOMODE4_RW,
+            Err(_) => false,
+        },
+        _ => false,
     }
 }
 

@@ -145,6 +145,8 @@ pub struct Nfs4Program {
     callbacks: Arc<callback::Callbacks>,
     /// pNFS layouts (RFC 8881 §12); None: LAYOUTGET & co. are NOTSUPP.
     layouts: Option<Arc<dyn layout::LayoutServer>>,
+    /// Export access rules (`compound::Compound::admit`).
+    access: Arc<vfs::clients::AccessTable>,
 }
 
 /// Background lease reaper: wakes every second, stops when the program drops.
@@ -201,7 +203,18 @@ impl Nfs4Program {
             .unwrap_or(1);
         let state = Arc::new(Mutex::new(state::State::new(cfg.limits(), boot_epoch, 0)));
         let callbacks = Arc::new(callback::Callbacks::new(state.clone(), u64::from(cfg.lease_time_s) * 1000));
-        Nfs4Program { vfs, cfg, state, clock: Instant::now(), skew_ms: Default::default(), reaper: None, callbacks, layouts: None }
+        Nfs4Program { vfs, cfg, state, clock: Instant::now(), skew_ms: Default::default(), reaper: None, callbacks, layouts: None, access: Default::default() }
+    }
+
+    /// Export access rules to enforce on every operation with a current
+    /// filehandle (default: a table without rules, every client read-write).
+    pub fn with_access(mut self, access: Arc<vfs::clients::AccessTable>) -> Self {
+        self.access = access;
+        self
+    }
+
+    pub(crate) fn access(&self) -> &vfs::clients::AccessTable {
+        &self.access
     }
 
     /// Serve pNFS layouts from `l` (the MDS role): fs_layout_types then

@@ -14,6 +14,15 @@ use vfs::memfs::{MemFs, MemFsConfig};
 use vfs::Vfs;
 
 const REPLY_BYTES_MAX: usize = 2 * 1024 * 1024;
+
+thread_local! {
+    /// The peer address calls come from (each test runs on its own thread).
+    static PEER: std::cell::Cell<std::net::SocketAddr> = std::cell::Cell::new("127.0.0.1:700".parse().unwrap());
+}
+
+fn from_peer(addr: &str) {
+    PEER.with(|p| p.set(addr.parse().unwrap()));
+}
 const EXPORT: u32 = 1;
 
 /// A COMPOUND under construction.
@@ -140,7 +149,7 @@ impl Server {
             proc_num: 1,
             auth,
             conn_id: conn,
-            peer: "127.0.0.1:700".parse().unwrap(),
+            peer: PEER.with(|p| p.get()),
             core: 0,
             lend: None,
             park: None,
@@ -2308,4 +2317,180 @@ fn hostile_verify_and_nverify() {
     }
     assert!(seen.contains(&p::NFS4ERR_BADXDR) && seen.contains(&p::NFS4ERR_ATTRNOTSUPP));
     s.prog.state().assert_invariants();
+}
+
+// ---- export access rules -------------------------------------------------
+
+fn access_rule(clients: &[&str], access: vfs::clients::AccessType, squash: vfs::clients::Squash) -> vfs::clients::Rule {
+    vfs::clients::Rule {
+        clients: clients.iter().map(|c| vfs::clients::Net::parse(c).unwrap()).collect(),
+        access,
+        squash,
+        anon_uid: 4242,
+        anon_gid: 4343,
+    }
+}
+
+fn getattr_via(s: &Server, c: &mut Client, fh: &[u8]) -> i32 {
+    let mask = crate::attrs::Bitmap::of(&[crate::attrs::SIZE]).to_vec();
+    on_fh(s, c, fh, p::OP_GETATTR, &p::GETATTR4args { attr_request: mask }).0
+}
+
+/// Rules on the export of the handle: none / no match → NFS4ERR_ACCESS on
+/// the operation using the handle (PUTFH itself succeeds, §2.6.3.1.1), a
+/// handle learned while allowed stops working, `ro` → NFS4ERR_ROFS on
+/// WRITE, SETATTR, REMOVE, OPEN for write or create, root squash on OPEN
+/// create; CLOSE still releases state after access was lost.
+#[test]
+fn export_access_rules_on_operations() {
+    use vfs::clients::{AccessTable, AccessType::*, Squash::*};
+    let table = Arc::new(AccessTable::new());
+    let Server { prog, fs } = server();
+    let s = Server { prog: prog.with_access(table.clone()), fs };
+    // Squashed callers create in the root.
+    let root = s.fs.root(EXPORT).unwrap();
+    s.fs.setattr(&root, &vfs::SetAttr { mode: Some(0o777), ..Default::default() }, Option::None).unwrap();
+    from_peer("10.0.0.1:900");
+    let mut c = connect(&s, b"rules");
+    let (sid, fh) = open_create(&s, &mut c, b"o1", b"f", p::OPEN4_SHARE_ACCESS_BOTH);
+    assert_eq!(write_via(&s, &mut c, &fh, &sid, 0, b"hello"), p::NFS4_OK);
+
+    table.set(
+        EXPORT,
+        Some(vec![
+            access_rule(&["10.0.0.1", "::ffff:10.0.0.5"], ReadOnly, NoRootSquash),
+            access_rule(&["10.0.0.2"], ReadWrite, RootSquash),
+            access_rule(&["10.0.0.3"], None, NoRootSquash),
+            access_rule(&["10.0.0.0/8"], ReadWrite, AllSquash),
+        ]),
+    );
+    // Read-only: reads work, every modification is ROFS, nothing changes.
+    from_peer("10.0.0.1:900");
+    assert_eq!(read_via(&s, &mut c, &fh, &sid, 5), Ok(b"hello".to_vec()));
+    assert_eq!(write_via(&s, &mut c, &fh, &sid, 0, b"bye"), p::NFS4ERR_ROFS);
+    let (mask, vals) = fattr_mode(0o600);
+    let sa = p::SETATTR4args { stateid: stateid0(), obj_attributes: p::fattr4 { attrmask: mask, attr_vals: &vals } };
+    assert_eq!(on_fh(&s, &mut c, &fh, p::OP_SETATTR, &sa).0, p::NFS4ERR_ROFS);
+    assert_eq!(remove_via(&s, &mut c, b"f"), p::NFS4ERR_ROFS);
+    let mut o = open_args(c.clientid, b"o2", b"new", p::OPEN4_SHARE_ACCESS_READ, 0);
+    o.openhow = p::openflag4::OPEN4_CREATE(p::createhow4::UNCHECKED4(p::fattr4 { attrmask: vec![], attr_vals: &[] }));
+    let mut r = s.call(c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, &o));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_ROFS, "OPEN create on ro");
+    let mut o = open_args(c.clientid, b"o2", b"f", p::OPEN4_SHARE_ACCESS_WRITE, 0);
+    o.openhow = p::openflag4::default(p::OPEN4_NOCREATE);
+    let mut r = s.call(c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_OPEN, &o));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTROOTFH);
+    assert_eq!(r.next(p::OP_OPEN), p::NFS4ERR_ROFS, "OPEN for write on ro");
+    assert!(s.fs.lookup(&root, b"new").is_err());
+    assert_eq!(s.fs.lookup(&root, b"f").unwrap().1.size, 5);
+    // The v4-mapped form of a rule's address is the same client.
+    from_peer("[::ffff:10.0.0.5]:900");
+    assert_eq!(write_via(&s, &mut c, &fh, &sid, 0, b"bye"), p::NFS4ERR_ROFS);
+
+    // No access: the handle learned before stops working on every use.
+    for peer in ["10.0.0.3:900", "11.0.0.1:900", "[2001:db8::1]:900"] {
+        from_peer(peer);
+        assert_eq!(getattr_via(&s, &mut c, &fh), p::NFS4ERR_ACCESS, "{peer}");
+        assert_eq!(read_via(&s, &mut c, &fh, &sid, 5), Err(p::NFS4ERR_ACCESS));
+        assert_eq!(write_via(&s, &mut c, &fh, &sid, 0, b"x"), p::NFS4ERR_ACCESS);
+        let mut r = s.call(
+            c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_LOOKUP, &p::LOOKUP4args { objname: b"f" }),
+        );
+        r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+        r.ok0(p::OP_PUTROOTFH);
+        assert_eq!(r.next(p::OP_LOOKUP), p::NFS4ERR_ACCESS);
+        assert_eq!(remove_via(&s, &mut c, b"f"), p::NFS4ERR_ACCESS);
+    }
+    assert_eq!(s.fs.lookup(&root, b"f").unwrap().1.size, 5);
+
+    // Squash on OPEN create: root from 10.0.0.2 becomes the anonymous uid,
+    // any uid from elsewhere in 10/8 too; the file is theirs.
+    from_peer("10.0.0.2:900");
+    open_create(&s, &mut c, b"o3", b"by-root", p::OPEN4_SHARE_ACCESS_BOTH);
+    let a = s.fs.lookup(&root, b"by-root").unwrap().1;
+    assert_eq!((a.uid, a.gid), (4242, 4343));
+    from_peer("10.7.0.2:900");
+    open_create(&s, &mut c, b"o4", b"by-other", p::OPEN4_SHARE_ACCESS_BOTH);
+    let a = s.fs.lookup(&root, b"by-other").unwrap().1;
+    assert_eq!((a.uid, a.gid), (4242, 4343));
+
+    // A client that lost access still lets go of its open.
+    from_peer("10.0.0.3:900");
+    assert_eq!(close_via(&s, &mut c, &fh, &sid), p::NFS4_OK);
+    // Rules removed: open again.
+    table.set(EXPORT, Option::None);
+    assert_eq!(getattr_via(&s, &mut c, &fh), p::NFS4_OK);
+}
+
+/// Over the router: LOOKUP from the pseudo-root into an export the client
+/// may not use is NFS4ERR_ACCESS (the current filehandle stays the
+/// pseudo-root's); another export and an admitted client get through;
+/// PUTFH of a forbidden export's handle succeeds and the next operation
+/// answers NFS4ERR_ACCESS.
+#[test]
+fn lookup_into_a_forbidden_export_over_the_router() {
+    use vfs::clients::{AccessTable, AccessType::*, Squash::*};
+    let open = Arc::new(MemFs::new(MemFsConfig { export_id: 7, capacity_bytes: 16 << 20 }));
+    let closed = Arc::new(MemFs::new(MemFsConfig { export_id: 8, capacity_bytes: 16 << 20 }));
+    let router = vfs::router::Router::new(vec![
+        vfs::router::Mount { name: b"open".to_vec(), export_id: 7, backend: open.clone() },
+        vfs::router::Mount { name: b"closed".to_vec(), export_id: 8, backend: closed.clone() },
+    ])
+    .unwrap();
+    let table = Arc::new(AccessTable::new());
+    table.set(8, Some(vec![access_rule(&["fd00::/16"], ReadWrite, NoRootSquash)]));
+    let s = Server {
+        prog: Nfs4Program::new_without_reaper(Arc::new(router), Config { grace_time_s: 0, ..Config::default() })
+            .with_access(table),
+        fs: open,
+    };
+    from_peer("192.168.0.9:1");
+    let mut c = connect(&s, b"router");
+    let look = |s: &Server, c: &mut Client, name: &[u8]| -> (i32, Vec<u8>) {
+        let mut r = s.call(
+            c.seq_req(false)
+                .raw(p::OP_PUTROOTFH as u32, &[])
+                .op(p::OP_LOOKUP, &p::LOOKUP4args { objname: name })
+                .raw(p::OP_GETFH as u32, &[]),
+        );
+        r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+        r.ok0(p::OP_PUTROOTFH);
+        let st = r.next(p::OP_LOOKUP);
+        if st != p::NFS4_OK {
+            return (st, vec![]);
+        }
+        let fh: p::GETFH4resok = r.ok(p::OP_GETFH);
+        (st, fh.object.to_vec())
+    };
+    assert_eq!(look(&s, &mut c, b"open").0, p::NFS4_OK);
+    assert_eq!(look(&s, &mut c, b"closed").0, p::NFS4ERR_ACCESS);
+    // The pseudo-root lists only what the client may use.
+    let names = |s: &Server, c: &mut Client| -> Vec<Vec<u8>> {
+        let rd = p::READDIR4args { cookie: 0, cookieverf: [0; 8], dircount: 4096, maxcount: 8192, attr_request: vec![] };
+        let mut r = s.call(c.seq_req(false).raw(p::OP_PUTROOTFH as u32, &[]).op(p::OP_READDIR, &rd));
+        r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+        r.ok0(p::OP_PUTROOTFH);
+        let ok: p::READDIR4resok = r.ok(p::OP_READDIR);
+        let mut out = Vec::new();
+        let mut cur = ok.reply.entries.as_deref();
+        while let Some(ent) = cur {
+            out.push(ent.name.to_vec());
+            cur = ent.nextentry.as_deref();
+        }
+        out
+    };
+    assert_eq!(names(&s, &mut c), vec![b"open".to_vec()]);
+    from_peer("[fd00:1::2]:1");
+    let (st, fh) = look(&s, &mut c, b"closed");
+    assert_eq!(st, p::NFS4_OK);
+    assert_eq!(names(&s, &mut c), vec![b"open".to_vec(), b"closed".to_vec()]);
+    assert_eq!(getattr_via(&s, &mut c, &fh), p::NFS4_OK);
+    from_peer("192.168.0.9:1");
+    let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).raw(p::OP_GETFH as u32, &[]));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_GETFH), p::NFS4ERR_ACCESS);
 }

@@ -7,6 +7,7 @@
 //! inode number is never reused with the same generation, so a handle to a
 //! removed object is detected as stale rather than aliasing a new one.
 
+pub mod clients;
 mod idhash;
 pub mod memfs;
 pub mod router;

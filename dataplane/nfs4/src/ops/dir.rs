@@ -140,7 +140,12 @@ impl Compound<'_> {
         let mut full = false;
         let mut failure: Option<Nfs4Error> = None;
         let (layout_type, layout_blksize) = (self.prog.layout_type(), self.prog.layout_blksize());
+        // The pseudo-root lists only the mounts the client may use.
+        let (table, peer, pseudo) = (self.prog.access(), self.peer, dir.export_id == vfs::router::PSEUDO_ROOT_EXPORT);
         let eof = self.prog.vfs.readdir(&dir, start_cookie, &mut |ent| {
+            if pseudo && table.check(ent.fh.export_id, peer).is_none() {
+                return true;
+            }
             let entry_at = e.position();
             let src = Source {
                 attr: &ent.attr,

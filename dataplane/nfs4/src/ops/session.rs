@@ -125,7 +125,7 @@ impl Compound<'_> {
         let x = self.prog.state().exchange_id(
             a.eia_clientowner.co_ownerid,
             a.eia_clientowner.co_verifier,
-            self.uid,
+            self.auth_uid,
             update,
             self.now_ms,
         )?;
@@ -168,7 +168,7 @@ impl Compound<'_> {
         let cs = st.create_session(
             a.csa_clientid,
             a.csa_sequence,
-            self.uid,
+            self.auth_uid,
             a.csa_flags,
             cred.is_some(),
             fore,
