@@ -640,6 +640,7 @@ fn pool_and_parking_limits_are_checked() {
     let (p, msg) = error_of(&v);
     assert_eq!(p, "server.parked_per_conn_max");
     assert!(msg.contains("parked_per_core_max"), "{msg}");
+}
 
 /// `exports.<name>.access`: client rules parsed in order with their
 /// defaults; bad CIDRs, unknown keys and options, out-of-range anonymous
