@@ -552,10 +552,17 @@ impl Loop {
         // Sent. A busy connection keeps its pool buffer (its next replies
         // go straight into it, no copy) unless another connection waits for
         // one; an idle one gives it back and returns to its own.
+        // An idle connection gives back both (the one being filled is
+        // empty then): a connection never holds a pool buffer while it has
+        // nothing in flight, so whoever waits for one gets it.
         let idle = c.send_len(c.fill) == 0 && c.parked == 0 && c.rpos == c.rfill;
-        if c.wsmall[s].is_some() && (idle || self.reply_pool.waited) {
-            let small = c.wsmall[s].take().expect("checked above");
-            self.reply_pool.give(std::mem::replace(&mut c.wbuf[s], small));
+        if idle || self.reply_pool.waited {
+            for b in [s, c.fill] {
+                if c.wsmall[b].is_some() && c.send_len(b) == 0 {
+                    let small = c.wsmall[b].take().expect("checked above");
+                    self.reply_pool.give(std::mem::replace(&mut c.wbuf[b], small));
+                }
+            }
         }
         if c.send_len(c.fill) == 0 {
             // Nothing was queued meanwhile: keep filling the buffer just
@@ -716,10 +723,10 @@ impl Loop {
         if c.rpos == c.rfill && !c.recv_inflight {
             c.rpos = 0;
             c.rfill = 0;
-            if c.rsmall.is_some() && (!c.recv_streaming || self.recv_pool.waited) {
-                // Drained, and the client is not streaming (or another
-                // connection waits): the pool buffer goes back.
-                let small = c.rsmall.take().expect("checked above");
+            if let Some(small) = c.rsmall.take() {
+                // Drained: the pool buffer goes back (a receive always waits
+                // in the buffer of an idle connection, so one kept past this
+                // point could not be taken back while it idles).
                 self.recv_pool.give(std::mem::replace(&mut c.rbuf, small));
             }
         }
