@@ -3,6 +3,7 @@
 //! NFSv4.1 sessions (`nfs4`), on the generated wire types of `proto`.
 
 pub mod error;
+pub mod nfs3;
 pub mod rpc;
 
 pub use error::{Error, Result};
