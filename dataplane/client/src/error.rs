@@ -38,7 +38,7 @@ pub enum Error {
     /// NFSv3 answered with this nfsstat3.
     Nfs3 { stat: String, code: u32 },
     /// NFSv4 operation `op` answered with this nfsstat4.
-    Nfs4 { op: &'static str, stat: String, code: u32 },
+    Nfs4 { op: String, stat: String, code: u32 },
     /// The write verifier changed between WRITE and COMMIT (the server
     /// restarted and lost unstable data): these (offset, length) ranges must
     /// be written again. `resendable` is true when the library still holds

@@ -4,6 +4,7 @@
 
 pub mod error;
 pub mod nfs3;
+pub mod nfs4;
 pub mod rpc;
 
 pub use error::{Error, Result};
