@@ -24,7 +24,8 @@ pub enum Error {
     TooManyInFlight { max: usize },
     /// A reply whose xid matches no call in flight (and none that timed out).
     UnexpectedXid(u32),
-    /// The reply bytes do not decode.
+    /// The reply's bytes do not decode (this call fails; the connection
+    /// stays usable, its records are still framed).
     Malformed(String),
     /// MSG_DENIED, RPC_MISMATCH: the server speaks RPC versions low..=high.
     RpcMismatch { low: u32, high: u32 },
@@ -60,7 +61,6 @@ impl Error {
                 | Error::Closed
                 | Error::ReplyTooLarge { .. }
                 | Error::UnexpectedXid(_)
-                | Error::Malformed(_)
         )
     }
 }

@@ -225,7 +225,11 @@ impl Nfs3 {
     pub fn read(&mut self, fh: &[u8], offset: u64, count: u32, out: &mut Vec<u8>) -> Result<bool> {
         let xid = self.submit_read(fh, offset, count)?;
         let r = self.rpc.wait(xid)?;
-        Self::finish_read(&r, out)
+        let eof = Self::finish_read(&r, out)?;
+        if out.len() > count as usize {
+            return Err(Error::Malformed(format!("READ of {count} bytes answered with {}", out.len())));
+        }
+        Ok(eof)
     }
 
     /// Queue a WRITE; complete it with `finish_write`.

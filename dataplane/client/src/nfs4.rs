@@ -59,6 +59,10 @@ struct Slot {
     /// The sequence id of the next request on this slot.
     next_seq: u32,
     busy: bool,
+    /// A request on it got no reply (timeout, lost connection): whether
+    /// the server executed it is unknown, so neither its sequence id nor
+    /// the next is safe to send. Not used again in this session.
+    retired: bool,
 }
 
 /// A COMPOUND in flight: its xid and the slot it holds.
@@ -172,7 +176,7 @@ impl Nfs41 {
         c.clientid = clientid;
         c.sessionid = sid;
         // Never more slots than we asked for, whatever the server says.
-        c.slots = vec![Slot { next_seq: 1, busy: false }; granted.min(SLOTS_WANTED) as usize];
+        c.slots = vec![Slot { next_seq: 1, busy: false, retired: false }; granted.min(SLOTS_WANTED) as usize];
         c.compound(&[p::nfs_argop4::OP_RECLAIM_COMPLETE(p::RECLAIM_COMPLETE4args { rca_one_fs: false })], |_| Ok(()))?;
         let lease = c.compound(
             &[p::nfs_argop4::OP_PUTROOTFH, p::nfs_argop4::OP_GETATTR(p::GETATTR4args { attr_request: vec![1 << ATTR_LEASE_TIME] })],
@@ -195,6 +199,11 @@ impl Nfs41 {
     /// Slots the server granted.
     pub fn slots(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Slots still usable (granted, minus those retired after a lost reply).
+    pub fn usable_slots(&self) -> usize {
+        self.slots.iter().filter(|s| !s.retired).count()
     }
 
     /// The lease time the server announced.
@@ -239,7 +248,13 @@ impl Nfs41 {
 
     /// Send `ops` behind a SEQUENCE on a free slot; finish with `finish`.
     pub fn submit(&mut self, ops: &[p::nfs_argop4<'_>]) -> Result<InFlight> {
-        let slot = self.slots.iter().position(|s| !s.busy).ok_or(Error::TooManyInFlight { max: self.slots.len() })?;
+        let slot = match self.slots.iter().position(|s| !s.busy && !s.retired) {
+            Some(s) => s,
+            None if self.slots.iter().all(|s| s.retired) => {
+                return Err(Error::Invalid("every slot of the session lost a reply: a new session is needed".into()))
+            }
+            None => return Err(Error::TooManyInFlight { max: self.usable_slots() }),
+        };
         let highest = self.slots.iter().rposition(|s| s.busy).map_or(slot, |h| h.max(slot));
         let s = p::SEQUENCE4args {
             sa_sessionid: self.sessionid,
@@ -258,7 +273,17 @@ impl Nfs41 {
     pub fn finish<R>(&mut self, fl: InFlight, reply: Result<Reply>, f: impl FnOnce(&[p::nfs_resop4<'_>]) -> Result<R>) -> Result<R> {
         let slot = &mut self.slots[fl.slot as usize];
         slot.busy = false;
-        let reply = reply?;
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                // An RPC-level error is an answer (the server did not run the
+                // COMPOUND); no answer at all leaves the slot in doubt.
+                if matches!(e, Error::Timeout { .. }) || e.is_connection() {
+                    slot.retired = true;
+                }
+                return Err(e);
+            }
+        };
         // The server processed SEQUENCE when its first result is there;
         // an RPC-level or SEQUENCE failure leaves the slot's id unchanged.
         let (res, seq) = match results(&reply, true) {
@@ -391,7 +416,11 @@ impl Nfs41 {
     pub fn read(&mut self, o: &Open4, offset: u64, count: u32, out: &mut Vec<u8>) -> Result<bool> {
         let fl = self.submit_read(o, offset, count)?;
         let r = self.rpc.wait(fl.xid);
-        self.finish_read(fl, r, out)
+        let eof = self.finish_read(fl, r, out)?;
+        if out.len() > count as usize {
+            return Err(Error::Malformed(format!("READ of {count} bytes answered with {}", out.len())));
+        }
+        Ok(eof)
     }
 
     /// `stable`: FILE_SYNC4 when true, else UNSTABLE4.

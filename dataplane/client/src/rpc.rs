@@ -14,7 +14,7 @@
 
 use crate::error::{xdr, Error, Result};
 use proto::xdr::{Decoder, Encoder};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
@@ -117,6 +117,7 @@ pub struct RpcConn {
     rec: Vec<u8>,
     pending: HashMap<u32, Pending>,
     abandoned: VecDeque<u32>,
+    abandoned_set: HashSet<u32>,
     done: VecDeque<Completion>,
     broken: Option<Error>,
 }
@@ -263,6 +264,7 @@ impl RpcConn {
             rec: Vec::new(),
             pending: HashMap::new(),
             abandoned: VecDeque::new(),
+            abandoned_set: HashSet::new(),
             done: VecDeque::new(),
             broken: None,
         })
@@ -311,7 +313,7 @@ impl RpcConn {
             self.scratch.resize(self.limits.call_bytes_max, 0);
         }
         let mut xid = self.next_xid;
-        while self.pending.contains_key(&xid) || self.abandoned.contains(&xid) {
+        while self.pending.contains_key(&xid) || self.abandoned_set.contains(&xid) {
             xid = xid.wrapping_add(1);
         }
         self.next_xid = xid.wrapping_add(1);
@@ -424,9 +426,12 @@ impl RpcConn {
         for (xid, proc_num) in late {
             self.pending.remove(&xid);
             if self.abandoned.len() == ABANDONED_MAX {
-                self.abandoned.pop_front();
+                if let Some(old) = self.abandoned.pop_front() {
+                    self.abandoned_set.remove(&old);
+                }
             }
             self.abandoned.push_back(xid);
+            self.abandoned_set.insert(xid);
             self.done.push_back(Completion { xid, result: Err(Error::Timeout { xid, proc_num, after: self.limits.timeout }) });
         }
     }
@@ -541,9 +546,9 @@ impl RpcConn {
 
     fn complete(&mut self, rec: Vec<u8>) -> Result<()> {
         let mut d = Decoder::new(&rec);
-        let xid = d.u32().map_err(|_| Error::Malformed(format!("reply record of {} bytes has no xid", rec.len())))?;
+        let xid = d.u32().map_err(|_| Error::ConnectionLost(format!("reply record of {} bytes has no xid", rec.len())))?;
         if self.pending.remove(&xid).is_none() {
-            if self.abandoned.contains(&xid) {
+            if self.abandoned_set.contains(&xid) {
                 return Ok(()); // the late reply of a call that timed out
             }
             return Err(Error::UnexpectedXid(xid));

@@ -122,4 +122,6 @@ fn errors_and_renewal() {
     s.shutdown();
     let e = c.renew().unwrap_err();
     assert!(e.is_connection(), "{e}");
+    // The slot of the unanswered COMPOUND is in doubt and not used again.
+    assert_eq!(c.usable_slots(), c.slots() - 1);
 }
