@@ -6,6 +6,7 @@ pub mod error;
 pub mod nfs3;
 pub mod nfs4;
 pub mod rpc;
+mod writes;
 
 pub use error::{Error, Result};
 pub use rpc::{Auth, Completion, Limits, Reply, RpcConn};

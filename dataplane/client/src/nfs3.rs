@@ -16,14 +16,11 @@ use crate::rpc::{Auth, Limits, Reply, RpcConn};
 use proto::mount3 as m;
 use proto::nfs3 as p;
 use proto::xdr::{Decoder, Xdr};
-use std::collections::HashMap;
+use crate::writes::Uncommitted;
+
+pub use crate::writes::HELD_BYTES_MAX_DEFAULT;
 
 pub use p::fattr3 as Fattr;
-
-/// Copies of unstable write data kept for a resend, all files together:
-/// beyond this the ranges are still reported but the caller must supply
-/// the data again.
-pub const HELD_BYTES_MAX_DEFAULT: usize = 64 << 20;
 
 fn nfs_err(code: i32) -> Error {
     let stat = p::nfsstat3::from_i32(code).map_or_else(|| format!("nfsstat3 {code}"), |s| format!("{s:?}"));
@@ -76,21 +73,11 @@ pub struct DirEntry {
     pub attr: Option<Fattr>,
 }
 
-#[derive(Debug, Clone)]
-struct Unstable {
-    offset: u64,
-    len: u32,
-    verf: [u8; 8],
-    data: Option<Vec<u8>>,
-}
-
 /// An NFSv3 client on one connection.
 pub struct Nfs3 {
     rpc: RpcConn,
     /// Unstable writes not yet committed, per file handle.
-    uncommitted: HashMap<Vec<u8>, Vec<Unstable>>,
-    held_bytes: usize,
-    held_bytes_max: usize,
+    uncommitted: Uncommitted,
 }
 
 impl Nfs3 {
@@ -99,12 +86,12 @@ impl Nfs3 {
     }
 
     pub fn over(rpc: RpcConn) -> Nfs3 {
-        Nfs3 { rpc, uncommitted: HashMap::new(), held_bytes: 0, held_bytes_max: HELD_BYTES_MAX_DEFAULT }
+        Nfs3 { rpc, uncommitted: Uncommitted::new() }
     }
 
     /// Bound the copies of unstable data kept for resends.
     pub fn set_held_bytes_max(&mut self, max: usize) {
-        self.held_bytes_max = max;
+        self.uncommitted.held_bytes_max = max;
     }
 
     pub fn rpc(&mut self) -> &mut RpcConn {
@@ -253,34 +240,7 @@ impl Nfs3 {
             return Err(Error::Malformed(format!("WRITE count {} over the {} bytes sent", ok.count, data.len())));
         }
         let stable = ok.committed != p::stable_how::UNSTABLE;
-        if stable && ok.count > 0 {
-            // Stored stably: uncommitted writes it covers need no resend.
-            let end = offset + ok.count as u64;
-            if let Some(list) = self.uncommitted.get_mut(fh) {
-                let mut freed = 0;
-                list.retain(|u| {
-                    let covered = u.offset >= offset && u.offset + u.len as u64 <= end;
-                    if covered {
-                        freed += u.data.as_ref().map_or(0, |d| d.len());
-                    }
-                    !covered
-                });
-                self.held_bytes -= freed;
-                if list.is_empty() {
-                    self.uncommitted.remove(fh);
-                }
-            }
-        }
-        if !stable && ok.count > 0 {
-            let n = ok.count as usize;
-            let held = if self.held_bytes + n <= self.held_bytes_max {
-                self.held_bytes += n;
-                Some(data[..n].to_vec())
-            } else {
-                None
-            };
-            self.uncommitted.entry(fh.to_vec()).or_default().push(Unstable { offset, len: ok.count, verf: ok.verf, data: held });
-        }
+        self.uncommitted.written(fh, offset, data, ok.count, stable, ok.verf);
         Ok(Written { count: ok.count, stable, verf: ok.verf })
     }
 
@@ -292,15 +252,13 @@ impl Nfs3 {
 
     /// Ranges of `fh` written UNSTABLE and not yet committed.
     pub fn uncommitted(&self, fh: &[u8]) -> Vec<(u64, u32)> {
-        self.uncommitted.get(fh).map(|v| v.iter().map(|u| (u.offset, u.len)).collect()).unwrap_or_default()
+        self.uncommitted.ranges(fh)
     }
 
     /// Hand the uncommitted writes of `old` over to `new` (the file got a
     /// new handle, e.g. re-created after a server restart).
     pub fn rebind(&mut self, old: &[u8], new: &[u8]) {
-        if let Some(v) = self.uncommitted.remove(old) {
-            self.uncommitted.entry(new.to_vec()).or_default().extend(v);
-        }
+        self.uncommitted.rebind(old, new)
     }
 
     /// COMMIT the whole file. Ok(verifier) when every uncommitted write
@@ -312,39 +270,22 @@ impl Nfs3 {
             p::COMMIT3res::NFS3_OK(ok) => ok.verf,
             p::COMMIT3res::default(c, _) => return Err(nfs_err(c)),
         };
-        let Some(list) = self.uncommitted.remove(fh) else { return Ok(verf) };
-        // Writes that carried this verifier are committed now; the others
-        // were answered by an earlier instance of the server.
-        let (done, changed): (Vec<Unstable>, Vec<Unstable>) = list.into_iter().partition(|u| u.verf == verf);
-        self.held_bytes -= done.iter().filter_map(|u| u.data.as_ref().map(|d| d.len())).sum::<usize>();
-        if changed.is_empty() {
-            return Ok(verf);
-        }
-        let ranges = changed.iter().map(|u| (u.offset, u.len)).collect();
-        let resendable = changed.iter().all(|u| u.data.is_some());
-        self.uncommitted.insert(fh.to_vec(), changed);
-        Err(Error::VerifierChanged { ranges, resendable })
+        self.uncommitted.committed(fh, verf)
     }
 
     /// Write again (UNSTABLE) every uncommitted write of `fh` whose data is
     /// held; returns the ranges sent. Follow with `commit`. Ranges whose
     /// data is not held are left for the caller (`uncommitted`).
     pub fn resend_uncommitted(&mut self, fh: &[u8]) -> Result<Vec<(u64, u32)>> {
-        let Some(list) = self.uncommitted.remove(fh) else { return Ok(Vec::new()) };
-        let (held, lost): (Vec<Unstable>, Vec<Unstable>) = list.into_iter().partition(|u| u.data.is_some());
-        if !lost.is_empty() {
-            self.uncommitted.insert(fh.to_vec(), lost);
-        }
-        // The copies leave the bound now; each WRITE that succeeds holds
-        // its data again (finish_write) under the new verifier.
-        self.held_bytes -= held.iter().map(|u| u.data.as_ref().map_or(0, |d| d.len())).sum::<usize>();
+        let mut held = self.uncommitted.take_held(fh);
         let mut sent = Vec::new();
-        for (i, u) in held.iter().enumerate() {
+        while !held.is_empty() {
+            let u = held.remove(0);
             let data = u.data.as_ref().expect("held");
             if let Err(e) = self.write(fh, u.offset, data, Stable::Unstable) {
                 // Keep what was not sent so a later resend can finish it.
-                self.held_bytes += held[i..].iter().map(|v| v.data.as_ref().map_or(0, |d| d.len())).sum::<usize>();
-                self.uncommitted.entry(fh.to_vec()).or_default().extend(held[i..].iter().cloned());
+                held.insert(0, u);
+                self.uncommitted.give_back(fh, held);
                 return Err(e);
             }
             sent.push((u.offset, u.len));

@@ -10,6 +10,7 @@
 
 use crate::error::{xdr, Error, Result};
 use crate::rpc::{Auth, Limits, Reply, RpcConn};
+use crate::writes::Uncommitted;
 use proto::nfs4 as p;
 use proto::xdr::Decoder;
 use std::time::{Duration, Instant};
@@ -83,6 +84,8 @@ pub struct Nfs41 {
     /// SEQUENCE's sr_status_flags of the last reply (lease trouble,
     /// recallable state: RFC 8881 section 18.46.3).
     pub status_flags: u32,
+    /// UNSTABLE writes not yet committed, per file handle.
+    uncommitted: Uncommitted,
 }
 
 fn chan(slots: u32, bytes: u32) -> p::channel_attrs4 {
@@ -140,6 +143,7 @@ impl Nfs41 {
             lease: Duration::from_secs(90),
             last_renew: Instant::now(),
             status_flags: 0,
+            uncommitted: Uncommitted::new(),
         };
         // The verifier changes per client instance, so a restarted client's
         // old state is dropped by the server (RFC 8881 section 2.4).
@@ -440,29 +444,66 @@ impl Nfs41 {
         self.submit(&ops)
     }
 
-    /// Finish a WRITE: (count, stored stably, verifier).
-    pub fn finish_write(&mut self, fl: InFlight, reply: Result<Reply>) -> Result<(u32, bool, [u8; 8])> {
-        self.finish(fl, reply, |r| match r {
+    /// Finish a WRITE of `data` at `offset` to `o`: (count, stored stably,
+    /// verifier). An UNSTABLE answer is tracked for `commit`.
+    pub fn finish_write(&mut self, fl: InFlight, reply: Result<Reply>, o: &Open4, offset: u64, data: &[u8]) -> Result<(u32, bool, [u8; 8])> {
+        let (count, stable, verf) = self.finish(fl, reply, |r| match r {
             [_, p::nfs_resop4::OP_WRITE(p::WRITE4res::NFS4_OK(ok))] => {
                 Ok((ok.count, ok.committed != p::stable_how4::UNSTABLE4, ok.writeverf))
             }
             _ => Err(Error::Malformed("WRITE result".into())),
-        })
+        })?;
+        if count as usize > data.len() {
+            return Err(Error::Malformed(format!("WRITE count {count} over the {} bytes sent", data.len())));
+        }
+        self.uncommitted.written(&o.fh, offset, data, count, stable, verf);
+        Ok((count, stable, verf))
     }
 
     pub fn write(&mut self, o: &Open4, offset: u64, data: &[u8], stable: bool) -> Result<(u32, bool, [u8; 8])> {
         let fl = self.submit_write(o, offset, data, stable)?;
         let r = self.rpc.wait(fl.xid);
-        self.finish_write(fl, r)
+        self.finish_write(fl, r, o, offset, data)
     }
 
-    /// COMMIT the whole file: the write verifier.
+    /// Bound the copies of unstable data kept for resends.
+    pub fn set_held_bytes_max(&mut self, max: usize) {
+        self.uncommitted.held_bytes_max = max;
+    }
+
+    /// Ranges of `fh` written UNSTABLE and not yet committed.
+    pub fn uncommitted(&self, fh: &[u8]) -> Vec<(u64, u32)> {
+        self.uncommitted.ranges(fh)
+    }
+
+    /// Write again (UNSTABLE, with `o`'s stateid) every uncommitted write of
+    /// `o.fh` whose data is held; returns the ranges sent. Follow with
+    /// `commit`.
+    pub fn resend_uncommitted(&mut self, o: &Open4) -> Result<Vec<(u64, u32)>> {
+        let mut held = self.uncommitted.take_held(&o.fh);
+        let mut sent = Vec::new();
+        while !held.is_empty() {
+            let u = held.remove(0);
+            let data = u.data.as_ref().expect("held");
+            if let Err(e) = self.write(o, u.offset, data, false) {
+                held.insert(0, u);
+                self.uncommitted.give_back(&o.fh, held);
+                return Err(e);
+            }
+            sent.push((u.offset, u.len));
+        }
+        Ok(sent)
+    }
+
+    /// COMMIT the whole file: the write verifier, or `VerifierChanged` with
+    /// the UNSTABLE writes answered under another one (resend them).
     pub fn commit(&mut self, fh: &[u8]) -> Result<[u8; 8]> {
         let ops = [p::nfs_argop4::OP_PUTFH(p::PUTFH4args { object: fh }), p::nfs_argop4::OP_COMMIT(p::COMMIT4args { offset: 0, count: 0 })];
-        self.compound(&ops, |r| match r {
+        let verf = self.compound(&ops, |r| match r {
             [_, p::nfs_resop4::OP_COMMIT(p::COMMIT4res::NFS4_OK(ok))] => Ok(ok.writeverf),
             _ => Err(Error::Malformed("COMMIT result".into())),
-        })
+        })?;
+        self.uncommitted.committed(fh, verf)
     }
 }
 

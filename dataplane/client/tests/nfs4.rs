@@ -82,7 +82,8 @@ fn pipelined_on_all_slots() {
     }
     for d in done {
         let fl = *fls.iter().find(|f| f.xid == d.xid).expect("one of ours");
-        let (cnt, _, _) = c.finish_write(fl, d.result).unwrap();
+        let i = fls.iter().position(|f| f.xid == d.xid).unwrap();
+        let (cnt, _, _) = c.finish_write(fl, d.result, &o, (i * BS) as u64, &bufs[i]).unwrap();
         assert_eq!(cnt as usize, BS);
     }
     let fls: Vec<_> = (0..n).map(|i| c.submit_read(&o, (i * BS) as u64, BS as u32).unwrap()).collect();
