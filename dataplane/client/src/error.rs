@@ -22,6 +22,9 @@ pub enum Error {
     CallTooLarge { max: usize },
     /// More calls than the in-flight bound allows: reap completions first.
     TooManyInFlight { max: usize },
+    /// `queued` bytes of calls still wait for the socket: reap (which
+    /// sends) first.
+    SendQueueFull { queued: usize, max: usize },
     /// A reply whose xid matches no call in flight (and none that timed out).
     UnexpectedXid(u32),
     /// The reply's bytes do not decode (this call fails; the connection
@@ -77,6 +80,7 @@ impl fmt::Display for Error {
             Error::ReplyTooLarge { len, max } => write!(f, "reply record of {len} bytes exceeds {max} bytes"),
             Error::CallTooLarge { max } => write!(f, "call exceeds {max} bytes"),
             Error::TooManyInFlight { max } => write!(f, "{max} calls already in flight"),
+            Error::SendQueueFull { queued, max } => write!(f, "{queued} bytes of calls wait for the socket (bound {max} bytes)"),
             Error::UnexpectedXid(x) => write!(f, "reply with xid {x:#x} matches no call in flight"),
             Error::Malformed(m) => write!(f, "malformed reply: {m}"),
             Error::RpcMismatch { low, high } => write!(f, "RPC_MISMATCH: server speaks RPC {low}..{high}"),

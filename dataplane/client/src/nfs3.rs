@@ -355,3 +355,10 @@ pub fn mount_on(rpc: &mut RpcConn, path: &str) -> Result<Vec<u8>> {
         }
     }
 }
+
+/// MOUNT MNT through a mount service of its own at `addr` (a server whose
+/// MOUNT is not on its NFS port): a connection just for the call.
+pub fn mount_at(addr: &str, path: &str, auth: &Auth, limits: Limits) -> Result<Vec<u8>> {
+    let mut rpc = RpcConn::connect(addr, auth, limits)?;
+    mount_on(&mut rpc, path)
+}

@@ -49,6 +49,11 @@ pub struct Limits {
     pub timeout: Duration,
     /// Time for the TCP connect.
     pub connect_timeout: Duration,
+    /// Encoded calls waiting for the socket (the peer reads slower than we
+    /// submit); a submit beyond it is refused with `SendQueueFull` rather
+    /// than growing the queue. One call is always accepted into an empty
+    /// queue.
+    pub send_queue_bytes_max: usize,
 }
 
 /// Headers around a 1 MiB payload: RPC + COMPOUND framing with room to spare.
@@ -62,6 +67,9 @@ impl Default for Limits {
             in_flight_max: 256,
             timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
+            // Four 1 MiB WRITEs: enough to keep a link busy while the kernel's
+            // socket buffer drains, small next to iodepth x block size.
+            send_queue_bytes_max: 4 << 20,
         }
     }
 }
@@ -336,6 +344,18 @@ impl RpcConn {
         }
         let n = e.position();
         e.patch_u32(0, 0x8000_0000 | (n as u32 - 4));
+        let queued = self.out.len() - self.out_pos;
+        if queued > 0 && queued + n > self.limits.send_queue_bytes_max {
+            // Give the socket a chance first; refuse only if still full.
+            if let Err(err) = self.flush() {
+                self.fail(err.clone());
+                return Err(err);
+            }
+            let queued = self.out.len() - self.out_pos;
+            if queued > 0 && queued + n > self.limits.send_queue_bytes_max {
+                return Err(Error::SendQueueFull { queued, max: self.limits.send_queue_bytes_max });
+            }
+        }
         if self.out_pos == self.out.len() {
             self.out.clear();
             self.out_pos = 0;

@@ -130,6 +130,8 @@ fn namespace_ops_and_readdirplus() {
 fn errors_are_mapped() {
     let s = start();
     let (mut c, root) = connect(&s);
+    // MOUNT through a separate connection gives the same root.
+    assert_eq!(client::nfs3::mount_at(&addr(&s), "/m", &root_auth(), limits()).unwrap(), root);
     // MOUNT of an export that does not exist.
     let e = c.mount("/nope").unwrap_err();
     assert!(matches!(&e, Error::Mount { stat, .. } if stat.starts_with("MNT3ERR_")), "{e}");

@@ -230,6 +230,27 @@ fn bounds_on_calls() {
 }
 
 #[test]
+fn send_queue_is_bounded_when_the_peer_does_not_read() {
+    const CALL: usize = 512 << 10;
+    let lim = Limits { send_queue_bytes_max: 1 << 20, ..short() };
+    let (mut c, h) = peer(lim, |_s| thread::sleep(Duration::from_millis(800)));
+    let payload = vec![7u8; CALL];
+    let mut accepted = 0;
+    let err = loop {
+        match c.submit(7, 1, 3, &|e| e.opaque_var(&payload)) {
+            Ok(_) => accepted += 1,
+            Err(e) => break e,
+        }
+        assert!(accepted < 200, "64+ MiB accepted: the queue is not bounded");
+    };
+    assert!(matches!(err, Error::SendQueueFull { max: 0x10_0000, .. }), "{err}");
+    // The kernel took some; at most the bound (plus one call) waits with us.
+    assert!(accepted >= 2, "{accepted}");
+    drop(c);
+    h.join().unwrap();
+}
+
+#[test]
 fn nobody_listening_is_a_connect_error() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let a = l.local_addr().unwrap().to_string();
