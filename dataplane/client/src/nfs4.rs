@@ -76,6 +76,8 @@ pub struct InFlight {
 /// An NFSv4.1 client with one session on one connection.
 pub struct Nfs41 {
     rpc: RpcConn,
+    owner: Vec<u8>,
+    verifier: [u8; 8],
     pub clientid: u64,
     pub sessionid: [u8; 16],
     slots: Vec<Slot>,
@@ -135,8 +137,14 @@ impl Nfs41 {
     /// read the lease time.
     pub fn connect(addr: &str, auth: &Auth, limits: Limits, owner: &[u8]) -> Result<Nfs41> {
         let rpc = RpcConn::connect(addr, auth, limits)?;
+        // The verifier changes per client instance, so a restarted client's
+        // old state is dropped by the server (RFC 8881 section 2.4); it stays
+        // the same across `reestablish`.
+        let boot = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
         let mut c = Nfs41 {
             rpc,
+            owner: owner.to_vec(),
+            verifier: boot.to_be_bytes(),
             clientid: 0,
             sessionid: [0; 16],
             slots: Vec::new(),
@@ -145,11 +153,26 @@ impl Nfs41 {
             status_flags: 0,
             uncommitted: Uncommitted::new(),
         };
-        // The verifier changes per client instance, so a restarted client's
-        // old state is dropped by the server (RFC 8881 section 2.4).
-        let boot = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        c.establish()?;
+        Ok(c)
+    }
+
+    /// After the server restarted or the connection or session was lost
+    /// (BADSESSION, STALE_CLIENTID, every slot retired): a new connection to
+    /// `addr`, a new client ID and session. Opens are gone (reopen them);
+    /// uncommitted writes stay tracked, so the next COMMIT reports what the
+    /// restart lost.
+    pub fn reestablish(&mut self, addr: &str, auth: &Auth, limits: Limits) -> Result<()> {
+        self.rpc = RpcConn::connect(addr, auth, limits)?;
+        self.establish()
+    }
+
+    /// EXCHANGE_ID, CREATE_SESSION, RECLAIM_COMPLETE, lease time.
+    fn establish(&mut self) -> Result<()> {
+        let c = self;
+        let owner = c.owner.clone();
         let exid = p::EXCHANGE_ID4args {
-            eia_clientowner: p::client_owner4 { co_verifier: boot.to_be_bytes(), co_ownerid: owner },
+            eia_clientowner: p::client_owner4 { co_verifier: c.verifier, co_ownerid: &owner },
             eia_flags: 0,
             eia_state_protect: p::state_protect4_a::SP4_NONE,
             eia_client_impl_id: vec![],
@@ -193,7 +216,8 @@ impl Nfs41 {
             },
         )?;
         c.lease = Duration::from_secs(lease.max(1) as u64);
-        Ok(c)
+        c.last_renew = Instant::now();
+        Ok(())
     }
 
     pub fn rpc(&mut self) -> &mut RpcConn {

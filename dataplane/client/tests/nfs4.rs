@@ -126,3 +126,31 @@ fn errors_and_renewal() {
     // The slot of the unanswered COMPOUND is in doubt and not used again.
     assert_eq!(c.usable_slots(), c.slots() - 1);
 }
+
+#[test]
+fn server_restart_then_reestablish() {
+    let s = start();
+    let a = addr(&s);
+    let port = s.nfs_addr.unwrap().port();
+    let mut c = connect(&s, "restart");
+    let o = c.open("/m", "r", 3, Some(0o644)).unwrap();
+    c.write(&o, 0, &pattern(1, 0, 5000), true).unwrap();
+    s.shutdown();
+    let e = c.renew().unwrap_err();
+    assert!(e.is_connection(), "{e}");
+    let s2 = start_on(port);
+    c.reestablish(&a, &root(), limits()).unwrap();
+    assert_eq!(c.usable_slots(), c.slots(), "a new session has every slot");
+    // The old open is gone with the old server (memfs lost the file too).
+    let e = c.read(&o, 0, 10, &mut Vec::new()).unwrap_err();
+    assert!(matches!(&e, Error::Nfs4 { .. }), "{e}");
+    let o2 = c.open("/m", "r", 3, Some(0o644)).unwrap();
+    let data = pattern(2, 100, 7000);
+    c.write(&o2, 100, &data, false).unwrap();
+    c.commit(&o2.fh).unwrap();
+    let mut out = Vec::new();
+    c.read(&o2, 100, 7000, &mut out).unwrap();
+    assert!(out == data);
+    c.close(&o2).unwrap();
+    s2.shutdown();
+}
