@@ -15,7 +15,7 @@
 use crate::error::{xdr, Error, Result};
 use proto::xdr::{Decoder, Encoder};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
@@ -231,6 +231,19 @@ fn reply_header(d: &mut Decoder<'_>) -> Result<()> {
     }
 }
 
+/// send(2) with MSG_NOSIGNAL: a peer that closed must not raise SIGPIPE,
+/// which kills a host program that did not ignore it (fio loads the engine
+/// built on this crate; Rust binaries ignore SIGPIPE, C programs do not).
+fn send_nosignal(sock: &TcpStream, buf: &[u8]) -> std::io::Result<usize> {
+    // SAFETY: `buf` is valid for `buf.len()` bytes for the duration of the call.
+    let n = unsafe { libc::send(sock.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 impl RpcConn {
     /// Connect to `addr` ("host:port").
     pub fn connect(addr: &str, auth: &Auth, limits: Limits) -> Result<RpcConn> {
@@ -409,7 +422,7 @@ impl RpcConn {
 
     fn flush(&mut self) -> Result<()> {
         while self.out_pos < self.out.len() {
-            match self.sock.write(&self.out[self.out_pos..]) {
+            match send_nosignal(&self.sock, &self.out[self.out_pos..]) {
                 Ok(0) => return Err(Error::Closed),
                 Ok(n) => self.out_pos += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
