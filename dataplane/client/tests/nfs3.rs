@@ -118,6 +118,28 @@ fn namespace_ops_and_readdirplus() {
     let e = all.iter().find(|e| e.name == b"sub").unwrap();
     assert_eq!(e.fh.as_deref(), Some(&sub[..]));
     assert_eq!(e.attr.as_ref().map(|a| a.mode & 0o7777), Some(0o755));
+    // Small pages: READDIRPLUS resumes from each page's last cookie and
+    // sees every entry exactly once.
+    let (mut cookie, mut verf, mut paged, mut pages) = (0u64, [0u8; 8], Vec::new(), 0);
+    loop {
+        let (es, v, eof) = c.readdirplus(&d, cookie, verf, 1024).unwrap();
+        pages += 1;
+        verf = v;
+        if let Some(l) = es.last() {
+            cookie = l.cookie;
+        }
+        paged.extend(es.into_iter().map(|e| e.name));
+        if eof {
+            break;
+        }
+        assert!(pages < 100, "no eof");
+    }
+    assert!(pages > 1, "1 KiB pages for 41 entries with handles and attributes");
+    paged.retain(|n| n != b"." && n != b"..");
+    paged.sort();
+    let mut want: Vec<Vec<u8>> = (0..40).map(|i| format!("file{i:02}").into_bytes()).collect();
+    want.push(b"sub".to_vec());
+    assert_eq!(paged, want);
     c.remove(&d, b"file07").unwrap();
     let e = c.lookup(&d, b"file07").unwrap_err();
     assert_eq!(code(&e), 2, "{e}");
