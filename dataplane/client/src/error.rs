@@ -68,6 +68,40 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The errno a POSIX caller (the FUSE sidecar, the fio engine) reports
+    /// for this error. NFS status codes below 63 are the classic errno
+    /// values, the same on Linux; 63..=71 are the BSD numbers (NFS3ERR_STALE
+    /// is 70, Linux ESTALE 116) and are translated, as is everything else.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Nfs3 { code, .. } | Error::Nfs4 { code, .. } | Error::Mount { code, .. } if *code > 0 && *code < 63 => {
+                *code as i32
+            }
+            Error::Nfs3 { code, .. } | Error::Nfs4 { code, .. } | Error::Mount { code, .. } => match *code {
+                63 => libc::ENAMETOOLONG,
+                66 => libc::ENOTEMPTY,
+                69 => libc::EDQUOT,
+                70 | 10001 | 10014 => libc::ESTALE, // STALE, BADHANDLE, FHEXPIRED
+                71 => libc::EREMOTE,
+                10004 => libc::EOPNOTSUPP,      // NOTSUPP
+                10005 => libc::EINVAL,          // TOOSMALL
+                10008 => libc::EAGAIN,          // JUKEBOX / DELAY
+                _ => libc::EIO,
+            },
+            Error::Timeout { .. } => libc::ETIMEDOUT,
+            Error::Connect { .. } => libc::ECONNREFUSED,
+            Error::ConnectionLost(_) | Error::Closed => libc::ECONNRESET,
+            Error::TooManyInFlight { .. } | Error::SendQueueFull { .. } => libc::EAGAIN,
+            Error::CallTooLarge { .. } | Error::Invalid(_) => libc::EINVAL,
+            Error::AuthError { .. } => libc::EACCES,
+            Error::VerifierChanged { .. } => libc::EIO,
+            Error::ReplyTooLarge { .. } | Error::UnexpectedXid(_) | Error::Malformed(_) => libc::EPROTO,
+            Error::RpcMismatch { .. } | Error::Accept { .. } => libc::EPROTONOSUPPORT,
+        }
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

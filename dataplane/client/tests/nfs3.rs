@@ -144,6 +144,7 @@ fn namespace_ops_and_readdirplus() {
     let e = c.lookup(&d, b"file07").unwrap_err();
     assert_eq!(code(&e), 2, "{e}");
     assert!(e.to_string().contains("NFS3ERR_NOENT"), "{e}");
+    assert_eq!(e.errno(), libc::ENOENT);
     // GUARDED create of an existing name: EEXIST.
     assert_eq!(code(&c.create(&d, b"file08", 0o600, true).unwrap_err()), 17);
 }
@@ -163,6 +164,7 @@ fn errors_are_mapped() {
     let e = u.create(&uroot, b"x", 0o644, true).unwrap_err();
     assert_eq!(code(&e), 13, "{e}");
     assert!(e.to_string().contains("NFS3ERR_ACCES"));
+    assert_eq!(e.errno(), libc::EACCES);
     // A handle that is not the server's: BADHANDLE or STALE, never a hang.
     let mut bogus = root.clone();
     let n = bogus.len();
@@ -180,11 +182,13 @@ fn stale_handle_and_server_gone() {
     let e = c.getattr(&fh).unwrap_err();
     assert_eq!(code(&e), 70, "removed file: {e}");
     assert!(e.to_string().contains("NFS3ERR_STALE"));
+    assert_eq!(e.errno(), libc::ESTALE);
     let a = addr(&s);
     s.shutdown();
     let e = c.getattr(&root).unwrap_err();
     assert!(e.is_connection(), "{e}");
     assert!(matches!(e, Error::Closed | Error::ConnectionLost(_)), "{e}");
+    assert_eq!(e.errno(), libc::ECONNRESET);
     let e = Nfs3::connect(&a, &root_auth(), limits()).err().expect("nobody listens");
     assert!(matches!(e, Error::Connect { .. }), "{e}");
 }

@@ -211,6 +211,7 @@ fn silent_server_times_out_naming_the_call() {
     assert!(t.elapsed() >= Duration::from_millis(450) && t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     assert_eq!(e, Error::Timeout { xid, proc_num: 9, after: Duration::from_millis(500) });
     assert!(e.to_string().contains("procedure 9"), "{e}");
+    assert_eq!(e.errno(), libc::ETIMEDOUT);
     h.join().unwrap();
 }
 
@@ -257,4 +258,24 @@ fn nobody_listening_is_a_connect_error() {
     drop(l);
     let e = RpcConn::connect(&a, &Auth::None, short()).err().expect("no server");
     assert!(matches!(&e, Error::Connect { addr, .. } if *addr == a), "{e}");
+}
+
+#[test]
+fn errno_of_each_kind() {
+    let n3 = |code: u32| Error::Nfs3 { stat: String::new(), code }.errno();
+    // Classic values pass through; the BSD-numbered ones are translated.
+    assert_eq!(n3(2), libc::ENOENT);
+    assert_eq!(n3(28), libc::ENOSPC);
+    assert_eq!(n3(63), libc::ENAMETOOLONG);
+    assert_eq!(n3(66), libc::ENOTEMPTY);
+    assert_eq!(n3(69), libc::EDQUOT);
+    assert_eq!(n3(70), libc::ESTALE);
+    assert_eq!(n3(10001), libc::ESTALE);
+    assert_eq!(n3(10008), libc::EAGAIN);
+    assert_eq!(n3(10006), libc::EIO);
+    assert_eq!(Error::Nfs4 { op: "OP_OPEN".into(), stat: String::new(), code: 10008 }.errno(), libc::EAGAIN);
+    assert_eq!(Error::Closed.errno(), libc::ECONNRESET);
+    assert_eq!(Error::UnexpectedXid(1).errno(), libc::EPROTO);
+    assert_eq!(Error::AuthError { stat: "AUTH_TOOWEAK", code: 5 }.errno(), libc::EACCES);
+    assert_eq!(Error::VerifierChanged { ranges: vec![], resendable: true }.errno(), libc::EIO);
 }
