@@ -1,0 +1,364 @@
+//! NFSv3 (RFC 1813) and MOUNT v3 over one `RpcConn`.
+//!
+//! Blocking calls for the simple paths, plus `submit_read` / `submit_write`
+//! and `finish_read` / `finish_write` over the connection's non-blocking
+//! core for callers that keep many I/Os in flight.
+//!
+//! Unstable writes are tracked per file: each keeps its range, the verifier
+//! the server answered and (within `held_bytes_max`) a copy of its data.
+//! COMMIT compares the commit verifier with every write's; a change means
+//! the server restarted and may have lost them, reported as
+//! `Error::VerifierChanged` with the ranges, and `resend_uncommitted`
+//! writes the held data again.
+
+use crate::error::{xdr, Error, Result};
+use crate::rpc::{Auth, Limits, Reply, RpcConn};
+use proto::mount3 as m;
+use proto::nfs3 as p;
+use proto::xdr::{Decoder, Xdr};
+use crate::writes::Uncommitted;
+
+pub use crate::writes::HELD_BYTES_MAX_DEFAULT;
+
+pub use p::fattr3 as Fattr;
+
+fn nfs_err(code: i32) -> Error {
+    let stat = p::nfsstat3::from_i32(code).map_or_else(|| format!("nfsstat3 {code}"), |s| format!("{s:?}"));
+    Error::Nfs3 { stat, code: code as u32 }
+}
+
+fn decode<'a, T: Xdr<'a>>(body: &'a [u8]) -> Result<T> {
+    let mut d = Decoder::new(body);
+    T::decode(&mut d).map_err(xdr)
+}
+
+fn fh3(fh: &[u8]) -> p::nfs_fh3<'_> {
+    p::nfs_fh3 { data: fh }
+}
+
+fn sattr_mode(mode: Option<u32>) -> p::sattr3 {
+    p::sattr3 {
+        mode: mode.map_or(p::set_mode3::FALSE, p::set_mode3::TRUE),
+        uid: p::set_uid3::FALSE,
+        gid: p::set_gid3::FALSE,
+        size: p::set_size3::FALSE,
+        atime: p::set_atime::DONT_CHANGE,
+        mtime: p::set_mtime::DONT_CHANGE,
+    }
+}
+
+/// How a WRITE asks the server to store data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stable {
+    Unstable,
+    FileSync,
+}
+
+/// Result of a WRITE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub count: u32,
+    /// The server stored it FILE_SYNC / DATA_SYNC (nothing to commit).
+    pub stable: bool,
+    pub verf: [u8; 8],
+}
+
+/// One directory entry of READDIRPLUS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub fileid: u64,
+    pub cookie: u64,
+    pub fh: Option<Vec<u8>>,
+    pub attr: Option<Fattr>,
+}
+
+/// An NFSv3 client on one connection.
+pub struct Nfs3 {
+    rpc: RpcConn,
+    /// Unstable writes not yet committed, per file handle.
+    uncommitted: Uncommitted,
+}
+
+impl Nfs3 {
+    pub fn connect(addr: &str, auth: &Auth, limits: Limits) -> Result<Nfs3> {
+        Ok(Nfs3::over(RpcConn::connect(addr, auth, limits)?))
+    }
+
+    pub fn over(rpc: RpcConn) -> Nfs3 {
+        Nfs3 { rpc, uncommitted: Uncommitted::new() }
+    }
+
+    /// Bound the copies of unstable data kept for resends.
+    pub fn set_held_bytes_max(&mut self, max: usize) {
+        self.uncommitted.held_bytes_max = max;
+    }
+
+    pub fn rpc(&mut self) -> &mut RpcConn {
+        &mut self.rpc
+    }
+
+    /// Replace the connection (after a reconnect), keeping the uncommitted
+    /// writes so a COMMIT on the new one can detect a new verifier.
+    pub fn replace_conn(&mut self, rpc: RpcConn) -> RpcConn {
+        std::mem::replace(&mut self.rpc, rpc)
+    }
+
+    fn call<'x, A: Xdr<'x>>(&mut self, proc_num: u32, args: &A) -> Result<Reply> {
+        self.rpc.call(p::NFS_PROGRAM, p::NFS_V3, proc_num, &|e| args.encode(e))
+    }
+
+    pub fn null(&mut self) -> Result<()> {
+        self.rpc.call(p::NFS_PROGRAM, p::NFS_V3, 0, &|_| Ok(())).map(|_| ())
+    }
+
+    /// MOUNT MNT of `path` on this connection (chimerad serves MOUNT on
+    /// its NFS port): the export's root handle.
+    pub fn mount(&mut self, path: &str) -> Result<Vec<u8>> {
+        mount_on(&mut self.rpc, path)
+    }
+
+    pub fn getattr(&mut self, fh: &[u8]) -> Result<Fattr> {
+        let r = self.call(1, &p::GETATTR3args { object: fh3(fh) })?;
+        match decode::<p::GETATTR3res>(r.body())? {
+            p::GETATTR3res::NFS3_OK(ok) => Ok(ok.obj_attributes),
+            p::GETATTR3res::default(c) => Err(nfs_err(c)),
+        }
+    }
+
+    pub fn lookup(&mut self, dir: &[u8], name: &[u8]) -> Result<(Vec<u8>, Option<Fattr>)> {
+        let r = self.call(3, &p::LOOKUP3args { what: p::diropargs3 { dir: fh3(dir), name } })?;
+        match decode::<p::LOOKUP3res>(r.body())? {
+            p::LOOKUP3res::NFS3_OK(ok) => {
+                let attr = match ok.obj_attributes {
+                    p::post_op_attr::TRUE(a) => Some(a),
+                    p::post_op_attr::FALSE => None,
+                };
+                Ok((ok.object.data.to_vec(), attr))
+            }
+            p::LOOKUP3res::default(c, _) => Err(nfs_err(c)),
+        }
+    }
+
+    /// LOOKUP each component of `path` ("a/b/c"; empty parts skipped) from `root`.
+    pub fn walk(&mut self, root: &[u8], path: &str) -> Result<Vec<u8>> {
+        let mut fh = root.to_vec();
+        for c in path.split('/').filter(|c| !c.is_empty()) {
+            fh = self.lookup(&fh, c.as_bytes())?.0;
+        }
+        Ok(fh)
+    }
+
+    fn created(obj: p::post_op_fh3<'_>) -> Result<Vec<u8>> {
+        match obj {
+            p::post_op_fh3::TRUE(h) => Ok(h.data.to_vec()),
+            p::post_op_fh3::FALSE => Err(Error::Malformed("CREATE/MKDIR answered OK without a handle".into())),
+        }
+    }
+
+    /// CREATE: `exclusive_guard` uses GUARDED (EEXIST if it exists),
+    /// otherwise UNCHECKED (an existing file is reused).
+    pub fn create(&mut self, dir: &[u8], name: &[u8], mode: u32, guarded: bool) -> Result<Vec<u8>> {
+        let how = if guarded {
+            p::createhow3::GUARDED(sattr_mode(Some(mode)))
+        } else {
+            p::createhow3::UNCHECKED(sattr_mode(Some(mode)))
+        };
+        let r = self.call(8, &p::CREATE3args { r#where: p::diropargs3 { dir: fh3(dir), name }, how })?;
+        match decode::<p::CREATE3res>(r.body())? {
+            p::CREATE3res::NFS3_OK(ok) => Self::created(ok.obj),
+            p::CREATE3res::default(c, _) => Err(nfs_err(c)),
+        }
+    }
+
+    pub fn mkdir(&mut self, dir: &[u8], name: &[u8], mode: u32) -> Result<Vec<u8>> {
+        let r = self.call(9, &p::MKDIR3args { r#where: p::diropargs3 { dir: fh3(dir), name }, attributes: sattr_mode(Some(mode)) })?;
+        match decode::<p::MKDIR3res>(r.body())? {
+            p::MKDIR3res::NFS3_OK(ok) => Self::created(ok.obj),
+            p::MKDIR3res::default(c, _) => Err(nfs_err(c)),
+        }
+    }
+
+    pub fn remove(&mut self, dir: &[u8], name: &[u8]) -> Result<()> {
+        let r = self.call(12, &p::REMOVE3args { object: p::diropargs3 { dir: fh3(dir), name } })?;
+        match decode::<p::REMOVE3res>(r.body())? {
+            p::REMOVE3res::NFS3_OK(_) => Ok(()),
+            p::REMOVE3res::default(c, _) => Err(nfs_err(c)),
+        }
+    }
+
+    /// Queue a READ; complete it with `finish_read` on its reply.
+    pub fn submit_read(&mut self, fh: &[u8], offset: u64, count: u32) -> Result<u32> {
+        let a = p::READ3args { file: fh3(fh), offset, count };
+        self.rpc.submit(p::NFS_PROGRAM, p::NFS_V3, 6, &|e| a.encode(e))
+    }
+
+    /// Copy a READ reply's data into `out` (cleared first); returns eof.
+    pub fn finish_read(reply: &Reply, out: &mut Vec<u8>) -> Result<bool> {
+        match decode::<p::READ3res>(reply.body())? {
+            p::READ3res::NFS3_OK(ok) => {
+                if ok.data.len() != ok.count as usize {
+                    return Err(Error::Malformed(format!("READ count {} with {} data bytes", ok.count, ok.data.len())));
+                }
+                out.clear();
+                out.extend_from_slice(ok.data);
+                Ok(ok.eof)
+            }
+            p::READ3res::default(c, _) => Err(nfs_err(c)),
+        }
+    }
+
+    /// READ into `out`; returns eof.
+    pub fn read(&mut self, fh: &[u8], offset: u64, count: u32, out: &mut Vec<u8>) -> Result<bool> {
+        let xid = self.submit_read(fh, offset, count)?;
+        let r = self.rpc.wait(xid)?;
+        let eof = Self::finish_read(&r, out)?;
+        if out.len() > count as usize {
+            return Err(Error::Malformed(format!("READ of {count} bytes answered with {}", out.len())));
+        }
+        Ok(eof)
+    }
+
+    /// Queue a WRITE; complete it with `finish_write`.
+    pub fn submit_write(&mut self, fh: &[u8], offset: u64, data: &[u8], stable: Stable) -> Result<u32> {
+        let stable = match stable {
+            Stable::Unstable => p::stable_how::UNSTABLE,
+            Stable::FileSync => p::stable_how::FILE_SYNC,
+        };
+        let a = p::WRITE3args { file: fh3(fh), offset, count: data.len() as u32, stable, data };
+        self.rpc.submit(p::NFS_PROGRAM, p::NFS_V3, 7, &|e| a.encode(e))
+    }
+
+    /// Decode a WRITE reply and, when the server did not store it stably,
+    /// remember the range (and data, within the bound) for COMMIT.
+    pub fn finish_write(&mut self, reply: &Reply, fh: &[u8], offset: u64, data: &[u8]) -> Result<Written> {
+        let ok = match decode::<p::WRITE3res>(reply.body())? {
+            p::WRITE3res::NFS3_OK(ok) => ok,
+            p::WRITE3res::default(c, _) => return Err(nfs_err(c)),
+        };
+        if ok.count as usize > data.len() {
+            return Err(Error::Malformed(format!("WRITE count {} over the {} bytes sent", ok.count, data.len())));
+        }
+        let stable = ok.committed != p::stable_how::UNSTABLE;
+        self.uncommitted.written(fh, offset, data, ok.count, stable, ok.verf);
+        Ok(Written { count: ok.count, stable, verf: ok.verf })
+    }
+
+    pub fn write(&mut self, fh: &[u8], offset: u64, data: &[u8], stable: Stable) -> Result<Written> {
+        let xid = self.submit_write(fh, offset, data, stable)?;
+        let r = self.rpc.wait(xid)?;
+        self.finish_write(&r, fh, offset, data)
+    }
+
+    /// Ranges of `fh` written UNSTABLE and not yet committed.
+    pub fn uncommitted(&self, fh: &[u8]) -> Vec<(u64, u32)> {
+        self.uncommitted.ranges(fh)
+    }
+
+    /// Hand the uncommitted writes of `old` over to `new` (the file got a
+    /// new handle, e.g. re-created after a server restart).
+    pub fn rebind(&mut self, old: &[u8], new: &[u8]) {
+        self.uncommitted.rebind(old, new)
+    }
+
+    /// COMMIT the whole file. Ok(verifier) when every uncommitted write
+    /// carried it; `Error::VerifierChanged` with the ranges otherwise (they
+    /// stay tracked for `resend_uncommitted`).
+    pub fn commit(&mut self, fh: &[u8]) -> Result<[u8; 8]> {
+        let r = self.call(21, &p::COMMIT3args { file: fh3(fh), offset: 0, count: 0 })?;
+        let verf = match decode::<p::COMMIT3res>(r.body())? {
+            p::COMMIT3res::NFS3_OK(ok) => ok.verf,
+            p::COMMIT3res::default(c, _) => return Err(nfs_err(c)),
+        };
+        self.uncommitted.committed(fh, verf)
+    }
+
+    /// Write again (UNSTABLE) every uncommitted write of `fh` whose data is
+    /// held; returns the ranges sent. Follow with `commit`. Ranges whose
+    /// data is not held are left for the caller (`uncommitted`).
+    pub fn resend_uncommitted(&mut self, fh: &[u8]) -> Result<Vec<(u64, u32)>> {
+        let mut held = self.uncommitted.take_held(fh);
+        let mut sent = Vec::new();
+        while !held.is_empty() {
+            let u = held.remove(0);
+            let data = u.data.as_ref().expect("held");
+            if let Err(e) = self.write(fh, u.offset, data, Stable::Unstable) {
+                // Keep what was not sent so a later resend can finish it.
+                held.insert(0, u);
+                self.uncommitted.give_back(fh, held);
+                return Err(e);
+            }
+            sent.push((u.offset, u.len));
+        }
+        Ok(sent)
+    }
+
+    /// READDIRPLUS from `cookie` (0: the start): entries and eof.
+    pub fn readdirplus(&mut self, dir: &[u8], cookie: u64, cookieverf: [u8; 8], maxcount: u32) -> Result<(Vec<DirEntry>, [u8; 8], bool)> {
+        let r = self.call(17, &p::READDIRPLUS3args { dir: fh3(dir), cookie, cookieverf, dircount: maxcount, maxcount })?;
+        match decode::<p::READDIRPLUS3res>(r.body())? {
+            p::READDIRPLUS3res::NFS3_OK(ok) => {
+                let mut out = Vec::new();
+                let mut next = ok.reply.entries.as_deref();
+                while let Some(e) = next {
+                    out.push(DirEntry {
+                        name: e.name.to_vec(),
+                        fileid: e.fileid,
+                        cookie: e.cookie,
+                        fh: match &e.name_handle {
+                            p::post_op_fh3::TRUE(h) => Some(h.data.to_vec()),
+                            p::post_op_fh3::FALSE => None,
+                        },
+                        attr: match &e.name_attributes {
+                            p::post_op_attr::TRUE(a) => Some(a.clone()),
+                            p::post_op_attr::FALSE => None,
+                        },
+                    });
+                    next = e.nextentry.as_deref();
+                }
+                Ok((out, ok.cookieverf, ok.reply.eof))
+            }
+            p::READDIRPLUS3res::default(c, _) => Err(nfs_err(c)),
+        }
+    }
+
+    /// Every entry of a directory (READDIRPLUS until eof, at most
+    /// `entries_max` entries so a hostile server cannot grow it forever).
+    pub fn readdir_all(&mut self, dir: &[u8], entries_max: usize) -> Result<Vec<DirEntry>> {
+        let (mut cookie, mut verf, mut all) = (0u64, [0u8; 8], Vec::new());
+        loop {
+            let (es, v, eof) = self.readdirplus(dir, cookie, verf, 64 << 10)?;
+            verf = v;
+            if let Some(l) = es.last() {
+                cookie = l.cookie;
+            }
+            let empty = es.is_empty();
+            all.extend(es);
+            if all.len() > entries_max {
+                return Err(Error::Invalid(format!("directory has over {entries_max} entries")));
+            }
+            if eof || empty {
+                return Ok(all);
+            }
+        }
+    }
+}
+
+/// MOUNT MNT on any connection (the NFS port, or a separate mount port).
+pub fn mount_on(rpc: &mut RpcConn, path: &str) -> Result<Vec<u8>> {
+    let r = rpc.call(m::MOUNT_PROGRAM, m::MOUNT_V3, m::MOUNTPROC3_MNT, &|e| m::encode_dirpath(&path.as_bytes(), e))?;
+    match decode::<m::mountres3>(r.body())? {
+        m::mountres3::MNT3_OK(ok) => Ok(ok.fhandle.to_vec()),
+        m::mountres3::default(c) => {
+            let stat = m::mountstat3::from_i32(c).map_or_else(|| format!("mountstat3 {c}"), |s| format!("{s:?}"));
+            Err(Error::Mount { stat, code: c as u32 })
+        }
+    }
+}
+
+/// MOUNT MNT through a mount service of its own at `addr` (a server whose
+/// MOUNT is not on its NFS port): a connection just for the call.
+pub fn mount_at(addr: &str, path: &str, auth: &Auth, limits: Limits) -> Result<Vec<u8>> {
+    let mut rpc = RpcConn::connect(addr, auth, limits)?;
+    mount_on(&mut rpc, path)
+}

@@ -1,0 +1,599 @@
+//! ONC RPC (RFC 5531) over TCP: record marking, xid matching, AUTH_NONE /
+//! AUTH_SYS, many calls in flight on one connection.
+//!
+//! The core is non-blocking: `submit` encodes a call and queues it (sending
+//! what the socket takes at once), `reap` drives the socket with poll(2) and
+//! hands back completed calls in the order their replies arrive. `wait` and
+//! `call` are the blocking API built on the same two steps. The fio engine
+//! keeps iodepth calls submitted and reaps; the simple clients call.
+//!
+//! Memory is bounded: one scratch buffer of `call_bytes_max`, at most
+//! `in_flight_max` calls queued (so at most that many calls of unsent
+//! bytes), one reply record of at most `reply_bytes_max` being reassembled,
+//! and completed replies only until the caller takes them.
+
+use crate::error::{xdr, Error, Result};
+use proto::xdr::{Decoder, Encoder};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::{ErrorKind, Read};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+/// Credentials sent with every call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Auth {
+    None,
+    /// AUTH_SYS (RFC 5531 appendix A): at most 16 supplementary groups.
+    Sys { machine: String, uid: u32, gid: u32, gids: Vec<u32> },
+}
+
+impl Auth {
+    pub fn sys(uid: u32, gid: u32) -> Auth {
+        Auth::Sys { machine: "chimera-client".into(), uid, gid, gids: Vec::new() }
+    }
+}
+
+/// Bounds of one connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest call encoded (a 1 MiB WRITE plus headers fits).
+    pub call_bytes_max: usize,
+    /// Largest reply record accepted, all fragments together (a 1 MiB READ
+    /// plus headers fits); a bigger record mark drops the connection before
+    /// any of it is buffered.
+    pub reply_bytes_max: usize,
+    /// Calls submitted and not yet completed.
+    pub in_flight_max: usize,
+    /// Time from submit to reply before the call fails with `Timeout`.
+    pub timeout: Duration,
+    /// Time for the TCP connect.
+    pub connect_timeout: Duration,
+    /// Encoded calls waiting for the socket (the peer reads slower than we
+    /// submit); a submit beyond it is refused with `SendQueueFull` rather
+    /// than growing the queue. One call is always accepted into an empty
+    /// queue.
+    pub send_queue_bytes_max: usize,
+}
+
+/// Headers around a 1 MiB payload: RPC + COMPOUND framing with room to spare.
+const HEADROOM_BYTES: usize = 64 << 10;
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            call_bytes_max: (1 << 20) + HEADROOM_BYTES,
+            reply_bytes_max: (1 << 20) + HEADROOM_BYTES,
+            in_flight_max: 256,
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            // Four 1 MiB WRITEs: enough to keep a link busy while the kernel's
+            // socket buffer drains, small next to iodepth x block size.
+            send_queue_bytes_max: 4 << 20,
+        }
+    }
+}
+
+/// Replies to timed-out calls remembered so a late reply is dropped rather
+/// than treated as a stray xid; older ones are forgotten.
+const ABANDONED_MAX: usize = 1024;
+/// Bytes read from the socket per read(2).
+const READ_CHUNK_BYTES: usize = 64 << 10;
+
+/// A successful reply: the whole record, results from `body()`.
+#[derive(Debug)]
+pub struct Reply {
+    buf: Vec<u8>,
+    at: usize,
+}
+
+impl Reply {
+    /// The procedure's result bytes (after accept_stat SUCCESS).
+    pub fn body(&self) -> &[u8] {
+        &self.buf[self.at..]
+    }
+}
+
+/// A finished call.
+#[derive(Debug)]
+pub struct Completion {
+    pub xid: u32,
+    pub result: Result<Reply>,
+}
+
+struct Pending {
+    proc_num: u32,
+    deadline: Instant,
+}
+
+/// One TCP connection carrying RPC calls.
+pub struct RpcConn {
+    sock: TcpStream,
+    peer: String,
+    limits: Limits,
+    cred: Vec<u8>,
+    next_xid: u32,
+    scratch: Vec<u8>,
+    out: Vec<u8>,
+    out_pos: usize,
+    chunk: Vec<u8>,
+    mark: [u8; 4],
+    mark_have: usize,
+    frag_left: usize,
+    in_frag: bool,
+    last_frag: bool,
+    rec: Vec<u8>,
+    pending: HashMap<u32, Pending>,
+    abandoned: VecDeque<u32>,
+    abandoned_set: HashSet<u32>,
+    done: VecDeque<Completion>,
+    broken: Option<Error>,
+}
+
+fn encode_cred(auth: &Auth) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; 512];
+    let mut e = Encoder::new(&mut buf);
+    (|| -> proto::xdr::Result<()> {
+        match auth {
+            Auth::None => {
+                e.u32(0)?;
+                e.u32(0)?;
+            }
+            Auth::Sys { machine, uid, gid, gids } => {
+                e.u32(1)?;
+                let len_at = e.reserve(4)?;
+                let start = e.position();
+                e.u32(0)?; // stamp
+                e.opaque_var(machine.as_bytes())?;
+                e.u32(*uid)?;
+                e.u32(*gid)?;
+                e.u32(gids.len() as u32)?;
+                for g in gids {
+                    e.u32(*g)?;
+                }
+                let l = e.position() - start;
+                e.patch_u32(len_at, l as u32);
+            }
+        }
+        e.u32(0)?; // verifier: AUTH_NONE
+        e.u32(0)
+    })()
+    .map_err(xdr)?;
+    if let Auth::Sys { machine, gids, .. } = auth {
+        if machine.len() > 255 || gids.len() > 16 {
+            return Err(Error::Invalid("AUTH_SYS: machine name over 255 bytes or over 16 groups".into()));
+        }
+    }
+    let n = e.position();
+    buf.truncate(n);
+    Ok(buf)
+}
+
+fn accept_name(code: u32) -> &'static str {
+    match code {
+        1 => "PROG_UNAVAIL",
+        2 => "PROG_MISMATCH",
+        3 => "PROC_UNAVAIL",
+        4 => "GARBAGE_ARGS",
+        5 => "SYSTEM_ERR",
+        _ => "accept_stat unknown",
+    }
+}
+
+fn auth_name(code: u32) -> &'static str {
+    match code {
+        0 => "AUTH_OK",
+        1 => "AUTH_BADCRED",
+        2 => "AUTH_REJECTEDCRED",
+        3 => "AUTH_BADVERF",
+        4 => "AUTH_REJECTEDVERF",
+        5 => "AUTH_TOOWEAK",
+        6 => "AUTH_INVALIDRESP",
+        7 => "AUTH_FAILED",
+        _ => "auth_stat unknown",
+    }
+}
+
+/// Decode the reply header of `rec` (xid already read): Ok(result offset)
+/// or the RPC-level error it carries.
+fn reply_header(d: &mut Decoder<'_>) -> Result<()> {
+    let mtype = d.u32().map_err(xdr)?;
+    if mtype != 1 {
+        return Err(Error::Malformed(format!("msg_type {mtype}, expected REPLY")));
+    }
+    match d.u32().map_err(xdr)? {
+        0 => {
+            let _flavor = d.u32().map_err(xdr)?;
+            d.opaque_var(400).map_err(xdr)?;
+            match d.u32().map_err(xdr)? {
+                0 => Ok(()),
+                2 => {
+                    let low = d.u32().map_err(xdr)?;
+                    let high = d.u32().map_err(xdr)?;
+                    Err(Error::Accept { stat: accept_name(2), code: 2, low, high })
+                }
+                c => Err(Error::Accept { stat: accept_name(c), code: c, low: 0, high: 0 }),
+            }
+        }
+        1 => match d.u32().map_err(xdr)? {
+            0 => {
+                let low = d.u32().map_err(xdr)?;
+                let high = d.u32().map_err(xdr)?;
+                Err(Error::RpcMismatch { low, high })
+            }
+            1 => {
+                let c = d.u32().map_err(xdr)?;
+                Err(Error::AuthError { stat: auth_name(c), code: c })
+            }
+            r => Err(Error::Malformed(format!("reject_stat {r}"))),
+        },
+        s => Err(Error::Malformed(format!("reply_stat {s}"))),
+    }
+}
+
+/// send(2) with MSG_NOSIGNAL: a peer that closed must not raise SIGPIPE,
+/// which kills a host program that did not ignore it (fio loads the engine
+/// built on this crate; Rust binaries ignore SIGPIPE, C programs do not).
+fn send_nosignal(sock: &TcpStream, buf: &[u8]) -> std::io::Result<usize> {
+    // SAFETY: `buf` is valid for `buf.len()` bytes for the duration of the call.
+    let n = unsafe { libc::send(sock.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+impl RpcConn {
+    /// Connect to `addr` ("host:port").
+    pub fn connect(addr: &str, auth: &Auth, limits: Limits) -> Result<RpcConn> {
+        let conn_err = |reason: String| Error::Connect { addr: addr.to_string(), reason };
+        let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(|e| conn_err(e.to_string()))?.collect();
+        let mut last = "no address".to_string();
+        for a in &addrs {
+            match TcpStream::connect_timeout(a, limits.connect_timeout) {
+                Ok(s) => return RpcConn::from_stream(s, auth, limits),
+                Err(e) => last = format!("{a}: {e}"),
+            }
+        }
+        Err(conn_err(last))
+    }
+
+    /// Wrap a connected stream (tests hand in hostile peers this way).
+    pub fn from_stream(sock: TcpStream, auth: &Auth, limits: Limits) -> Result<RpcConn> {
+        let peer = sock.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+        sock.set_nodelay(true).ok();
+        sock.set_nonblocking(true).map_err(|e| Error::ConnectionLost(format!("nonblocking: {e}")))?;
+        // Start xids from the clock so two connections of one client, or one
+        // after a reconnect, do not reuse each other's numbers.
+        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(1);
+        Ok(RpcConn {
+            sock,
+            peer,
+            limits,
+            cred: encode_cred(auth)?,
+            next_xid: seed | 1,
+            scratch: Vec::new(),
+            out: Vec::new(),
+            out_pos: 0,
+            chunk: vec![0; READ_CHUNK_BYTES],
+            mark: [0; 4],
+            mark_have: 0,
+            frag_left: 0,
+            in_frag: false,
+            last_frag: false,
+            rec: Vec::new(),
+            pending: HashMap::new(),
+            abandoned: VecDeque::new(),
+            abandoned_set: HashSet::new(),
+            done: VecDeque::new(),
+            broken: None,
+        })
+    }
+
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Calls submitted and not yet completed.
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The error that broke this connection, if it is broken.
+    pub fn broken(&self) -> Option<&Error> {
+        self.broken.as_ref()
+    }
+
+    /// Replace the credentials of later calls.
+    pub fn set_auth(&mut self, auth: &Auth) -> Result<()> {
+        self.cred = encode_cred(auth)?;
+        Ok(())
+    }
+
+    /// Encode and queue one call; returns its xid. `args` writes the
+    /// procedure's arguments.
+    pub fn submit(
+        &mut self,
+        prog: u32,
+        vers: u32,
+        proc_num: u32,
+        args: &dyn Fn(&mut Encoder<'_>) -> proto::xdr::Result<()>,
+    ) -> Result<u32> {
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
+        if self.pending.len() >= self.limits.in_flight_max {
+            return Err(Error::TooManyInFlight { max: self.limits.in_flight_max });
+        }
+        if self.scratch.len() < self.limits.call_bytes_max {
+            self.scratch.resize(self.limits.call_bytes_max, 0);
+        }
+        let mut xid = self.next_xid;
+        while self.pending.contains_key(&xid) || self.abandoned_set.contains(&xid) {
+            xid = xid.wrapping_add(1);
+        }
+        self.next_xid = xid.wrapping_add(1);
+        let max = self.limits.call_bytes_max;
+        let mut e = Encoder::new(&mut self.scratch[..max]);
+        let cred = &self.cred;
+        let r = (|| -> proto::xdr::Result<()> {
+            e.u32(0)?; // record mark, patched below
+            for w in [xid, 0, 2, prog, vers, proc_num] {
+                e.u32(w)?;
+            }
+            e.opaque_fixed(cred)?;
+            args(&mut e)
+        })();
+        if let Err(err) = r {
+            return Err(match err {
+                proto::xdr::XdrError::Overflow { .. } => Error::CallTooLarge { max },
+                other => Error::Invalid(format!("encoding the call: {other:?}")),
+            });
+        }
+        let n = e.position();
+        e.patch_u32(0, 0x8000_0000 | (n as u32 - 4));
+        let queued = self.out.len() - self.out_pos;
+        if queued > 0 && queued + n > self.limits.send_queue_bytes_max {
+            // Give the socket a chance first; refuse only if still full.
+            if let Err(err) = self.flush() {
+                self.fail(err.clone());
+                return Err(err);
+            }
+            let queued = self.out.len() - self.out_pos;
+            if queued > 0 && queued + n > self.limits.send_queue_bytes_max {
+                return Err(Error::SendQueueFull { queued, max: self.limits.send_queue_bytes_max });
+            }
+        }
+        if self.out_pos == self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+        }
+        self.out.extend_from_slice(&self.scratch[..n]);
+        self.pending.insert(xid, Pending { proc_num, deadline: Instant::now() + self.limits.timeout });
+        // Send now if the socket takes it: a call waits for no reap.
+        if let Err(err) = self.flush() {
+            self.fail(err);
+        }
+        Ok(xid)
+    }
+
+    /// Drive the socket for up to `wait` (zero: only what is ready now) and
+    /// move completed calls into `out`. Returns how many were added.
+    pub fn reap(&mut self, out: &mut Vec<Completion>, wait: Duration) -> usize {
+        if self.done.is_empty() {
+            self.progress(Instant::now() + wait);
+        }
+        let n = self.done.len();
+        out.extend(self.done.drain(..));
+        n
+    }
+
+    /// Block until call `xid` completes (or its timeout passes). Other
+    /// completions found meanwhile stay queued for `reap` / `wait`.
+    pub fn wait(&mut self, xid: u32) -> Result<Reply> {
+        loop {
+            if let Some(i) = self.done.iter().position(|c| c.xid == xid) {
+                return self.done.remove(i).expect("present").result;
+            }
+            let Some(p) = self.pending.get(&xid) else {
+                return Err(Error::Invalid(format!("xid {xid:#x} is not in flight")));
+            };
+            let deadline = p.deadline;
+            self.progress(deadline);
+        }
+    }
+
+    /// Submit and wait: one blocking call.
+    pub fn call(
+        &mut self,
+        prog: u32,
+        vers: u32,
+        proc_num: u32,
+        args: &dyn Fn(&mut Encoder<'_>) -> proto::xdr::Result<()>,
+    ) -> Result<Reply> {
+        let xid = self.submit(prog, vers, proc_num, args)?;
+        self.wait(xid)
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        while self.out_pos < self.out.len() {
+            match send_nosignal(&self.sock, &self.out[self.out_pos..]) {
+                Ok(0) => return Err(Error::Closed),
+                Ok(n) => self.out_pos += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::ConnectionLost(format!("send: {e}"))),
+            }
+        }
+        self.out.clear();
+        self.out_pos = 0;
+        Ok(())
+    }
+
+    /// Fail every call in flight with `err`; the connection is unusable.
+    fn fail(&mut self, err: Error) {
+        let mut xids: Vec<u32> = self.pending.keys().copied().collect();
+        xids.sort_unstable();
+        for xid in xids {
+            self.pending.remove(&xid);
+            self.done.push_back(Completion { xid, result: Err(err.clone()) });
+        }
+        self.out.clear();
+        self.out_pos = 0;
+        self.rec = Vec::new();
+        if self.broken.is_none() {
+            self.broken = Some(err);
+        }
+        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+    }
+
+    fn expire(&mut self, now: Instant) {
+        let mut late: Vec<(u32, u32)> =
+            self.pending.iter().filter(|(_, p)| p.deadline <= now).map(|(x, p)| (*x, p.proc_num)).collect();
+        late.sort_unstable();
+        for (xid, proc_num) in late {
+            self.pending.remove(&xid);
+            if self.abandoned.len() == ABANDONED_MAX {
+                if let Some(old) = self.abandoned.pop_front() {
+                    self.abandoned_set.remove(&old);
+                }
+            }
+            self.abandoned.push_back(xid);
+            self.abandoned_set.insert(xid);
+            self.done.push_back(Completion { xid, result: Err(Error::Timeout { xid, proc_num, after: self.limits.timeout }) });
+        }
+    }
+
+    /// One round of I/O: wait until the socket is ready, `until` passes or
+    /// a call's deadline passes; send, receive, complete, expire.
+    fn progress(&mut self, until: Instant) {
+        if self.broken.is_some() {
+            return;
+        }
+        let now = Instant::now();
+        let first_deadline = self.pending.values().map(|p| p.deadline).min();
+        let until = first_deadline.map_or(until, |d| d.min(until));
+        let wait_ms = until.saturating_duration_since(now).as_millis().min(i32::MAX as u128) as i32;
+        let mut events = libc::POLLIN;
+        if self.out_pos < self.out.len() {
+            events |= libc::POLLOUT;
+        }
+        let mut pfd = libc::pollfd { fd: self.sock.as_raw_fd(), events, revents: 0 };
+        // SAFETY: one valid pollfd for the duration of the call.
+        let r = unsafe { libc::poll(&mut pfd, 1, wait_ms) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != ErrorKind::Interrupted {
+                self.fail(Error::ConnectionLost(format!("poll: {e}")));
+            }
+            return;
+        }
+        if r > 0 {
+            if pfd.revents & libc::POLLOUT != 0 {
+                if let Err(e) = self.flush() {
+                    self.fail(e);
+                    return;
+                }
+            }
+            if pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                if let Err(e) = self.receive() {
+                    self.fail(e);
+                    return;
+                }
+            }
+        }
+        self.expire(Instant::now());
+    }
+
+    fn receive(&mut self) -> Result<()> {
+        let mut chunk = std::mem::take(&mut self.chunk);
+        let r = loop {
+            match self.sock.read(&mut chunk) {
+                Ok(0) => break Err(Error::Closed),
+                Ok(n) => {
+                    if let Err(e) = self.on_bytes(&chunk[..n]) {
+                        break Err(e);
+                    }
+                    if n < chunk.len() {
+                        break Ok(());
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => break Err(Error::ConnectionLost(format!("receive: {e}"))),
+            }
+        };
+        self.chunk = chunk;
+        // A closed connection with nothing in flight is not an error yet:
+        // the next submit reports it.
+        if let Err(Error::Closed) = &r {
+            if self.pending.is_empty() {
+                self.broken = Some(Error::Closed);
+                return Ok(());
+            }
+        }
+        r
+    }
+
+    /// Feed received bytes through record marking (RFC 5531 section 11).
+    fn on_bytes(&mut self, mut data: &[u8]) -> Result<()> {
+        while !data.is_empty() {
+            if !self.in_frag {
+                let take = (4 - self.mark_have).min(data.len());
+                self.mark[self.mark_have..self.mark_have + take].copy_from_slice(&data[..take]);
+                self.mark_have += take;
+                data = &data[take..];
+                if self.mark_have < 4 {
+                    break;
+                }
+                self.mark_have = 0;
+                let m = u32::from_be_bytes(self.mark);
+                let len = (m & 0x7fff_ffff) as usize;
+                self.last_frag = m & 0x8000_0000 != 0;
+                if self.rec.len() + len > self.limits.reply_bytes_max {
+                    return Err(Error::ReplyTooLarge { len: self.rec.len() + len, max: self.limits.reply_bytes_max });
+                }
+                self.rec.reserve(len);
+                self.frag_left = len;
+                self.in_frag = true;
+            }
+            let take = self.frag_left.min(data.len());
+            self.rec.extend_from_slice(&data[..take]);
+            self.frag_left -= take;
+            data = &data[take..];
+            if self.frag_left == 0 {
+                self.in_frag = false;
+                if self.last_frag {
+                    let rec = std::mem::take(&mut self.rec);
+                    self.complete(rec)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, rec: Vec<u8>) -> Result<()> {
+        let mut d = Decoder::new(&rec);
+        let xid = d.u32().map_err(|_| Error::ConnectionLost(format!("reply record of {} bytes has no xid", rec.len())))?;
+        if self.pending.remove(&xid).is_none() {
+            if self.abandoned_set.contains(&xid) {
+                return Ok(()); // the late reply of a call that timed out
+            }
+            return Err(Error::UnexpectedXid(xid));
+        }
+        let result = match reply_header(&mut d) {
+            Ok(()) => {
+                let at = d.position();
+                Ok(Reply { buf: rec, at })
+            }
+            Err(e) => Err(e),
+        };
+        self.done.push_back(Completion { xid, result });
+        Ok(())
+    }
+}

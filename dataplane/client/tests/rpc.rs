@@ -1,0 +1,281 @@
+//! The RPC core against scripted peers: record marking, xid matching,
+//! RPC-level errors and hostile replies, each ending in a named error.
+
+use client::rpc::{Auth, Limits, RpcConn};
+use client::Error;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Read one call record (single fragment, as we send): (xid, bytes).
+fn read_call(s: &mut TcpStream) -> Option<(u32, Vec<u8>)> {
+    let mut m = [0u8; 4];
+    s.read_exact(&mut m).ok()?;
+    let len = (u32::from_be_bytes(m) & 0x7fff_ffff) as usize;
+    let mut b = vec![0u8; len];
+    s.read_exact(&mut b).ok()?;
+    Some((u32::from_be_bytes(b[..4].try_into().unwrap()), b))
+}
+
+fn words(ws: &[u32]) -> Vec<u8> {
+    ws.iter().flat_map(|w| w.to_be_bytes()).collect()
+}
+
+/// An accepted SUCCESS reply header for `xid` followed by `body`.
+fn ok_reply(xid: u32, body: &[u8]) -> Vec<u8> {
+    let mut r = words(&[xid, 1, 0, 0, 0, 0]);
+    r.extend_from_slice(body);
+    r
+}
+
+fn record(frags: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, f) in frags.iter().enumerate() {
+        let last = if i + 1 == frags.len() { 0x8000_0000 } else { 0 };
+        out.extend_from_slice(&(last | f.len() as u32).to_be_bytes());
+        out.extend_from_slice(f);
+    }
+    out
+}
+
+/// A peer running `script` on its one connection; returns a client on it.
+fn peer(limits: Limits, script: impl FnOnce(TcpStream) + Send + 'static) -> (RpcConn, thread::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let h = thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        script(s);
+    });
+    let c = RpcConn::connect(&a.to_string(), &Auth::sys(1000, 1000), limits).unwrap();
+    (c, h)
+}
+
+fn short() -> Limits {
+    Limits { timeout: Duration::from_millis(500), ..Limits::default() }
+}
+
+#[test]
+fn multi_fragment_reply_is_reassembled() {
+    let (mut c, h) = peer(short(), |mut s| {
+        let (xid, call) = read_call(&mut s).unwrap();
+        // The call carries AUTH_SYS uid 1000: cred flavor 1 after the 6 header words.
+        assert_eq!(&call[24..28], &1u32.to_be_bytes());
+        let body: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let r = ok_reply(xid, &body);
+        // Three fragments, written a few bytes at a time.
+        let rec = record(&[&r[..7], &r[7..5000], &r[5000..]]);
+        for c in rec.chunks(333) {
+            s.write_all(c).unwrap();
+        }
+        thread::sleep(Duration::from_millis(200));
+    });
+    let r = c.call(7, 1, 3, &|e| e.u32(42)).unwrap();
+    assert_eq!(r.body().len(), 10_000);
+    assert!(r.body().iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
+    h.join().unwrap();
+}
+
+#[test]
+fn pipelined_replies_out_of_order_match_their_xids() {
+    const N: usize = 64;
+    let (mut c, h) = peer(short(), |mut s| {
+        let mut calls = Vec::new();
+        for _ in 0..N {
+            calls.push(read_call(&mut s).unwrap());
+        }
+        // Answer in reverse order; the body echoes the argument word.
+        for (xid, call) in calls.iter().rev() {
+            let arg = &call[call.len() - 4..];
+            s.write_all(&record(&[&ok_reply(*xid, arg)])).unwrap();
+        }
+        thread::sleep(Duration::from_millis(200));
+    });
+    let mut xids = Vec::new();
+    for i in 0..N as u32 {
+        xids.push((c.submit(7, 1, 3, &|e| e.u32(i * 3)).unwrap(), i * 3));
+    }
+    assert_eq!(c.in_flight(), N);
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.len() < N && Instant::now() < deadline {
+        c.reap(&mut got, Duration::from_millis(100));
+    }
+    assert_eq!(got.len(), N);
+    for done in &got {
+        let want = xids.iter().find(|(x, _)| *x == done.xid).expect("a submitted xid").1;
+        let body = done.result.as_ref().unwrap().body();
+        assert_eq!(body, &want.to_be_bytes(), "reply of xid {:#x}", done.xid);
+    }
+    // The first reply to arrive was the last call's.
+    assert_eq!(got[0].xid, xids[N - 1].0);
+    h.join().unwrap();
+}
+
+#[test]
+fn rpc_level_errors_are_named() {
+    let (mut c, h) = peer(short(), |mut s| {
+        let replies: Vec<Box<dyn Fn(u32) -> Vec<u8>>> = vec![
+            Box::new(|x| words(&[x, 1, 0, 0, 0, 1])),        // PROG_UNAVAIL
+            Box::new(|x| words(&[x, 1, 0, 0, 0, 2, 2, 3])),  // PROG_MISMATCH 2..3
+            Box::new(|x| words(&[x, 1, 0, 0, 0, 3])),        // PROC_UNAVAIL
+            Box::new(|x| words(&[x, 1, 0, 0, 0, 4])),        // GARBAGE_ARGS
+            Box::new(|x| words(&[x, 1, 0, 0, 0, 5])),        // SYSTEM_ERR
+            Box::new(|x| words(&[x, 1, 1, 0, 2, 2])),        // RPC_MISMATCH 2..2
+            Box::new(|x| words(&[x, 1, 1, 1, 5])),           // AUTH_TOOWEAK
+        ];
+        for f in replies {
+            let (xid, _) = read_call(&mut s).unwrap();
+            s.write_all(&record(&[&f(xid)])).unwrap();
+        }
+        thread::sleep(Duration::from_millis(200));
+    });
+    let mut errs = Vec::new();
+    for _ in 0..7 {
+        errs.push(c.call(7, 1, 3, &|_| Ok(())).unwrap_err());
+    }
+    let names: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+    assert!(names[0].contains("PROG_UNAVAIL"), "{names:?}");
+    assert_eq!(errs[1], Error::Accept { stat: "PROG_MISMATCH", code: 2, low: 2, high: 3 });
+    assert!(names[2].contains("PROC_UNAVAIL"));
+    assert!(names[3].contains("GARBAGE_ARGS"));
+    assert!(names[4].contains("SYSTEM_ERR"));
+    assert_eq!(errs[5], Error::RpcMismatch { low: 2, high: 2 });
+    assert_eq!(errs[6], Error::AuthError { stat: "AUTH_TOOWEAK", code: 5 });
+    // None of these broke the connection.
+    assert!(c.broken().is_none());
+    h.join().unwrap();
+}
+
+#[test]
+fn huge_record_mark_fails_before_buffering() {
+    let (mut c, h) = peer(short(), |mut s| {
+        let (_xid, _) = read_call(&mut s).unwrap();
+        s.write_all(&(0x8000_0000u32 | 0x7fff_0000).to_be_bytes()).unwrap();
+        thread::sleep(Duration::from_millis(300));
+    });
+    let e = c.call(7, 1, 3, &|_| Ok(())).unwrap_err();
+    assert!(matches!(e, Error::ReplyTooLarge { len: 0x7fff_0000, .. }), "{e}");
+    // The connection is broken and says so on the next call.
+    assert!(c.submit(7, 1, 3, &|_| Ok(())).unwrap_err().is_connection());
+    h.join().unwrap();
+}
+
+#[test]
+fn wrong_xid_breaks_the_connection() {
+    let (mut c, h) = peer(short(), |mut s| {
+        let (xid, _) = read_call(&mut s).unwrap();
+        s.write_all(&record(&[&ok_reply(xid ^ 0x5555, b"")])).unwrap();
+        thread::sleep(Duration::from_millis(300));
+    });
+    let e = c.call(7, 1, 3, &|_| Ok(())).unwrap_err();
+    assert!(matches!(e, Error::UnexpectedXid(_)), "{e}");
+    h.join().unwrap();
+}
+
+#[test]
+fn truncated_record_then_close_is_a_closed_error() {
+    let (mut c, h) = peer(short(), |mut s| {
+        let (xid, _) = read_call(&mut s).unwrap();
+        let r = record(&[&ok_reply(xid, &[9; 100])]);
+        s.write_all(&r[..50]).unwrap();
+        // drop: the connection closes mid-record
+    });
+    let e = c.call(7, 1, 3, &|_| Ok(())).unwrap_err();
+    assert_eq!(e, Error::Closed, "{e}");
+    h.join().unwrap();
+}
+
+#[test]
+fn truncated_reply_body_is_malformed_not_a_panic() {
+    let (mut c, h) = peer(short(), |mut s| {
+        let (xid, _) = read_call(&mut s).unwrap();
+        // xid, REPLY, MSG_ACCEPTED, then the record ends inside the verifier.
+        s.write_all(&record(&[&words(&[xid, 1, 0, 0])])).unwrap();
+        thread::sleep(Duration::from_millis(200));
+    });
+    let e = c.call(7, 1, 3, &|_| Ok(())).unwrap_err();
+    assert!(matches!(e, Error::Malformed(_)), "{e}");
+    h.join().unwrap();
+}
+
+#[test]
+fn silent_server_times_out_naming_the_call() {
+    let (mut c, h) = peer(short(), |mut s| {
+        let _ = read_call(&mut s);
+        thread::sleep(Duration::from_millis(1200));
+    });
+    let t = Instant::now();
+    let xid = c.submit(7, 1, 9, &|_| Ok(())).unwrap();
+    let e = c.wait(xid).unwrap_err();
+    assert!(t.elapsed() >= Duration::from_millis(450) && t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert_eq!(e, Error::Timeout { xid, proc_num: 9, after: Duration::from_millis(500) });
+    assert!(e.to_string().contains("procedure 9"), "{e}");
+    assert_eq!(e.errno(), libc::ETIMEDOUT);
+    h.join().unwrap();
+}
+
+#[test]
+fn bounds_on_calls() {
+    let lim = Limits { in_flight_max: 2, call_bytes_max: 1024, ..short() };
+    let (mut c, h) = peer(lim, |mut s| {
+        let _ = read_call(&mut s);
+        thread::sleep(Duration::from_millis(300));
+    });
+    assert_eq!(c.submit(7, 1, 3, &|e| e.opaque_var(&[0; 2000])).unwrap_err(), Error::CallTooLarge { max: 1024 });
+    c.submit(7, 1, 3, &|_| Ok(())).unwrap();
+    c.submit(7, 1, 3, &|_| Ok(())).unwrap();
+    assert_eq!(c.submit(7, 1, 3, &|_| Ok(())).unwrap_err(), Error::TooManyInFlight { max: 2 });
+    drop(c);
+    h.join().unwrap();
+}
+
+#[test]
+fn send_queue_is_bounded_when_the_peer_does_not_read() {
+    const CALL: usize = 512 << 10;
+    let lim = Limits { send_queue_bytes_max: 1 << 20, ..short() };
+    let (mut c, h) = peer(lim, |_s| thread::sleep(Duration::from_millis(800)));
+    let payload = vec![7u8; CALL];
+    let mut accepted = 0;
+    let err = loop {
+        match c.submit(7, 1, 3, &|e| e.opaque_var(&payload)) {
+            Ok(_) => accepted += 1,
+            Err(e) => break e,
+        }
+        assert!(accepted < 200, "64+ MiB accepted: the queue is not bounded");
+    };
+    assert!(matches!(err, Error::SendQueueFull { max: 0x10_0000, .. }), "{err}");
+    // The kernel took some; at most the bound (plus one call) waits with us.
+    assert!(accepted >= 2, "{accepted}");
+    drop(c);
+    h.join().unwrap();
+}
+
+#[test]
+fn nobody_listening_is_a_connect_error() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap().to_string();
+    drop(l);
+    let e = RpcConn::connect(&a, &Auth::None, short()).err().expect("no server");
+    assert!(matches!(&e, Error::Connect { addr, .. } if *addr == a), "{e}");
+}
+
+#[test]
+fn errno_of_each_kind() {
+    let n3 = |code: u32| Error::Nfs3 { stat: String::new(), code }.errno();
+    // Classic values pass through; the BSD-numbered ones are translated.
+    assert_eq!(n3(2), libc::ENOENT);
+    assert_eq!(n3(28), libc::ENOSPC);
+    assert_eq!(n3(63), libc::ENAMETOOLONG);
+    assert_eq!(n3(66), libc::ENOTEMPTY);
+    assert_eq!(n3(69), libc::EDQUOT);
+    assert_eq!(n3(70), libc::ESTALE);
+    assert_eq!(n3(10001), libc::ESTALE);
+    assert_eq!(n3(10008), libc::EAGAIN);
+    assert_eq!(n3(10006), libc::EIO);
+    assert_eq!(Error::Nfs4 { op: "OP_OPEN".into(), stat: String::new(), code: 10008 }.errno(), libc::EAGAIN);
+    assert_eq!(Error::Closed.errno(), libc::ECONNRESET);
+    assert_eq!(Error::UnexpectedXid(1).errno(), libc::EPROTO);
+    assert_eq!(Error::AuthError { stat: "AUTH_TOOWEAK", code: 5 }.errno(), libc::EACCES);
+    assert_eq!(Error::VerifierChanged { ranges: vec![], resendable: true }.errno(), libc::EIO);
+}
