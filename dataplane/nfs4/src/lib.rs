@@ -197,11 +197,7 @@ impl Nfs4Program {
         if let Err(e) = cfg.check() {
             panic!("{e}");
         }
-        let boot_epoch = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as u32)
-            .unwrap_or(1);
-        let state = Arc::new(Mutex::new(state::State::new(cfg.limits(), boot_epoch, 0)));
+        let state = Arc::new(Mutex::new(state::State::new(cfg.limits(), instance_epoch(), 0)));
         let callbacks = Arc::new(callback::Callbacks::new(state.clone(), u64::from(cfg.lease_time_s) * 1000));
         Nfs4Program { vfs, cfg, state, clock: Instant::now(), skew_ms: Default::default(), reaper: None, callbacks, layouts: None, access: Default::default() }
     }
@@ -331,5 +327,21 @@ impl Program for Nfs4Program {
             1 => compound::run(self, ctx, args, reply),
             _ => Err(CallError::ProcUnavail),
         }
+    }
+}
+
+/// A number naming this server instance inside client IDs, session IDs and
+/// stateids, so that a restarted server refuses its predecessor's
+/// (NFS4ERR_STALE_CLIENTID, BADSESSION, STALE_STATEID) and clients recover.
+/// Seconds alone were not enough: a server restarted within the same second
+/// handed out, and accepted, the ids of the one before. Never 0.
+pub fn instance_epoch() -> u32 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0) as u64;
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mixed = (nanos ^ (u64::from(std::process::id()) << 40) ^ n.rotate_left(20)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    match (mixed >> 32) as u32 {
+        0 => 1,
+        e => e,
     }
 }

@@ -5,7 +5,7 @@
 //! expiry, the grace period, the replay cache, and the errors for bad
 //! sessions, stateids and handles, quota and space.
 
-use crate::{Config, Nfs4Program};
+use crate::{instance_epoch, Config, Nfs4Program};
 use proto::nfs4 as p;
 use proto::xdr::{Decoder, Encoder, Xdr};
 use rpc::{Auth, CallContext, Program};
@@ -2493,4 +2493,20 @@ fn lookup_into_a_forbidden_export_over_the_router() {
     r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
     r.ok0(p::OP_PUTFH);
     assert_eq!(r.next(p::OP_GETFH), p::NFS4ERR_ACCESS);
+}
+
+/// Proves a restarted server (a new program over the same backend, at once:
+/// within the same second) hands out new client IDs and refuses the earlier
+/// instance's session and client ID, so clients see the restart.
+#[test]
+fn restart_within_a_second_refuses_the_old_instances_ids() {
+    let a = server();
+    let c = connect(&a, b"restarts");
+    let b = Server { prog: Nfs4Program::new_without_reaper(a.fs.clone(), Config { root_export: EXPORT, grace_time_s: 0, ..Config::default() }), fs: a.fs.clone() };
+    let x = exchange_id(&b, b"restarts");
+    assert_ne!(x.eir_clientid, c.clientid, "the new instance's client ID differs");
+    let seq = p::SEQUENCE4args { sa_sessionid: c.session, sa_sequenceid: 1, sa_slotid: 0, sa_highest_slotid: 0, sa_cachethis: false };
+    let r = b.call(Req::new(1).op(p::OP_SEQUENCE, &seq));
+    assert_eq!(r.status, p::NFS4ERR_BADSESSION, "the old session is unknown to the new instance");
+    assert!((0..64).map(|_| instance_epoch()).collect::<std::collections::HashSet<_>>().len() == 64, "every instance gets its own epoch");
 }

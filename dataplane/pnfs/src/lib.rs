@@ -229,7 +229,9 @@ impl Pnfs {
     /// last `Arc` is dropped.
     pub fn new(cfg: PnfsConfig, vfs: Arc<dyn Vfs>, dses: Vec<DsSpec>) -> Result<Arc<Pnfs>, String> {
         cfg.check()?;
-        let boot = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as u32).unwrap_or(1);
+        // Layout stateids of an earlier instance must be STALE here, even
+        // one started within the same second.
+        let boot = nfs4::instance_epoch();
         let (tx, rx) = std::sync::mpsc::sync_channel(cfg.remove_queue_max);
         let timeout = Duration::from_millis(cfg.ds_timeout_ms);
         let p = Arc::new(Pnfs {
