@@ -1,8 +1,9 @@
 """Connection storms against a real chimerad (2 cores, memfs): 1,000
 connections that each keep NULL calls in flight, then 3,000 (only 1,024 fit
 under conns_max), each for a few seconds, driven by `rpcbench storm` (one
-polling thread) while a well-behaved client on its own connection makes one
-NULL call at a time. Proves, per storm: the good client's NULL p99 stays
+polling thread at nice 10, so that on this 2-CPU machine the generator does
+not take the CPUs from the server it measures) while a well-behaved client
+on its own connection, at normal priority, makes one NULL call at a time. Proves, per storm: the good client's NULL p99 stays
 under 10 ms; the server's resident memory during the storm stays within
 64 KiB per admitted connection over its size before (connections own 32 KiB
 of buffers; NULL replies never need a pool buffer); after the clients leave
