@@ -317,20 +317,14 @@ impl Nfs3Program {
         let words_at = enc_reserve(e, 12)?;
         if let Some(r) = ctx.resumed {
             // The backend parked this READ; its data came back.
-            return match done_of(&r) {
+            return match vfs::io_done(r.payload) {
                 Ok(vfs::IoDone::Read { data, eof }) if data.len() <= count => {
-                    let n = data.len();
-                    let pad = proto::xdr::pad(n);
                     let spare = e.spare();
-                    if spare.len() < n + pad {
+                    if spare.len() < data.len() + 3 {
                         return Err(CallError::SystemErr);
                     }
-                    spare[..n].copy_from_slice(data);
-                    spare[n..n + pad].fill(0);
-                    e.advance(n + pad);
-                    e.patch_u32(words_at, n as u32);
-                    e.patch_u32(words_at + 4, *eof as u32);
-                    e.patch_u32(words_at + 8, n as u32);
+                    spare[..data.len()].copy_from_slice(data);
+                    read_ok(e, words_at, data.len(), *eof);
                     Ok(())
                 }
                 Ok(_) => {
@@ -370,12 +364,7 @@ impl Nfs3Program {
             // Parked: the reply comes when the call resumes.
             Ok(None) => Ok(()),
             Ok(Some((n, eof))) => {
-                let pad = proto::xdr::pad(n);
-                spare[n..n + pad].fill(0);
-                e.advance(n + pad);
-                e.patch_u32(words_at, n as u32);
-                e.patch_u32(words_at + 4, eof as u32);
-                e.patch_u32(words_at + 8, n as u32);
+                read_ok(e, words_at, n, eof);
                 Ok(())
             }
             Err(err) => {
@@ -394,7 +383,7 @@ impl Nfs3Program {
         if let Some(r) = ctx.resumed {
             // Parked after every check passed; the write is done.
             let pre = wcc_unpack(r.state);
-            return match done_of(&r) {
+            return match vfs::io_done(r.payload) {
                 Ok(vfs::IoDone::Write { count, committed, attr }) => self.write_ok(e, pre, *count, *committed, attr),
                 Ok(_) => fail_wcc(e, nfsstat3::NFS3ERR_IO, self.wcc(&fh, pre)),
                 Err(err) => fail_wcc(e, status_of(err), self.wcc(&fh, pre)),
@@ -777,7 +766,7 @@ impl Nfs3Program {
             Err(s) => return fail_wcc(e, s, empty_wcc()),
         };
         let (pre, r) = match ctx.resumed {
-            Some(r) => (wcc_unpack(r.state), match done_of(&r) {
+            Some(r) => (wcc_unpack(r.state), match vfs::io_done(r.payload) {
                 Ok(vfs::IoDone::Commit) => Ok(Some(())),
                 Ok(_) => Err(VfsError::Io),
                 Err(err) => Err(err),
@@ -811,17 +800,19 @@ struct Park3<'c> {
 impl vfs::Later for Park3<'_> {
     fn park(&mut self) -> Option<vfs::Done> {
         let ticket = self.park?.park(self.state)?;
-        Some(Box::new(move |r: vfs::VfsResult<vfs::IoDone>| ticket.complete(Box::new(r))))
+        Some(vfs::done_as_payload(move |p| ticket.complete(p)))
     }
 }
 
-/// A resumed call's completion; a cancelled or foreign payload is an I/O error.
-fn done_of<'r>(r: &rpc::park::Resumed<'r>) -> Result<&'r vfs::IoDone, VfsError> {
-    match r.get::<vfs::VfsResult<vfs::IoDone>>() {
-        Some(Ok(d)) => Ok(d),
-        Some(Err(e)) => Err(*e),
-        None => Err(VfsError::Io),
-    }
+/// A READ3resok whose `n` data bytes are already in place after the
+/// reserved count/eof/length words at `words_at`: pad them and fill the words.
+fn read_ok(e: &mut Encoder<'_>, words_at: usize, n: usize, eof: bool) {
+    let pad = proto::xdr::pad(n);
+    e.spare()[n..n + pad].fill(0);
+    e.advance(n + pad);
+    e.patch_u32(words_at, n as u32);
+    e.patch_u32(words_at + 4, eof as u32);
+    e.patch_u32(words_at + 8, n as u32);
 }
 
 /// Pre-op attributes of a parked WRITE/COMMIT: present flag, size, mtime, ctime.

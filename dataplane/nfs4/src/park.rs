@@ -177,16 +177,6 @@ pub(crate) fn unpack(b: &[u8]) -> Option<Saved<'_>> {
     Some(Saved { at: OpAt { index, args_pos, reply_pos, count_pos }, cur, saved, cur_sid, saved_sid, seq, reply })
 }
 
-/// A resumed operation's completion; a cancelled or foreign payload is an
-/// I/O error.
-pub(crate) fn done_of<'r>(r: &rpc::park::Resumed<'r>) -> Result<&'r vfs::IoDone, vfs::VfsError> {
-    match r.get::<vfs::VfsResult<vfs::IoDone>>() {
-        Some(Ok(d)) => Ok(d),
-        Some(Err(e)) => Err(*e),
-        None => Err(vfs::VfsError::Io),
-    }
-}
-
 /// Parks the COMPOUND at its current operation when the backend must wait.
 pub(crate) struct Park4<'c, 'p> {
     pub c: &'c Compound<'p>,
@@ -204,6 +194,6 @@ impl vfs::Later for Park4<'_, '_> {
         }
         let state = pack(self.c, at, &self.reply[..at.reply_pos]);
         let ticket = parking.park(&state)?;
-        Some(Box::new(move |r: vfs::VfsResult<vfs::IoDone>| ticket.complete(Box::new(r))))
+        Some(vfs::done_as_payload(move |p| ticket.complete(p)))
     }
 }

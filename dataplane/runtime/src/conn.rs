@@ -582,13 +582,15 @@ impl Loop {
 
     /// Can this connection take another call right now?
     fn has_room(&self, c: &Conn) -> bool {
-        c.inflight() < self.inflight_per_conn_max && self.reply_room(c)
+        c.inflight() < self.inflight_per_conn_max && self.reply_room(c).0
     }
 
     /// Is there room for the connection's next reply, whatever its size: in
-    /// its buffer being filled, or in a pool buffer it may move to?
-    fn reply_room(&self, c: &Conn) -> bool {
-        self.reply_direct(c) || (c.wsmall[c.fill].is_none() && self.reply_pool.available())
+    /// its buffer being filled, or in a pool buffer it may move to? And is
+    /// it the former (`reply_direct`)?
+    fn reply_room(&self, c: &Conn) -> (bool, bool) {
+        let direct = self.reply_direct(c);
+        (direct || (c.wsmall[c.fill].is_none() && self.reply_pool.available()), direct)
     }
 
     /// Can a maximal reply be written straight into the buffer being filled?
@@ -615,8 +617,7 @@ impl Loop {
         loop {
             let (room, direct) = match &self.conns[slot] {
                 Some(c) if !c.closing => {
-                    let direct = self.reply_direct(c);
-                    let reply_room = direct || (c.wsmall[c.fill].is_none() && self.reply_pool.available());
+                    let (reply_room, direct) = self.reply_room(c);
                     (reply_room && c.inflight() < self.inflight_per_conn_max && c.ready.is_empty(), direct)
                 }
                 _ => return,
@@ -740,11 +741,11 @@ impl Loop {
             if c.closing || c.ready.is_empty() {
                 return;
             }
-            if !self.reply_room(c) {
+            let (room, direct) = self.reply_room(c);
+            if !room {
                 self.note_reply_wait(slot);
                 return;
             }
-            let direct = self.reply_direct(c);
             let c = self.conns[slot].as_mut().expect("checked above");
             let i = c.ready.pop_front().expect("checked non-empty");
             let p = self.parks.borrow_mut().remove(i);

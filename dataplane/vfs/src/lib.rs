@@ -313,12 +313,21 @@ pub trait Later {
     fn park(&mut self) -> Option<Done>;
 }
 
-/// A caller that cannot park (control paths, tests): backends complete inline.
-pub struct Inline;
+/// A `Done` that hands its result on as a type-erased payload — how the
+/// protocol crates carry it through an `rpc::park::Ticket` (`send` is the
+/// ticket's `complete`), without `vfs` knowing of RPC.
+pub fn done_as_payload(send: impl FnOnce(Box<dyn std::any::Any + Send>) + Send + 'static) -> Done {
+    Box::new(move |r: VfsResult<IoDone>| send(Box::new(r)))
+}
 
-impl Later for Inline {
-    fn park(&mut self) -> Option<Done> {
-        None
+/// The result a `done_as_payload` sent, from the payload handed back; a
+/// missing payload (the ticket was cancelled) or one of another type is an
+/// I/O error.
+pub fn io_done(payload: Option<&(dyn std::any::Any + Send)>) -> VfsResult<&IoDone> {
+    match payload.and_then(|p| p.downcast_ref::<VfsResult<IoDone>>()) {
+        Some(Ok(d)) => Ok(d),
+        Some(Err(e)) => Err(*e),
+        None => Err(VfsError::Io),
     }
 }
 

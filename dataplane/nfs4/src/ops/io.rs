@@ -9,7 +9,7 @@ use crate::ops::sid_in;
 use crate::state::SHARE_WRITE;
 use proto::nfs4 as p;
 use proto::xdr::{pad, Decoder, Encoder, Xdr};
-use crate::park::{done_of, Park4};
+use crate::park::Park4;
 use vfs::{FileHandle, FileType, IoDone, Stability};
 
 /// READ4resok bytes besides the data: eof, length, up to 3 bytes of padding.
@@ -56,11 +56,7 @@ impl Compound<'_> {
             return Ok(()); // parked
         };
         assert!(n <= count, "backend read more than asked");
-        let padding = pad(n);
-        buf[n..n + padding].fill(0);
-        e.advance(n + padding);
-        e.patch_u32(head, eof as u32);
-        e.patch_u32(head + 4, n as u32);
+        read_ok(e, head, n, eof);
         Ok(())
     }
 
@@ -69,7 +65,7 @@ impl Compound<'_> {
         let a = p::WRITE4args::decode(d)?;
         if let Some(r) = self.resumed.take() {
             // Parked after every check passed; the write is done.
-            return match done_of(&r)? {
+            return match vfs::io_done(r.payload)? {
                 IoDone::Write { count, committed, .. } => self.write_ok(*count, *committed, e),
                 _ => fail(p::NFS4ERR_IO),
             };
@@ -111,7 +107,7 @@ impl Compound<'_> {
             return fail(p::NFS4ERR_INVAL);
         }
         if let Some(r) = self.resumed.take() {
-            match done_of(&r)? {
+            match vfs::io_done(r.payload)? {
                 IoDone::Commit => {}
                 _ => return fail(p::NFS4ERR_IO),
             }
@@ -128,7 +124,7 @@ impl Compound<'_> {
 
 /// A parked READ's data came back: answer it as an inline READ would.
 fn read_resumed(r: &rpc::park::Resumed<'_>, count: usize, e: &mut Encoder<'_>) -> OpResult {
-    let (data, eof) = match done_of(r)? {
+    let (data, eof) = match vfs::io_done(r.payload)? {
         IoDone::Read { data, eof } if data.len() <= count => (data, *eof),
         _ => return fail(p::NFS4ERR_IO),
     };
@@ -140,9 +136,16 @@ fn read_resumed(r: &rpc::park::Resumed<'_>, count: usize, e: &mut Encoder<'_>) -
         return fail(p::NFS4ERR_REP_TOO_BIG);
     }
     buf[..n].copy_from_slice(data);
-    buf[n..n + padding].fill(0);
+    read_ok(e, head, n, eof);
+    Ok(())
+}
+
+/// A READ4resok whose `n` data bytes are already in place after the
+/// reserved eof/length words at `head`: pad them and fill the words.
+fn read_ok(e: &mut Encoder<'_>, head: usize, n: usize, eof: bool) {
+    let padding = pad(n);
+    e.spare()[n..n + padding].fill(0);
     e.advance(n + padding);
     e.patch_u32(head, eof as u32);
     e.patch_u32(head + 4, n as u32);
-    Ok(())
 }
