@@ -13,13 +13,16 @@
 //! Placement of a new file is serialised by `place_lock`.
 
 pub mod client3;
-mod iopool;
 mod layouts;
 mod mdsio;
 mod registry;
 
 pub use mdsio::PnfsVfs;
 pub use registry::{DsSpec, DsState, Netid};
+
+/// Workers for proxied data-server I/O: each waits on at most one data
+/// server at a time (see `vfs::iopool`).
+pub const IO_THREADS: usize = 4;
 
 use client3::{CtlError, Sattr};
 use nfs4::layout::DeviceId;
@@ -220,7 +223,7 @@ pub struct Pnfs {
     pub(crate) started: Instant,
     control: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Workers for I/O proxied through the MDS (`PnfsVfs`).
-    pub(crate) io: iopool::IoPool,
+    pub(crate) io: vfs::iopool::IoPool,
 }
 
 impl Pnfs {
@@ -253,7 +256,7 @@ impl Pnfs {
             remove_tx: Mutex::new(Some(tx)),
             started: Instant::now(),
             control: Mutex::new(None),
-            io: iopool::IoPool::start()?,
+            io: vfs::iopool::IoPool::start("pnfs-io", IO_THREADS)?,
         });
         p.set_data_servers(dses)?;
         let weak = Arc::downgrade(&p);

@@ -4,7 +4,7 @@
 //! it fell back) reads and writes through the MDS; this wrapper proxies
 //! those calls to the file's data files over NFSv3, bounded by
 //! `ds_timeout_ms` per DS call: on a `pnfs-io` worker while the calling
-//! core's call is parked (`read_start` / `write_start`, see `iopool`), or
+//! core's call is parked (`read_start` / `write_start`, see `vfs::iopool`), or
 //! on the calling thread for callers that cannot park (control paths). Writes go to every non-stale
 //! mirror FILE_SYNC; a mirror that fails is marked stale (never read again)
 //! and its DS unhealthy; when no mirror takes the write the caller gets

@@ -9,6 +9,7 @@
 
 pub mod clients;
 mod idhash;
+pub mod iopool;
 pub mod memfs;
 pub mod router;
 
@@ -498,6 +499,21 @@ pub trait Vfs: Send + Sync {
     fn unpin(&self, fh: &FileHandle) {
         let _ = fh;
     }
+}
+
+/// Eight random bytes for a write verifier (a new one every start, so
+/// clients know to resend uncommitted writes).
+pub fn random_verifier() -> [u8; 8] {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most `b.len()` bytes into the buffer we own.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        // No entropy source: time and pid still differ across restarts.
+        let t =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos() as u64;
+        b = (t ^ ((std::process::id() as u64) << 40)).to_be_bytes();
+    }
+    b
 }
 
 /// Longest name component accepted.

@@ -160,7 +160,7 @@ impl MemFs {
             ino_high: AtomicU64::new(ROOT_INO),
             space: Space::new(config.capacity_bytes, INODE_CHARGE_BYTES),
             inode_count: AtomicU64::new(1),
-            write_verifier: random_verifier(),
+            write_verifier: crate::random_verifier(),
         };
         let now = Time::now();
         let root = State {
@@ -354,18 +354,6 @@ impl MemFs {
 }
 
 /// Random bytes for the write verifier, so it differs on every start.
-fn random_verifier() -> [u8; 8] {
-    let mut b = [0u8; 8];
-    // SAFETY: getrandom writes at most `b.len()` bytes into the buffer we own.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n != b.len() as isize {
-        // No entropy source: time and pid still differ across restarts.
-        let t =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos() as u64;
-        b = (t ^ ((std::process::id() as u64) << 40)).to_be_bytes();
-    }
-    b
-}
 
 fn dir_of(st: &State) -> VfsResult<&Dir> {
     match &st.body {

@@ -1,0 +1,1308 @@
+//! `diskfs`: the durable backend. Files and directories on block devices
+//! (the `block` crate), metadata changes made durable through an intent
+//! log, the whole metadata state checkpointed when the log fills. The
+//! on-disk format is described in FORMAT.md; how it stays consistent
+//! through a crash is argued there and proven by `tests/crash.rs`.
+//!
+//! # How a call runs
+//!
+//! * Metadata lives in memory (`meta::State`) under one mutex; a change is
+//!   a transaction of records, applied to the state and appended to the
+//!   pending log under that mutex, then made durable by a group commit
+//!   (`Inner::sync`): the first waiter writes every pending record as one
+//!   log unit and flushes; the others find theirs durable. NFS metadata
+//!   operations reply only after that (RFC 1813 / RFC 8881 semantics).
+//! * Data blocks are written in place, never cached. A block allocated for
+//!   a write is mapped in memory only ("pending") until a flush has made
+//!   its data durable; only then does a `Map` record log it (COMMIT, a
+//!   stable write, or a checkpoint). So a crash never leaves a file
+//!   mapping a block whose data it did not write.
+//! * Freed blocks stay out of the allocator until the record that freed
+//!   them is durable and every data I/O that started before has finished
+//!   (`IoGate`), so a block is never reused while an old owner might still
+//!   read or write it, or might still own it after a crash.
+//! * READ, WRITE and COMMIT park the call (`vfs::Later`) and run on the
+//!   backend's worker threads (`vfs::iopool`), never blocking a core.
+//!   Metadata operations run on the calling core and wait for their log
+//!   write; making them parkable too needs the `Vfs` trait's metadata
+//!   calls to become asynchronous (not yet).
+
+pub mod alloc;
+pub mod dev;
+pub mod format;
+pub mod fsck;
+pub mod journal;
+pub mod meta;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use block::Device;
+use vfs::{
+    check_name, Attr, CreateMode, Cred, DirEntry, ExportId, FileHandle, FileType, FsStat, Ino, IoDone, Later, NodeKind, QuotaUsage,
+    SetAttr, SetTime, Stability, Time, Vfs, VfsError, VfsResult,
+};
+
+use alloc::Alloc;
+use dev::Devs;
+use format::Super;
+use journal::LogPos;
+use meta::{Ext, Inode, InodeRec, Phys, Rec, State, BLOCK};
+
+/// Largest file size accepted.
+pub const FILE_SIZE_MAX_BYTES: u64 = 1 << 44;
+/// Longest symlink target.
+pub const SYMLINK_TARGET_MAX_BYTES: usize = 4096;
+/// Most links an object may have.
+pub const LINK_MAX: u32 = 65_000;
+/// Worker threads for parked READ / WRITE / COMMIT.
+pub const IO_THREADS: usize = 8;
+/// Metadata operations that add objects are refused (NoSpace) once the
+/// state would fill this share of a checkpoint area (in percent).
+const CKPT_FILL_MAX_PCT: u64 = 75;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub export_id: ExportId,
+    /// Format devices that hold no diskfs format (never one that does).
+    pub initialize: bool,
+}
+
+/// What `open` did, for the server's log.
+#[derive(Debug, Clone)]
+pub struct OpenReport {
+    pub formatted: bool,
+    pub cluster_uuid: String,
+    pub log_units_replayed: u64,
+    pub checkpoint_blocks: u64,
+    pub orphans_freed: u64,
+    pub inodes: u64,
+    pub data_blocks_used: u64,
+    pub data_blocks_total: u64,
+    pub recovery_ms: u64,
+}
+
+struct Meta {
+    st: State,
+    alloc: Alloc,
+    /// Encoded records applied but not yet written to the log.
+    pending: Vec<u8>,
+    /// Last transaction number handed out.
+    lsn: u64,
+    /// Blocks freed by transaction `lsn`, not yet reusable.
+    quarantine: Vec<(u64, Phys)>,
+}
+
+/// Counts data I/O in flight in two alternating epochs, so freed blocks can
+/// wait for every I/O that might still touch them (a grace period).
+struct IoGate {
+    epoch: AtomicU64,
+    active: [AtomicU64; 2],
+}
+
+impl IoGate {
+    fn enter(&self) -> u64 {
+        loop {
+            let e = self.epoch.load(Ordering::Acquire);
+            self.active[(e & 1) as usize].fetch_add(1, Ordering::AcqRel);
+            if self.epoch.load(Ordering::Acquire) == e {
+                return e;
+            }
+            self.active[(e & 1) as usize].fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    fn exit(&self, e: u64) {
+        self.active[(e & 1) as usize].fetch_sub(1, Ordering::AcqRel);
+    }
+    /// Wait until every I/O that entered before this call has exited.
+    /// Callers are serialised (`Inner::reclaiming`).
+    fn quiesce(&self) {
+        let e = self.epoch.fetch_add(1, Ordering::AcqRel);
+        while self.active[(e & 1) as usize].load(Ordering::Acquire) != 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+struct Inner {
+    export_id: ExportId,
+    devs: Devs,
+    sb: Super,
+    meta: Mutex<Meta>,
+    log: Mutex<(LogPos, bool)>,
+    durable: AtomicU64,
+    gate: IoGate,
+    reclaiming: Mutex<()>,
+    verifier: [u8; 8],
+    pool: vfs::iopool::IoPool,
+}
+
+pub struct DiskFs {
+    inner: Arc<Inner>,
+    report: OpenReport,
+}
+
+impl std::fmt::Debug for DiskFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskFs").field("export_id", &self.inner.export_id).field("report", &self.report).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Format `devices` as one new, empty file system. Refuses devices that
+/// hold a diskfs format unless `force`.
+pub fn format(devices: Vec<Device>, export_id: ExportId, force: bool) -> Result<String, String> {
+    let devs = Devs::new(devices)?;
+    let s = journal::format(&devs, export_id, force)?;
+    Ok(journal::uuid_str(&s[0].cluster_uuid))
+}
+
+impl DiskFs {
+    /// Mount the file system on `devices` (in their format order),
+    /// recovering from the log; with `initialize`, format blank devices
+    /// first. Every refusal names the device and what is wrong.
+    pub fn open(devices: Vec<Device>, opts: &Options) -> Result<DiskFs, String> {
+        let t0 = std::time::Instant::now();
+        let devs = Devs::new(devices)?;
+        let mut formatted = false;
+        let supers = match journal::read_supers(&devs).and_then(|s| journal::check_supers(&devs, &s)) {
+            Ok(s) => s,
+            Err(journal::LoadError::Blank) if opts.initialize => {
+                formatted = true;
+                journal::format(&devs, opts.export_id, false)?
+            }
+            Err(journal::LoadError::Blank) => {
+                return Err(format!(
+                    "diskfs: device {} holds no diskfs format; set \"initialize\": true to format blank devices at start, or run chimera-mkfs",
+                    devs.name(0)
+                ))
+            }
+            Err(journal::LoadError::Other(e)) => return Err(e),
+            Err(e) => return Err(format!("diskfs: refusing to start: {e}")),
+        };
+        for d in 0..devs.devs.len() {
+            if devs.devs[d].info().read_only {
+                return Err(format!("diskfs: device {} is read-only; a file system is served read-write", devs.name(d)));
+            }
+        }
+        let s0 = supers[0];
+        let loaded = journal::load(&devs, &s0).map_err(|e| format!("diskfs: refusing to start: {e}"))?;
+        let ranges: Vec<(u64, u64)> = supers.iter().map(|s| (s.data_start, s.device_blocks)).collect();
+        let mut alloc = Alloc::new(&ranges);
+        for i in loaded.st.inodes.values() {
+            for e in i.map.values() {
+                if !alloc.take(e.phys) {
+                    return Err(format!(
+                        "diskfs: refusing to start: inode {} maps device {} block {} twice or outside the data area (run chimera-fsck)",
+                        i.rec.ino,
+                        meta::phys_dev(e.phys),
+                        meta::phys_lba(e.phys)
+                    ));
+                }
+            }
+        }
+        let inner = Arc::new(Inner {
+            export_id: opts.export_id,
+            sb: s0,
+            meta: Mutex::new(Meta { st: loaded.st, alloc, pending: Vec::new(), lsn: 0, quarantine: Vec::new() }),
+            log: Mutex::new((loaded.log, false)),
+            durable: AtomicU64::new(0),
+            gate: IoGate { epoch: AtomicU64::new(0), active: [AtomicU64::new(0), AtomicU64::new(0)] },
+            reclaiming: Mutex::new(()),
+            verifier: vfs::random_verifier(),
+            pool: vfs::iopool::IoPool::start("diskfs-io", IO_THREADS)?,
+            devs,
+        });
+        // Objects that lost their last name while open when the server
+        // stopped: nothing is open now, so they go.
+        let orphans: Vec<Ino> = {
+            let m = lock(&inner.meta);
+            m.st.inodes.values().filter(|i| i.rec.nlink == 0 && i.rec.ftype != FileType::Directory).map(|i| i.rec.ino).collect()
+        };
+        if !orphans.is_empty() {
+            let lsn = {
+                let mut m = lock(&inner.meta);
+                for ino in &orphans {
+                    put(&mut m, Rec::InodeFree { ino: *ino });
+                }
+                finish(&mut m)
+            };
+            inner.sync(lsn).map_err(|_| "diskfs: cannot log the release of orphaned files (log device failing)".to_string())?;
+        }
+        let report = {
+            let m = lock(&inner.meta);
+            OpenReport {
+                formatted,
+                cluster_uuid: journal::uuid_str(&s0.cluster_uuid),
+                log_units_replayed: loaded.units,
+                checkpoint_blocks: loaded.ckpt_blocks,
+                orphans_freed: orphans.len() as u64,
+                inodes: m.st.inodes.len() as u64,
+                data_blocks_used: m.alloc.total_blocks() - m.alloc.free_blocks(),
+                data_blocks_total: m.alloc.total_blocks(),
+                recovery_ms: t0.elapsed().as_millis() as u64,
+            }
+        };
+        Ok(DiskFs { inner, report })
+    }
+
+    pub fn report(&self) -> &OpenReport {
+        &self.report
+    }
+
+    /// Device I/O errors seen since start.
+    pub fn io_errors(&self) -> u64 {
+        self.inner.devs.io_errors.load(Ordering::Relaxed)
+    }
+
+    /// Write a checkpoint now (tests, and a clean stop).
+    pub fn checkpoint(&self) -> VfsResult<()> {
+        let mut lw = lock(&self.inner.log);
+        self.inner.checkpoint_locked(&mut lw)
+    }
+}
+
+/// Apply a record to the state and append it to the pending log.
+fn put(m: &mut Meta, r: Rec) {
+    let mut freed = Vec::new();
+    m.st.apply(&r, &mut freed).unwrap_or_else(|e| panic!("diskfs: a live record does not fit the state: {e}: {r:?}"));
+    meta::encode(&r, &mut m.pending);
+    let next = m.lsn + 1;
+    m.quarantine.extend(freed.into_iter().map(|p| (next, p)));
+}
+
+/// Close the transaction built by `put`s: its number, to `sync` on.
+fn finish(m: &mut Meta) -> u64 {
+    m.lsn += 1;
+    m.lsn
+}
+
+fn now() -> Time {
+    Time::now()
+}
+
+fn touch(rec: &mut InodeRec, t: Time) {
+    rec.mtime = t;
+    rec.ctime = t;
+    rec.change += 1;
+}
+
+fn set_time(s: SetTime, t: Time) -> Option<Time> {
+    match s {
+        SetTime::DontChange => None,
+        SetTime::ServerNow => Some(t),
+        SetTime::Client(c) => Some(c),
+    }
+}
+
+impl Inner {
+    fn meta(&self) -> MutexGuard<'_, Meta> {
+        lock(&self.meta)
+    }
+
+    fn handle(&self, ino: Ino, gen: u64) -> FileHandle {
+        FileHandle { export_id: self.export_id, ino, generation: gen }
+    }
+
+    fn check(&self, fh: &FileHandle) -> VfsResult<()> {
+        if fh.export_id != self.export_id {
+            return Err(VfsError::Stale);
+        }
+        Ok(())
+    }
+
+    fn attr(&self, i: &Inode) -> Attr {
+        let r = &i.rec;
+        Attr {
+            ftype: r.ftype,
+            mode: r.mode,
+            nlink: r.nlink,
+            uid: r.uid,
+            gid: r.gid,
+            size: if r.ftype == FileType::Symlink { r.target.len() as u64 } else { r.size },
+            used: i.map.len() as u64 * BLOCK,
+            rdev: r.rdev,
+            fsid: self.export_id as u64,
+            fileid: r.ino,
+            atime: r.atime,
+            mtime: r.mtime,
+            ctime: r.ctime,
+            change: r.change,
+        }
+    }
+
+    fn ckpt_room(&self, m: &Meta) -> VfsResult<()> {
+        let cap = self.sb.ckpt_blocks * format::PAYLOAD_BYTES as u64;
+        if (m.st.ckpt_bytes + m.pending.len() as u64) * 100 > cap * CKPT_FILL_MAX_PCT {
+            return Err(VfsError::NoSpace);
+        }
+        Ok(())
+    }
+
+    /// Make transaction `lsn` durable (group commit).
+    fn sync(&self, lsn: u64) -> VfsResult<()> {
+        if self.durable.load(Ordering::Acquire) >= lsn {
+            return Ok(());
+        }
+        {
+            let mut lw = lock(&self.log);
+            if self.durable.load(Ordering::Acquire) < lsn {
+                if lw.1 {
+                    return Err(VfsError::Io);
+                }
+                let (bytes, upto) = {
+                    let mut m = self.meta();
+                    (std::mem::take(&mut m.pending), m.lsn)
+                };
+                match journal::append(&self.devs, &self.sb, &mut lw.0, &bytes) {
+                    Ok(true) => self.durable.fetch_max(upto, Ordering::AcqRel),
+                    Ok(false) => {
+                        // The log is full: the checkpoint holds these too.
+                        self.checkpoint_locked(&mut lw)?;
+                        0
+                    }
+                    Err(e) => {
+                        lw.1 = true;
+                        eprintln!("diskfs: log write failed, metadata changes now fail: {e}");
+                        return Err(VfsError::Io);
+                    }
+                };
+            }
+        }
+        self.reclaim();
+        Ok(())
+    }
+
+    /// Write the whole state as a new checkpoint and restart the log.
+    fn checkpoint_locked(&self, lw: &mut (LogPos, bool)) -> VfsResult<()> {
+        if lw.1 {
+            return Err(VfsError::Io);
+        }
+        // Data written so far becomes durable, so pending extents whose
+        // write completed may be logged by the snapshot's callers later;
+        // the snapshot itself holds logged extents only.
+        self.devs.flush_all().map_err(|_| VfsError::Io)?;
+        let (bytes, upto) = {
+            let mut m = self.meta();
+            let mut b = Vec::with_capacity(m.st.ckpt_bytes as usize + 4096);
+            m.st.snapshot(&mut b);
+            m.pending.clear();
+            (b, m.lsn)
+        };
+        let epoch = lw.0.epoch + 1;
+        if let Err(e) = journal::write_checkpoint(&self.devs, &self.sb, epoch, &bytes) {
+            lw.1 = true;
+            eprintln!("diskfs: checkpoint failed, metadata changes now fail: {e}");
+            return Err(VfsError::Io);
+        }
+        lw.0 = LogPos { epoch, pos: 0, prev: 0 };
+        self.durable.fetch_max(upto, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Return freed blocks whose release is durable to the allocator, once
+    /// no I/O that started before can touch them.
+    fn reclaim(&self) {
+        let Ok(_g) = self.reclaiming.try_lock() else { return };
+        let durable = self.durable.load(Ordering::Acquire);
+        let ready: Vec<Phys> = {
+            let mut m = self.meta();
+            if m.quarantine.is_empty() {
+                return;
+            }
+            let (ready, keep): (Vec<_>, Vec<_>) = m.quarantine.drain(..).partition(|(l, _)| *l <= durable);
+            m.quarantine = keep;
+            ready.into_iter().map(|(_, p)| p).collect()
+        };
+        if ready.is_empty() {
+            return;
+        }
+        self.gate.quiesce();
+        let mut m = self.meta();
+        for p in ready {
+            m.alloc.free(p);
+        }
+    }
+
+    /// Flush data, then log the file's pending extents whose data is now
+    /// durable and its attributes, and wait for that.
+    fn commit_file(&self, fh: &FileHandle) -> VfsResult<()> {
+        self.devs.flush_all().map_err(|_| VfsError::Io)?;
+        let flushed = self.devs.flushed();
+        let lsn = {
+            let mut m = self.meta();
+            let i = m.st.get(fh.ino, fh.generation)?;
+            let rec = i.rec.clone();
+            let ready: Vec<(u64, Phys)> =
+                i.map.iter().filter(|(_, e)| !e.logged && e.tag < flushed).map(|(f, e)| (*f, e.phys)).collect();
+            for (fblock, phys, count) in meta::runs(ready.into_iter()) {
+                put(&mut m, Rec::Map { ino: fh.ino, fblock, phys, count });
+            }
+            put(&mut m, Rec::InodePut(rec));
+            finish(&mut m)
+        };
+        self.sync(lsn)
+    }
+
+    fn read_impl(&self, fh: &FileHandle, offset: u64, buf: &mut [u8]) -> VfsResult<(usize, bool)> {
+        self.check(fh)?;
+        loop {
+            let e = self.gate.enter();
+            let r = self.read_once(fh, offset, buf);
+            self.gate.exit(e);
+            match r? {
+                Some(x) => return Ok(x),
+                None => continue,
+            }
+        }
+    }
+
+    /// One attempt; `None`: blocks left the file meanwhile, read again.
+    fn read_once(&self, fh: &FileHandle, offset: u64, buf: &mut [u8]) -> VfsResult<Option<(usize, bool)>> {
+        let (n, eof, plan, unmaps) = {
+            let m = self.meta();
+            let i = m.st.get(fh.ino, fh.generation)?;
+            match i.rec.ftype {
+                FileType::Regular => {}
+                FileType::Directory => return Err(VfsError::IsDir),
+                _ => return Err(VfsError::Inval),
+            }
+            let size = i.rec.size;
+            if offset >= size || buf.is_empty() {
+                return Ok(Some((0, offset >= size)));
+            }
+            let n = (buf.len() as u64).min(size - offset) as usize;
+            let (b0, b1) = (offset / BLOCK, (offset + n as u64 - 1) / BLOCK);
+            let plan: Vec<(u64, Phys)> = i
+                .map
+                .range(b0..=b1)
+                .filter(|(_, e)| e.logged || e.tag != u64::MAX)
+                .map(|(f, e)| (*f, e.phys))
+                .collect();
+            (n, offset + n as u64 >= size, plan, i.unmaps)
+        };
+        buf[..n].fill(0);
+        let b0 = offset / BLOCK;
+        let mut tmp = Vec::new();
+        for (fblock, phys, count) in meta::runs(plan.into_iter()) {
+            tmp.resize(count as usize * BLOCK as usize, 0);
+            self.devs.read(meta::phys_dev(phys) as usize, meta::phys_lba(phys), &mut tmp).map_err(|_| VfsError::Io)?;
+            // Copy the part of [fblock, fblock+count) inside [offset, offset+n).
+            let run_start = fblock * BLOCK;
+            let run_end = run_start + count as u64 * BLOCK;
+            let lo = run_start.max(offset);
+            let hi = run_end.min(offset + n as u64);
+            if lo < hi {
+                buf[(lo - offset) as usize..(hi - offset) as usize].copy_from_slice(&tmp[(lo - run_start) as usize..(hi - run_start) as usize]);
+            }
+            let _ = b0;
+        }
+        let m = self.meta();
+        match m.st.get(fh.ino, fh.generation) {
+            Ok(i) if i.unmaps == unmaps => Ok(Some((n, eof))),
+            Ok(_) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn write_impl(&self, fh: &FileHandle, offset: u64, data: &[u8], stable: Stability) -> VfsResult<(usize, Stability, Attr)> {
+        self.check(fh)?;
+        let end = offset.checked_add(data.len() as u64).ok_or(VfsError::FileTooBig)?;
+        if end > FILE_SIZE_MAX_BYTES {
+            return Err(VfsError::FileTooBig);
+        }
+        let wlock = {
+            let m = self.meta();
+            let i = m.st.get(fh.ino, fh.generation)?;
+            match i.rec.ftype {
+                FileType::Regular => {}
+                FileType::Directory => return Err(VfsError::IsDir),
+                _ => return Err(VfsError::Inval),
+            }
+            i.wlock.clone()
+        };
+        let _w = lock(&wlock);
+        if !data.is_empty() {
+            let e = self.gate.enter();
+            let r = self.write_blocks(fh, offset, data);
+            self.gate.exit(e);
+            r?;
+        }
+        if stable == Stability::Unstable {
+            let m = self.meta();
+            let i = m.st.get(fh.ino, fh.generation)?;
+            return Ok((data.len(), Stability::Unstable, self.attr(i)));
+        }
+        self.commit_file(fh)?;
+        let m = self.meta();
+        let i = m.st.get(fh.ino, fh.generation)?;
+        Ok((data.len(), Stability::FileSync, self.attr(i)))
+    }
+
+    /// Allocate what the write needs, write the blocks (read-modify-write
+    /// at partial ends), then mark new blocks written.
+    fn write_blocks(&self, fh: &FileHandle, offset: u64, data: &[u8]) -> VfsResult<()> {
+        let end = offset + data.len() as u64;
+        let (b0, b1) = (offset / BLOCK, (end - 1) / BLOCK);
+        // (file block, phys, holds data already, newly allocated)
+        let plan: Vec<(u64, Phys, bool, bool)> = {
+            let mut m = self.meta();
+            let m = &mut *m;
+            let i = m.st.get(fh.ino, fh.generation)?;
+            let vol = i.rec.volume;
+            let missing: Vec<u64> = (b0..=b1).filter(|f| !i.map.contains_key(f)).collect();
+            if vol != 0 && !missing.is_empty() {
+                let cap = m.st.inodes.get(&vol).map_or(0, |v| v.rec.quota);
+                let used = m.st.vol_used.get(&vol).copied().unwrap_or(0);
+                if used + missing.len() as u64 * BLOCK > cap {
+                    return Err(VfsError::QuotaExceeded);
+                }
+            }
+            let got = if missing.is_empty() { Vec::new() } else { m.alloc.alloc(missing.len() as u64).ok_or(VfsError::NoSpace)? };
+            let mut fresh = got.iter().flat_map(|&(p, n)| (0..n).map(move |k| p + k));
+            for f in &missing {
+                let p = fresh.next().expect("allocated as many as missing");
+                m.st.map_insert(fh.ino, *f, Ext { phys: p, logged: false, tag: u64::MAX });
+            }
+            let i = m.st.get_mut(fh.ino, fh.generation)?;
+            let plan = (b0..=b1)
+                .map(|f| {
+                    let e = i.map[&f];
+                    let is_new = missing.binary_search(&f).is_ok();
+                    (f, e.phys, !is_new && (e.logged || e.tag != u64::MAX), is_new)
+                })
+                .collect();
+            if end > i.rec.size {
+                i.rec.size = end;
+            }
+            touch(&mut i.rec, now());
+            plan
+        };
+        let mut buf: Vec<u8> = Vec::new();
+        let mut k = 0;
+        while k < plan.len() {
+            // A run contiguous on one device.
+            let mut j = k + 1;
+            while j < plan.len() && plan[j].1 == plan[j - 1].1 + 1 && meta::phys_dev(plan[j].1) == meta::phys_dev(plan[k].1) {
+                j += 1;
+            }
+            let run = &plan[k..j];
+            let (dev, lba) = (meta::phys_dev(run[0].1) as usize, meta::phys_lba(run[0].1));
+            buf.clear();
+            buf.resize(run.len() * BLOCK as usize, 0);
+            let run_start = run[0].0 * BLOCK;
+            let run_end = run_start + run.len() as u64 * BLOCK;
+            // Partial first / last block: keep what is there.
+            for (idx, &(f, p, has, _)) in run.iter().enumerate() {
+                let bs = f * BLOCK;
+                let partial = offset > bs || end < bs + BLOCK;
+                if partial && has {
+                    let dst = &mut buf[idx * BLOCK as usize..(idx + 1) * BLOCK as usize];
+                    self.devs.read(meta::phys_dev(p) as usize, meta::phys_lba(p), dst).map_err(|_| VfsError::Io)?;
+                }
+            }
+            let lo = run_start.max(offset);
+            let hi = run_end.min(end);
+            buf[(lo - run_start) as usize..(hi - run_start) as usize].copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
+            self.devs.write(dev, lba, &buf).map_err(|_| VfsError::Io)?;
+            k = j;
+        }
+        let tag = self.devs.write_tag();
+        let mut m = self.meta();
+        if let Ok(i) = m.st.get_mut(fh.ino, fh.generation) {
+            for &(f, p, _, _) in &plan {
+                if let Some(e) = i.map.get_mut(&f) {
+                    if e.phys == p && !e.logged && e.tag == u64::MAX {
+                        e.tag = tag;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn setattr_impl(&self, fh: &FileHandle, set: &SetAttr, guard: Option<Time>) -> VfsResult<Attr> {
+        self.check(fh)?;
+        if let Some(mode) = set.mode {
+            if mode & !0o7777 != 0 {
+                return Err(VfsError::Inval);
+            }
+        }
+        let wlock = {
+            let m = self.meta();
+            let i = m.st.get(fh.ino, fh.generation)?;
+            if set.size.is_some() {
+                match i.rec.ftype {
+                    FileType::Regular => {}
+                    FileType::Directory => return Err(VfsError::IsDir),
+                    _ => return Err(VfsError::Inval),
+                }
+            }
+            i.wlock.clone()
+        };
+        let _w = set.size.map(|_| lock(&wlock));
+        if let Some(size) = set.size {
+            if size > FILE_SIZE_MAX_BYTES {
+                return Err(VfsError::FileTooBig);
+            }
+            // Shrinking to the middle of a mapped block: zero its tail on
+            // the device first (durably), so a later extension reads zeros.
+            let tail = {
+                let m = self.meta();
+                let i = m.st.get(fh.ino, fh.generation)?;
+                if let Some(g) = guard {
+                    if g != i.rec.ctime {
+                        return Err(VfsError::NotSync);
+                    }
+                }
+                let fb = size / BLOCK;
+                (size < i.rec.size && size % BLOCK != 0).then(|| i.map.get(&fb).filter(|e| e.logged || e.tag != u64::MAX).map(|e| e.phys)).flatten()
+            };
+            if let Some(p) = tail {
+                let e = self.gate.enter();
+                let r = (|| {
+                    let mut b = vec![0u8; BLOCK as usize];
+                    let (d, l) = (meta::phys_dev(p) as usize, meta::phys_lba(p));
+                    self.devs.read(d, l, &mut b)?;
+                    b[(size % BLOCK) as usize..].fill(0);
+                    self.devs.write(d, l, &b)?;
+                    self.devs.flush_all()
+                })();
+                self.gate.exit(e);
+                r.map_err(|_| VfsError::Io)?;
+            }
+        }
+        let lsn = {
+            let mut m = self.meta();
+            let i = m.st.get(fh.ino, fh.generation)?;
+            if let Some(g) = guard {
+                if g != i.rec.ctime {
+                    return Err(VfsError::NotSync);
+                }
+            }
+            let mut rec = i.rec.clone();
+            let t = now();
+            if let Some(size) = set.size {
+                if size != rec.size {
+                    if size < rec.size {
+                        let from = size.div_ceil(BLOCK);
+                        if i.map.range(from..).next().is_some() {
+                            put(&mut m, Rec::Trunc { ino: fh.ino, from });
+                        }
+                    }
+                    rec.size = size;
+                    rec.mtime = t;
+                }
+            }
+            if let Some(mode) = set.mode {
+                rec.mode = mode;
+            }
+            if let Some(uid) = set.uid {
+                rec.uid = uid;
+            }
+            if let Some(gid) = set.gid {
+                rec.gid = gid;
+            }
+            if let Some(a) = set_time(set.atime, t) {
+                rec.atime = a;
+            }
+            if let Some(mt) = set_time(set.mtime, t) {
+                rec.mtime = mt;
+            }
+            rec.ctime = t;
+            rec.change += 1;
+            put(&mut m, Rec::InodePut(rec));
+            finish(&mut m)
+        };
+        self.sync(lsn)?;
+        let m = self.meta();
+        Ok(self.attr(m.st.get(fh.ino, fh.generation)?))
+    }
+
+    fn dir<'a>(&self, m: &'a Meta, fh: &FileHandle) -> VfsResult<&'a Inode> {
+        self.check(fh)?;
+        let d = m.st.get(fh.ino, fh.generation)?;
+        if d.dir.is_none() {
+            return Err(VfsError::NotDir);
+        }
+        Ok(d)
+    }
+
+    fn entry(d: &Inode, name: &[u8]) -> Option<Ino> {
+        d.dir.as_ref().and_then(|x| x.by_name.get(name)).map(|e| e.0)
+    }
+
+    /// Drop one link of a non-directory: free it when it was the last and
+    /// nobody holds it open.
+    fn drop_link(m: &mut Meta, ino: Ino, t: Time) {
+        let i = &m.st.inodes[&ino];
+        let mut rec = i.rec.clone();
+        rec.nlink = rec.nlink.saturating_sub(1);
+        if rec.nlink == 0 && i.pins == 0 {
+            put(m, Rec::InodeFree { ino });
+        } else {
+            rec.ctime = t;
+            rec.change += 1;
+            put(m, Rec::InodePut(rec));
+        }
+    }
+
+    fn next_cookie(d: &Inode) -> u64 {
+        d.dir.as_ref().map_or(1, |x| x.cookie_next.max(1))
+    }
+}
+
+impl Vfs for DiskFs {
+    fn root(&self, export_id: ExportId) -> VfsResult<FileHandle> {
+        if export_id != self.inner.export_id {
+            return Err(VfsError::Stale);
+        }
+        Ok(self.inner.handle(meta::ROOT_INO, meta::ROOT_GEN))
+    }
+
+    fn getattr(&self, fh: &FileHandle) -> VfsResult<Attr> {
+        let s = &self.inner;
+        s.check(fh)?;
+        let m = s.meta();
+        Ok(s.attr(m.st.get(fh.ino, fh.generation)?))
+    }
+
+    fn setattr(&self, fh: &FileHandle, set: &SetAttr, guard_ctime: Option<Time>) -> VfsResult<Attr> {
+        self.inner.setattr_impl(fh, set, guard_ctime)
+    }
+
+    fn lookup(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<(FileHandle, Attr)> {
+        check_name(name)?;
+        let s = &self.inner;
+        let m = s.meta();
+        let d = s.dir(&m, dir)?;
+        let ino = Inner::entry(d, name).ok_or(VfsError::NoEnt)?;
+        let c = &m.st.inodes[&ino];
+        Ok((s.handle(ino, c.rec.gen), s.attr(c)))
+    }
+
+    fn lookup_parent(&self, dir: &FileHandle) -> VfsResult<(FileHandle, Attr)> {
+        let s = &self.inner;
+        let m = s.meta();
+        let d = s.dir(&m, dir)?;
+        let p = &m.st.inodes.get(&d.rec.parent).ok_or(VfsError::Stale)?;
+        Ok((s.handle(p.rec.ino, p.rec.gen), s.attr(p)))
+    }
+
+    fn read(&self, fh: &FileHandle, offset: u64, buf: &mut [u8]) -> VfsResult<(usize, bool)> {
+        self.inner.read_impl(fh, offset, buf)
+    }
+
+    fn write(&self, fh: &FileHandle, offset: u64, data: &[u8], stable: Stability) -> VfsResult<(usize, Stability, Attr)> {
+        self.inner.write_impl(fh, offset, data, stable)
+    }
+
+    fn commit(&self, fh: &FileHandle, _offset: u64, _count: u64) -> VfsResult<()> {
+        let s = &self.inner;
+        s.check(fh)?;
+        {
+            let m = s.meta();
+            let i = m.st.get(fh.ino, fh.generation)?;
+            if i.rec.ftype == FileType::Directory {
+                return Err(VfsError::IsDir);
+            }
+        }
+        s.commit_file(fh)
+    }
+
+    fn read_start(&self, fh: &FileHandle, offset: u64, buf: &mut [u8], later: &mut dyn Later) -> VfsResult<Option<(usize, bool)>> {
+        let Some(done) = later.park() else { return self.read(fh, offset, buf).map(Some) };
+        let (s, fh, len) = (self.inner.clone(), *fh, buf.len());
+        self.inner.pool.run(Box::new(move || {
+            let mut data = vec![0u8; len];
+            let r = s.read_impl(&fh, offset, &mut data).map(|(n, eof)| {
+                data.truncate(n);
+                IoDone::Read { data, eof }
+            });
+            done(r)
+        }));
+        Ok(None)
+    }
+
+    fn write_start(&self, fh: &FileHandle, offset: u64, data: &[u8], stable: Stability, later: &mut dyn Later) -> VfsResult<Option<(usize, Stability, Attr)>> {
+        let Some(done) = later.park() else { return self.write(fh, offset, data, stable).map(Some) };
+        let (s, fh, data) = (self.inner.clone(), *fh, data.to_vec());
+        self.inner.pool.run(Box::new(move || {
+            let r = s.write_impl(&fh, offset, &data, stable).map(|(count, committed, attr)| IoDone::Write { count, committed, attr });
+            done(r)
+        }));
+        Ok(None)
+    }
+
+    fn commit_start(&self, fh: &FileHandle, offset: u64, count: u64, later: &mut dyn Later) -> VfsResult<Option<()>> {
+        let Some(done) = later.park() else { return self.commit(fh, offset, count).map(Some) };
+        let (me, fh) = (DiskFs { inner: self.inner.clone(), report: self.report.clone() }, *fh);
+        self.inner.pool.run(Box::new(move || done(me.commit(&fh, offset, count).map(|()| IoDone::Commit))));
+        Ok(None)
+    }
+
+    fn write_verifier(&self) -> [u8; 8] {
+        self.inner.verifier
+    }
+
+    fn create(&self, dir: &FileHandle, name: &[u8], kind: NodeKind<'_>, mode: u32, cred: &Cred<'_>, how: CreateMode) -> VfsResult<(FileHandle, Attr)> {
+        check_name(name)?;
+        if mode & !0o7777 != 0 {
+            return Err(VfsError::Inval);
+        }
+        let (ftype, rdev, target): (FileType, (u32, u32), &[u8]) = match kind {
+            NodeKind::File => (FileType::Regular, (0, 0), &[]),
+            NodeKind::Directory => (FileType::Directory, (0, 0), &[]),
+            NodeKind::Symlink { target } => {
+                if target.is_empty() || target.contains(&0) {
+                    return Err(VfsError::Inval);
+                }
+                if target.len() > SYMLINK_TARGET_MAX_BYTES {
+                    return Err(VfsError::NameTooLong);
+                }
+                (FileType::Symlink, (0, 0), target)
+            }
+            NodeKind::Device { ftype, rdev } => match ftype {
+                FileType::BlockDevice | FileType::CharDevice => (ftype, rdev, &[]),
+                FileType::Socket | FileType::Fifo => (ftype, (0, 0), &[]),
+                _ => return Err(VfsError::Inval),
+            },
+        };
+        let s = &self.inner;
+        let (fh, lsn) = {
+            let mut m = s.meta();
+            let d = s.dir(&m, dir)?;
+            if let Some(ino) = Inner::entry(d, name) {
+                let c = &m.st.inodes[&ino];
+                if c.rec.ftype != FileType::Regular || ftype != FileType::Regular {
+                    return Err(VfsError::Exist);
+                }
+                match how {
+                    CreateMode::Unchecked => {}
+                    CreateMode::Guarded => return Err(VfsError::Exist),
+                    CreateMode::Exclusive(v) => {
+                        if c.rec.verf == [0; 8] {
+                            return Err(VfsError::Exist);
+                        }
+                        if c.rec.verf != v {
+                            return Err(VfsError::ExistVerifierMismatch);
+                        }
+                    }
+                }
+                return Ok((s.handle(ino, c.rec.gen), s.attr(c)));
+            }
+            if ftype == FileType::Directory && d.rec.nlink >= LINK_MAX {
+                return Err(VfsError::TooManyLinks);
+            }
+            s.ckpt_room(&m)?;
+            let t = now();
+            let (ino, gen) = (m.st.ino_next, m.st.gen_next);
+            let mut drec = d.rec.clone();
+            let cookie = Inner::next_cookie(d);
+            let rec = InodeRec {
+                ino,
+                gen,
+                ftype,
+                mode,
+                nlink: if ftype == FileType::Directory { 2 } else { 1 },
+                uid: cred.uid,
+                gid: cred.gid,
+                size: 0,
+                rdev,
+                atime: t,
+                mtime: t,
+                ctime: t,
+                change: 1,
+                volume: drec.volume,
+                quota: 0,
+                parent: if ftype == FileType::Directory { dir.ino } else { 0 },
+                verf: match how {
+                    CreateMode::Exclusive(v) => v,
+                    _ => [0; 8],
+                },
+                target: target.to_vec(),
+            };
+            if ftype == FileType::Directory {
+                drec.nlink += 1;
+            }
+            touch(&mut drec, t);
+            put(&mut m, Rec::InodePut(rec));
+            put(&mut m, Rec::DirAdd { dir: dir.ino, cookie, ino, name: name.to_vec() });
+            put(&mut m, Rec::InodePut(drec));
+            (s.handle(ino, gen), finish(&mut m))
+        };
+        s.sync(lsn)?;
+        let m = s.meta();
+        let a = s.attr(m.st.get(fh.ino, fh.generation)?);
+        Ok((fh, a))
+    }
+
+    fn remove(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
+        check_name(name)?;
+        let s = &self.inner;
+        let lsn = {
+            let mut m = s.meta();
+            let d = s.dir(&m, dir)?;
+            let ino = Inner::entry(d, name).ok_or(VfsError::NoEnt)?;
+            if m.st.inodes[&ino].rec.ftype == FileType::Directory {
+                return Err(VfsError::IsDir);
+            }
+            let mut drec = d.rec.clone();
+            let t = now();
+            touch(&mut drec, t);
+            put(&mut m, Rec::DirDel { dir: dir.ino, name: name.to_vec() });
+            put(&mut m, Rec::InodePut(drec));
+            Inner::drop_link(&mut m, ino, t);
+            finish(&mut m)
+        };
+        s.sync(lsn)
+    }
+
+    fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
+        check_name(name)?;
+        let s = &self.inner;
+        let lsn = {
+            let mut m = s.meta();
+            let d = s.dir(&m, dir)?;
+            let ino = Inner::entry(d, name).ok_or(VfsError::NoEnt)?;
+            let c = &m.st.inodes[&ino];
+            let Some(cd) = &c.dir else { return Err(VfsError::NotDir) };
+            if !cd.by_name.is_empty() {
+                return Err(VfsError::NotEmpty);
+            }
+            let mut drec = d.rec.clone();
+            drec.nlink -= 1;
+            touch(&mut drec, now());
+            put(&mut m, Rec::DirDel { dir: dir.ino, name: name.to_vec() });
+            put(&mut m, Rec::InodeFree { ino });
+            put(&mut m, Rec::InodePut(drec));
+            finish(&mut m)
+        };
+        s.sync(lsn)
+    }
+
+    fn rename(&self, from_dir: &FileHandle, from_name: &[u8], to_dir: &FileHandle, to_name: &[u8]) -> VfsResult<()> {
+        check_name(from_name)?;
+        check_name(to_name)?;
+        let s = &self.inner;
+        let lsn = {
+            let mut m = s.meta();
+            let fd = s.dir(&m, from_dir)?;
+            let td = s.dir(&m, to_dir)?;
+            let src = Inner::entry(fd, from_name).ok_or(VfsError::NoEnt)?;
+            if from_dir.ino == to_dir.ino && from_name == to_name {
+                return Ok(());
+            }
+            if src == to_dir.ino {
+                return Err(VfsError::Inval);
+            }
+            let sr = m.st.inodes[&src].rec.clone();
+            let src_is_dir = sr.ftype == FileType::Directory;
+            if src_is_dir {
+                // Not into its own subtree.
+                let mut p = to_dir.ino;
+                loop {
+                    if p == src {
+                        return Err(VfsError::Inval);
+                    }
+                    let pp = m.st.inodes.get(&p).map_or(meta::ROOT_INO, |i| i.rec.parent);
+                    if pp == p || p == meta::ROOT_INO {
+                        break;
+                    }
+                    p = pp;
+                }
+            }
+            let outer = if sr.quota > 0 { 0 } else { sr.volume };
+            if outer != td.rec.volume {
+                return Err(VfsError::CrossDevice);
+            }
+            let tgt = Inner::entry(td, to_name);
+            if let Some(t) = tgt {
+                if t == src {
+                    return Ok(());
+                }
+                if t == from_dir.ino {
+                    return Err(if src_is_dir { VfsError::NotEmpty } else { VfsError::IsDir });
+                }
+                let ti = &m.st.inodes[&t];
+                let tdir = ti.rec.ftype == FileType::Directory;
+                match (src_is_dir, tdir) {
+                    (true, false) => return Err(VfsError::NotDir),
+                    (false, true) => return Err(VfsError::IsDir),
+                    (true, true) if !ti.dir.as_ref().is_some_and(|x| x.by_name.is_empty()) => return Err(VfsError::NotEmpty),
+                    _ => {}
+                }
+            }
+            let across = src_is_dir && from_dir.ino != to_dir.ino;
+            if across && tgt.is_none() && td.rec.nlink >= LINK_MAX {
+                return Err(VfsError::TooManyLinks);
+            }
+            let t = now();
+            put(&mut m, Rec::DirDel { dir: from_dir.ino, name: from_name.to_vec() });
+            if let Some(tino) = tgt {
+                put(&mut m, Rec::DirDel { dir: to_dir.ino, name: to_name.to_vec() });
+                if m.st.inodes[&tino].rec.ftype == FileType::Directory {
+                    put(&mut m, Rec::InodeFree { ino: tino });
+                    let mut tr = m.st.inodes[&to_dir.ino].rec.clone();
+                    tr.nlink -= 1;
+                    put(&mut m, Rec::InodePut(tr));
+                } else {
+                    Inner::drop_link(&mut m, tino, t);
+                }
+            }
+            let cookie = Inner::next_cookie(&m.st.inodes[&to_dir.ino]);
+            put(&mut m, Rec::DirAdd { dir: to_dir.ino, cookie, ino: src, name: to_name.to_vec() });
+            let mut sr = m.st.inodes[&src].rec.clone();
+            if src_is_dir {
+                sr.parent = to_dir.ino;
+            }
+            sr.ctime = t;
+            sr.change += 1;
+            put(&mut m, Rec::InodePut(sr));
+            let mut fr = m.st.inodes[&from_dir.ino].rec.clone();
+            if across {
+                fr.nlink -= 1;
+            }
+            touch(&mut fr, t);
+            put(&mut m, Rec::InodePut(fr));
+            if from_dir.ino != to_dir.ino {
+                let mut tr = m.st.inodes[&to_dir.ino].rec.clone();
+                if across {
+                    tr.nlink += 1;
+                }
+                touch(&mut tr, t);
+                put(&mut m, Rec::InodePut(tr));
+            }
+            finish(&mut m)
+        };
+        s.sync(lsn)
+    }
+
+    fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> VfsResult<Attr> {
+        check_name(name)?;
+        let s = &self.inner;
+        s.check(fh)?;
+        let lsn = {
+            let mut m = s.meta();
+            let d = s.dir(&m, dir)?;
+            let c = m.st.get(fh.ino, fh.generation)?;
+            if c.rec.ftype == FileType::Directory {
+                return Err(VfsError::IsDir);
+            }
+            if c.rec.nlink == 0 {
+                return Err(VfsError::NoEnt);
+            }
+            if c.rec.nlink >= LINK_MAX {
+                return Err(VfsError::TooManyLinks);
+            }
+            if c.rec.volume != d.rec.volume {
+                return Err(VfsError::CrossDevice);
+            }
+            if Inner::entry(d, name).is_some() {
+                return Err(VfsError::Exist);
+            }
+            s.ckpt_room(&m)?;
+            let t = now();
+            let cookie = Inner::next_cookie(d);
+            let mut drec = d.rec.clone();
+            touch(&mut drec, t);
+            let mut crec = c.rec.clone();
+            crec.nlink += 1;
+            crec.ctime = t;
+            crec.change += 1;
+            put(&mut m, Rec::DirAdd { dir: dir.ino, cookie, ino: fh.ino, name: name.to_vec() });
+            put(&mut m, Rec::InodePut(crec));
+            put(&mut m, Rec::InodePut(drec));
+            finish(&mut m)
+        };
+        s.sync(lsn)?;
+        self.getattr(fh)
+    }
+
+    fn readlink(&self, fh: &FileHandle) -> VfsResult<Vec<u8>> {
+        let s = &self.inner;
+        s.check(fh)?;
+        let m = s.meta();
+        let i = m.st.get(fh.ino, fh.generation)?;
+        if i.rec.ftype != FileType::Symlink {
+            return Err(VfsError::Inval);
+        }
+        Ok(i.rec.target.clone())
+    }
+
+    fn readdir(&self, dir: &FileHandle, cookie: u64, visit: &mut dyn FnMut(DirEntry<'_>) -> bool) -> VfsResult<bool> {
+        let s = &self.inner;
+        let mut after = cookie;
+        loop {
+            let batch: Vec<(u64, Vec<u8>, FileHandle, Attr)> = {
+                let m = s.meta();
+                let d = s.dir(&m, dir)?;
+                let dd = d.dir.as_ref().expect("checked a directory");
+                dd.by_cookie
+                    .range(after.saturating_add(1)..)
+                    .take(64)
+                    .filter_map(|(c, (name, ino))| m.st.inodes.get(ino).map(|i| (*c, name.clone(), s.handle(*ino, i.rec.gen), s.attr(i))))
+                    .collect()
+            };
+            if batch.is_empty() {
+                return Ok(true);
+            }
+            for (c, name, fh, attr) in &batch {
+                if !visit(DirEntry { cookie: *c, name, fh: *fh, attr: *attr }) {
+                    return Ok(false);
+                }
+                after = *c;
+            }
+        }
+    }
+
+    fn cookie_verifier(&self, dir: &FileHandle) -> VfsResult<[u8; 8]> {
+        let s = &self.inner;
+        let m = s.meta();
+        let d = s.dir(&m, dir)?;
+        Ok(d.rec.gen.to_be_bytes())
+    }
+
+    fn fsstat(&self, fh: &FileHandle) -> VfsResult<FsStat> {
+        let s = &self.inner;
+        s.check(fh)?;
+        let m = s.meta();
+        let i = m.st.get(fh.ino, fh.generation)?;
+        let free = m.alloc.free_blocks() * BLOCK;
+        let (total, free) = match i.rec.volume {
+            0 => (m.alloc.total_blocks() * BLOCK, free),
+            v => {
+                let cap = m.st.inodes.get(&v).map_or(0, |r| r.rec.quota);
+                let used = m.st.vol_used.get(&v).copied().unwrap_or(0);
+                (cap, cap.saturating_sub(used).min(free))
+            }
+        };
+        let files_total = s.sb.ckpt_blocks * format::PAYLOAD_BYTES as u64 * CKPT_FILL_MAX_PCT / 100 / 160;
+        let files_free = files_total.saturating_sub(m.st.inodes.len() as u64);
+        Ok(FsStat { total_bytes: total, free_bytes: free, avail_bytes: free, total_files: files_total, free_files: files_free, avail_files: files_free })
+    }
+
+    fn set_quota(&self, dir: &FileHandle, capacity_bytes: u64) -> VfsResult<()> {
+        let s = &self.inner;
+        let lsn = {
+            let mut m = s.meta();
+            let d = s.dir(&m, dir)?;
+            if capacity_bytes == 0 {
+                return Err(VfsError::Inval);
+            }
+            let mut rec = d.rec.clone();
+            if rec.quota > 0 {
+                let used = m.st.vol_used.get(&dir.ino).copied().unwrap_or(0);
+                if capacity_bytes < used {
+                    return Err(VfsError::Inval);
+                }
+            } else {
+                if rec.volume != 0 {
+                    return Err(VfsError::Inval);
+                }
+                if !d.dir.as_ref().is_some_and(|x| x.by_name.is_empty()) {
+                    return Err(VfsError::NotEmpty);
+                }
+                rec.volume = dir.ino;
+            }
+            rec.quota = capacity_bytes;
+            rec.ctime = now();
+            rec.change += 1;
+            put(&mut m, Rec::InodePut(rec));
+            finish(&mut m)
+        };
+        s.sync(lsn)
+    }
+
+    fn quota(&self, fh: &FileHandle) -> VfsResult<Option<QuotaUsage>> {
+        let s = &self.inner;
+        s.check(fh)?;
+        let m = s.meta();
+        let i = m.st.get(fh.ino, fh.generation)?;
+        Ok(match i.rec.volume {
+            0 => None,
+            v => Some(QuotaUsage {
+                capacity_bytes: m.st.inodes.get(&v).map_or(0, |r| r.rec.quota),
+                used_bytes: m.st.vol_used.get(&v).copied().unwrap_or(0),
+            }),
+        })
+    }
+
+    fn remove_tree(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
+        check_name(name)?;
+        let s = &self.inner;
+        let lsn = {
+            let mut m = s.meta();
+            let d = s.dir(&m, dir)?;
+            let top = Inner::entry(d, name).ok_or(VfsError::NoEnt)?;
+            if m.st.inodes[&top].rec.ftype != FileType::Directory {
+                return Err(VfsError::NotDir);
+            }
+            let t = now();
+            let mut drec = d.rec.clone();
+            drec.nlink -= 1;
+            touch(&mut drec, t);
+            put(&mut m, Rec::DirDel { dir: dir.ino, name: name.to_vec() });
+            put(&mut m, Rec::InodePut(drec));
+            let mut stack = vec![top];
+            while let Some(x) = stack.pop() {
+                let entries: Vec<(Vec<u8>, Ino)> =
+                    m.st.inodes[&x].dir.as_ref().map(|dd| dd.by_cookie.values().cloned().collect()).unwrap_or_default();
+                let mut subdirs = Vec::new();
+                for (n, c) in entries {
+                    put(&mut m, Rec::DirDel { dir: x, name: n });
+                    if m.st.inodes[&c].rec.ftype == FileType::Directory {
+                        subdirs.push(c);
+                    } else {
+                        Inner::drop_link(&mut m, c, t);
+                    }
+                }
+                if subdirs.is_empty() {
+                    put(&mut m, Rec::InodeFree { ino: x });
+                } else {
+                    // Free x after its subdirectories: push it back below them.
+                    stack.push(x);
+                    // Mark: its entries are gone now, so the next visit frees it.
+                    stack.extend(subdirs);
+                }
+            }
+            finish(&mut m)
+        };
+        s.sync(lsn)
+    }
+
+    fn pin(&self, fh: &FileHandle) -> VfsResult<()> {
+        let s = &self.inner;
+        s.check(fh)?;
+        let mut m = s.meta();
+        let i = m.st.get_mut(fh.ino, fh.generation)?;
+        if i.rec.ftype == FileType::Directory {
+            return Err(VfsError::IsDir);
+        }
+        i.pins = i.pins.checked_add(1).ok_or(VfsError::Inval)?;
+        Ok(())
+    }
+
+    fn unpin(&self, fh: &FileHandle) {
+        let s = &self.inner;
+        let lsn = {
+            let mut m = s.meta();
+            let Ok(i) = m.st.get_mut(fh.ino, fh.generation) else { return };
+            if i.pins == 0 {
+                return;
+            }
+            i.pins -= 1;
+            if i.pins > 0 || i.rec.nlink > 0 {
+                return;
+            }
+            put(&mut m, Rec::InodeFree { ino: fh.ino });
+            finish(&mut m)
+        };
+        if s.sync(lsn).is_err() {
+            eprintln!("diskfs: releasing an unlinked file failed to reach the log; recovery frees it at the next start");
+        }
+    }
+}
