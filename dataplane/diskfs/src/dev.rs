@@ -8,8 +8,10 @@ use block::{BlockError, BlockQueue, BufPool, Device, Op, BLOCK_BYTES};
 
 /// Blocks per I/O buffer (and so per device operation).
 pub const BUF_BLOCKS: usize = 64;
-/// Buffers in the pool: bounds the memory for data in flight.
+/// Buffers in a server's pool: bounds the memory for data in flight (the
+/// pool is mapped and populated at start). Tools use `TOOL_BUFS`.
 pub const BUFS_MAX: usize = 128;
+pub const TOOL_BUFS: usize = 4;
 /// Queues kept per device (one per thread that did I/O recently).
 const QUEUES_KEPT: usize = 64;
 
@@ -26,10 +28,10 @@ pub struct Devs {
 }
 
 impl Devs {
-    pub fn new(devs: Vec<Device>) -> Result<Devs, String> {
+    pub fn new(devs: Vec<Device>, bufs: usize) -> Result<Devs, String> {
         let pool = BufPool::new(block::PoolConfig {
             buf_bytes: BUF_BLOCKS * BLOCK_BYTES,
-            bufs_max: BUFS_MAX,
+            bufs_max: bufs.max(1),
             hugepages: block::Hugepages::Try,
         })
         .map_err(|e| format!("diskfs: {e}"))?;

@@ -27,7 +27,7 @@ impl Report {
 }
 
 pub fn check(devices: Vec<Device>) -> Result<Report, String> {
-    let devs = Devs::new(devices)?;
+    let devs = Devs::new(devices, crate::dev::TOOL_BUFS)?;
     let mut rep = Report::default();
     let supers = match journal::read_supers(&devs).and_then(|s| journal::check_supers(&devs, &s)) {
         Ok(s) => s,

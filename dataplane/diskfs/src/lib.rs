@@ -66,6 +66,14 @@ pub struct Options {
     pub export_id: ExportId,
     /// Format devices that hold no diskfs format (never one that does).
     pub initialize: bool,
+    /// I/O buffers of `dev::BUF_BLOCKS` blocks (memory for data in flight).
+    pub io_buffers: usize,
+}
+
+impl Options {
+    pub fn new(export_id: ExportId, initialize: bool) -> Options {
+        Options { export_id, initialize, io_buffers: dev::BUFS_MAX }
+    }
 }
 
 /// What `open` did, for the server's log.
@@ -134,7 +142,8 @@ struct Inner {
     gate: IoGate,
     reclaiming: Mutex<()>,
     verifier: [u8; 8],
-    pool: vfs::iopool::IoPool,
+    /// Started at the first parked call (tools and recovery need none).
+    pool: std::sync::OnceLock<vfs::iopool::IoPool>,
 }
 
 pub struct DiskFs {
@@ -155,7 +164,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Format `devices` as one new, empty file system. Refuses devices that
 /// hold a diskfs format unless `force`.
 pub fn format(devices: Vec<Device>, export_id: ExportId, force: bool) -> Result<String, String> {
-    let devs = Devs::new(devices)?;
+    let devs = Devs::new(devices, dev::TOOL_BUFS)?;
     let s = journal::format(&devs, export_id, force)?;
     Ok(journal::uuid_str(&s[0].cluster_uuid))
 }
@@ -166,7 +175,7 @@ impl DiskFs {
     /// first. Every refusal names the device and what is wrong.
     pub fn open(devices: Vec<Device>, opts: &Options) -> Result<DiskFs, String> {
         let t0 = std::time::Instant::now();
-        let devs = Devs::new(devices)?;
+        let devs = Devs::new(devices, opts.io_buffers)?;
         let mut formatted = false;
         let supers = match journal::read_supers(&devs).and_then(|s| journal::check_supers(&devs, &s)) {
             Ok(s) => s,
@@ -213,7 +222,7 @@ impl DiskFs {
             gate: IoGate { epoch: AtomicU64::new(0), active: [AtomicU64::new(0), AtomicU64::new(0)] },
             reclaiming: Mutex::new(()),
             verifier: vfs::random_verifier(),
-            pool: vfs::iopool::IoPool::start("diskfs-io", IO_THREADS)?,
+            pool: std::sync::OnceLock::new(),
             devs,
         });
         // Objects that lost their last name while open when the server
@@ -301,6 +310,20 @@ fn set_time(s: SetTime, t: Time) -> Option<Time> {
 impl Inner {
     fn meta(&self) -> MutexGuard<'_, Meta> {
         lock(&self.meta)
+    }
+
+    /// Run a parked call on a worker (inline if no worker can start).
+    fn run(&self, job: vfs::iopool::Job) {
+        match self.pool.get() {
+            Some(p) => p.run(job),
+            None => match vfs::iopool::IoPool::start("diskfs-io", IO_THREADS) {
+                Ok(p) => self.pool.get_or_init(|| p).run(job),
+                Err(e) => {
+                    eprintln!("{e}; running the call inline");
+                    job()
+                }
+            },
+        }
     }
 
     fn handle(&self, ino: Ino, gen: u64) -> FileHandle {
@@ -816,7 +839,7 @@ impl Vfs for DiskFs {
     fn read_start(&self, fh: &FileHandle, offset: u64, buf: &mut [u8], later: &mut dyn Later) -> VfsResult<Option<(usize, bool)>> {
         let Some(done) = later.park() else { return self.read(fh, offset, buf).map(Some) };
         let (s, fh, len) = (self.inner.clone(), *fh, buf.len());
-        self.inner.pool.run(Box::new(move || {
+        self.inner.run(Box::new(move || {
             let mut data = vec![0u8; len];
             let r = s.read_impl(&fh, offset, &mut data).map(|(n, eof)| {
                 data.truncate(n);
@@ -830,7 +853,7 @@ impl Vfs for DiskFs {
     fn write_start(&self, fh: &FileHandle, offset: u64, data: &[u8], stable: Stability, later: &mut dyn Later) -> VfsResult<Option<(usize, Stability, Attr)>> {
         let Some(done) = later.park() else { return self.write(fh, offset, data, stable).map(Some) };
         let (s, fh, data) = (self.inner.clone(), *fh, data.to_vec());
-        self.inner.pool.run(Box::new(move || {
+        self.inner.run(Box::new(move || {
             let r = s.write_impl(&fh, offset, &data, stable).map(|(count, committed, attr)| IoDone::Write { count, committed, attr });
             done(r)
         }));
@@ -840,7 +863,7 @@ impl Vfs for DiskFs {
     fn commit_start(&self, fh: &FileHandle, offset: u64, count: u64, later: &mut dyn Later) -> VfsResult<Option<()>> {
         let Some(done) = later.park() else { return self.commit(fh, offset, count).map(Some) };
         let (me, fh) = (DiskFs { inner: self.inner.clone(), report: self.report.clone() }, *fh);
-        self.inner.pool.run(Box::new(move || done(me.commit(&fh, offset, count).map(|()| IoDone::Commit))));
+        self.inner.run(Box::new(move || done(me.commit(&fh, offset, count).map(|()| IoDone::Commit))));
         Ok(None)
     }
 

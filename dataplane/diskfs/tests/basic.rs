@@ -11,7 +11,7 @@ use vfs::{CreateMode, Cred, FileHandle, NodeKind, SetAttr, Stability, Vfs, VfsEr
 const EXPORT: u32 = 7;
 
 fn opts() -> Options {
-    Options { export_id: EXPORT, initialize: true }
+    Options::new(EXPORT, true)
 }
 
 fn mem(blocks: u64) -> Device {
@@ -299,7 +299,7 @@ fn bad_devices_are_clear_start_errors() {
     let e = DiskFs::open(vec![mem(100)], &opts()).unwrap_err();
     assert!(e.contains("mem0") && e.contains("at least"), "{e}");
     // Blank without initialize.
-    let e = DiskFs::open(vec![mem(4096)], &Options { export_id: EXPORT, initialize: false }).unwrap_err();
+    let e = DiskFs::open(vec![mem(4096)], &Options { io_buffers: 4, ..Options::new(EXPORT, false) }).unwrap_err();
     assert!(e.contains("initialize"), "{e}");
     // Read-only.
     let ro: Device = Arc::new(MemDevice::new("ro", 4096).read_only());
