@@ -11,7 +11,7 @@
 //! a final scrape still sees the totals.
 
 use crate::admin::{Admin, ClusterInfo, DsEntry};
-use crate::config::{Config, Module, MountConfig};
+use crate::config::{Config, DiskfsDevice, Module, MountConfig};
 use crate::http;
 use crate::log;
 use crate::volumes::{ensure_dirs, Volumes};
@@ -56,11 +56,20 @@ fn build_router(cfg: &Config) -> Result<Arc<Router>, String> {
     // with several (the reference MDS has three) is not fixed one restart
     // at a time.
     let mut unavailable = Vec::new();
+    // One diskfs spans server.vfs.diskfs's devices; each diskfs mount is
+    // a view of it ("/" or a top-level directory).
+    let disk = match cfg.mounts.iter().find(|m| m.module == Module::Diskfs) {
+        Some(first) => match open_diskfs(cfg, first) {
+            Ok(d) => Some(d),
+            Err(e) => return Err(e),
+        },
+        None => None,
+    };
     for (i, m) in cfg.mounts.iter().enumerate() {
         // Export ids are positions in the config: stable across restarts as
         // long as the mount list is, which keeps file handles valid.
         let export_id = (i + 1) as u32;
-        match backend_for(cfg, m, export_id) {
+        match backend_for(m, export_id, disk.as_ref()) {
             Ok(backend) => mounts.push(Mount { name: m.name.as_bytes().to_vec(), export_id, backend }),
             Err(e) => unavailable.push(e),
         }
@@ -74,9 +83,9 @@ fn build_router(cfg: &Config) -> Result<Arc<Router>, String> {
 /// The one place a mount's module becomes a backend. Modules the config
 /// accepts but this build cannot run yet fail here, at start, naming the
 /// mount: `--check-config` still passes a config meant for a build that has
-/// them. Replace an arm when its backend lands (`cfg.diskfs` holds diskfs's
-/// devices and caches).
-fn backend_for(cfg: &Config, m: &MountConfig, export_id: u32) -> Result<Arc<dyn Vfs>, String> {
+/// them (the `nfs` module). A diskfs mount is a view of the one diskfs
+/// `build_router` opened.
+fn backend_for(m: &MountConfig, export_id: u32, disk: Option<&diskfs::DiskFs>) -> Result<Arc<dyn Vfs>, String> {
     match m.module {
         Module::Memfs => {
             if m.capacity_bytes < vfs::memfs::CAPACITY_MIN_BYTES {
@@ -84,18 +93,58 @@ fn backend_for(cfg: &Config, m: &MountConfig, export_id: u32) -> Result<Arc<dyn 
             }
             Ok(Arc::new(MemFs::new(MemFsConfig { export_id, capacity_bytes: m.capacity_bytes })))
         }
-        Module::Diskfs => Err(format!(
-            "mounts.{}: module \"diskfs\" (the durable backend) is not in this build yet; \
-             its config (server.vfs.diskfs, {} device(s)) is valid, but this mount cannot start (use module \"memfs\" for now)",
-            m.name,
-            cfg.diskfs.as_ref().map_or(0, |d| d.devices.len())
-        )),
+        Module::Diskfs => {
+            let disk = disk.ok_or_else(|| format!("mounts.{}: diskfs is not open", m.name))?;
+            disk.view(&m.path, export_id).map(|v| Arc::new(v) as Arc<dyn Vfs>).map_err(|e| format!("mounts.{}: {e}", m.name))
+        }
         Module::Nfs => Err(format!(
             "mounts.{}: module \"nfs\" (the userspace NFS client, to mount {}) is not in this build yet; \
              this mount cannot start",
             m.name, m.path
         )),
     }
+}
+
+/// Open diskfs over `server.vfs.diskfs`'s devices (recovering or, with
+/// `initialize`, formatting blank ones); every refusal names the device.
+/// `m` is the first diskfs mount (named in errors).
+fn open_diskfs(cfg: &Config, m: &MountConfig) -> Result<diskfs::DiskFs, String> {
+    let dc = cfg.diskfs.as_ref().ok_or_else(|| format!("mounts.{}: module \"diskfs\" needs server.vfs.diskfs.config", m.name))?;
+    let mut devices: Vec<block::Device> = Vec::with_capacity(dc.devices.len());
+    for d in &dc.devices {
+        match d {
+            DiskfsDevice::IoUring { path } => {
+                let dev = block::uring::UringDevice::open(&block::uring::UringOptions::new(path))
+                    .map_err(|e| format!("mounts.{}: server.vfs.diskfs.config.devices: {e}", m.name))?;
+                devices.push(Arc::new(dev));
+            }
+            DiskfsDevice::Vfio { pci } => {
+                return Err(format!(
+                    "mounts.{}: device {pci} has type \"vfio\": the userspace NVMe driver is not in this build yet; \
+                     use {{\"type\": \"io_uring\", \"path\": \"/dev/nvmeXnY\"}} for this device meanwhile",
+                    m.name
+                ))
+            }
+        }
+    }
+    // The whole file system's own view is not served; mounts get views.
+    let fs = diskfs::DiskFs::open(devices, &diskfs::Options::new(u32::MAX, dc.initialize)).map_err(|e| format!("mounts.{}: {e}", m.name))?;
+    let r = fs.report();
+    log::info(
+        "diskfs mounted",
+        &[
+            ("mount", m.name.as_str().into()),
+            ("cluster", r.cluster_uuid.as_str().into()),
+            ("formatted", r.formatted.into()),
+            ("log_units_replayed", r.log_units_replayed.into()),
+            ("orphans_freed", r.orphans_freed.into()),
+            ("inodes", r.inodes.into()),
+            ("data_blocks_used", r.data_blocks_used.into()),
+            ("data_blocks_total", r.data_blocks_total.into()),
+            ("recovery_ms", r.recovery_ms.into()),
+        ],
+    );
+    Ok(fs)
 }
 
 /// mkdir -p a namespace path "/mount/a/b" (the mount must exist).

@@ -6,9 +6,11 @@
 //!   a note that an admin token will be generated; it writes nothing;
 //! - parsed, they say what the reference means (16 VFIO devices, the data
 //!   servers RDMA-first, the diskfs and nfs mounts);
-//! - started with only device edits they fail at start, exit 1, and the
-//!   error names each mount whose module is not in this build (nfs: the
-//!   userspace client; diskfs: the durable backend), before listening;
+//! - started with only device edits (and their fixed ports moved to
+//!   loopback port 0), the data server's runs on diskfs and restarts onto
+//!   the same file system; the MDS's fails at start, exit 1, naming only
+//!   its `nfs` mount (the userspace client is not in this build), before
+//!   listening;
 //! - with the admin API on and no token, the first start generates one into
 //!   `<config>.admin-token` (mode 0600), requests with it get 200 and without
 //!   it 401, and the next start reuses it; a token file others can read is
@@ -210,38 +212,64 @@ fn start_error(lines: &[Value]) -> String {
     e["error"].as_str().unwrap().to_string()
 }
 
-#[test]
-fn reference_configs_with_device_edits_fail_at_start_naming_the_mounts() {
-    let dir = scratch("devices");
-    for (name, want) in [
-        ("chimera.json", vec!["mounts.ds: module \"diskfs\" (the durable backend) is not in this build yet"]),
-        (
-            "pnfs.json",
-            vec![
-                "mounts.ds1: module \"nfs\" (the userspace NFS client, to mount 10.67.25.209:/ds) is not in this build yet",
-                "mounts.ds2: module \"diskfs\" (the durable backend) is not in this build yet",
-                "mounts.mds: module \"diskfs\" (the durable backend) is not in this build yet",
-            ],
-        ),
-    ] {
-        // The one edit the issue allows: this machine's devices (files)
-        // instead of the reference's NVMe controllers.
-        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(fixture(name)).unwrap()).unwrap();
-        let img = dir.join(format!("{name}.img"));
-        v["server"]["vfs"]["diskfs"]["config"]["devices"] = json!([{ "type": "io_uring", "path": img.to_str().unwrap() }]);
-        let cfg = dir.join(name);
-        std::fs::write(&cfg, serde_json::to_string_pretty(&v).unwrap()).unwrap();
-        let mut p = spawn(&cfg);
-        let (code, lines) = until_started_or_exit(&mut p).expect_err("a diskfs/nfs mount cannot start in this build");
-        assert_eq!(code, Some(1), "{name}: {lines:?}");
-        let e = start_error(&lines);
-        for w in &want {
-            assert!(e.contains(w), "{name}: {e:?} lacks {w:?}");
-        }
-        assert_eq!(e.matches("mounts.").count(), want.len(), "{name}: {e}");
-        // It failed before opening any listener.
-        assert!(!lines.iter().any(|v| v["msg"] == "listening"), "{name}: {lines:?}");
+/// The reference config with this machine's device (a file) instead of
+/// its NVMe controllers, and its fixed ports moved to loopback port 0 (tests
+/// never bind fixed ports).
+fn with_device_edits(dir: &Path, name: &str) -> PathBuf {
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(fixture(name)).unwrap()).unwrap();
+    let img = dir.join(format!("{name}.img"));
+    std::fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
+    v["server"]["vfs"]["diskfs"]["config"]["devices"] = json!([{ "type": "io_uring", "path": img.to_str().unwrap() }]);
+    for (k, val) in [("bind", json!("127.0.0.1")), ("nfs_port", json!(0)), ("mount_port", json!(0)), ("portmap_port", json!(0)),
+                     ("rest_http_port", json!(0)), ("metrics_port", json!(0)), ("grace_time_s", json!(0))] {
+        v["server"][k] = val;
     }
+    v["admin"] = json!({ "bind": "127.0.0.1" });
+    v["metrics"] = json!({ "bind": "127.0.0.1" });
+    let cfg = dir.join(name);
+    std::fs::write(&cfg, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    cfg
+}
+
+fn mounted(lines: &[Value]) -> &Value {
+    lines.iter().find(|v| v["msg"] == "diskfs mounted").unwrap_or_else(|| panic!("no diskfs mount logged: {lines:?}"))
+}
+
+#[test]
+fn reference_ds_config_runs_on_diskfs_with_device_edits_and_restarts() {
+    let dir = scratch("devices");
+    let cfg = with_device_edits(&dir, "chimera.json");
+    let mut p = spawn(&cfg);
+    let lines = until_started_or_exit(&mut p).unwrap_or_else(|(c, l)| panic!("exit {c:?}: {l:?}"));
+    let m = mounted(&lines);
+    assert_eq!(m["formatted"], true, "{m}");
+    assert_eq!(m["mount"], "ds");
+    let cluster = m["cluster"].as_str().unwrap().to_string();
+    listening(&lines, "nfs");
+    drop(p);
+    // Killed and started again: the same file system, recovered, not formatted.
+    let mut p = spawn(&cfg);
+    let lines = until_started_or_exit(&mut p).unwrap_or_else(|(c, l)| panic!("exit {c:?}: {l:?}"));
+    let m = mounted(&lines);
+    assert_eq!(m["formatted"], false, "{m}");
+    assert_eq!(m["cluster"].as_str().unwrap(), cluster);
+    drop(p);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn reference_mds_config_fails_at_start_naming_only_the_nfs_mount() {
+    let dir = scratch("devices-mds");
+    let cfg = with_device_edits(&dir, "pnfs.json");
+    let mut p = spawn(&cfg);
+    let (code, lines) = until_started_or_exit(&mut p).expect_err("an nfs mount cannot start in this build");
+    assert_eq!(code, Some(1), "{lines:?}");
+    let e = start_error(&lines);
+    let want = "mounts.ds1: module \"nfs\" (the userspace NFS client, to mount 10.67.25.209:/ds) is not in this build yet";
+    assert!(e.contains(want), "{e:?} lacks {want:?}");
+    // The two diskfs mounts (views of one file system) are not refused.
+    assert_eq!(e.matches("mounts.").count(), 1, "{e}");
+    assert!(!lines.iter().any(|v| v["msg"] == "listening"), "{lines:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

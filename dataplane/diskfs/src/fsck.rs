@@ -93,6 +93,12 @@ pub fn check(devices: Vec<Device>) -> Result<Report, String> {
                         v.push(format!("directory {child}: parent is {} but it is listed in {ino}", c.rec.parent));
                     }
                 }
+                // A mount's root (a top-level directory) is its own tree.
+                let mount_root = *ino == ROOT_INO && c.rec.ftype == FileType::Directory && c.rec.tree == *child;
+                let tree = if mount_root { *child } else { i.rec.tree };
+                if c.rec.tree != tree {
+                    v.push(format!("inode {child}: tree {} but {tree} expected under directory {ino}", c.rec.tree));
+                }
                 let outer = if c.rec.quota > 0 { 0 } else { c.rec.volume };
                 if outer != i.rec.volume {
                     v.push(format!("inode {child}: volume {} differs from its directory {ino}'s {}", c.rec.volume, i.rec.volume));

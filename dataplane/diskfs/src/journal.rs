@@ -233,6 +233,7 @@ pub fn format(devs: &Devs, export_id: u32, force: bool) -> Result<Vec<Super>, St
         volume: 0,
         quota: 0,
         parent: meta::ROOT_INO,
+        tree: 0,
         verf: [0; 8],
         target: Vec::new(),
     };

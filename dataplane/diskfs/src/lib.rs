@@ -133,7 +133,6 @@ impl IoGate {
 }
 
 struct Inner {
-    export_id: ExportId,
     devs: Devs,
     sb: Super,
     meta: Mutex<Meta>,
@@ -146,14 +145,26 @@ struct Inner {
     pool: std::sync::OnceLock<vfs::iopool::IoPool>,
 }
 
+/// A mount of the file system: all of it (the root), or one top-level
+/// directory. Handles carry the view's export id; a handle to an object
+/// outside the view's tree is `Stale` (no escape between mounts).
+#[derive(Debug, Clone, Copy)]
+struct View {
+    export_id: ExportId,
+    root: (Ino, u64),
+    /// 0: the whole file system; else the top-level directory's inode.
+    tree: Ino,
+}
+
 pub struct DiskFs {
     inner: Arc<Inner>,
     report: OpenReport,
+    view: View,
 }
 
 impl std::fmt::Debug for DiskFs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DiskFs").field("export_id", &self.inner.export_id).field("report", &self.report).finish()
+        f.debug_struct("DiskFs").field("view", &self.view).field("report", &self.report).finish()
     }
 }
 
@@ -214,7 +225,6 @@ impl DiskFs {
             }
         }
         let inner = Arc::new(Inner {
-            export_id: opts.export_id,
             sb: s0,
             meta: Mutex::new(Meta { st: loaded.st, alloc, pending: Vec::new(), lsn: 0, quarantine: Vec::new() }),
             log: Mutex::new((loaded.log, false)),
@@ -255,7 +265,63 @@ impl DiskFs {
                 recovery_ms: t0.elapsed().as_millis() as u64,
             }
         };
-        Ok(DiskFs { inner, report })
+        Ok(DiskFs { inner, report, view: View { export_id: opts.export_id, root: (meta::ROOT_INO, meta::ROOT_GEN), tree: 0 } })
+    }
+
+    /// A view of `path` for a mount with `export_id`: "/" is the whole
+    /// file system; "/name" a top-level directory, created (mode 0755,
+    /// owned by root) when missing.
+    pub fn view(&self, path: &str, export_id: ExportId) -> Result<DiskFs, String> {
+        let mk = |root: (Ino, u64), tree: Ino| DiskFs { inner: self.inner.clone(), report: self.report.clone(), view: View { export_id, root, tree } };
+        if path == "/" {
+            return Ok(mk((meta::ROOT_INO, meta::ROOT_GEN), 0));
+        }
+        let name = path.strip_prefix('/').filter(|n| !n.is_empty() && !n.contains('/')).ok_or_else(|| {
+            format!("diskfs: mount path {path:?}: \"/\" or one top-level directory (\"/name\") only")
+        })?;
+        let whole = mk((meta::ROOT_INO, meta::ROOT_GEN), 0);
+        let root = whole.root(export_id).map_err(|e| format!("diskfs: {e}"))?;
+        let (fh, a) = match whole.lookup(&root, name.as_bytes()) {
+            Ok(x) => x,
+            Err(VfsError::NoEnt) => whole
+                .create(&root, name.as_bytes(), NodeKind::Directory, 0o755, &Cred::ROOT, CreateMode::Guarded)
+                .map_err(|e| format!("diskfs: cannot create the mount directory {path:?}: {e}"))?,
+            Err(e) => return Err(format!("diskfs: mount path {path:?}: {e}")),
+        };
+        if a.ftype != FileType::Directory {
+            return Err(format!("diskfs: mount path {path:?} is not a directory"));
+        }
+        self.inner.make_tree(fh.ino).map_err(|e| format!("diskfs: mount path {path:?}: {e}"))?;
+        Ok(mk((fh.ino, fh.generation), fh.ino))
+    }
+
+    fn handle(&self, ino: Ino, gen: u64) -> FileHandle {
+        FileHandle { export_id: self.view.export_id, ino, generation: gen }
+    }
+
+    fn attr(&self, i: &Inode) -> Attr {
+        let mut a = self.inner.attr(i);
+        a.fsid = self.view.export_id as u64;
+        a
+    }
+
+    fn fix(&self, mut a: Attr) -> Attr {
+        a.fsid = self.view.export_id as u64;
+        a
+    }
+
+    /// The handle is this view's and names an object inside its tree.
+    fn check(&self, fh: &FileHandle) -> VfsResult<()> {
+        if fh.export_id != self.view.export_id {
+            return Err(VfsError::Stale);
+        }
+        if self.view.tree != 0 {
+            let m = self.inner.meta();
+            if m.st.get(fh.ino, fh.generation)?.rec.tree != self.view.tree {
+                return Err(VfsError::Stale);
+            }
+        }
+        Ok(())
     }
 
     pub fn report(&self) -> &OpenReport {
@@ -287,6 +353,12 @@ fn put(m: &mut Meta, r: Rec) {
 fn finish(m: &mut Meta) -> u64 {
     m.lsn += 1;
     m.lsn
+}
+
+/// The tree an object named in directory `d` belongs to (see
+/// `InodeRec::tree`): its directory's. Only `DiskFs::view` makes a tree.
+fn tree_under(d: &InodeRec, _ftype: FileType, _ino: Ino) -> Ino {
+    d.tree
 }
 
 fn now() -> Time {
@@ -326,17 +398,6 @@ impl Inner {
         }
     }
 
-    fn handle(&self, ino: Ino, gen: u64) -> FileHandle {
-        FileHandle { export_id: self.export_id, ino, generation: gen }
-    }
-
-    fn check(&self, fh: &FileHandle) -> VfsResult<()> {
-        if fh.export_id != self.export_id {
-            return Err(VfsError::Stale);
-        }
-        Ok(())
-    }
-
     fn attr(&self, i: &Inode) -> Attr {
         let r = &i.rec;
         Attr {
@@ -348,7 +409,7 @@ impl Inner {
             size: if r.ftype == FileType::Symlink { r.target.len() as u64 } else { r.size },
             used: i.map.len() as u64 * BLOCK,
             rdev: r.rdev,
-            fsid: self.export_id as u64,
+            fsid: 0,
             fileid: r.ino,
             atime: r.atime,
             mtime: r.mtime,
@@ -426,6 +487,36 @@ impl Inner {
         Ok(())
     }
 
+    /// Make top-level directory `top` a tree of its own (a mount's root):
+    /// it and everything below it are tagged, in one transaction.
+    fn make_tree(&self, top: Ino) -> VfsResult<()> {
+        let lsn = {
+            let mut m = self.meta();
+            let t = m.st.inodes.get(&top).ok_or(VfsError::Stale)?;
+            if t.rec.tree == top {
+                return Ok(());
+            }
+            if t.rec.tree != 0 || t.rec.ftype != FileType::Directory {
+                return Err(VfsError::Inval);
+            }
+            let mut stack = vec![top];
+            let mut seen = std::collections::HashSet::new();
+            while let Some(x) = stack.pop() {
+                if !seen.insert(x) {
+                    continue;
+                }
+                let i = &m.st.inodes[&x];
+                let children: Vec<Ino> = i.dir.as_ref().map(|d| d.by_cookie.values().map(|(_, c)| *c).collect()).unwrap_or_default();
+                let mut rec = i.rec.clone();
+                rec.tree = top;
+                put(&mut m, Rec::InodePut(rec));
+                stack.extend(children);
+            }
+            finish(&mut m)
+        };
+        self.sync(lsn)
+    }
+
     /// Return freed blocks whose release is durable to the allocator, once
     /// no I/O that started before can touch them.
     fn reclaim(&self) {
@@ -471,7 +562,6 @@ impl Inner {
     }
 
     fn read_impl(&self, fh: &FileHandle, offset: u64, buf: &mut [u8]) -> VfsResult<(usize, bool)> {
-        self.check(fh)?;
         loop {
             let e = self.gate.enter();
             let r = self.read_once(fh, offset, buf);
@@ -532,7 +622,6 @@ impl Inner {
     }
 
     fn write_impl(&self, fh: &FileHandle, offset: u64, data: &[u8], stable: Stability) -> VfsResult<(usize, Stability, Attr)> {
-        self.check(fh)?;
         let end = offset.checked_add(data.len() as u64).ok_or(VfsError::FileTooBig)?;
         if end > FILE_SIZE_MAX_BYTES {
             return Err(VfsError::FileTooBig);
@@ -648,7 +737,6 @@ impl Inner {
     }
 
     fn setattr_impl(&self, fh: &FileHandle, set: &SetAttr, guard: Option<Time>) -> VfsResult<Attr> {
-        self.check(fh)?;
         if let Some(mode) = set.mode {
             if mode & !0o7777 != 0 {
                 return Err(VfsError::Inval);
@@ -746,7 +834,6 @@ impl Inner {
     }
 
     fn dir<'a>(&self, m: &'a Meta, fh: &FileHandle) -> VfsResult<&'a Inode> {
-        self.check(fh)?;
         let d = m.st.get(fh.ino, fh.generation)?;
         if d.dir.is_none() {
             return Err(VfsError::NotDir);
@@ -780,52 +867,61 @@ impl Inner {
 
 impl Vfs for DiskFs {
     fn root(&self, export_id: ExportId) -> VfsResult<FileHandle> {
-        if export_id != self.inner.export_id {
+        if export_id != self.view.export_id {
             return Err(VfsError::Stale);
         }
-        Ok(self.inner.handle(meta::ROOT_INO, meta::ROOT_GEN))
+        Ok(self.handle(self.view.root.0, self.view.root.1))
     }
 
     fn getattr(&self, fh: &FileHandle) -> VfsResult<Attr> {
         let s = &self.inner;
-        s.check(fh)?;
+        self.check(fh)?;
         let m = s.meta();
-        Ok(s.attr(m.st.get(fh.ino, fh.generation)?))
+        Ok(self.attr(m.st.get(fh.ino, fh.generation)?))
     }
 
     fn setattr(&self, fh: &FileHandle, set: &SetAttr, guard_ctime: Option<Time>) -> VfsResult<Attr> {
-        self.inner.setattr_impl(fh, set, guard_ctime)
+        self.check(fh)?;
+        self.inner.setattr_impl(fh, set, guard_ctime).map(|a| self.fix(a))
     }
 
     fn lookup(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<(FileHandle, Attr)> {
+        self.check(dir)?;
         check_name(name)?;
         let s = &self.inner;
         let m = s.meta();
         let d = s.dir(&m, dir)?;
         let ino = Inner::entry(d, name).ok_or(VfsError::NoEnt)?;
         let c = &m.st.inodes[&ino];
-        Ok((s.handle(ino, c.rec.gen), s.attr(c)))
+        Ok((self.handle(ino, c.rec.gen), self.attr(c)))
     }
 
     fn lookup_parent(&self, dir: &FileHandle) -> VfsResult<(FileHandle, Attr)> {
+        self.check(dir)?;
         let s = &self.inner;
         let m = s.meta();
         let d = s.dir(&m, dir)?;
+        if dir.ino == self.view.root.0 {
+            // A mount's root is its own parent: ".." never leaves it.
+            return Ok((self.handle(d.rec.ino, d.rec.gen), self.attr(d)));
+        }
         let p = &m.st.inodes.get(&d.rec.parent).ok_or(VfsError::Stale)?;
-        Ok((s.handle(p.rec.ino, p.rec.gen), s.attr(p)))
+        Ok((self.handle(p.rec.ino, p.rec.gen), self.attr(p)))
     }
 
     fn read(&self, fh: &FileHandle, offset: u64, buf: &mut [u8]) -> VfsResult<(usize, bool)> {
+        self.check(fh)?;
         self.inner.read_impl(fh, offset, buf)
     }
 
     fn write(&self, fh: &FileHandle, offset: u64, data: &[u8], stable: Stability) -> VfsResult<(usize, Stability, Attr)> {
-        self.inner.write_impl(fh, offset, data, stable)
+        self.check(fh)?;
+        self.inner.write_impl(fh, offset, data, stable).map(|(n, h, a)| (n, h, self.fix(a)))
     }
 
     fn commit(&self, fh: &FileHandle, _offset: u64, _count: u64) -> VfsResult<()> {
         let s = &self.inner;
-        s.check(fh)?;
+        self.check(fh)?;
         {
             let m = s.meta();
             let i = m.st.get(fh.ino, fh.generation)?;
@@ -837,6 +933,7 @@ impl Vfs for DiskFs {
     }
 
     fn read_start(&self, fh: &FileHandle, offset: u64, buf: &mut [u8], later: &mut dyn Later) -> VfsResult<Option<(usize, bool)>> {
+        self.check(fh)?;
         let Some(done) = later.park() else { return self.read(fh, offset, buf).map(Some) };
         let (s, fh, len) = (self.inner.clone(), *fh, buf.len());
         self.inner.run(Box::new(move || {
@@ -851,18 +948,20 @@ impl Vfs for DiskFs {
     }
 
     fn write_start(&self, fh: &FileHandle, offset: u64, data: &[u8], stable: Stability, later: &mut dyn Later) -> VfsResult<Option<(usize, Stability, Attr)>> {
+        self.check(fh)?;
         let Some(done) = later.park() else { return self.write(fh, offset, data, stable).map(Some) };
-        let (s, fh, data) = (self.inner.clone(), *fh, data.to_vec());
+        let (s, fh, data, fsid) = (self.inner.clone(), *fh, data.to_vec(), self.view.export_id as u64);
         self.inner.run(Box::new(move || {
-            let r = s.write_impl(&fh, offset, &data, stable).map(|(count, committed, attr)| IoDone::Write { count, committed, attr });
+            let r = s.write_impl(&fh, offset, &data, stable).map(|(count, committed, attr)| IoDone::Write { count, committed, attr: Attr { fsid, ..attr } });
             done(r)
         }));
         Ok(None)
     }
 
     fn commit_start(&self, fh: &FileHandle, offset: u64, count: u64, later: &mut dyn Later) -> VfsResult<Option<()>> {
+        self.check(fh)?;
         let Some(done) = later.park() else { return self.commit(fh, offset, count).map(Some) };
-        let (me, fh) = (DiskFs { inner: self.inner.clone(), report: self.report.clone() }, *fh);
+        let (me, fh) = (DiskFs { inner: self.inner.clone(), report: self.report.clone(), view: self.view }, *fh);
         self.inner.run(Box::new(move || done(me.commit(&fh, offset, count).map(|()| IoDone::Commit))));
         Ok(None)
     }
@@ -872,6 +971,7 @@ impl Vfs for DiskFs {
     }
 
     fn create(&self, dir: &FileHandle, name: &[u8], kind: NodeKind<'_>, mode: u32, cred: &Cred<'_>, how: CreateMode) -> VfsResult<(FileHandle, Attr)> {
+        self.check(dir)?;
         check_name(name)?;
         if mode & !0o7777 != 0 {
             return Err(VfsError::Inval);
@@ -915,7 +1015,7 @@ impl Vfs for DiskFs {
                         }
                     }
                 }
-                return Ok((s.handle(ino, c.rec.gen), s.attr(c)));
+                return Ok((self.handle(ino, c.rec.gen), self.attr(c)));
             }
             if ftype == FileType::Directory && d.rec.nlink >= LINK_MAX {
                 return Err(VfsError::TooManyLinks);
@@ -942,6 +1042,7 @@ impl Vfs for DiskFs {
                 volume: drec.volume,
                 quota: 0,
                 parent: if ftype == FileType::Directory { dir.ino } else { 0 },
+                tree: tree_under(&drec, ftype, ino),
                 verf: match how {
                     CreateMode::Exclusive(v) => v,
                     _ => [0; 8],
@@ -955,15 +1056,16 @@ impl Vfs for DiskFs {
             put(&mut m, Rec::InodePut(rec));
             put(&mut m, Rec::DirAdd { dir: dir.ino, cookie, ino, name: name.to_vec() });
             put(&mut m, Rec::InodePut(drec));
-            (s.handle(ino, gen), finish(&mut m))
+            (self.handle(ino, gen), finish(&mut m))
         };
         s.sync(lsn)?;
         let m = s.meta();
-        let a = s.attr(m.st.get(fh.ino, fh.generation)?);
+        let a = self.attr(m.st.get(fh.ino, fh.generation)?);
         Ok((fh, a))
     }
 
     fn remove(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
+        self.check(dir)?;
         check_name(name)?;
         let s = &self.inner;
         let lsn = {
@@ -985,6 +1087,7 @@ impl Vfs for DiskFs {
     }
 
     fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
+        self.check(dir)?;
         check_name(name)?;
         let s = &self.inner;
         let lsn = {
@@ -1008,6 +1111,8 @@ impl Vfs for DiskFs {
     }
 
     fn rename(&self, from_dir: &FileHandle, from_name: &[u8], to_dir: &FileHandle, to_name: &[u8]) -> VfsResult<()> {
+        self.check(from_dir)?;
+        self.check(to_dir)?;
         check_name(from_name)?;
         check_name(to_name)?;
         let s = &self.inner;
@@ -1037,6 +1142,10 @@ impl Vfs for DiskFs {
                     }
                     p = pp;
                 }
+            }
+            if tree_under(&td.rec, sr.ftype, src) != sr.tree {
+                // Another mount's tree (or out of one into the root).
+                return Err(VfsError::CrossDevice);
             }
             let outer = if sr.quota > 0 { 0 } else { sr.volume };
             if outer != td.rec.volume {
@@ -1105,9 +1214,10 @@ impl Vfs for DiskFs {
     }
 
     fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> VfsResult<Attr> {
+        self.check(dir)?;
         check_name(name)?;
         let s = &self.inner;
-        s.check(fh)?;
+        self.check(fh)?;
         let lsn = {
             let mut m = s.meta();
             let d = s.dir(&m, dir)?;
@@ -1121,7 +1231,7 @@ impl Vfs for DiskFs {
             if c.rec.nlink >= LINK_MAX {
                 return Err(VfsError::TooManyLinks);
             }
-            if c.rec.volume != d.rec.volume {
+            if c.rec.volume != d.rec.volume || tree_under(&d.rec, c.rec.ftype, c.rec.ino) != c.rec.tree {
                 return Err(VfsError::CrossDevice);
             }
             if Inner::entry(d, name).is_some() {
@@ -1147,7 +1257,7 @@ impl Vfs for DiskFs {
 
     fn readlink(&self, fh: &FileHandle) -> VfsResult<Vec<u8>> {
         let s = &self.inner;
-        s.check(fh)?;
+        self.check(fh)?;
         let m = s.meta();
         let i = m.st.get(fh.ino, fh.generation)?;
         if i.rec.ftype != FileType::Symlink {
@@ -1157,6 +1267,7 @@ impl Vfs for DiskFs {
     }
 
     fn readdir(&self, dir: &FileHandle, cookie: u64, visit: &mut dyn FnMut(DirEntry<'_>) -> bool) -> VfsResult<bool> {
+        self.check(dir)?;
         let s = &self.inner;
         let mut after = cookie;
         loop {
@@ -1167,7 +1278,7 @@ impl Vfs for DiskFs {
                 dd.by_cookie
                     .range(after.saturating_add(1)..)
                     .take(64)
-                    .filter_map(|(c, (name, ino))| m.st.inodes.get(ino).map(|i| (*c, name.clone(), s.handle(*ino, i.rec.gen), s.attr(i))))
+                    .filter_map(|(c, (name, ino))| m.st.inodes.get(ino).map(|i| (*c, name.clone(), self.handle(*ino, i.rec.gen), self.attr(i))))
                     .collect()
             };
             if batch.is_empty() {
@@ -1183,6 +1294,7 @@ impl Vfs for DiskFs {
     }
 
     fn cookie_verifier(&self, dir: &FileHandle) -> VfsResult<[u8; 8]> {
+        self.check(dir)?;
         let s = &self.inner;
         let m = s.meta();
         let d = s.dir(&m, dir)?;
@@ -1191,7 +1303,7 @@ impl Vfs for DiskFs {
 
     fn fsstat(&self, fh: &FileHandle) -> VfsResult<FsStat> {
         let s = &self.inner;
-        s.check(fh)?;
+        self.check(fh)?;
         let m = s.meta();
         let i = m.st.get(fh.ino, fh.generation)?;
         let free = m.alloc.free_blocks() * BLOCK;
@@ -1209,6 +1321,7 @@ impl Vfs for DiskFs {
     }
 
     fn set_quota(&self, dir: &FileHandle, capacity_bytes: u64) -> VfsResult<()> {
+        self.check(dir)?;
         let s = &self.inner;
         let lsn = {
             let mut m = s.meta();
@@ -1242,7 +1355,7 @@ impl Vfs for DiskFs {
 
     fn quota(&self, fh: &FileHandle) -> VfsResult<Option<QuotaUsage>> {
         let s = &self.inner;
-        s.check(fh)?;
+        self.check(fh)?;
         let m = s.meta();
         let i = m.st.get(fh.ino, fh.generation)?;
         Ok(match i.rec.volume {
@@ -1255,6 +1368,7 @@ impl Vfs for DiskFs {
     }
 
     fn remove_tree(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
+        self.check(dir)?;
         check_name(name)?;
         let s = &self.inner;
         let lsn = {
@@ -1299,7 +1413,7 @@ impl Vfs for DiskFs {
 
     fn pin(&self, fh: &FileHandle) -> VfsResult<()> {
         let s = &self.inner;
-        s.check(fh)?;
+        self.check(fh)?;
         let mut m = s.meta();
         let i = m.st.get_mut(fh.ino, fh.generation)?;
         if i.rec.ftype == FileType::Directory {
@@ -1310,6 +1424,9 @@ impl Vfs for DiskFs {
     }
 
     fn unpin(&self, fh: &FileHandle) {
+        if self.check(fh).is_err() {
+            return;
+        }
         let s = &self.inner;
         let lsn = {
             let mut m = s.meta();

@@ -46,6 +46,10 @@ pub struct InodeRec {
     pub quota: u64,
     /// A directory's parent (the root's is itself); 0 for other objects.
     pub parent: Ino,
+    /// The top-level directory (a mount's root) this object lives under;
+    /// 0 for the root and objects directly in it. Never changes: renames
+    /// and links across top-level directories are refused.
+    pub tree: Ino,
     /// Exclusive-create verifier of a regular file (zero: none).
     pub verf: [u8; 8],
     /// A symlink's target.
@@ -338,7 +342,7 @@ pub fn encode(r: &Rec, out: &mut Vec<u8>) {
             for t in [i.atime, i.mtime, i.ctime] {
                 put_time(out, t);
             }
-            for v in [i.change, i.volume, i.quota, i.parent] {
+            for v in [i.change, i.volume, i.quota, i.parent, i.tree] {
                 out.extend_from_slice(&v.to_le_bytes());
             }
             out.extend_from_slice(&i.verf);
@@ -432,12 +436,12 @@ pub fn decode_all(b: &[u8]) -> Result<Vec<Rec>, String> {
                 let size = r.u64()?;
                 let rdev = (r.u32()?, r.u32()?);
                 let (atime, mtime, ctime) = (r.time()?, r.time()?, r.time()?);
-                let (change, volume, quota, parent) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+                let (change, volume, quota, parent, tree) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
                 let verf: [u8; 8] = r.take(8)?.try_into().unwrap();
                 let n = r.u16()? as usize;
                 let target = r.take(n)?.to_vec();
                 Rec::InodePut(InodeRec {
-                    ino, gen, ftype, mode, nlink, uid, gid, size, rdev, atime, mtime, ctime, change, volume, quota, parent, verf, target,
+                    ino, gen, ftype, mode, nlink, uid, gid, size, rdev, atime, mtime, ctime, change, volume, quota, parent, tree, verf, target,
                 })
             }
             3 => Rec::InodeFree { ino: r.u64()? },

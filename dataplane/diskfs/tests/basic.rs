@@ -340,3 +340,39 @@ fn data_spreads_over_several_devices_and_they_must_stay_in_order() {
         assert_eq!(read_all(&fs, &f), vec![i as u8 + 1; 65536]);
     }
 }
+
+#[test]
+fn mounts_of_top_level_directories_do_not_reach_each_other() {
+    let dev = mem(8192);
+    let whole = DiskFs::open(vec![dev.clone()], &opts()).unwrap();
+    let a = whole.view("/mds", 2).unwrap();
+    let b = whole.view("/ds", 3).unwrap();
+    let ra = a.root(2).unwrap();
+    let rb = b.root(3).unwrap();
+    assert_eq!(a.root(3), Err(VfsError::Stale));
+    assert_eq!(a.lookup_parent(&ra).unwrap().0, ra, "a mount's root is its own parent");
+    let fa = create(&a, &ra, "secret");
+    a.write(&fa, 0, b"mds data", Stability::FileSync).unwrap();
+    // b's export id on a's inode: outside b's tree.
+    let forged = FileHandle { export_id: 3, ..fa };
+    let mut buf = [0u8; 8];
+    assert_eq!(b.read(&forged, 0, &mut buf), Err(VfsError::Stale));
+    assert_eq!(b.getattr(&forged), Err(VfsError::Stale));
+    assert_eq!(a.getattr(&rb), Err(VfsError::Stale), "b's handle in a");
+    let fb = create(&b, &rb, "data");
+    assert_eq!(b.link(&fb, &rb, b"again").map(|a| a.nlink), Ok(2));
+    drop((a, b, whole));
+    fsck_clean(&dev);
+    // The trees survive a restart; an existing non-empty directory can
+    // become a mount (its contents are tagged).
+    let whole = DiskFs::open(vec![dev.clone()], &opts()).unwrap();
+    let root = whole.root(EXPORT).unwrap();
+    let old = mkdir(&whole, &root, "old");
+    let inside = create(&whole, &old, "f");
+    let a = whole.view("/mds", 2).unwrap();
+    assert_eq!(a.lookup(&a.root(2).unwrap(), b"secret").unwrap().0, FileHandle { export_id: 2, ..fa });
+    let o = whole.view("/old", 4).unwrap();
+    assert!(o.getattr(&FileHandle { export_id: 4, ..inside }).is_ok());
+    drop((a, o, whole));
+    fsck_clean(&dev);
+}
