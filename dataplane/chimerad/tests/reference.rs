@@ -17,19 +17,16 @@
 //!   refused.
 
 mod common;
+mod process;
+
+use process::{listening, spawn, until_started_or_exit, wait_exit};
 
 use chimerad::config::{Config, DiskfsDevice, Module, Netid};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-const START_TIMEOUT: Duration = Duration::from_secs(30);
-const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference").join(name)
@@ -136,76 +133,6 @@ fn reference_configs_mean_what_the_reference_means() {
 }
 
 /// A chimerad started from `cfg`, its JSON log lines on a channel.
-struct Proc {
-    child: Child,
-    lines: mpsc::Receiver<Value>,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(cfg: &Path) -> Proc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_chimerad"))
-        .arg("--config")
-        .arg(cfg)
-        .env_remove("CHIMERA_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
-            if tx.send(v).is_err() {
-                break;
-            }
-        }
-    });
-    Proc { child, lines: rx }
-}
-
-/// Lines logged until "started" (Ok) or until the process exits (Err with
-/// its exit code); panics when neither happens in time.
-fn until_started_or_exit(p: &mut Proc) -> Result<Vec<Value>, (Option<i32>, Vec<Value>)> {
-    let deadline = Instant::now() + START_TIMEOUT;
-    let mut seen = Vec::new();
-    loop {
-        match p.lines.recv_timeout(Duration::from_millis(50)) {
-            Ok(v) => {
-                let started = v["msg"] == "started";
-                seen.push(v);
-                if started {
-                    return Ok(seen);
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                let st = wait_exit(p);
-                return Err((st.code(), seen));
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-        }
-        assert!(Instant::now() < deadline, "chimerad neither started nor exited within {START_TIMEOUT:?}: {seen:?}");
-    }
-}
-
-fn wait_exit(p: &mut Proc) -> std::process::ExitStatus {
-    let deadline = Instant::now() + STOP_TIMEOUT;
-    loop {
-        if let Some(st) = p.child.try_wait().unwrap() {
-            return st;
-        }
-        assert!(Instant::now() < deadline, "chimerad did not exit within {STOP_TIMEOUT:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn start_error(lines: &[Value]) -> String {
     let e = lines.iter().find(|v| v["msg"] == "start-up failed").unwrap_or_else(|| panic!("no start-up failure logged: {lines:?}"));
     assert_eq!(e["level"], "error");
@@ -300,10 +227,6 @@ fn nfs_mount_fails_at_start_with_a_clear_error() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-fn listening(lines: &[Value], service: &str) -> SocketAddr {
-    let v = lines.iter().find(|v| v["msg"] == "listening" && v["service"] == service).unwrap_or_else(|| panic!("no {service} in {lines:?}"));
-    v["addr"].as_str().unwrap().parse().unwrap()
-}
 
 #[test]
 fn missing_admin_token_is_generated_beside_the_config_and_reused() {

@@ -2,7 +2,9 @@
 //! that calls (a diskfs worker, or a core for metadata; see lib.rs).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
 use std::sync::Mutex;
+use std::thread::ThreadId;
 
 use block::{BlockError, BlockQueue, BufPool, Device, Op, BLOCK_BYTES};
 
@@ -12,12 +14,14 @@ pub const BUF_BLOCKS: usize = 64;
 /// pool is mapped and populated at start). Tools use `TOOL_BUFS`.
 pub const BUFS_MAX: usize = 128;
 pub const TOOL_BUFS: usize = 4;
-/// Queues kept per device (one per thread that did I/O recently).
-const QUEUES_KEPT: usize = 64;
+/// Queues kept per device: one per thread that does I/O (an io_uring
+/// queue belongs to the first thread that submits on it), so bounded by
+/// the server's threads (cores, workers).
+const QUEUES_KEPT: usize = 256;
 
 pub struct Devs {
     pub devs: Vec<Device>,
-    queues: Vec<Mutex<Vec<Box<dyn BlockQueue>>>>,
+    queues: Vec<Mutex<HashMap<ThreadId, Box<dyn BlockQueue>>>>,
     pool: BufPool,
     /// Flushes started (all devices); a data write that completed when
     /// this read `k` is durable once a flush numbered above `k` completes.
@@ -35,7 +39,7 @@ impl Devs {
             hugepages: block::Hugepages::Try,
         })
         .map_err(|e| format!("diskfs: {e}"))?;
-        let queues = devs.iter().map(|_| Mutex::new(Vec::new())).collect();
+        let queues = devs.iter().map(|_| Mutex::new(HashMap::new())).collect();
         Ok(Devs { devs, queues, pool, flush_started: AtomicU64::new(0), flush_done: AtomicU64::new(0), io_errors: AtomicU64::new(0) })
     }
 
@@ -44,7 +48,8 @@ impl Devs {
     }
 
     fn with_queue<T>(&self, d: usize, f: impl FnOnce(&mut dyn BlockQueue) -> T) -> Result<T, BlockError> {
-        let q = self.queues[d].lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let me = std::thread::current().id();
+        let q = self.queues[d].lock().unwrap_or_else(|e| e.into_inner()).remove(&me);
         let mut q = match q {
             Some(q) => q,
             None => self.devs[d].queue(0, 4)?,
@@ -52,7 +57,7 @@ impl Devs {
         let r = f(q.as_mut());
         let mut kept = self.queues[d].lock().unwrap_or_else(|e| e.into_inner());
         if kept.len() < QUEUES_KEPT && q.inflight() == 0 {
-            kept.push(q);
+            kept.insert(me, q);
         }
         Ok(r)
     }
