@@ -94,12 +94,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&policyv1.PodDisruptionBudget{}).
 		// Pods are not owned by us but their readiness and network status
 		// drive status and the DS list: map them to their cluster by label.
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster))
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster)).
+		// The exports (and the NetworkPolicy's NFS ports) admit the nodes'
+		// addresses: a node that joins, leaves or changes address
+		// reconciles every cluster, which pushes the new client rules.
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allClusters), builder.WithPredicates(nodeAddressesChanged()))
 	if r.NetworkPolicy.Enabled {
-		// The NFS ports admit the nodes' addresses: a node that joins,
-		// leaves or changes address re-renders every cluster's policy.
-		b = b.Owns(&networkingv1.NetworkPolicy{}).
-			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allClusters), builder.WithPredicates(nodeAddressesChanged()))
+		b = b.Owns(&networkingv1.NetworkPolicy{})
 	}
 	return b.Complete(r)
 }
@@ -157,9 +158,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *chimerav1.ChimeraCl
 		}
 	}
 	var obs render.Observed
+	var access []render.AccessRule
 	token, err := r.ensureAdminSecret(ctx, c)
 	if err == nil {
-		err = r.applyChildren(ctx, c)
+		access, err = r.applyChildren(ctx, c)
 	}
 	if err != nil {
 		obs.ApplyErr = err
@@ -169,7 +171,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *chimerav1.ChimeraCl
 		return ctrl.Result{}, err
 	}
 	if obs.ApplyErr == nil {
-		r.pushDataServers(ctx, c, token, &obs)
+		r.pushToMDS(ctx, c, token, access, &obs)
 	}
 	if err := r.writeStatus(ctx, c, obs); err != nil {
 		return ctrl.Result{}, err
@@ -211,18 +213,29 @@ func (r *Reconciler) ensureAdminSecret(ctx context.Context, c *chimerav1.Chimera
 	return tok, nil
 }
 
-func (r *Reconciler) applyChildren(ctx context.Context, c *chimerav1.ChimeraCluster) error {
-	ch, err := render.Build(c)
+// applyChildren applies every child and returns the export client rules it
+// rendered (the MDS's config carries them; pushToMDS sends them live).
+func (r *Reconciler) applyChildren(ctx context.Context, c *chimerav1.ChimeraCluster) ([]render.AccessRule, error) {
+	nodes := &corev1.NodeList{}
+	if err := r.Client.List(ctx, nodes); err != nil {
+		return nil, fmt.Errorf("list nodes for the export client rules: %w", err)
+	}
+	nodeAddrs := render.NodeAddresses(nodes.Items)
+	access, err := render.ExportAccess(c, nodeAddrs)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("export client rules: %w", err)
+	}
+	ch, err := render.Build(c, access)
+	if err != nil {
+		return nil, err
 	}
 	for _, o := range ch.Objects() {
 		if err := r.apply(ctx, c, o); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if err := r.applyNetworkPolicy(ctx, c); err != nil {
-		return err
+	if err := r.applyNetworkPolicy(ctx, c, nodeAddrs); err != nil {
+		return nil, err
 	}
 	// A mode switch leaves the other DS workload behind: remove it.
 	var stale client.Object = &appsv1.DaemonSet{}
@@ -232,14 +245,14 @@ func (r *Reconciler) applyChildren(ctx context.Context, c *chimerav1.ChimeraClus
 	stale.SetNamespace(c.Namespace)
 	stale.SetName(render.DSName(c))
 	if err := r.Client.Delete(ctx, stale); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete DS workload of the previous mode: %w", err)
+		return nil, fmt.Errorf("delete DS workload of the previous mode: %w", err)
 	}
-	return nil
+	return access, nil
 }
 
 // applyNetworkPolicy renders the servers' policy from the current nodes, or
 // removes one left from a run with policies enabled when they are not.
-func (r *Reconciler) applyNetworkPolicy(ctx context.Context, c *chimerav1.ChimeraCluster) error {
+func (r *Reconciler) applyNetworkPolicy(ctx context.Context, c *chimerav1.ChimeraCluster, nodeAddrs []string) error {
 	if !r.NetworkPolicy.Enabled {
 		np := &networkingv1.NetworkPolicy{}
 		key := types.NamespacedName{Namespace: c.Namespace, Name: render.NetworkPolicyName(c)}
@@ -251,11 +264,7 @@ func (r *Reconciler) applyNetworkPolicy(ctx context.Context, c *chimerav1.Chimer
 		}
 		return nil
 	}
-	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes); err != nil {
-		return fmt.Errorf("list nodes for the network policy: %w", err)
-	}
-	np, err := render.NetworkPolicy(c, r.NetworkPolicy, render.NodeAddresses(nodes.Items))
+	np, err := render.NetworkPolicy(c, r.NetworkPolicy, nodeAddrs)
 	if err != nil {
 		return err
 	}
@@ -305,10 +314,12 @@ func (r *Reconciler) observe(ctx context.Context, c *chimerav1.ChimeraCluster, o
 	return nil
 }
 
-// pushDataServers sends the DS list to a running MDS. Failures are reported
+// pushToMDS sends the DS list and the export client rules to a running
+// MDS. Both PUTs are idempotent and sent on every reconcile (events and the
+// resync), so an MDS that restarted learns them again. Failures are reported
 // in status (Degraded) and retried on the next resync, not returned: the rest
 // of the reconcile is still right.
-func (r *Reconciler) pushDataServers(ctx context.Context, c *chimerav1.ChimeraCluster, token string, obs *render.Observed) {
+func (r *Reconciler) pushToMDS(ctx context.Context, c *chimerav1.ChimeraCluster, token string, access []render.AccessRule, obs *render.Observed) {
 	mds := &corev1.Pod{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: render.MDSName(c) + "-0"}, mds); err != nil {
 		return // no MDS yet: nothing to push to
@@ -318,11 +329,15 @@ func (r *Reconciler) pushDataServers(ctx context.Context, c *chimerav1.ChimeraCl
 	}
 	st, _ := render.DataServerStatuses(c, obs.DSPods)
 	list := render.DSList(c, st)
-	if err := r.Admin.PutDataServers(ctx, r.AdminURL(c, mds), token, list); err != nil {
+	url := r.AdminURL(c, mds)
+	if err := r.Admin.PutDataServers(ctx, url, token, list); err != nil {
 		obs.PushErr = err
-		return
+	} else {
+		obs.DSListInSync = true
 	}
-	obs.DSListInSync = true
+	if err := r.Admin.PutAccess(ctx, url, token, render.MountName, access); err != nil {
+		obs.AccessErr = err
+	}
 }
 
 func (r *Reconciler) writeStatus(ctx context.Context, c *chimerav1.ChimeraCluster, obs render.Observed) error {

@@ -54,7 +54,7 @@ func productionCluster() *chimerav1.ChimeraCluster {
 }
 
 func TestBuildCreatesExactlyTheExpectedChildren(t *testing.T) {
-	ch, err := Build(smallCluster())
+	ch, err := Build(smallCluster(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestBuildDaemonSetMode(t *testing.T) {
 	c := smallCluster()
 	c.Spec.DataServers.Mode = chimerav1.DataServerModeDaemonSet
 	c.Spec.DataServers.Count = nil
-	ch, err := Build(c)
+	ch, err := Build(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestBuildDaemonSetMode(t *testing.T) {
 }
 
 func TestPodsGetOnlyTheNeededPrivileges(t *testing.T) {
-	ch, err := Build(productionCluster())
+	ch, err := Build(productionCluster(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestPodsGetOnlyTheNeededPrivileges(t *testing.T) {
 func TestPCIAddressModeIsPrivilegedWithHostVFIO(t *testing.T) {
 	c := productionCluster()
 	c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{PCIAddresses: []chimerav1.PCIAddress{"0000:3b:00.0"}}
-	ch, err := Build(c)
+	ch, err := Build(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestPCIAddressModeIsPrivilegedWithHostVFIO(t *testing.T) {
 }
 
 func TestConfigRendering(t *testing.T) {
-	mds, err := RenderConfig(productionCluster(), ComponentMDS)
+	mds, err := RenderConfig(productionCluster(), ComponentMDS, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestConfigRendering(t *testing.T) {
 	if m["admin"]["token_file"] != "/etc/chimera/admin/token" {
 		t.Errorf("admin section %v", m["admin"])
 	}
-	ds, _ := RenderConfig(smallCluster(), ComponentDS)
+	ds, _ := RenderConfig(smallCluster(), ComponentDS, nil)
 	var d map[string]map[string]any
 	_ = json.Unmarshal(ds, &d)
 	if d["server"]["role"] != "ds" || d["server"]["pnfs"] != nil || d["admin"] != nil {
@@ -193,10 +193,10 @@ func TestConfigRendering(t *testing.T) {
 	if d["mounts"]["data"].(map[string]any)["capacity_bytes"] != float64(256<<20) {
 		t.Errorf("memfs capacity not rendered: %s", ds)
 	}
-	if _, err := RenderConfig(smallCluster(), "both"); err == nil {
+	if _, err := RenderConfig(smallCluster(), "both", nil); err == nil {
 		t.Error("unknown role must be an error")
 	}
-	again, _ := RenderConfig(productionCluster(), ComponentMDS)
+	again, _ := RenderConfig(productionCluster(), ComponentMDS, nil)
 	if string(again) != string(mds) {
 		t.Error("rendering is not deterministic")
 	}
@@ -222,7 +222,7 @@ func TestRenderedConfigPassesChimerad(t *testing.T) {
 	}
 	for name, c := range map[string]*chimerav1.ChimeraCluster{"small": smallCluster(), "rdma-tuned": rdma} {
 		for _, role := range []string{ComponentMDS, ComponentDS} {
-			cfg, err := RenderConfig(c, role)
+			cfg, err := RenderConfig(c, role, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
