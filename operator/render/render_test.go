@@ -203,8 +203,10 @@ func TestConfigRendering(t *testing.T) {
 }
 
 // TestRenderedConfigPassesChimerad runs the real chimerad --check-config over
-// the configs of memfs clusters (tcp and rdma, tuned and not). The NVMe
-// backend is left out: this chimerad build has no NVMe module yet.
+// the configs of memfs clusters (tcp and rdma, tuned and not) and of backend
+// nvme clusters whose devices are static (PCI addresses, block devices; the
+// device-plugin template is completed and checked in TestStartScript), the
+// MDS's with export client rules of every kind.
 func TestRenderedConfigPassesChimerad(t *testing.T) {
 	bin := os.Getenv("CHIMERAD")
 	if bin == "" {
@@ -220,9 +222,25 @@ func TestRenderedConfigPassesChimerad(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte("c2VjcmV0LXRva2Vu\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for name, c := range map[string]*chimerav1.ChimeraCluster{"small": smallCluster(), "rdma-tuned": rdma} {
+	pci := durableCluster()
+	pci.Spec.Storage.NVMe = &chimerav1.NVMeSpec{PCIAddresses: []chimerav1.PCIAddress{"0000:3b:00.0", "0000:5e:00.0"}}
+	pci.Spec.Storage.Diskfs.Initialize = true
+	blk := durableCluster()
+	blk.Spec.Storage.NVMe = &chimerav1.NVMeSpec{DevicePaths: []chimerav1.DevicePath{"/dev/nvme0n1", "/dev/disk/by-id/nvme-a"}}
+	uid := int64(1000)
+	blk.Spec.Access = []chimerav1.AccessRule{
+		{Clients: []string{"10.9.0.7"}, Access: chimerav1.AccessNone},
+		{Clients: []string{"192.168.0.0/16", "fd00::/8"}, Access: chimerav1.AccessRO, Squash: chimerav1.SquashAll, AnonUID: &uid, AnonGID: &uid},
+		{Clients: []string{"*"}, Access: chimerav1.AccessRW, Squash: chimerav1.SquashRoot},
+	}
+	blk.Spec.Network.PodNetworkCIDRs = []string{"10.244.0.0/16"}
+	for name, c := range map[string]*chimerav1.ChimeraCluster{"small": smallCluster(), "rdma-tuned": rdma, "nvme-pci": pci, "nvme-block-access": blk} {
+		access, err := ExportAccess(c, []string{"10.0.0.1", "10.0.0.2", "fd00::1"})
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, role := range []string{ComponentMDS, ComponentDS} {
-			cfg, err := RenderConfig(c, role, nil)
+			cfg, err := RenderConfig(c, role, access)
 			if err != nil {
 				t.Fatal(err)
 			}

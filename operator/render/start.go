@@ -117,7 +117,7 @@ func PCIDeviceEnv(resourceName string) string {
 // MetadataImagePercent of it, rounded down to whole MiB.
 func MetadataImageBytes(q resource.Quantity) int64 {
 	const mib = 1 << 20
-	return q.Value() / 100 * MetadataImagePercent / mib * mib
+	return q.Value() / mib * MetadataImagePercent / 100 * mib
 }
 
 // usesStartScript: backend nvme pods start through StartScript.
