@@ -323,15 +323,40 @@ func startChimerad(t *testing.T, token string) string {
 }
 
 // fakeMDS is used only without $CHIMERAD: it checks the token and keeps the
-// last list, nothing more.
-func fakeMDS(t *testing.T, token string) (string, func() string) {
-	var last atomicString
+// last data-server list and the last access rules of mount "data" (answered
+// on GET /api/v1/access/data as chimerad does), nothing more.
+func fakeMDS(t *testing.T, token string) (string, func() string, func() string) {
+	var last, access atomicString
+	access.Store(`{"mount": "data", "access": null}`)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer "+token {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}
 		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if strings.HasPrefix(r.URL.Path, "/api/v1/access/") {
+			if r.URL.Path != "/api/v1/access/data" {
+				http.Error(w, "no such mount", http.StatusNotFound)
+				return
+			}
+			if r.Method == http.MethodPut {
+				var in struct {
+					Access *[]json.RawMessage `json:"access"`
+				}
+				if err := json.Unmarshal(b, &in); err != nil || in.Access == nil {
+					http.Error(w, "access: required", http.StatusBadRequest)
+					return
+				}
+				out, _ := json.Marshal(map[string]any{"mount": "data", "access": in.Access})
+				access.Store(string(out))
+			}
+			_, _ = w.Write([]byte(access.Load()))
+			return
+		}
+		if r.URL.Path != "/api/v1/dataservers" {
+			http.Error(w, "not found", http.StatusNotFound)
+			return
+		}
 		if r.Method == http.MethodPut {
 			// Answer as chimerad does: address as host:port.
 			var in struct {
@@ -360,7 +385,7 @@ func fakeMDS(t *testing.T, token string) (string, func() string) {
 	}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return "http://" + l.Addr().String(), last.Load
+	return "http://" + l.Addr().String(), last.Load, access.Load
 }
 
 // makePod creates a pod as the StatefulSet controller and kubelet would
@@ -454,7 +479,7 @@ func TestStorageAddressesReachTheMDSAndConditionsProgress(t *testing.T) {
 	if url == "" {
 		t.Log("CHIMERAD not set: using a fake admin endpoint")
 		var last func() string
-		url, last = fakeMDS(t, token)
+		url, last, _ = fakeMDS(t, token)
 		read = func() (dsList, error) {
 			var l dsList
 			err := json.Unmarshal([]byte(last()), &l)
