@@ -307,6 +307,10 @@ func TestFakeCluster(t *testing.T) {
 	}
 	webhookRejectsBadCluster(t, ctx, k8s, kc, kubectl, string(sample))
 
+	// The sample's MDS keeps its namespace on a claim of StorageClass
+	// local-path; here a static PV of that class stands for the provisioner.
+	metaPV := metadataVolume(t, ctx, k8s)
+
 	// The production sample, as shipped, with kubectl.
 	if out, err := tool(kc, kubectl, "apply", "-f", samplePath); err != nil {
 		t.Fatalf("kubectl apply %s: %v\n%s", samplePath, err, out)
@@ -437,6 +441,18 @@ func TestFakeCluster(t *testing.T) {
 	if out, err := tool(kc, kubectl, "delete", "chimeracluster", clusterName, "-n", sampleNS, "--wait=true", "--timeout=90s"); err != nil {
 		t.Fatalf("kubectl delete chimeracluster: %v\n%s", err, out)
 	}
+	// The MDS's metadata claim outlives the cluster (the namespace is on
+	// it); deleting it by hand frees it, and then nothing is left.
+	claim := &corev1.PersistentVolumeClaim{}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: sampleNS, Name: render.MetadataClaimName + "-" + clusterName + "-mds-0"}, claim); err != nil || claim.Spec.VolumeName != metaPV.Name {
+		t.Fatalf("metadata claim not retained after the cluster's deletion (or not bound to %s): %v %+v", metaPV.Name, err, claim.Spec)
+	}
+	if err := k8s.Delete(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(ctx, metaPV); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
 	eventually(t, "no children of the cluster left", func() error { return noneLeft(ctx, k8s, sampleNS) })
 	multus.stop()
 
@@ -539,7 +555,7 @@ func webhookRejectsBadCluster(t *testing.T, ctx context.Context, k8s client.Clie
 	// The webhook answers with a field error (the apiserver passes it on as
 	// is) and its warnings; both texts exist only in operator/webhook, so
 	// seeing them proves the apiserver called our webhook over TLS.
-	for _, want := range []string{`spec.pnfs.mirrors: Invalid value: 3`, "each mirror needs its own data server", "Warning: spec.storage.backend nvme"} {
+	for _, want := range []string{`spec.pnfs.mirrors: Invalid value: 3`, "each mirror needs its own data server", "Warning: spec.network.transport rdma"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("rejection does not say %q:\n%s", want, out)
 		}
@@ -550,8 +566,36 @@ func webhookRejectsBadCluster(t *testing.T, ctx context.Context, k8s client.Clie
 	t.Logf("webhook refused the bad cluster: %s", strings.TrimSpace(out))
 }
 
+// metadataVolume creates StorageClass local-path (no provisioner) and one
+// static PV of it, enough for the sample's MDS metadata claim.
+func metadataVolume(t *testing.T, ctx context.Context, k8s client.Client) *corev1.PersistentVolume {
+	t.Helper()
+	immediate := storagev1.VolumeBindingImmediate
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local-path"}, Provisioner: "kubernetes.io/no-provisioner", VolumeBindingMode: &immediate}
+	if err := k8s.Create(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), sc) })
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "mds-metadata-1"},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("100Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName:              "local-path",
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/chimera-test/mds"}},
+		},
+	}
+	if err := k8s.Create(ctx, pv); err != nil {
+		t.Fatal(err)
+	}
+	return pv
+}
+
 // checkPodShapes: what the scheduler placed carries the devices, network,
-// hugepages and only the capabilities the design names.
+// hugepages and only the capabilities the design names; the MDS runs the
+// start script over its metadata claim, a DS names the device plugin's
+// variable to it.
 func checkPodShapes(t *testing.T, ctx context.Context, k8s client.Client) {
 	t.Helper()
 	pods := &corev1.PodList{}
@@ -589,6 +633,22 @@ func checkPodShapes(t *testing.T, ctx context.Context, k8s client.Client) {
 		}
 		if !huge {
 			t.Errorf("%s: no HugePages-1Gi emptyDir", p.Name)
+		}
+		if strings.Join(ctr.Command, " ") != "/bin/sh "+render.ConfigDir+"/"+render.ConfigKeyStart {
+			t.Errorf("%s: command %v, want the start script (backend nvme)", p.Name, ctr.Command)
+		}
+		claimed := false
+		for _, v := range p.Spec.Volumes {
+			claimed = claimed || v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == render.MetadataClaimName+"-"+p.Name
+		}
+		pciVar := ""
+		for _, e := range ctr.Env {
+			if e.Name == render.EnvPCIDeviceVar {
+				pciVar = e.Value
+			}
+		}
+		if isDS && (claimed || pciVar != "PCIDEVICE_CHIMERA_IO_NVME") || !isDS && (!claimed || pciVar != "") {
+			t.Errorf("%s: metadata claim %v, %s=%q: want the claim on the MDS only and the variable on DSes only", p.Name, claimed, render.EnvPCIDeviceVar, pciVar)
 		}
 		sc := ctr.SecurityContext
 		var add []string
