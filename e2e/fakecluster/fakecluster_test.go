@@ -15,7 +15,11 @@ package fakecluster
 //     pods that the real scheduler places only on nodes with the hugepages,
 //     NVMe and RDMA capacity they request (a node without them gets none),
 //     with the device requests, Multus annotation, hugepage volume and
-//     capabilities the design names, Running with pod IPs.
+//     capabilities the design names, Running with pod IPs; backend nvme
+//     (diskfs): the MDS's metadata claim binds (a static PV plays the
+//     StorageClass's provisioner) and outlives the cluster, the pods start
+//     through the ConfigMap's start script, DSes naming the device plugin's
+//     PCIDEVICE_* variable.
 //   - the operator reads each DS's storage address from its Multus
 //     network-status annotation (or, for the TCP sample without Multus, its
 //     pod IP) and pushes the list to a real chimerad's admin API; status turns Available with per-DS entries; a DS pod that is
