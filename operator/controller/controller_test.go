@@ -61,6 +61,12 @@ func validCluster(ns, name string) *chimerav1.ChimeraCluster {
 	}
 }
 
+// durable turns c into a valid backend nvme cluster (device plugin, metadata volume).
+func durable(c *chimerav1.ChimeraCluster) {
+	c.Spec.Storage = chimerav1.StorageSpec{Backend: chimerav1.BackendNVMe, NVMe: &chimerav1.NVMeSpec{ResourceName: "chimera.io/nvme"}}
+	c.Spec.MetadataServer.Storage = &chimerav1.MetadataStorageSpec{StorageClassName: "local-path", Size: resource.MustParse("10Gi")}
+}
+
 // eventually polls f until it returns nil or waitTimeout passes.
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
@@ -116,6 +122,38 @@ func TestInvalidSpecsAreRejectedNamingTheField(t *testing.T) {
 		{"hugepage size without hugepages (webhook)", func(c *chimerav1.ChimeraCluster) { c.Spec.Tuning.HugePageSize = "1Gi" }, "spec.metadataServer.resources.limits[hugepages-1Gi]"},
 		{"hugepages request without limit (webhook)", func(c *chimerav1.ChimeraCluster) { c.Spec.DataServers.Resources = hp("2Gi", "") }, "spec.dataServers.resources.limits[hugepages-2Mi]"},
 		{"too many threads", func(c *chimerav1.ChimeraCluster) { c.Spec.Tuning.Threads = 2000 }, "spec.tuning.threads"},
+		{"nvme without a metadata volume (webhook)", func(c *chimerav1.ChimeraCluster) { durable(c); c.Spec.MetadataServer.Storage = nil }, "spec.metadataServer.storage"},
+		{"metadata volume with memfs (webhook)", func(c *chimerav1.ChimeraCluster) {
+			c.Spec.MetadataServer.Storage = &chimerav1.MetadataStorageSpec{StorageClassName: "local-path", Size: resource.MustParse("10Gi")}
+		}, "spec.metadataServer.storage"},
+		{"metadata volume below 1Gi (webhook)", func(c *chimerav1.ChimeraCluster) { durable(c); c.Spec.MetadataServer.Storage.Size = resource.MustParse("512Mi") }, "spec.metadataServer.storage.size"},
+		{"device plugin and block devices both set", func(c *chimerav1.ChimeraCluster) {
+			durable(c)
+			c.Spec.Storage.NVMe.DevicePaths = []chimerav1.DevicePath{"/dev/nvme0n1"}
+		}, "spec.storage.nvme"},
+		{"block device outside /dev", func(c *chimerav1.ChimeraCluster) {
+			durable(c)
+			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{DevicePaths: []chimerav1.DevicePath{"/etc/shadow"}}
+		}, "spec.storage.nvme.devicePaths[0]"},
+		{"block device path escaping /dev (webhook)", func(c *chimerav1.ChimeraCluster) {
+			durable(c)
+			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{DevicePaths: []chimerav1.DevicePath{"/dev/../etc/shadow"}}
+		}, "spec.storage.nvme.devicePaths[0]"},
+		{"diskfs block cache too small", func(c *chimerav1.ChimeraCluster) {
+			durable(c)
+			c.Spec.Storage.Diskfs = &chimerav1.DiskfsSpec{BlockCacheBlocks: 10}
+		}, "spec.storage.diskfs.blockCacheBlocks"},
+		{"access client is a host name (webhook)", func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"node-1.example.com"}}}
+		}, "spec.access[0].clients[0]"},
+		{"access type unknown", func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"*"}, Access: "write"}}
+		}, "spec.access[0].access"},
+		{"anonymous uid above 2^32-2", func(c *chimerav1.ChimeraCluster) {
+			big := int64(1) << 32
+			c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"*"}, AnonUID: &big}}
+		}, "spec.access[0].anonUid"},
+		{"pod network with host bits (webhook)", func(c *chimerav1.ChimeraCluster) { c.Spec.Network.PodNetworkCIDRs = []string{"10.244.1.1/16"} }, "spec.network.podNetworkCIDRs[0]"},
 	}
 	if len(cases) < 10 {
 		t.Fatal("the suite promises at least ten invalid specs")
