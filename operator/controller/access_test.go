@@ -101,7 +101,9 @@ func TestExportClientsFollowNodes(t *testing.T) {
 	}
 	makePod(t, c, "clients-mds-0", render.ComponentMDS, "10.0.3.10", "", true)
 
-	ours := func(a string) bool { return strings.HasPrefix(a, "10.78.") || strings.HasPrefix(a, "fd78:") || strings.Contains(a, "/") }
+	ours := func(a string) bool {
+		return strings.HasPrefix(a, "10.78.") || strings.HasPrefix(a, "fd78:") || strings.Contains(a, "/")
+	}
 	hash := func() string {
 		sts := &appsv1.StatefulSet{}
 		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "clients-mds"}, sts); err != nil {

@@ -126,7 +126,10 @@ func TestInvalidSpecsAreRejectedNamingTheField(t *testing.T) {
 		{"metadata volume with memfs (webhook)", func(c *chimerav1.ChimeraCluster) {
 			c.Spec.MetadataServer.Storage = &chimerav1.MetadataStorageSpec{StorageClassName: "local-path", Size: resource.MustParse("10Gi")}
 		}, "spec.metadataServer.storage"},
-		{"metadata volume below 1Gi (webhook)", func(c *chimerav1.ChimeraCluster) { durable(c); c.Spec.MetadataServer.Storage.Size = resource.MustParse("512Mi") }, "spec.metadataServer.storage.size"},
+		{"metadata volume below 1Gi (webhook)", func(c *chimerav1.ChimeraCluster) {
+			durable(c)
+			c.Spec.MetadataServer.Storage.Size = resource.MustParse("512Mi")
+		}, "spec.metadataServer.storage.size"},
 		{"device plugin and block devices both set", func(c *chimerav1.ChimeraCluster) {
 			durable(c)
 			c.Spec.Storage.NVMe.DevicePaths = []chimerav1.DevicePath{"/dev/nvme0n1"}
