@@ -258,9 +258,13 @@ type NetworkSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	RDMAResourceName string `json:"rdmaResourceName,omitempty"`
-	// PodNetworkCIDRs is the pod network, admitted to the exports (read-write,
-	// no root squash) for sidecar-mode clients, which mount from pod
-	// addresses. Not set: only the nodes (and spec.access) may mount.
+	// PodNetworkCIDRs are pod-network ranges admitted to the exports
+	// (read-write, no root squash) besides the Nodes' own spec.podCIDRs,
+	// which are always admitted: name the pod network here when the CNI
+	// allocates addresses from its own pools rather than the nodes' ranges
+	// (Calico IPAM, Cilium cluster-pool, a static bridge subnet) and
+	// sidecar-mode clients or kernel clients reaching pods through the CNI
+	// must mount.
 	// +kubebuilder:validation:MaxItems=16
 	// +listType=set
 	// +optional
@@ -396,11 +400,12 @@ type ChimeraClusterSpec struct {
 	// +optional
 	Tuning TuningSpec `json:"tuning,omitempty"`
 	// Access widens (or narrows) who may mount the exports. The operator
-	// keeps the exports open to every Node's InternalIP/ExternalIP
-	// (read-write, no root squash: the kernel client mounts from the
-	// host) and to spec.network.podNetworkCIDRs, following nodes as they
-	// join and leave; these rules come first and the first rule naming a
-	// client decides, so a rule here overrides the nodes' default.
+	// keeps the exports open to every Node's InternalIP/ExternalIP and pod
+	// range (spec.podCIDRs) (read-write, no root squash: the kernel client
+	// mounts from the host) and to spec.network.podNetworkCIDRs, following
+	// nodes as they join and leave; anyone else is refused. These rules
+	// come first and the first rule naming a client decides, so a rule here
+	// overrides the nodes' default.
 	// +kubebuilder:validation:MaxItems=32
 	// +optional
 	Access []AccessRule `json:"access,omitempty"`

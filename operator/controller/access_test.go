@@ -4,7 +4,8 @@ package controller_test
 // when $CHIMERAD is set): the export client list of a cluster's MDS follows
 // the Kubernetes Nodes — a node that joins is admitted (its InternalIP and
 // ExternalIP, not its host name), a node whose address changes is admitted
-// at the new address only, a node that leaves is no longer admitted — and
+// at the new address only, a node that leaves is no longer admitted, a
+// node's pod range is admitted once allocated — and
 // spec.access and spec.network.podNetworkCIDRs widen it, user rules first.
 // The rules reach the running MDS through PUT /api/v1/access/data and the
 // ConfigMap (for the next start), while the pods' config hash stays the
@@ -164,6 +165,14 @@ func TestExportClientsFollowNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("a node leaves", "rw/no_root_squash:10.78.0.11")
+
+	// A node's pod range, once allocated, is admitted: a kernel client on
+	// the node reaches pods through the CNI from the node's address in it.
+	n1.Spec.PodCIDR, n1.Spec.PodCIDRs = "10.78.32.0/24", []string{"10.78.32.0/24"}
+	if err := k8s.Update(ctx, n1); err != nil {
+		t.Fatal(err)
+	}
+	expect("a node's pod range is allocated", "rw/no_root_squash:10.78.0.11,10.78.32.0/24")
 	if h := hash(); h != hash0 || h == "" {
 		t.Fatalf("node churn changed the MDS config hash %q → %q: the servers would restart", hash0, h)
 	}
@@ -179,7 +188,7 @@ func TestExportClientsFollowNodes(t *testing.T) {
 	if err := k8s.Update(ctx, cur); err != nil {
 		t.Fatal(err)
 	}
-	expect("spec.access and the pod network", "ro/root_squash:10.78.0.11,10.78.128.0/17; rw/no_root_squash:10.78.0.11; rw/no_root_squash:10.78.64.0/18")
+	expect("spec.access and the pod network", "ro/root_squash:10.78.0.11,10.78.128.0/17; rw/no_root_squash:10.78.0.11,10.78.32.0/24; rw/no_root_squash:10.78.64.0/18")
 	if h := hash(); h != hash0 {
 		t.Fatalf("an access change restarted the servers (config hash %q → %q)", hash0, h)
 	}

@@ -119,13 +119,14 @@ func (r *Reconciler) allClusters(ctx context.Context, _ client.Object) []reconci
 }
 
 // nodeAddressesChanged lets node creation and deletion through, and updates
-// only when the addresses differ (status heartbeats would re-render every
-// cluster otherwise).
+// only when the addresses or pod ranges differ (status heartbeats would
+// re-render every cluster otherwise).
 func nodeAddressesChanged() predicate.Funcs {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		o, ok1 := e.ObjectOld.(*corev1.Node)
 		n, ok2 := e.ObjectNew.(*corev1.Node)
-		return !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses)
+		return !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses) ||
+			!equality.Semantic.DeepEqual(o.Spec.PodCIDRs, n.Spec.PodCIDRs)
 	}}
 }
 
@@ -221,7 +222,7 @@ func (r *Reconciler) applyChildren(ctx context.Context, c *chimerav1.ChimeraClus
 		return nil, fmt.Errorf("list nodes for the export client rules: %w", err)
 	}
 	nodeAddrs := render.NodeAddresses(nodes.Items)
-	access, err := render.ExportAccess(c, nodeAddrs)
+	access, err := render.ExportAccess(c, render.NodeClients(nodes.Items))
 	if err != nil {
 		return nil, fmt.Errorf("export client rules: %w", err)
 	}

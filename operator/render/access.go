@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Limits of chimerad's export rules (dataplane/chimerad/CONFIG.md,
@@ -26,15 +27,35 @@ type AccessRule struct {
 	AnonymousGID *int64   `json:"anonymous_gid,omitempty"`
 }
 
+// NodeClients are the sources a client on one of nodes connects from: its
+// InternalIP and ExternalIP addresses (NodeAddresses; the host network, and
+// routed pod networks) and its pod ranges (spec.podCIDRs, where the cluster
+// allocates them): a kernel client on the host reaching a pod through a
+// bridge, point-to-point or overlay CNI (kind's kindnet, bridge, flannel)
+// leaves from the node's own address in that range, and sidecar-mode clients
+// are pods. Invalid ranges are skipped, as NodeAddresses skips host names.
+func NodeClients(nodes []corev1.Node) []string {
+	out := NodeAddresses(nodes)
+	for _, n := range nodes {
+		for _, s := range n.Spec.PodCIDRs {
+			if p, err := netip.ParsePrefix(s); err == nil {
+				out = append(out, p.Masked().String())
+			}
+		}
+	}
+	return out
+}
+
 // ExportAccess is the export rule list of c's MDS: the user's spec.access
 // first (the first rule naming a client decides, so they can narrow or widen
-// anything below), then every node address (read-write, no root squash: the
-// kernel client mounts from the host and its root must stay root for the
-// pod's files), then spec.network.podNetworkCIDRs (sidecar-mode clients).
-// The result is deterministic: node addresses sorted and deduplicated, split
-// into rules of at most AccessClientsPerRuleMax clients. An empty list (no
-// node has an address yet and nothing else is allowed) admits nobody.
-func ExportAccess(c *chimerav1.ChimeraCluster, nodeAddrs []string) ([]AccessRule, error) {
+// anything below), then every node client (NodeClients; read-write, no root
+// squash: the kernel client mounts from the host and its root must stay root
+// for the pod's files), then spec.network.podNetworkCIDRs (pod networks the
+// nodes do not name, e.g. a CNI with its own IP pools). The result is
+// deterministic: node clients sorted and deduplicated, split into rules of
+// at most AccessClientsPerRuleMax clients. An empty list (no node has an
+// address yet and nothing else is allowed) admits nobody.
+func ExportAccess(c *chimerav1.ChimeraCluster, nodeClients []string) ([]AccessRule, error) {
 	rules := make([]AccessRule, 0, len(c.Spec.Access)+2)
 	for i, r := range c.Spec.Access {
 		clients := make([]string, 0, len(r.Clients))
@@ -54,13 +75,15 @@ func ExportAccess(c *chimerav1.ChimeraCluster, nodeAddrs []string) ([]AccessRule
 		})
 	}
 	seen := map[string]bool{}
-	hosts := make([]string, 0, len(nodeAddrs))
-	for _, a := range nodeAddrs {
-		ip, err := netip.ParseAddr(a)
-		if err != nil {
-			return nil, fmt.Errorf("node address %q: %w", a, err)
+	hosts := make([]string, 0, len(nodeClients))
+	for _, a := range nodeClients {
+		s, err := AccessClient(a)
+		if err != nil || s == "*" {
+			return nil, fmt.Errorf("node client %q: not an address or a range", a)
 		}
-		s := ip.Unmap().String()
+		if ip, err := netip.ParseAddr(s); err == nil {
+			s = ip.Unmap().String()
+		}
 		if !seen[s] {
 			seen[s] = true
 			hosts = append(hosts, s)

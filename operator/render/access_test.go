@@ -1,9 +1,9 @@
 package render
 
 // Proves the MDS export's client rules: the user's spec.access first, then
-// the nodes' addresses (sorted, deduplicated, IPv4-mapped unmapped, split at
-// chimerad's clients-per-rule bound), then the pod network; bad node
-// addresses and too many rules are errors; the rules land in the MDS config
+// the nodes' addresses and pod ranges (sorted, deduplicated, IPv4-mapped
+// unmapped, split at chimerad's clients-per-rule bound), then the pod
+// network; bad node clients and too many rules are errors; the rules land in the MDS config
 // only (data servers have no rules) and never in the config hash, so node
 // churn does not restart the servers. With $CHIMERAD, chimerad accepts the
 // rendered rules.
@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
 )
 
 func TestExportAccess(t *testing.T) {
@@ -27,7 +28,7 @@ func TestExportAccess(t *testing.T) {
 		{Clients: []string{"*"}}, // access and squash left to their defaults
 	}
 	c.Spec.Network.PodNetworkCIDRs = []string{"10.244.0.0/16"}
-	rules, err := ExportAccess(c, []string{"10.0.0.2", "10.0.0.1", "::ffff:10.0.0.2", "fd00::5"})
+	rules, err := ExportAccess(c, []string{"10.0.0.2", "10.0.0.1", "::ffff:10.0.0.2", "fd00::5", "10.244.1.0/24", "10.244.1.0/24"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func TestExportAccess(t *testing.T) {
 	want := `[{"clients":["10.9.0.7"],"access_type":"none","squash":"root_squash"},` +
 		`{"clients":["192.168.0.0/16","fd00::/8"],"access_type":"ro","squash":"all_squash","anonymous_uid":1000},` +
 		`{"clients":["*"],"access_type":"rw","squash":"root_squash"},` +
-		`{"clients":["10.0.0.1","10.0.0.2","fd00::5"],"access_type":"rw","squash":"no_root_squash"},` +
+		`{"clients":["10.0.0.1","10.0.0.2","10.244.1.0/24","fd00::5"],"access_type":"rw","squash":"no_root_squash"},` +
 		`{"clients":["10.244.0.0/16"],"access_type":"rw","squash":"no_root_squash"}]`
 	if string(b) != want {
 		t.Fatalf("rules\n got %s\nwant %s", b, want)
@@ -64,7 +65,7 @@ func TestExportAccess(t *testing.T) {
 	if _, err := ExportAccess(smallCluster(), huge); err == nil || !strings.Contains(err.Error(), "256") {
 		t.Errorf("65537 node addresses: %v", err)
 	}
-	for _, bad := range []string{"node-1", "10.0.0.300", ""} {
+	for _, bad := range []string{"node-1", "10.0.0.300", "", "*", "10.244.1.1/24"} {
 		if _, err := ExportAccess(smallCluster(), []string{bad}); err == nil {
 			t.Errorf("node address %q accepted", bad)
 		}
@@ -73,6 +74,21 @@ func TestExportAccess(t *testing.T) {
 	c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"10.0.0.1/8"}}}
 	if _, err := ExportAccess(c, nil); err == nil || !strings.Contains(err.Error(), "spec.access[0].clients[0]") {
 		t.Errorf("a rule with host bits (webhook bypassed): %v", err)
+	}
+}
+
+// NodeClients: the nodes' InternalIP/ExternalIP and pod ranges, nothing else.
+func TestNodeClients(t *testing.T) {
+	nodes := []corev1.Node{
+		{Spec: corev1.NodeSpec{PodCIDRs: []string{"10.244.1.0/24", "fd44:0:0:1::/64"}}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: "172.18.0.2"}, {Type: corev1.NodeHostName, Address: "kind-worker"},
+			{Type: corev1.NodeExternalIP, Address: "203.0.113.7"}, {Type: corev1.NodeInternalDNS, Address: "10.1.1.1"},
+		}}},
+		{Spec: corev1.NodeSpec{PodCIDRs: []string{"not-a-cidr"}}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "172.18.0.3"}}}},
+	}
+	got := strings.Join(NodeClients(nodes), " ")
+	if got != "172.18.0.2 203.0.113.7 172.18.0.3 10.244.1.0/24 fd44:0:0:1::/64" {
+		t.Fatalf("node clients %q", got)
 	}
 }
 
