@@ -367,6 +367,7 @@ type TuningSpec struct {
 }
 
 // ChimeraClusterSpec is the desired state of a Chimera storage cluster.
+// +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(self.storage.backend) || self.storage.backend != 'nvme' || (has(self.metadataServer) && has(self.metadataServer.storage))",message="spec.metadataServer.storage is required when storage.backend is nvme (the MDS keeps its namespace on that PersistentVolume)",fieldPath=".metadataServer.storage"
 type ChimeraClusterSpec struct {
 	// Image of chimerad (the dataplane server).
 	// +kubebuilder:validation:MinLength=1

@@ -44,6 +44,11 @@ func (ch *Children) Objects() []client.Object {
 // into the config hash: a change of rules reaches the running MDS through
 // the admin API and must not restart the pods.
 func Build(c *chimerav1.ChimeraCluster, access []AccessRule) (*Children, error) {
+	if c.Spec.Storage.Backend == chimerav1.BackendNVMe && c.Spec.MetadataServer.Storage == nil {
+		// Admission refuses this (CEL and webhook); never render an MDS
+		// whose namespace would have nowhere to live.
+		return nil, fmt.Errorf("spec.metadataServer.storage is required with storage.backend nvme")
+	}
 	mdsCfg, err := RenderConfig(c, ComponentMDS, access)
 	if err != nil {
 		return nil, err
@@ -64,7 +69,7 @@ func Build(c *chimerav1.ChimeraCluster, access []AccessRule) (*Children, error) 
 	}
 	hash := ConfigHash(hashed...)
 	mds := statefulSet(c, MDSName(c), ComponentMDS, 1, podTemplate(c, ComponentMDS, hash))
-	if st := c.Spec.MetadataServer.Storage; st != nil && c.Spec.Storage.Backend == chimerav1.BackendNVMe {
+	if st := c.Spec.MetadataServer.Storage; usesStartScript(c) {
 		mds.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{metadataClaim(c, st)}
 		// Deleting the cluster (or scaling) must not delete the namespace.
 		mds.Spec.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{

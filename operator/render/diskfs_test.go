@@ -180,6 +180,13 @@ func TestDiskfsRendering(t *testing.T) {
 		t.Error("no device-plugin variable without a device plugin")
 	}
 
+	// Never an MDS without its metadata volume (admission refuses it too).
+	bare := durableCluster()
+	bare.Spec.MetadataServer.Storage = nil
+	if _, err := Build(bare, nil); err == nil || !strings.Contains(err.Error(), "spec.metadataServer.storage") {
+		t.Errorf("backend nvme without a metadata volume rendered: %v", err)
+	}
+
 	// memfs stays as it was: chimerad straight on the ConfigMap's file.
 	sm, err := Build(smallCluster(), nil)
 	if err != nil {

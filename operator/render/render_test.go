@@ -47,6 +47,7 @@ func productionCluster() *chimerav1.ChimeraCluster {
 	c.Spec.DataServers.Resources = hp
 	c.Spec.DataServers.NodeSelector = map[string]string{"chimera.io/storage": "true"}
 	c.Spec.Storage = chimerav1.StorageSpec{Backend: chimerav1.BackendNVMe, NVMe: &chimerav1.NVMeSpec{ResourceName: "chimera.io/nvme", DevicesPerPod: 16}}
+	c.Spec.MetadataServer.Storage = &chimerav1.MetadataStorageSpec{StorageClassName: "fast-local", Size: resource.MustParse("100Gi")}
 	c.Spec.Network = chimerav1.NetworkSpec{Transport: chimerav1.TransportRDMA, Port: 20049, TOS: i32(104), NetworkAttachment: "roce-a", RDMAResourceName: "rdma/roce_a"}
 	c.Spec.PNFS = chimerav1.PNFSSpec{StripeUnitBytes: 512 << 10, Mirrors: 1}
 	c.Spec.Tuning = chimerav1.TuningSpec{Threads: 64, HugePageSize: "1Gi"}
@@ -344,6 +345,13 @@ func TestStatusProgression(t *testing.T) {
 	st = Status(c, Observed{MDSReady: true, DSPods: pods, DSDesired: 2, PushErr: errors.New("401 unauthorized")}, now)
 	if cond(st, "Degraded").Reason != "DataServerPushFailed" || !strings.Contains(cond(st, "Degraded").Message, "401") || cond(st, "Available").Status != metav1.ConditionFalse {
 		t.Fatalf("push failure must degrade and name the error: %+v", st.Conditions)
+	}
+	// The data servers are known but the export rules did not reach the MDS:
+	// usable, yet degraded with the reason (clients may be refused or let in).
+	st = Status(c, Observed{MDSReady: true, DSPods: pods, DSDesired: 2, DSListInSync: true, AccessErr: errors.New("HTTP 400: access[0].clients[0]: bad")}, now)
+	if st.Phase != chimerav1.PhaseDegraded || cond(st, "Degraded").Reason != "AccessPushFailed" || !strings.Contains(cond(st, "Degraded").Message, "export client rules") ||
+		cond(st, "Available").Status != metav1.ConditionTrue {
+		t.Fatalf("access push failure: phase %s conditions %+v", st.Phase, st.Conditions)
 	}
 	list := DSList(c, Status(c, Observed{MDSReady: true, DSPods: pods, DSDesired: 2, DSListInSync: true}, now).DataServers)
 	if len(list) != 2 || list[0].Name != "small-ds-0" || list[0].Address != "10.0.0.1" || list[0].Port != 2049 || list[0].Transport != "tcp" {
