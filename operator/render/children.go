@@ -69,8 +69,8 @@ func Build(c *chimerav1.ChimeraCluster, access []AccessRule) (*Children, error) 
 	}
 	hash := ConfigHash(hashed...)
 	mds := statefulSet(c, MDSName(c), ComponentMDS, 1, podTemplate(c, ComponentMDS, hash))
-	if st := c.Spec.MetadataServer.Storage; usesStartScript(c) {
-		mds.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{metadataClaim(c, st)}
+	if usesStartScript(c) { // backend nvme: the namespace lives on the metadata claim
+		mds.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{metadataClaim(c, c.Spec.MetadataServer.Storage)}
 		// Deleting the cluster (or scaling) must not delete the namespace.
 		mds.Spec.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
 			WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
