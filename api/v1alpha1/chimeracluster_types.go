@@ -181,11 +181,12 @@ type DevicePath string
 
 // DiskfsSpec tunes chimerad's durable backend (server.vfs.diskfs.config).
 type DiskfsSpec struct {
-	// Initialize formats the devices when a server starts — every start,
-	// so it destroys what they hold unless chimerad recognises its own
-	// format (dataplane/chimerad/CONFIG.md). Set it for a new cluster on
-	// blank devices and unset it once the servers run. The MDS's image file
-	// is formatted on the start that creates it whatever this says.
+	// Initialize formats the data servers' devices when a DS starts —
+	// every start, so it destroys what they hold unless chimerad recognises
+	// its own format (dataplane/chimerad/CONFIG.md). Set it for a new
+	// cluster on blank devices and unset it once the servers run. The MDS's
+	// image file is formatted by its start script while it was never
+	// formatted (its first MiB all zeros), whatever this says.
 	// +optional
 	Initialize bool `json:"initialize,omitempty"`
 	// BlockCacheBlocks bounds the metadata block cache, in 4 KiB blocks

@@ -196,6 +196,9 @@ func diskfsFor(c *chimerav1.ChimeraCluster, role string) diskfsConfig {
 		d.InodeCacheInodes = t.InodeCacheInodes
 	}
 	if role == ComponentMDS {
+		// The start script formats the image while it was never formatted
+		// (StartScript); spec.storage.diskfs.initialize is the DSes' only.
+		d.Initialize = false
 		d.Devices = []diskfsDevice{{Type: "io_uring", Path: MetadataImagePath}}
 		return d
 	}

@@ -98,6 +98,14 @@ func TestDiskfsRendering(t *testing.T) {
 			t.Errorf("%s: diskfs config %+v", role, dc)
 		}
 	}
+	// initialize is the DSes' only: the MDS's image is the start script's call.
+	ini := durableCluster()
+	ini.Spec.Storage.Diskfs.Initialize = true
+	iniMDS, _ := RenderConfig(ini, ComponentMDS, nil)
+	iniDS, _ := RenderConfig(ini, ComponentDS, nil)
+	if parseDiskfs(t, iniMDS).Server.VFS.Diskfs.Config.Initialize || !parseDiskfs(t, iniDS).Server.VFS.Diskfs.Config.Initialize {
+		t.Errorf("initialize must reach the DS config only:\n%s\n%s", iniMDS, iniDS)
+	}
 	if got := devices(t, mdsCfg); got != `[{"path":"/var/lib/chimera/metadata/diskfs.img","type":"io_uring"}]` {
 		t.Errorf("MDS devices %s", got)
 	}
