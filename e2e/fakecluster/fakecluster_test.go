@@ -20,6 +20,9 @@ package fakecluster
 //     StorageClass's provisioner) and outlives the cluster, the pods start
 //     through the ConfigMap's start script, DSes naming the device plugin's
 //     PCIDEVICE_* variable.
+//   - the MDS's export client rules (on the real chimerad) admit every
+//     node's address and the sample's spec.access subnet; a node that joins
+//     is admitted, one that leaves no longer.
 //   - the operator reads each DS's storage address from its Multus
 //     network-status annotation (or, for the TCP sample without Multus, its
 //     pod IP) and pushes the list to a real chimerad's admin API; status turns Available with per-DS entries; a DS pod that is
@@ -374,6 +377,8 @@ func TestFakeCluster(t *testing.T) {
 		lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
 		t.Fatalf("leader-election lease: %v %+v", err, lease.Spec)
 	}
+
+	exportClientsFollowNodes(t, ctx, k8s, adminURL, mdsToken)
 
 	// A DS rescheduled with a new storage address is re-pushed.
 	ds1 := &corev1.Pod{}
@@ -994,6 +999,53 @@ func adminGet(url, token string) (string, error) {
 
 func mdsList(adminURL, token string) (string, error) {
 	return adminGet(adminURL+"/api/v1/dataservers", token)
+}
+
+// exportClientsFollowNodes: the MDS's export client rules (GET
+// /api/v1/access/data on the real chimerad) admit every node's address and
+// the sample's spec.access subnet; a node that joins is admitted, and no
+// longer once it leaves.
+func exportClientsFollowNodes(t *testing.T, ctx context.Context, k8s client.Client, adminURL, token string) {
+	t.Helper()
+	const joiner, joinerIP = "joiner-1", "10.99.0.7"
+	has := func(want bool) error {
+		got, err := adminGet(adminURL+"/api/v1/access/data", token)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(got, `"10.20.0.0/16"`) {
+			return fmt.Errorf("the sample's spec.access subnet is not in the MDS rules: %s", got)
+		}
+		nodes := &corev1.NodeList{}
+		if err := k8s.List(ctx, nodes); err != nil {
+			return err
+		}
+		for _, a := range render.NodeAddresses(nodes.Items) {
+			if !strings.Contains(got, `"`+a+`"`) {
+				return fmt.Errorf("node address %s not in the MDS rules: %s", a, got)
+			}
+		}
+		if strings.Contains(got, `"`+joinerIP+`"`) != want {
+			return fmt.Errorf("MDS rules %s: want %s admitted: %v", got, joinerIP, want)
+		}
+		return nil
+	}
+	eventually(t, "MDS export rules admit the nodes", func() error { return has(false) })
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: joiner, Labels: map[string]string{"kubernetes.io/hostname": joiner}}}
+	if err := k8s.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: joinerIP}}
+	if err := k8s.Status().Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a joining node admitted by the MDS", func() error { return has(true) })
+	if err := k8s.Delete(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a leaving node no longer admitted", func() error { return has(false) })
+	got, _ := adminGet(adminURL+"/api/v1/access/data", token)
+	t.Logf("MDS export rules: %s", got)
 }
 
 func mdsHas(adminURL, token string, addrs []string) error {
