@@ -236,6 +236,7 @@ func runStart(t *testing.T, dir, cfg string, envs ...string) (string, []byte, er
 	_ = os.WriteFile(in, []byte(cfg), 0o644)
 	_ = os.Remove(filepath.Join(dir, "started.json"))
 	cmd := exec.Command("/bin/sh", script, in, out)
+	cmd.Dir = dir // where a glob would find files (the test plants one)
 	cmd.Env = append([]string{"PATH=" + bin + ":/usr/bin:/bin"}, envs...)
 	msg, err := cmd.CombinedOutput()
 	started, _ := os.ReadFile(filepath.Join(dir, "started.json"))
@@ -304,6 +305,18 @@ func TestStartScript(t *testing.T) {
 	}
 	if fi, _ := os.Stat(img); fi.Size() != 64<<20 {
 		t.Errorf("image resized to %d", fi.Size())
+	}
+	// Something else where the image should be: refused, never formatted.
+	odd := filepath.Join(dir, "meta", "a-directory")
+	_ = os.MkdirAll(odd, 0o755)
+	msg, started, err = runStart(t, dir, string(mdsCfg), EnvImageFile+"="+odd, EnvImageBytes+"=1048576")
+	if err == nil || started != nil || !strings.Contains(msg, "not a readable regular file") {
+		t.Errorf("a directory as the image: err %v started %v: %s", err, started != nil, msg)
+	}
+	// A glob in the device plugin's variable is not expanded (set -f) and is refused.
+	_ = os.WriteFile(filepath.Join(dir, "0000:3b:00.0"), nil, 0o644)
+	if msg, started, err := runStart(t, dir, string(dsCfg), varEnv, "PCIDEVICE_CHIMERA_IO_NVME=0000:3b:00.*"); err == nil || started != nil {
+		t.Errorf("a glob was accepted: %s", msg)
 	}
 	// A missing size for a missing image is an error, not a 0-byte device.
 	msg, _, err = runStart(t, dir, string(mdsCfg), EnvImageFile+"="+filepath.Join(dir, "meta", "other.img"))

@@ -60,7 +60,7 @@ const (
 const StartScript = `#!/bin/sh
 # Completes chimerad's config for this pod and starts chimerad (ChimeraCluster
 # storage.backend nvme; written by the chimera operator, operator/render/start.go).
-set -eu
+set -euf
 in=$1
 out=$2
 tmp=$out.tmp
@@ -95,6 +95,11 @@ if [ -n "${CHIMERA_IMAGE_FILE:-}" ]; then
     mv "$img.new" "$img"
     echo "chimera-start: created the metadata image $img ($bytes bytes)" >&2
   fi
+  if [ ! -f "$img" ] || ! head -c 1048576 "$img" > /dev/null; then
+    echo "chimera-start: $img is not a readable regular file" >&2
+    exit 1
+  fi
+  # Formatting destroys: only an image whose first MiB reads back all zeros.
   if [ "$(head -c 1048576 "$img" | tr -d '\000' | head -c 1 | wc -c)" -eq 0 ]; then
     echo "chimera-start: $img was never formatted: chimerad formats it (initialize)" >&2
     sed 's|"initialize": false|"initialize": true|' "$tmp" > "$tmp.2"
