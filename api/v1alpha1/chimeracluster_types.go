@@ -267,6 +267,7 @@ type NetworkSpec struct {
 	// sidecar-mode clients or kernel clients reaching pods through the CNI
 	// must mount.
 	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=64
 	// +listType=set
 	// +optional
 	PodNetworkCIDRs []string `json:"podNetworkCIDRs,omitempty"`
