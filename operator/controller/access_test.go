@@ -9,7 +9,8 @@ package controller_test
 // spec.access and spec.network.podNetworkCIDRs widen it, user rules first.
 // The rules reach the running MDS through PUT /api/v1/access/data and the
 // ConfigMap (for the next start), while the pods' config hash stays the
-// same: node churn restarts no server.
+// same: node churn restarts no server. Each change is told once as an
+// ExportClientsUpdated event, not once per reconcile.
 
 import (
 	"context"
@@ -165,6 +166,26 @@ func TestExportClientsFollowNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("a node leaves", "rw/no_root_squash:10.78.0.11")
+	// Each change of the rules was told once as an event on the cluster.
+	eventually(t, "ExportClientsUpdated events", func() error {
+		evs := &corev1.EventList{}
+		if err := k8s.List(ctx, evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		n := 0
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == "clients" && e.Reason == "ExportClientsUpdated" {
+				n += int(max(e.Count, 1))
+			}
+		}
+		// first push, node 1 joins, node 2 joins (its status may land in one
+		// or two updates), node 1 moves, node 2 leaves: 5 changes or more,
+		// but never one per reconcile (the resync pushes the same rules).
+		if n < 5 || n > 8 {
+			return fmt.Errorf("%d ExportClientsUpdated events, want 5..8", n)
+		}
+		return nil
+	})
 
 	// A node's pod range, once allocated, is admitted: a kernel client on
 	// the node reaches pods through the CNI from the node's address in it.

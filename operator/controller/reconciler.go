@@ -7,8 +7,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
@@ -60,6 +62,11 @@ type Reconciler struct {
 	AdminURL func(c *chimerav1.ChimeraCluster, mds *corev1.Pod) string
 	// NetworkPolicy: whether and how each cluster's servers are isolated.
 	NetworkPolicy render.NetworkPolicyOptions
+
+	// accessPushed remembers, per cluster (namespace/name), the export rules
+	// last pushed, so a change is told once as an event. In memory only: a
+	// restarted operator tells the current rules once more.
+	accessPushed sync.Map
 }
 
 // +kubebuilder:rbac:groups=storage.chimera.io,resources=chimeraclusters,verbs=get;list;watch;update;patch
@@ -338,7 +345,29 @@ func (r *Reconciler) pushToMDS(ctx context.Context, c *chimerav1.ChimeraCluster,
 	}
 	if err := r.Admin.PutAccess(ctx, url, token, render.MountName, access); err != nil {
 		obs.AccessErr = err
+		return
 	}
+	r.tellAccessChange(c, access)
+}
+
+// tellAccessChange records an ExportClientsUpdated event when the rules
+// pushed differ from the last ones pushed for c.
+func (r *Reconciler) tellAccessChange(c *chimerav1.ChimeraCluster, access []render.AccessRule) {
+	doc, err := json.Marshal(access)
+	if err != nil {
+		return
+	}
+	key := c.Namespace + "/" + c.Name
+	if prev, ok := r.accessPushed.Swap(key, string(doc)); ok && prev.(string) == string(doc) {
+		return
+	}
+	clients := 0
+	for _, rule := range access {
+		clients += len(rule.Clients)
+	}
+	r.Recorder.Eventf(c, corev1.EventTypeNormal, "ExportClientsUpdated",
+		"export %s admits %d clients in %d rules (%d from spec.access; the rest: nodes' addresses and pod ranges, spec.network.podNetworkCIDRs)",
+		render.ExportPath, clients, len(access), len(c.Spec.Access))
 }
 
 func (r *Reconciler) writeStatus(ctx context.Context, c *chimerav1.ChimeraCluster, obs render.Observed) error {
@@ -373,6 +402,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, c *chimerav1.ChimeraCl
 	if !controllerutil.ContainsFinalizer(c, Finalizer) {
 		return ctrl.Result{}, nil
 	}
+	r.accessPushed.Delete(c.Namespace + "/" + c.Name)
 	if c.Status.Phase != chimerav1.PhaseDeleting {
 		patch := client.MergeFrom(c.DeepCopy())
 		c.Status.Phase = chimerav1.PhaseDeleting
