@@ -108,6 +108,7 @@ type MetadataServerSpec struct {
 }
 
 // MetadataStorageSpec names the PersistentVolume that holds the MDS's diskfs image.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.metadataServer.storage is immutable: the MDS StatefulSet's volume claim cannot change (the namespace lives on it)"
 type MetadataStorageSpec struct {
 	// StorageClassName of the claim (any class with Filesystem volumes:
 	// local-path, a CSI block driver formatted by the kubelet, ...).

@@ -200,6 +200,28 @@ func TestInvalidSpecsAreRejectedNamingTheField(t *testing.T) {
 		}
 		return nil
 	})
+	// Update rule: the MDS's metadata volume may not change (the StatefulSet's
+	// claim cannot; the namespace lives on it) — said by CEL and the webhook.
+	dur := validCluster(ns, "durable")
+	durable(dur)
+	if err := k8s.Create(context.Background(), dur); err != nil {
+		t.Fatalf("valid durable spec rejected: %v", err)
+	}
+	eventually(t, "metadata volume change rejected", func() error {
+		cur := &chimerav1.ChimeraCluster{}
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(dur), cur); err != nil {
+			return err
+		}
+		cur.Spec.MetadataServer.Storage.StorageClassName = "other-class"
+		err := k8s.Update(context.Background(), cur)
+		if err == nil {
+			t.Fatal("metadata volume change accepted")
+		}
+		if !strings.Contains(err.Error(), "spec.metadataServer.storage") || !strings.Contains(err.Error(), "immutable") {
+			return err // a conflict with the reconciler's finalizer update: retry
+		}
+		return nil
+	})
 }
 
 // children lists every object of the kinds the operator creates that carry

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 
 	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
@@ -281,6 +282,11 @@ func ValidateUpdate(old, c *chimerav1.ChimeraCluster) field.ErrorList {
 
 func warnings(c *chimerav1.ChimeraCluster) admission.Warnings {
 	var w admission.Warnings
+	for i, r := range c.Spec.Access {
+		if slices.Contains(r.Clients, "*") && r.Access != chimerav1.AccessRO && r.Access != chimerav1.AccessNone && r.Squash == chimerav1.SquashNoRoot {
+			w = append(w, fmt.Sprintf("spec.access[%d]: every client, read-write, root as root: the exports are open to any host that reaches the NFS port", i))
+		}
+	}
 	if d := c.Spec.Storage.Diskfs; d != nil && d.Initialize {
 		w = append(w, "spec.storage.diskfs.initialize: the data servers format their devices at every start; unset it once the cluster runs")
 	}

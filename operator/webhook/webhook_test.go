@@ -228,6 +228,16 @@ func TestUpdateRulesAndWarnings(t *testing.T) {
 	if w, err := (Validator{}).ValidateCreate(context.Background(), d); err != nil || len(w) != 1 || !strings.Contains(w[0], "spec.storage.diskfs.initialize") {
 		t.Errorf("initialize: warnings %v err %v", w, err)
 	}
+	// An export open to every host as root is said at admission.
+	o := base()
+	o.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"10.0.0.0/8"}}, {Clients: []string{"*"}, Access: chimerav1.AccessRW, Squash: chimerav1.SquashNoRoot}}
+	if w, err := (Validator{}).ValidateCreate(context.Background(), o); err != nil || len(w) != 1 || !strings.Contains(w[0], "spec.access[1]") {
+		t.Errorf("wide-open rule: warnings %v err %v", w, err)
+	}
+	o.Spec.Access[1].Squash = chimerav1.SquashRoot
+	if w, _ := (Validator{}).ValidateCreate(context.Background(), o); len(w) != 0 {
+		t.Errorf("a squashed wildcard is no warning: %v", w)
+	}
 	d.Spec.Storage.Diskfs.Initialize = false
 	if w, err := (Validator{}).ValidateCreate(context.Background(), d); err != nil || len(w) != 0 {
 		t.Errorf("durable cluster without initialize: warnings %v err %v", w, err)
