@@ -1035,10 +1035,16 @@ func exportClientsFollowNodes(t *testing.T, ctx context.Context, k8s client.Clie
 	if err := k8s.Create(ctx, n); err != nil {
 		t.Fatal(err)
 	}
-	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: joinerIP}}
-	if err := k8s.Status().Update(ctx, n); err != nil {
-		t.Fatal(err)
-	}
+	// The node lifecycle controller and kwok write the new node too: retry
+	// on conflicts with a fresh copy.
+	eventually(t, "the joining node's address set", func() error {
+		cur := &corev1.Node{}
+		if err := k8s.Get(ctx, types.NamespacedName{Name: joiner}, cur); err != nil {
+			return err
+		}
+		cur.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: joinerIP}}
+		return k8s.Status().Update(ctx, cur)
+	})
 	eventually(t, "a joining node admitted by the MDS", func() error { return has(true) })
 	if err := k8s.Delete(ctx, n); err != nil {
 		t.Fatal(err)
