@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -25,6 +26,17 @@ const (
 	// ThreadsMax bounds the per-pod event-loop count: chimerad's runtime
 	// accepts at most 64 cores (server.cores, dataplane/chimerad/CONFIG.md).
 	ThreadsMax = 64
+	// AccessRulesMax bounds spec.access; the operator appends its own rules
+	// (the nodes, the pod network) and chimerad accepts 256 per export.
+	AccessRulesMax = 32
+	// AccessClientsPerRuleMax bounds one rule's client list.
+	AccessClientsPerRuleMax = 64
+	// AnonIDMax is the largest anonymous uid/gid chimerad accepts (2^32-2;
+	// 2^32-1 is the "no id" value).
+	AnonIDMax = 4294967294
+	// MetadataSizeBytesMin is the smallest MDS metadata volume: the diskfs
+	// image needs room for its superblocks, log and inode tables.
+	MetadataSizeBytesMin = 1 << 30
 )
 
 // Transport selects how clients reach the servers.
@@ -43,7 +55,9 @@ type StorageBackend string
 const (
 	// BackendMemFS keeps data in bounded memory: tests, demos, scratch.
 	BackendMemFS StorageBackend = "memfs"
-	// BackendNVMe drives NVMe devices from userspace through VFIO.
+	// BackendNVMe keeps data durable with chimerad's diskfs module on the data
+	// servers' devices (NVMe through VFIO, or block devices through io_uring)
+	// and the namespace on the MDS's metadata volume.
 	BackendNVMe StorageBackend = "nvme"
 )
 
@@ -82,6 +96,28 @@ type MetadataServerSpec struct {
 	// Resources of the chimerad container, including hugepages-1Gi / hugepages-2Mi.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	// Storage is where the MDS keeps the namespace (directories, inodes,
+	// layouts' metadata) with backend nvme: a PersistentVolumeClaim of this
+	// StorageClass, mounted into the MDS pod, holding one diskfs image file
+	// that chimerad drives as an io_uring device. Required with backend
+	// nvme, forbidden with memfs (the namespace then lives in memory), and
+	// immutable (a StatefulSet's volume claims cannot change). The claim
+	// outlives the cluster: delete it by hand to free the space.
+	// +optional
+	Storage *MetadataStorageSpec `json:"storage,omitempty"`
+}
+
+// MetadataStorageSpec names the PersistentVolume that holds the MDS's diskfs image.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.metadataServer.storage is immutable: the MDS StatefulSet's volume claim cannot change (the namespace lives on it)"
+type MetadataStorageSpec struct {
+	// StorageClassName of the claim (any class with Filesystem volumes:
+	// local-path, a CSI block driver formatted by the kubelet, ...).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	StorageClassName string `json:"storageClassName"`
+	// Size of the claim; the diskfs image takes 90 % of it (the rest is the
+	// file system's own overhead). At least 1Gi.
+	Size resource.Quantity `json:"size"`
 }
 
 // DataServersSpec describes the data servers (DS) that hold file data.
@@ -102,12 +138,17 @@ type DataServersSpec struct {
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
-// NVMeSpec binds NVMe devices to server pods, either through a device plugin
-// (resourceName) or by PCI address on every node (pciAddresses) — not both.
-// +kubebuilder:validation:XValidation:rule="has(self.resourceName) != has(self.pciAddresses)",message="storage.nvme: set exactly one of resourceName or pciAddresses"
+// NVMeSpec binds the data servers' devices: through a device plugin
+// (resourceName), by PCI address on every node (pciAddresses), or as block
+// devices on every node (devicePaths) — exactly one.
+// +kubebuilder:validation:XValidation:rule="(has(self.resourceName) ? 1 : 0) + (has(self.pciAddresses) ? 1 : 0) + (has(self.devicePaths) ? 1 : 0) == 1",message="storage.nvme: set exactly one of resourceName, pciAddresses or devicePaths"
 type NVMeSpec struct {
 	// ResourceName is the device-plugin resource that hands out NVMe VFIO
-	// devices, e.g. chimera.io/nvme.
+	// devices, e.g. chimera.io/nvme (the SR-IOV network device plugin's
+	// `accelerator` resources bound to vfio-pci). The plugin names the PCI
+	// addresses it gave a container in PCIDEVICE_<RESOURCE> (the resource
+	// name upper-cased, `.` `/` `-` as `_`); the DS pod's entrypoint writes
+	// them into chimerad's config as vfio devices at start.
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
@@ -124,6 +165,42 @@ type NVMeSpec struct {
 	// +listType=set
 	// +optional
 	PCIAddresses []PCIAddress `json:"pciAddresses,omitempty"`
+	// DevicePaths lists block devices (e.g. /dev/nvme0n1) each server pod
+	// drives through io_uring with O_DIRECT, the same paths on every node.
+	// The devices are mounted from the host, which needs a privileged
+	// container (the device cgroup), as pciAddresses does.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	// +optional
+	DevicePaths []DevicePath `json:"devicePaths,omitempty"`
+}
+
+// DevicePath is an absolute block-device path under /dev.
+// +kubebuilder:validation:Pattern=`^/dev/[A-Za-z0-9][A-Za-z0-9._/:-]*$`
+// +kubebuilder:validation:MaxLength=255
+type DevicePath string
+
+// DiskfsSpec tunes chimerad's durable backend (server.vfs.diskfs.config).
+type DiskfsSpec struct {
+	// Initialize formats the data servers' devices when a DS starts —
+	// every start, so it destroys what they hold unless chimerad recognises
+	// its own format (dataplane/chimerad/CONFIG.md). Set it for a new
+	// cluster on blank devices and unset it once the servers run. The MDS's
+	// image file is formatted by its start script while it was never
+	// formatted (its first MiB all zeros), whatever this says.
+	// +optional
+	Initialize bool `json:"initialize,omitempty"`
+	// BlockCacheBlocks bounds the metadata block cache, in 4 KiB blocks
+	// (data blocks are never cached). Default: chimerad's (65536).
+	// +kubebuilder:validation:Minimum=256
+	// +kubebuilder:validation:Maximum=268435456
+	// +optional
+	BlockCacheBlocks int64 `json:"blockCacheBlocks,omitempty"`
+	// InodeCacheInodes bounds the inode cache. Default: chimerad's (65536).
+	// +kubebuilder:validation:Minimum=64
+	// +kubebuilder:validation:Maximum=268435456
+	// +optional
+	InodeCacheInodes int64 `json:"inodeCacheInodes,omitempty"`
 }
 
 // PCIAddress is a PCI function address such as 0000:3b:00.0.
@@ -134,7 +211,9 @@ type PCIAddress string
 // +kubebuilder:validation:XValidation:rule="!has(self.backend) || self.backend != 'nvme' || has(self.nvme)",message="storage.nvme is required when storage.backend is nvme",fieldPath=".nvme"
 // +kubebuilder:validation:XValidation:rule="!has(self.nvme) || (has(self.backend) && self.backend == 'nvme')",message="storage.nvme is only valid when storage.backend is nvme",fieldPath=".nvme"
 type StorageSpec struct {
-	// Backend: memfs (bounded memory) or nvme (userspace NVMe through VFIO).
+	// Backend: memfs (bounded memory, lost on restart) or nvme (durable:
+	// chimerad's diskfs on the data servers' devices, the namespace on the
+	// MDS's metadata volume, spec.metadataServer.storage).
 	// +kubebuilder:default=memfs
 	// +optional
 	Backend StorageBackend `json:"backend,omitempty"`
@@ -146,6 +225,9 @@ type StorageSpec struct {
 	// NVMe devices, required for backend nvme.
 	// +optional
 	NVMe *NVMeSpec `json:"nvme,omitempty"`
+	// Diskfs tunes the durable backend (backend nvme only).
+	// +optional
+	Diskfs *DiskfsSpec `json:"diskfs,omitempty"`
 }
 
 // NetworkSpec says how clients and servers talk.
@@ -178,6 +260,68 @@ type NetworkSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	RDMAResourceName string `json:"rdmaResourceName,omitempty"`
+	// PodNetworkCIDRs are pod-network ranges admitted to the exports
+	// (read-write, no root squash) besides the Nodes' own spec.podCIDRs,
+	// which are always admitted: name the pod network here when the CNI
+	// allocates addresses from its own pools rather than the nodes' ranges
+	// (Calico IPAM, Cilium cluster-pool, a static bridge subnet) and
+	// sidecar-mode clients or kernel clients reaching pods through the CNI
+	// must mount.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=64
+	// +listType=set
+	// +optional
+	PodNetworkCIDRs []string `json:"podNetworkCIDRs,omitempty"`
+}
+
+// AccessType is what a client may do with the exports.
+// +kubebuilder:validation:Enum=rw;ro;none
+type AccessType string
+
+const (
+	AccessRW   AccessType = "rw"
+	AccessRO   AccessType = "ro"
+	AccessNone AccessType = "none"
+)
+
+// Squash says whose identity a client's calls run with.
+// +kubebuilder:validation:Enum=root_squash;all_squash;no_root_squash
+type Squash string
+
+const (
+	SquashRoot   Squash = "root_squash"
+	SquashAll    Squash = "all_squash"
+	SquashNoRoot Squash = "no_root_squash"
+)
+
+// AccessRule admits (or refuses) clients to the cluster's exports, as
+// chimerad's exports.<name>.access rules (dataplane/chimerad/CONFIG.md).
+type AccessRule struct {
+	// Clients: IPv4/IPv6 addresses, CIDRs (no host bits below the prefix),
+	// or "*" for every client. Host names are not resolved.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=64
+	Clients []string `json:"clients"`
+	// Access: rw, ro (every change refused with ROFS) or none (refused).
+	// +kubebuilder:default=rw
+	// +optional
+	Access AccessType `json:"access,omitempty"`
+	// Squash: root_squash (default, uid 0 runs as anonUid), all_squash or
+	// no_root_squash.
+	// +kubebuilder:default=root_squash
+	// +optional
+	Squash Squash `json:"squash,omitempty"`
+	// AnonUID is the squashed uid (default 65534).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4294967294
+	// +optional
+	AnonUID *int64 `json:"anonUid,omitempty"`
+	// AnonGID is the squashed gid (default 65534).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4294967294
+	// +optional
+	AnonGID *int64 `json:"anonGid,omitempty"`
 }
 
 // PNFSSpec shapes flex-files layouts.
@@ -226,6 +370,7 @@ type TuningSpec struct {
 }
 
 // ChimeraClusterSpec is the desired state of a Chimera storage cluster.
+// +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(self.storage.backend) || self.storage.backend != 'nvme' || (has(self.metadataServer) && has(self.metadataServer.storage))",message="spec.metadataServer.storage is required when storage.backend is nvme (the MDS keeps its namespace on that PersistentVolume)",fieldPath=".metadataServer.storage"
 type ChimeraClusterSpec struct {
 	// Image of chimerad (the dataplane server).
 	// +kubebuilder:validation:MinLength=1
@@ -258,6 +403,16 @@ type ChimeraClusterSpec struct {
 	// Tuning of chimerad.
 	// +optional
 	Tuning TuningSpec `json:"tuning,omitempty"`
+	// Access widens (or narrows) who may mount the exports. The operator
+	// keeps the exports open to every Node's InternalIP/ExternalIP and pod
+	// range (spec.podCIDRs) (read-write, no root squash: the kernel client
+	// mounts from the host) and to spec.network.podNetworkCIDRs, following
+	// nodes as they join and leave; anyone else is refused. These rules
+	// come first and the first rule naming a client decides, so a rule here
+	// overrides the nodes' default.
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Access []AccessRule `json:"access,omitempty"`
 }
 
 // DataServerStatus reports one data server as the MDS is told about it.

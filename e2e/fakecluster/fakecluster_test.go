@@ -15,7 +15,14 @@ package fakecluster
 //     pods that the real scheduler places only on nodes with the hugepages,
 //     NVMe and RDMA capacity they request (a node without them gets none),
 //     with the device requests, Multus annotation, hugepage volume and
-//     capabilities the design names, Running with pod IPs.
+//     capabilities the design names, Running with pod IPs; backend nvme
+//     (diskfs): the MDS's metadata claim binds (a static PV plays the
+//     StorageClass's provisioner) and outlives the cluster, the pods start
+//     through the ConfigMap's start script, DSes naming the device plugin's
+//     PCIDEVICE_* variable.
+//   - the MDS's export client rules (on the real chimerad) admit every
+//     node's address and the sample's spec.access subnet; a node that joins
+//     is admitted, one that leaves no longer.
 //   - the operator reads each DS's storage address from its Multus
 //     network-status annotation (or, for the TCP sample without Multus, its
 //     pod IP) and pushes the list to a real chimerad's admin API; status turns Available with per-DS entries; a DS pod that is
@@ -307,6 +314,10 @@ func TestFakeCluster(t *testing.T) {
 	}
 	webhookRejectsBadCluster(t, ctx, k8s, kc, kubectl, string(sample))
 
+	// The sample's MDS keeps its namespace on a claim of StorageClass
+	// local-path; here a static PV of that class stands for the provisioner.
+	metaPV := metadataVolume(t, ctx, k8s)
+
 	// The production sample, as shipped, with kubectl.
 	if out, err := tool(kc, kubectl, "apply", "-f", samplePath); err != nil {
 		t.Fatalf("kubectl apply %s: %v\n%s", samplePath, err, out)
@@ -366,6 +377,8 @@ func TestFakeCluster(t *testing.T) {
 		lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
 		t.Fatalf("leader-election lease: %v %+v", err, lease.Spec)
 	}
+
+	exportClientsFollowNodes(t, ctx, k8s, adminURL, mdsToken)
 
 	// A DS rescheduled with a new storage address is re-pushed.
 	ds1 := &corev1.Pod{}
@@ -436,6 +449,18 @@ func TestFakeCluster(t *testing.T) {
 	// Deleting the cluster leaves no children.
 	if out, err := tool(kc, kubectl, "delete", "chimeracluster", clusterName, "-n", sampleNS, "--wait=true", "--timeout=90s"); err != nil {
 		t.Fatalf("kubectl delete chimeracluster: %v\n%s", err, out)
+	}
+	// The MDS's metadata claim outlives the cluster (the namespace is on
+	// it); deleting it by hand frees it, and then nothing is left.
+	claim := &corev1.PersistentVolumeClaim{}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: sampleNS, Name: render.MetadataClaimName + "-" + clusterName + "-mds-0"}, claim); err != nil || claim.Spec.VolumeName != metaPV.Name {
+		t.Fatalf("metadata claim not retained after the cluster's deletion (or not bound to %s): %v %+v", metaPV.Name, err, claim.Spec)
+	}
+	if err := k8s.Delete(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(ctx, metaPV); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
 	}
 	eventually(t, "no children of the cluster left", func() error { return noneLeft(ctx, k8s, sampleNS) })
 	multus.stop()
@@ -539,7 +564,7 @@ func webhookRejectsBadCluster(t *testing.T, ctx context.Context, k8s client.Clie
 	// The webhook answers with a field error (the apiserver passes it on as
 	// is) and its warnings; both texts exist only in operator/webhook, so
 	// seeing them proves the apiserver called our webhook over TLS.
-	for _, want := range []string{`spec.pnfs.mirrors: Invalid value: 3`, "each mirror needs its own data server", "Warning: spec.storage.backend nvme"} {
+	for _, want := range []string{`spec.pnfs.mirrors: Invalid value: 3`, "each mirror needs its own data server", "Warning: spec.network.transport rdma"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("rejection does not say %q:\n%s", want, out)
 		}
@@ -550,8 +575,36 @@ func webhookRejectsBadCluster(t *testing.T, ctx context.Context, k8s client.Clie
 	t.Logf("webhook refused the bad cluster: %s", strings.TrimSpace(out))
 }
 
+// metadataVolume creates StorageClass local-path (no provisioner) and one
+// static PV of it, enough for the sample's MDS metadata claim.
+func metadataVolume(t *testing.T, ctx context.Context, k8s client.Client) *corev1.PersistentVolume {
+	t.Helper()
+	immediate := storagev1.VolumeBindingImmediate
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local-path"}, Provisioner: "kubernetes.io/no-provisioner", VolumeBindingMode: &immediate}
+	if err := k8s.Create(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), sc) })
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "mds-metadata-1"},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("100Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName:              "local-path",
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/chimera-test/mds"}},
+		},
+	}
+	if err := k8s.Create(ctx, pv); err != nil {
+		t.Fatal(err)
+	}
+	return pv
+}
+
 // checkPodShapes: what the scheduler placed carries the devices, network,
-// hugepages and only the capabilities the design names.
+// hugepages and only the capabilities the design names; the MDS runs the
+// start script over its metadata claim, a DS names the device plugin's
+// variable to it.
 func checkPodShapes(t *testing.T, ctx context.Context, k8s client.Client) {
 	t.Helper()
 	pods := &corev1.PodList{}
@@ -589,6 +642,22 @@ func checkPodShapes(t *testing.T, ctx context.Context, k8s client.Client) {
 		}
 		if !huge {
 			t.Errorf("%s: no HugePages-1Gi emptyDir", p.Name)
+		}
+		if strings.Join(ctr.Command, " ") != "/bin/sh "+render.ConfigDir+"/"+render.ConfigKeyStart {
+			t.Errorf("%s: command %v, want the start script (backend nvme)", p.Name, ctr.Command)
+		}
+		claimed := false
+		for _, v := range p.Spec.Volumes {
+			claimed = claimed || v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == render.MetadataClaimName+"-"+p.Name
+		}
+		pciVar := ""
+		for _, e := range ctr.Env {
+			if e.Name == render.EnvPCIDeviceVar {
+				pciVar = e.Value
+			}
+		}
+		if isDS && (claimed || pciVar != "PCIDEVICE_CHIMERA_IO_NVME") || !isDS && (!claimed || pciVar != "") {
+			t.Errorf("%s: metadata claim %v, %s=%q: want the claim on the MDS only and the variable on DSes only", p.Name, claimed, render.EnvPCIDeviceVar, pciVar)
 		}
 		sc := ctr.SecurityContext
 		var add []string
@@ -930,6 +999,59 @@ func adminGet(url, token string) (string, error) {
 
 func mdsList(adminURL, token string) (string, error) {
 	return adminGet(adminURL+"/api/v1/dataservers", token)
+}
+
+// exportClientsFollowNodes: the MDS's export client rules (GET
+// /api/v1/access/data on the real chimerad) admit every node's address and
+// the sample's spec.access subnet; a node that joins is admitted, and no
+// longer once it leaves.
+func exportClientsFollowNodes(t *testing.T, ctx context.Context, k8s client.Client, adminURL, token string) {
+	t.Helper()
+	const joiner, joinerIP = "joiner-1", "10.99.0.7"
+	has := func(want bool) error {
+		got, err := adminGet(adminURL+"/api/v1/access/data", token)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(got, `"10.20.0.0/16"`) {
+			return fmt.Errorf("the sample's spec.access subnet is not in the MDS rules: %s", got)
+		}
+		nodes := &corev1.NodeList{}
+		if err := k8s.List(ctx, nodes); err != nil {
+			return err
+		}
+		for _, a := range render.NodeAddresses(nodes.Items) {
+			if !strings.Contains(got, `"`+a+`"`) {
+				return fmt.Errorf("node address %s not in the MDS rules: %s", a, got)
+			}
+		}
+		if strings.Contains(got, `"`+joinerIP+`"`) != want {
+			return fmt.Errorf("MDS rules %s: want %s admitted: %v", got, joinerIP, want)
+		}
+		return nil
+	}
+	eventually(t, "MDS export rules admit the nodes", func() error { return has(false) })
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: joiner, Labels: map[string]string{"kubernetes.io/hostname": joiner}}}
+	if err := k8s.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	// The node lifecycle controller and kwok write the new node too: retry
+	// on conflicts with a fresh copy.
+	eventually(t, "the joining node's address set", func() error {
+		cur := &corev1.Node{}
+		if err := k8s.Get(ctx, types.NamespacedName{Name: joiner}, cur); err != nil {
+			return err
+		}
+		cur.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: joinerIP}}
+		return k8s.Status().Update(ctx, cur)
+	})
+	eventually(t, "a joining node admitted by the MDS", func() error { return has(true) })
+	if err := k8s.Delete(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a leaving node no longer admitted", func() error { return has(false) })
+	got, _ := adminGet(adminURL+"/api/v1/access/data", token)
+	t.Logf("MDS export rules: %s", got)
 }
 
 func mdsHas(adminURL, token string, addrs []string) error {

@@ -487,6 +487,10 @@ func TestRealNode(t *testing.T) {
 		cc.Spec.Storage.MemfsCapacityBytes = memfsBytes
 		// One event loop per server: three servers share the guest's 2 vCPUs.
 		cc.Spec.Tuning.Threads = 1
+		// The guest's pods sit on a static CNI bridge (10.88.0.0/24, not a
+		// node pod range): the node's kernel client reaches the MDS pod from
+		// the bridge's address, which the export rules admit only when named.
+		cc.Spec.Network.PodNetworkCIDRs = []string{"10.88.0.0/24"}
 		if err := e.k8s.Create(e.ctx, cc); err != nil {
 			return "", err
 		}

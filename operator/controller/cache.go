@@ -29,13 +29,15 @@ func CacheOptions() cache.Options {
 		&appsv1.DaemonSet{}:             mine,
 		&policyv1.PodDisruptionBudget{}: mine,
 		&networkingv1.NetworkPolicy{}:   mine,
-		// Nodes feed only the NetworkPolicy's addresses: keep nothing else
-		// (a Node's status carries its image list, often the bulk of it).
+		// Nodes feed only the NetworkPolicy's addresses and the export
+		// client rules (addresses, pod ranges): keep nothing else (a Node's
+		// status carries its image list, often the bulk of it).
 		&corev1.Node{}: {Transform: NodeAddressesOnly},
 	}}
 }
 
-// NodeAddressesOnly strips a cached Node to its identity and addresses.
+// NodeAddressesOnly strips a cached Node to its identity, addresses and pod
+// ranges (spec.podCIDRs).
 func NodeAddressesOnly(o any) (any, error) {
 	n, ok := o.(*corev1.Node)
 	if !ok {
@@ -47,6 +49,7 @@ func NodeAddressesOnly(o any) (any, error) {
 			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion,
 			CreationTimestamp: n.CreationTimestamp, DeletionTimestamp: n.DeletionTimestamp,
 		},
+		Spec:   corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
 		Status: corev1.NodeStatus{Addresses: n.Status.Addresses},
 	}, nil
 }

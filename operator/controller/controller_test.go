@@ -61,6 +61,12 @@ func validCluster(ns, name string) *chimerav1.ChimeraCluster {
 	}
 }
 
+// durable turns c into a valid backend nvme cluster (device plugin, metadata volume).
+func durable(c *chimerav1.ChimeraCluster) {
+	c.Spec.Storage = chimerav1.StorageSpec{Backend: chimerav1.BackendNVMe, NVMe: &chimerav1.NVMeSpec{ResourceName: "chimera.io/nvme"}}
+	c.Spec.MetadataServer.Storage = &chimerav1.MetadataStorageSpec{StorageClassName: "local-path", Size: resource.MustParse("10Gi")}
+}
+
 // eventually polls f until it returns nil or waitTimeout passes.
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
@@ -116,6 +122,41 @@ func TestInvalidSpecsAreRejectedNamingTheField(t *testing.T) {
 		{"hugepage size without hugepages (webhook)", func(c *chimerav1.ChimeraCluster) { c.Spec.Tuning.HugePageSize = "1Gi" }, "spec.metadataServer.resources.limits[hugepages-1Gi]"},
 		{"hugepages request without limit (webhook)", func(c *chimerav1.ChimeraCluster) { c.Spec.DataServers.Resources = hp("2Gi", "") }, "spec.dataServers.resources.limits[hugepages-2Mi]"},
 		{"too many threads", func(c *chimerav1.ChimeraCluster) { c.Spec.Tuning.Threads = 2000 }, "spec.tuning.threads"},
+		{"nvme without a metadata volume (CEL and webhook)", func(c *chimerav1.ChimeraCluster) { durable(c); c.Spec.MetadataServer.Storage = nil }, "spec.metadataServer.storage"},
+		{"metadata volume with memfs (webhook)", func(c *chimerav1.ChimeraCluster) {
+			c.Spec.MetadataServer.Storage = &chimerav1.MetadataStorageSpec{StorageClassName: "local-path", Size: resource.MustParse("10Gi")}
+		}, "spec.metadataServer.storage"},
+		{"metadata volume below 1Gi (webhook)", func(c *chimerav1.ChimeraCluster) {
+			durable(c)
+			c.Spec.MetadataServer.Storage.Size = resource.MustParse("512Mi")
+		}, "spec.metadataServer.storage.size"},
+		{"device plugin and block devices both set", func(c *chimerav1.ChimeraCluster) {
+			durable(c)
+			c.Spec.Storage.NVMe.DevicePaths = []chimerav1.DevicePath{"/dev/nvme0n1"}
+		}, "spec.storage.nvme"},
+		{"block device outside /dev", func(c *chimerav1.ChimeraCluster) {
+			durable(c)
+			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{DevicePaths: []chimerav1.DevicePath{"/etc/shadow"}}
+		}, "spec.storage.nvme.devicePaths[0]"},
+		{"block device path escaping /dev (webhook)", func(c *chimerav1.ChimeraCluster) {
+			durable(c)
+			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{DevicePaths: []chimerav1.DevicePath{"/dev/../etc/shadow"}}
+		}, "spec.storage.nvme.devicePaths[0]"},
+		{"diskfs block cache too small", func(c *chimerav1.ChimeraCluster) {
+			durable(c)
+			c.Spec.Storage.Diskfs = &chimerav1.DiskfsSpec{BlockCacheBlocks: 10}
+		}, "spec.storage.diskfs.blockCacheBlocks"},
+		{"access client is a host name (webhook)", func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"node-1.example.com"}}}
+		}, "spec.access[0].clients[0]"},
+		{"access type unknown", func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"*"}, Access: "write"}}
+		}, "spec.access[0].access"},
+		{"anonymous uid above 2^32-2", func(c *chimerav1.ChimeraCluster) {
+			big := int64(1) << 32
+			c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"*"}, AnonUID: &big}}
+		}, "spec.access[0].anonUid"},
+		{"pod network with host bits (webhook)", func(c *chimerav1.ChimeraCluster) { c.Spec.Network.PodNetworkCIDRs = []string{"10.244.1.1/16"} }, "spec.network.podNetworkCIDRs[0]"},
 	}
 	if len(cases) < 10 {
 		t.Fatal("the suite promises at least ten invalid specs")
@@ -149,12 +190,34 @@ func TestInvalidSpecsAreRejectedNamingTheField(t *testing.T) {
 		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(ok), cur); err != nil {
 			return err
 		}
-		cur.Spec.Storage = chimerav1.StorageSpec{Backend: "nvme", NVMe: &chimerav1.NVMeSpec{ResourceName: "chimera.io/nvme"}}
+		durable(cur) // a valid nvme spec: only the change itself is wrong
 		err := k8s.Update(context.Background(), cur)
 		if err == nil {
 			t.Fatal("backend change accepted")
 		}
 		if !strings.Contains(err.Error(), "spec.storage.backend") {
+			return err // a conflict with the reconciler's finalizer update: retry
+		}
+		return nil
+	})
+	// Update rule: the MDS's metadata volume may not change (the StatefulSet's
+	// claim cannot; the namespace lives on it) — said by CEL and the webhook.
+	dur := validCluster(ns, "durable")
+	durable(dur)
+	if err := k8s.Create(context.Background(), dur); err != nil {
+		t.Fatalf("valid durable spec rejected: %v", err)
+	}
+	eventually(t, "metadata volume change rejected", func() error {
+		cur := &chimerav1.ChimeraCluster{}
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(dur), cur); err != nil {
+			return err
+		}
+		cur.Spec.MetadataServer.Storage.StorageClassName = "other-class"
+		err := k8s.Update(context.Background(), cur)
+		if err == nil {
+			t.Fatal("metadata volume change accepted")
+		}
+		if !strings.Contains(err.Error(), "spec.metadataServer.storage") || !strings.Contains(err.Error(), "immutable") {
 			return err // a conflict with the reconciler's finalizer update: retry
 		}
 		return nil
@@ -323,15 +386,40 @@ func startChimerad(t *testing.T, token string) string {
 }
 
 // fakeMDS is used only without $CHIMERAD: it checks the token and keeps the
-// last list, nothing more.
-func fakeMDS(t *testing.T, token string) (string, func() string) {
-	var last atomicString
+// last data-server list and the last access rules of mount "data" (answered
+// on GET /api/v1/access/data as chimerad does), nothing more.
+func fakeMDS(t *testing.T, token string) (string, func() string, func() string) {
+	var last, access atomicString
+	access.Store(`{"mount": "data", "access": null}`)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer "+token {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}
 		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if strings.HasPrefix(r.URL.Path, "/api/v1/access/") {
+			if r.URL.Path != "/api/v1/access/data" {
+				http.Error(w, "no such mount", http.StatusNotFound)
+				return
+			}
+			if r.Method == http.MethodPut {
+				var in struct {
+					Access *[]json.RawMessage `json:"access"`
+				}
+				if err := json.Unmarshal(b, &in); err != nil || in.Access == nil {
+					http.Error(w, "access: required", http.StatusBadRequest)
+					return
+				}
+				out, _ := json.Marshal(map[string]any{"mount": "data", "access": in.Access})
+				access.Store(string(out))
+			}
+			_, _ = w.Write([]byte(access.Load()))
+			return
+		}
+		if r.URL.Path != "/api/v1/dataservers" {
+			http.Error(w, "not found", http.StatusNotFound)
+			return
+		}
 		if r.Method == http.MethodPut {
 			// Answer as chimerad does: address as host:port.
 			var in struct {
@@ -360,7 +448,7 @@ func fakeMDS(t *testing.T, token string) (string, func() string) {
 	}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return "http://" + l.Addr().String(), last.Load
+	return "http://" + l.Addr().String(), last.Load, access.Load
 }
 
 // makePod creates a pod as the StatefulSet controller and kubelet would
@@ -454,7 +542,7 @@ func TestStorageAddressesReachTheMDSAndConditionsProgress(t *testing.T) {
 	if url == "" {
 		t.Log("CHIMERAD not set: using a fake admin endpoint")
 		var last func() string
-		url, last = fakeMDS(t, token)
+		url, last, _ = fakeMDS(t, token)
 		read = func() (dsList, error) {
 			var l dsList
 			err := json.Unmarshal([]byte(last()), &l)

@@ -132,11 +132,12 @@ func TestNetworkPolicyFollowsNodes(t *testing.T) {
 	expect("a node leaves", "10.77.0.11/32")
 }
 
-// The Node cache keeps only what the policy needs (identity and addresses).
+// The Node cache keeps only what the policy and the export rules need
+// (identity, addresses, pod ranges).
 func TestNodeCacheKeepsOnlyAddresses(t *testing.T) {
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u1", ResourceVersion: "7", Labels: map[string]string{"big": "label"}, Annotations: map[string]string{"a": "b"}},
-		Spec:       corev1.NodeSpec{PodCIDR: "10.244.0.0/24"},
+		Spec:       corev1.NodeSpec{PodCIDR: "10.244.0.0/24", PodCIDRs: []string{"10.244.0.0/24", "fd44::/64"}, ProviderID: "cloud://n1"},
 		Status: corev1.NodeStatus{
 			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.5"}},
 			Images:    []corev1.ContainerImage{{Names: []string{"registry/image:tag"}, SizeBytes: 1 << 30}},
@@ -150,7 +151,10 @@ func TestNodeCacheKeepsOnlyAddresses(t *testing.T) {
 	if got.Name != "n1" || got.UID != "u1" || got.ResourceVersion != "7" || len(got.Status.Addresses) != 1 || got.Status.Addresses[0].Address != "10.0.0.5" {
 		t.Fatalf("identity or addresses lost: %+v", got)
 	}
-	if len(got.Status.Images) != 0 || got.Labels != nil || got.Annotations != nil || got.Spec.PodCIDR != "" {
+	if got.Spec.PodCIDR != "10.244.0.0/24" || strings.Join(got.Spec.PodCIDRs, " ") != "10.244.0.0/24 fd44::/64" {
+		t.Fatalf("pod ranges lost (the export rules admit them): %+v", got.Spec)
+	}
+	if len(got.Status.Images) != 0 || got.Labels != nil || got.Annotations != nil || got.Spec.ProviderID != "" {
 		t.Fatalf("kept more than addresses: %+v", got)
 	}
 	pod := &corev1.Pod{}

@@ -7,8 +7,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
@@ -60,6 +62,11 @@ type Reconciler struct {
 	AdminURL func(c *chimerav1.ChimeraCluster, mds *corev1.Pod) string
 	// NetworkPolicy: whether and how each cluster's servers are isolated.
 	NetworkPolicy render.NetworkPolicyOptions
+
+	// accessPushed remembers, per cluster (namespace/name), the export rules
+	// last pushed, so a change is told once as an event. In memory only: a
+	// restarted operator tells the current rules once more.
+	accessPushed sync.Map
 }
 
 // +kubebuilder:rbac:groups=storage.chimera.io,resources=chimeraclusters,verbs=get;list;watch;update;patch
@@ -94,12 +101,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&policyv1.PodDisruptionBudget{}).
 		// Pods are not owned by us but their readiness and network status
 		// drive status and the DS list: map them to their cluster by label.
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster))
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster)).
+		// The exports (and the NetworkPolicy's NFS ports) admit the nodes'
+		// addresses: a node that joins, leaves or changes address
+		// reconciles every cluster, which pushes the new client rules.
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allClusters), builder.WithPredicates(nodeAddressesChanged()))
 	if r.NetworkPolicy.Enabled {
-		// The NFS ports admit the nodes' addresses: a node that joins,
-		// leaves or changes address re-renders every cluster's policy.
-		b = b.Owns(&networkingv1.NetworkPolicy{}).
-			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allClusters), builder.WithPredicates(nodeAddressesChanged()))
+		b = b.Owns(&networkingv1.NetworkPolicy{})
 	}
 	return b.Complete(r)
 }
@@ -118,13 +126,14 @@ func (r *Reconciler) allClusters(ctx context.Context, _ client.Object) []reconci
 }
 
 // nodeAddressesChanged lets node creation and deletion through, and updates
-// only when the addresses differ (status heartbeats would re-render every
-// cluster otherwise).
+// only when the addresses or pod ranges differ (status heartbeats would
+// re-render every cluster otherwise).
 func nodeAddressesChanged() predicate.Funcs {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		o, ok1 := e.ObjectOld.(*corev1.Node)
 		n, ok2 := e.ObjectNew.(*corev1.Node)
-		return !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses)
+		return !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses) ||
+			!equality.Semantic.DeepEqual(o.Spec.PodCIDRs, n.Spec.PodCIDRs)
 	}}
 }
 
@@ -157,9 +166,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *chimerav1.ChimeraCl
 		}
 	}
 	var obs render.Observed
+	var access []render.AccessRule
 	token, err := r.ensureAdminSecret(ctx, c)
 	if err == nil {
-		err = r.applyChildren(ctx, c)
+		access, err = r.applyChildren(ctx, c)
 	}
 	if err != nil {
 		obs.ApplyErr = err
@@ -169,7 +179,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *chimerav1.ChimeraCl
 		return ctrl.Result{}, err
 	}
 	if obs.ApplyErr == nil {
-		r.pushDataServers(ctx, c, token, &obs)
+		r.pushToMDS(ctx, c, token, access, &obs)
 	}
 	if err := r.writeStatus(ctx, c, obs); err != nil {
 		return ctrl.Result{}, err
@@ -211,18 +221,29 @@ func (r *Reconciler) ensureAdminSecret(ctx context.Context, c *chimerav1.Chimera
 	return tok, nil
 }
 
-func (r *Reconciler) applyChildren(ctx context.Context, c *chimerav1.ChimeraCluster) error {
-	ch, err := render.Build(c)
+// applyChildren applies every child and returns the export client rules it
+// rendered (the MDS's config carries them; pushToMDS sends them live).
+func (r *Reconciler) applyChildren(ctx context.Context, c *chimerav1.ChimeraCluster) ([]render.AccessRule, error) {
+	nodes := &corev1.NodeList{}
+	if err := r.Client.List(ctx, nodes); err != nil {
+		return nil, fmt.Errorf("list nodes for the export client rules: %w", err)
+	}
+	nodeAddrs := render.NodeAddresses(nodes.Items)
+	access, err := render.ExportAccess(c, render.NodeClients(nodes.Items))
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("export client rules: %w", err)
+	}
+	ch, err := render.Build(c, access)
+	if err != nil {
+		return nil, err
 	}
 	for _, o := range ch.Objects() {
 		if err := r.apply(ctx, c, o); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if err := r.applyNetworkPolicy(ctx, c); err != nil {
-		return err
+	if err := r.applyNetworkPolicy(ctx, c, nodeAddrs); err != nil {
+		return nil, err
 	}
 	// A mode switch leaves the other DS workload behind: remove it.
 	var stale client.Object = &appsv1.DaemonSet{}
@@ -232,14 +253,14 @@ func (r *Reconciler) applyChildren(ctx context.Context, c *chimerav1.ChimeraClus
 	stale.SetNamespace(c.Namespace)
 	stale.SetName(render.DSName(c))
 	if err := r.Client.Delete(ctx, stale); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete DS workload of the previous mode: %w", err)
+		return nil, fmt.Errorf("delete DS workload of the previous mode: %w", err)
 	}
-	return nil
+	return access, nil
 }
 
 // applyNetworkPolicy renders the servers' policy from the current nodes, or
 // removes one left from a run with policies enabled when they are not.
-func (r *Reconciler) applyNetworkPolicy(ctx context.Context, c *chimerav1.ChimeraCluster) error {
+func (r *Reconciler) applyNetworkPolicy(ctx context.Context, c *chimerav1.ChimeraCluster, nodeAddrs []string) error {
 	if !r.NetworkPolicy.Enabled {
 		np := &networkingv1.NetworkPolicy{}
 		key := types.NamespacedName{Namespace: c.Namespace, Name: render.NetworkPolicyName(c)}
@@ -251,11 +272,7 @@ func (r *Reconciler) applyNetworkPolicy(ctx context.Context, c *chimerav1.Chimer
 		}
 		return nil
 	}
-	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes); err != nil {
-		return fmt.Errorf("list nodes for the network policy: %w", err)
-	}
-	np, err := render.NetworkPolicy(c, r.NetworkPolicy, render.NodeAddresses(nodes.Items))
+	np, err := render.NetworkPolicy(c, r.NetworkPolicy, nodeAddrs)
 	if err != nil {
 		return err
 	}
@@ -305,10 +322,12 @@ func (r *Reconciler) observe(ctx context.Context, c *chimerav1.ChimeraCluster, o
 	return nil
 }
 
-// pushDataServers sends the DS list to a running MDS. Failures are reported
+// pushToMDS sends the DS list and the export client rules to a running
+// MDS. Both PUTs are idempotent and sent on every reconcile (events and the
+// resync), so an MDS that restarted learns them again. Failures are reported
 // in status (Degraded) and retried on the next resync, not returned: the rest
 // of the reconcile is still right.
-func (r *Reconciler) pushDataServers(ctx context.Context, c *chimerav1.ChimeraCluster, token string, obs *render.Observed) {
+func (r *Reconciler) pushToMDS(ctx context.Context, c *chimerav1.ChimeraCluster, token string, access []render.AccessRule, obs *render.Observed) {
 	mds := &corev1.Pod{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: render.MDSName(c) + "-0"}, mds); err != nil {
 		return // no MDS yet: nothing to push to
@@ -318,11 +337,37 @@ func (r *Reconciler) pushDataServers(ctx context.Context, c *chimerav1.ChimeraCl
 	}
 	st, _ := render.DataServerStatuses(c, obs.DSPods)
 	list := render.DSList(c, st)
-	if err := r.Admin.PutDataServers(ctx, r.AdminURL(c, mds), token, list); err != nil {
+	url := r.AdminURL(c, mds)
+	if err := r.Admin.PutDataServers(ctx, url, token, list); err != nil {
 		obs.PushErr = err
+	} else {
+		obs.DSListInSync = true
+	}
+	if err := r.Admin.PutAccess(ctx, url, token, render.MountName, access); err != nil {
+		obs.AccessErr = err
 		return
 	}
-	obs.DSListInSync = true
+	r.tellAccessChange(c, access)
+}
+
+// tellAccessChange records an ExportClientsUpdated event when the rules
+// pushed differ from the last ones pushed for c.
+func (r *Reconciler) tellAccessChange(c *chimerav1.ChimeraCluster, access []render.AccessRule) {
+	doc, err := json.Marshal(access)
+	if err != nil {
+		return
+	}
+	key := c.Namespace + "/" + c.Name
+	if prev, ok := r.accessPushed.Swap(key, string(doc)); ok && prev.(string) == string(doc) {
+		return
+	}
+	clients := 0
+	for _, rule := range access {
+		clients += len(rule.Clients)
+	}
+	r.Recorder.Eventf(c, corev1.EventTypeNormal, "ExportClientsUpdated",
+		"export %s admits %d clients in %d rules (%d from spec.access; the rest: nodes' addresses and pod ranges, spec.network.podNetworkCIDRs)",
+		render.ExportPath, clients, len(access), len(c.Spec.Access))
 }
 
 func (r *Reconciler) writeStatus(ctx context.Context, c *chimerav1.ChimeraCluster, obs render.Observed) error {
@@ -357,6 +402,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, c *chimerav1.ChimeraCl
 	if !controllerutil.ContainsFinalizer(c, Finalizer) {
 		return ctrl.Result{}, nil
 	}
+	r.accessPushed.Delete(c.Namespace + "/" + c.Name)
 	if c.Status.Phase != chimerav1.PhaseDeleting {
 		patch := client.MergeFrom(c.DeepCopy())
 		c.Status.Phase = chimerav1.PhaseDeleting

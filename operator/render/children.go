@@ -39,25 +39,52 @@ func (ch *Children) Objects() []client.Object {
 }
 
 // Build computes every child of c except the admin Secret (whose token is
-// random and therefore created once, see AdminSecret).
-func Build(c *chimerav1.ChimeraCluster) (*Children, error) {
-	mdsCfg, err := RenderConfig(c, ComponentMDS)
+// random and therefore created once, see AdminSecret). access is the MDS
+// export's client rules (ExportAccess), written into the MDS config but not
+// into the config hash: a change of rules reaches the running MDS through
+// the admin API and must not restart the pods.
+func Build(c *chimerav1.ChimeraCluster, access []AccessRule) (*Children, error) {
+	if c.Spec.Storage.Backend == chimerav1.BackendNVMe && c.Spec.MetadataServer.Storage == nil {
+		// Admission refuses this (CEL and webhook); never render an MDS
+		// whose namespace would have nowhere to live.
+		return nil, fmt.Errorf("spec.metadataServer.storage is required with storage.backend nvme")
+	}
+	mdsCfg, err := RenderConfig(c, ComponentMDS, access)
 	if err != nil {
 		return nil, err
 	}
-	dsCfg, err := RenderConfig(c, ComponentDS)
+	mdsHashed, err := RenderConfig(c, ComponentMDS, nil)
 	if err != nil {
 		return nil, err
 	}
-	hash := ConfigHash(mdsCfg, dsCfg)
+	dsCfg, err := RenderConfig(c, ComponentDS, nil)
+	if err != nil {
+		return nil, err
+	}
+	data := map[string]string{ConfigKeyMDS: string(mdsCfg), ConfigKeyDS: string(dsCfg)}
+	hashed := [][]byte{mdsHashed, dsCfg}
+	if usesStartScript(c) {
+		data[ConfigKeyStart] = StartScript
+		hashed = append(hashed, []byte(StartScript))
+	}
+	hash := ConfigHash(hashed...)
+	mds := statefulSet(c, MDSName(c), ComponentMDS, 1, podTemplate(c, ComponentMDS, hash))
+	if usesStartScript(c) { // backend nvme: the namespace lives on the metadata claim
+		mds.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{metadataClaim(c, c.Spec.MetadataServer.Storage)}
+		// Deleting the cluster (or scaling) must not delete the namespace.
+		mds.Spec.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+			WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+			WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+		}
+	}
 	ch := &Children{
 		ConfigMap: &corev1.ConfigMap{
 			ObjectMeta: objectMeta(c, ConfigMapName(c), ""),
-			Data:       map[string]string{ConfigKeyMDS: string(mdsCfg), ConfigKeyDS: string(dsCfg)},
+			Data:       data,
 		},
 		MDSService: headlessService(c, MDSName(c), ComponentMDS),
 		DSService:  headlessService(c, DSName(c), ComponentDS),
-		MDS:        statefulSet(c, MDSName(c), ComponentMDS, 1, podTemplate(c, ComponentMDS, hash)),
+		MDS:        mds,
 		MDSBudget:  budget(c, MDSName(c), ComponentMDS, false),
 		DSBudget:   budget(c, DSName(c), ComponentDS, true),
 	}
@@ -76,6 +103,21 @@ func Build(c *chimerav1.ChimeraCluster) (*Children, error) {
 		ch.DSStatefulSet = statefulSet(c, DSName(c), ComponentDS, DesiredDataServers(c), dsPod)
 	}
 	return ch, nil
+}
+
+// metadataClaim is the MDS's metadata volume (spec.metadataServer.storage).
+func metadataClaim(c *chimerav1.ChimeraCluster, st *chimerav1.MetadataStorageSpec) corev1.PersistentVolumeClaim {
+	class := st.StorageClassName
+	fs := corev1.PersistentVolumeFilesystem
+	return corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: MetadataClaimName, Labels: Labels(c, ComponentMDS)},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: &class,
+			VolumeMode:       &fs,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: st.Size}},
+		},
+	}
 }
 
 // AdminSecret holds the bearer token of the MDS admin API.
@@ -210,12 +252,35 @@ func podTemplate(c *chimerav1.ChimeraCluster, component, configHash string) core
 		volumes = append(volumes, corev1.Volume{Name: "vfio", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: VFIODir, Type: &hostDir}}})
 		mounts = append(mounts, corev1.VolumeMount{Name: "vfio", MountPath: VFIODir})
 	}
+	if useNVMe && len(nvme.DevicePaths) > 0 {
+		// Each block device at its own path: the config names these paths.
+		blockDev := corev1.HostPathBlockDev
+		for i, p := range nvme.DevicePaths {
+			name := fmt.Sprintf("block-%d", i)
+			volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: string(p), Type: &blockDev}}})
+			mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: string(p)})
+		}
+	}
+	command, args := []string(nil), []string{"--config", ConfigDir + "/" + cfgKey}
+	var env []corev1.EnvVar
+	if usesStartScript(c) {
+		volumes = append(volumes, corev1.Volume{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptrQuantity(resource.MustParse("16Mi"))}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "run", MountPath: RunDir})
+		command = []string{"/bin/sh", ConfigDir + "/" + ConfigKeyStart}
+		args = []string{ConfigDir + "/" + cfgKey, RunDir + "/" + cfgKey}
+		env = startEnv(c, component)
+		if component == ComponentMDS {
+			mounts = append(mounts, corev1.VolumeMount{Name: MetadataClaimName, MountPath: MetadataDir})
+		}
+	}
 
 	container := corev1.Container{
 		Name:            "chimerad",
 		Image:           c.Spec.Image,
 		ImagePullPolicy: c.Spec.ImagePullPolicy,
-		Args:            []string{"--config", ConfigDir + "/" + cfgKey},
+		Command:         command,
+		Args:            args,
+		Env:             env,
 		Ports:           containerPorts(c, component),
 		Resources:       withDeviceRequests(c, res, useNVMe),
 		VolumeMounts:    mounts,
@@ -254,12 +319,13 @@ func probe(component, path string, periodS int32) *corev1.Probe {
 // securityContext grants only what the data path needs: IPC_LOCK to pin
 // buffer pools (hugepages, RDMA memory registration), NET_BIND_SERVICE for
 // port 2049, SYS_RAWIO for VFIO device access. Binding NVMe by PCI address
-// without a device plugin means the device cgroup must allow /dev/vfio/*,
-// which only a privileged container gets.
+// or block devices by path without a device plugin means the device cgroup
+// must allow /dev/vfio/* or the block devices, which only a privileged
+// container gets.
 func securityContext(c *chimerav1.ChimeraCluster, useNVMe bool) *corev1.SecurityContext {
 	caps := []corev1.Capability{"IPC_LOCK", "NET_BIND_SERVICE"}
-	if useNVMe {
-		caps = append(caps, "SYS_RAWIO")
+	if useNVMe && len(c.Spec.Storage.NVMe.DevicePaths) == 0 {
+		caps = append(caps, "SYS_RAWIO") // VFIO; block devices through io_uring need none
 	}
 	f, ro := false, true
 	sc := &corev1.SecurityContext{
@@ -267,7 +333,7 @@ func securityContext(c *chimerav1.ChimeraCluster, useNVMe bool) *corev1.Security
 		AllowPrivilegeEscalation: &f,
 		ReadOnlyRootFilesystem:   &ro,
 	}
-	if useNVMe && len(c.Spec.Storage.NVMe.PCIAddresses) > 0 {
+	if n := c.Spec.Storage.NVMe; useNVMe && (len(n.PCIAddresses) > 0 || len(n.DevicePaths) > 0) {
 		t := true
 		sc.Privileged = &t
 		sc.AllowPrivilegeEscalation = nil // privileged implies escalation; the API rejects false with it
@@ -328,6 +394,8 @@ func withDeviceRequests(c *chimerav1.ChimeraCluster, res corev1.ResourceRequirem
 }
 
 func ptr64(v int64) *int64 { return &v }
+
+func ptrQuantity(q resource.Quantity) *resource.Quantity { return &q }
 
 // String names a child for events and errors ("StatefulSet ns/name").
 func String(o client.Object, kind string) string {

@@ -43,6 +43,31 @@ type serverSection struct {
 	RDMA        bool         `json:"rdma"`
 	RDMAPort    int32        `json:"rdma_port,omitempty"`
 	PNFS        *pnfsSection `json:"pnfs,omitempty"`
+	VFS         *vfsSection  `json:"vfs,omitempty"`
+}
+
+// vfsSection is server.vfs: only diskfs has settings.
+type vfsSection struct {
+	Diskfs diskfsModule `json:"diskfs"`
+}
+
+type diskfsModule struct {
+	Config diskfsConfig `json:"config"`
+}
+
+// diskfsConfig is server.vfs.diskfs.config. Devices is a []diskfsDevice, or
+// the placeholder string DevicesPlaceholder that the pod's entrypoint
+// replaces with the device plugin's PCI addresses (see StartScript).
+type diskfsConfig struct {
+	Initialize       bool  `json:"initialize"`
+	BlockCacheBlocks int64 `json:"block_cache_blocks,omitempty"`
+	InodeCacheInodes int64 `json:"inode_cache_inodes,omitempty"`
+	Devices          any   `json:"devices"`
+}
+
+type diskfsDevice struct {
+	Type string `json:"type"`
+	Path string `json:"path"`
 }
 
 type pnfsSection struct {
@@ -58,8 +83,11 @@ type mountSection struct {
 	CapacityBytes int64  `json:"capacity_bytes,omitempty"`
 }
 
+// exportSection: Access nil means no rules (open to every client, the DS
+// role's case); a non-nil empty list means nobody.
 type exportSection struct {
-	Path string `json:"path"`
+	Path   string        `json:"path"`
+	Access *[]AccessRule `json:"access,omitempty"`
 }
 
 type volumesSection struct {
@@ -89,7 +117,16 @@ const (
 // list through PUT /api/v1/dataservers once DS pods have storage addresses.
 // The portmapper is off (port 0) because clients name ports explicitly and
 // port 111 would collide with a host rpcbind under hostNetwork setups.
-func RenderConfig(c *chimerav1.ChimeraCluster, role string) ([]byte, error) {
+//
+// access is the MDS export's client rules (ExportAccess); nil renders none.
+// They are in the config so a restarted MDS starts from the current list,
+// but they are left out of the config hash: the operator pushes rule changes
+// through the admin API, and node churn must not restart the servers.
+//
+// With backend nvme the DS config's devices may be the placeholder string
+// DevicesPlaceholder (device-plugin mode): it is then a template that the
+// pod's entrypoint (StartScript) completes, not a config chimerad can read.
+func RenderConfig(c *chimerav1.ChimeraCluster, role string, access []AccessRule) ([]byte, error) {
 	if role != ComponentMDS && role != ComponentDS {
 		return nil, fmt.Errorf("render: unknown role %q (want mds or ds)", role)
 	}
@@ -126,6 +163,12 @@ func RenderConfig(c *chimerav1.ChimeraCluster, role string) ([]byte, error) {
 		}
 		cfg.Volumes = &volumesSection{Path: "/" + MountName + "/volumes"}
 		cfg.Admin = &adminSection{Bind: "0.0.0.0", Port: PortAdmin, TokenFile: AdminTokenDir + "/" + SecretKeyToken}
+		if access != nil {
+			cfg.Exports[ExportPath] = exportSection{Path: "/" + MountName, Access: &access}
+		}
+	}
+	if c.Spec.Storage.Backend == chimerav1.BackendNVMe {
+		cfg.Server.VFS = &vfsSection{Diskfs: diskfsModule{Config: diskfsFor(c, role)}}
 	}
 	out, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
@@ -136,11 +179,49 @@ func RenderConfig(c *chimerav1.ChimeraCluster, role string) ([]byte, error) {
 
 func mountFor(c *chimerav1.ChimeraCluster) mountSection {
 	if c.Spec.Storage.Backend == chimerav1.BackendNVMe {
-		// chimerad's NVMe (VFIO) module is not in this build yet; the webhook
-		// warns about it. The devices reach the pod either way.
-		return mountSection{Module: "nvme", Path: "/"}
+		return mountSection{Module: "diskfs", Path: "/"}
 	}
 	return mountSection{Module: "memfs", Path: "/", CapacityBytes: orDefault64(c.Spec.Storage.MemfsCapacityBytes, MemfsBytesDefault)}
+}
+
+// diskfsFor renders server.vfs.diskfs.config. The MDS's one device is the
+// image file on its metadata volume; a DS drives the devices of
+// spec.storage.nvme: PCI addresses (vfio), block-device paths (io_uring), or
+// the device plugin's, known only inside the pod (the placeholder).
+func diskfsFor(c *chimerav1.ChimeraCluster, role string) diskfsConfig {
+	d := diskfsConfig{}
+	if t := c.Spec.Storage.Diskfs; t != nil {
+		d.Initialize = t.Initialize
+		d.BlockCacheBlocks = t.BlockCacheBlocks
+		d.InodeCacheInodes = t.InodeCacheInodes
+	}
+	if role == ComponentMDS {
+		// The start script formats the image while it was never formatted
+		// (StartScript); spec.storage.diskfs.initialize is the DSes' only.
+		d.Initialize = false
+		d.Devices = []diskfsDevice{{Type: "io_uring", Path: MetadataImagePath}}
+		return d
+	}
+	n := c.Spec.Storage.NVMe
+	devs := []diskfsDevice{}
+	switch {
+	case n == nil:
+		// The webhook requires storage.nvme with backend nvme; an empty list
+		// makes chimerad refuse the config, naming the key.
+	case n.ResourceName != "":
+		d.Devices = DevicesPlaceholder
+		return d
+	case len(n.PCIAddresses) > 0:
+		for _, a := range n.PCIAddresses {
+			devs = append(devs, diskfsDevice{Type: "vfio", Path: string(a)})
+		}
+	default:
+		for _, p := range n.DevicePaths {
+			devs = append(devs, diskfsDevice{Type: "io_uring", Path: string(p)})
+		}
+	}
+	d.Devices = devs
+	return d
 }
 
 // ConfigHash is a short digest of the rendered configs, put on the pod

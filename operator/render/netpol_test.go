@@ -265,7 +265,7 @@ func TestBudgetsAndHostNetwork(t *testing.T) {
 	for _, mode := range []chimerav1.DataServerMode{chimerav1.DataServerModeStatefulSet, chimerav1.DataServerModeDaemonSet} {
 		c := smallCluster()
 		c.Spec.DataServers.Mode = mode
-		ch, err := Build(c)
+		ch, err := Build(c, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

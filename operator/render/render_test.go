@@ -47,6 +47,7 @@ func productionCluster() *chimerav1.ChimeraCluster {
 	c.Spec.DataServers.Resources = hp
 	c.Spec.DataServers.NodeSelector = map[string]string{"chimera.io/storage": "true"}
 	c.Spec.Storage = chimerav1.StorageSpec{Backend: chimerav1.BackendNVMe, NVMe: &chimerav1.NVMeSpec{ResourceName: "chimera.io/nvme", DevicesPerPod: 16}}
+	c.Spec.MetadataServer.Storage = &chimerav1.MetadataStorageSpec{StorageClassName: "fast-local", Size: resource.MustParse("100Gi")}
 	c.Spec.Network = chimerav1.NetworkSpec{Transport: chimerav1.TransportRDMA, Port: 20049, TOS: i32(104), NetworkAttachment: "roce-a", RDMAResourceName: "rdma/roce_a"}
 	c.Spec.PNFS = chimerav1.PNFSSpec{StripeUnitBytes: 512 << 10, Mirrors: 1}
 	c.Spec.Tuning = chimerav1.TuningSpec{Threads: 64, HugePageSize: "1Gi"}
@@ -54,7 +55,7 @@ func productionCluster() *chimerav1.ChimeraCluster {
 }
 
 func TestBuildCreatesExactlyTheExpectedChildren(t *testing.T) {
-	ch, err := Build(smallCluster())
+	ch, err := Build(smallCluster(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestBuildDaemonSetMode(t *testing.T) {
 	c := smallCluster()
 	c.Spec.DataServers.Mode = chimerav1.DataServerModeDaemonSet
 	c.Spec.DataServers.Count = nil
-	ch, err := Build(c)
+	ch, err := Build(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestBuildDaemonSetMode(t *testing.T) {
 }
 
 func TestPodsGetOnlyTheNeededPrivileges(t *testing.T) {
-	ch, err := Build(productionCluster())
+	ch, err := Build(productionCluster(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestPodsGetOnlyTheNeededPrivileges(t *testing.T) {
 func TestPCIAddressModeIsPrivilegedWithHostVFIO(t *testing.T) {
 	c := productionCluster()
 	c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{PCIAddresses: []chimerav1.PCIAddress{"0000:3b:00.0"}}
-	ch, err := Build(c)
+	ch, err := Build(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +166,7 @@ func TestPCIAddressModeIsPrivilegedWithHostVFIO(t *testing.T) {
 }
 
 func TestConfigRendering(t *testing.T) {
-	mds, err := RenderConfig(productionCluster(), ComponentMDS)
+	mds, err := RenderConfig(productionCluster(), ComponentMDS, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +185,7 @@ func TestConfigRendering(t *testing.T) {
 	if m["admin"]["token_file"] != "/etc/chimera/admin/token" {
 		t.Errorf("admin section %v", m["admin"])
 	}
-	ds, _ := RenderConfig(smallCluster(), ComponentDS)
+	ds, _ := RenderConfig(smallCluster(), ComponentDS, nil)
 	var d map[string]map[string]any
 	_ = json.Unmarshal(ds, &d)
 	if d["server"]["role"] != "ds" || d["server"]["pnfs"] != nil || d["admin"] != nil {
@@ -193,18 +194,20 @@ func TestConfigRendering(t *testing.T) {
 	if d["mounts"]["data"].(map[string]any)["capacity_bytes"] != float64(256<<20) {
 		t.Errorf("memfs capacity not rendered: %s", ds)
 	}
-	if _, err := RenderConfig(smallCluster(), "both"); err == nil {
+	if _, err := RenderConfig(smallCluster(), "both", nil); err == nil {
 		t.Error("unknown role must be an error")
 	}
-	again, _ := RenderConfig(productionCluster(), ComponentMDS)
+	again, _ := RenderConfig(productionCluster(), ComponentMDS, nil)
 	if string(again) != string(mds) {
 		t.Error("rendering is not deterministic")
 	}
 }
 
 // TestRenderedConfigPassesChimerad runs the real chimerad --check-config over
-// the configs of memfs clusters (tcp and rdma, tuned and not). The NVMe
-// backend is left out: this chimerad build has no NVMe module yet.
+// the configs of memfs clusters (tcp and rdma, tuned and not) and of backend
+// nvme clusters whose devices are static (PCI addresses, block devices; the
+// device-plugin template is completed and checked in TestStartScript), the
+// MDS's with export client rules of every kind.
 func TestRenderedConfigPassesChimerad(t *testing.T) {
 	bin := os.Getenv("CHIMERAD")
 	if bin == "" {
@@ -220,9 +223,25 @@ func TestRenderedConfigPassesChimerad(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte("c2VjcmV0LXRva2Vu\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for name, c := range map[string]*chimerav1.ChimeraCluster{"small": smallCluster(), "rdma-tuned": rdma} {
+	pci := durableCluster()
+	pci.Spec.Storage.NVMe = &chimerav1.NVMeSpec{PCIAddresses: []chimerav1.PCIAddress{"0000:3b:00.0", "0000:5e:00.0"}}
+	pci.Spec.Storage.Diskfs.Initialize = true
+	blk := durableCluster()
+	blk.Spec.Storage.NVMe = &chimerav1.NVMeSpec{DevicePaths: []chimerav1.DevicePath{"/dev/nvme0n1", "/dev/disk/by-id/nvme-a"}}
+	uid := int64(1000)
+	blk.Spec.Access = []chimerav1.AccessRule{
+		{Clients: []string{"10.9.0.7"}, Access: chimerav1.AccessNone},
+		{Clients: []string{"192.168.0.0/16", "fd00::/8"}, Access: chimerav1.AccessRO, Squash: chimerav1.SquashAll, AnonUID: &uid, AnonGID: &uid},
+		{Clients: []string{"*"}, Access: chimerav1.AccessRW, Squash: chimerav1.SquashRoot},
+	}
+	blk.Spec.Network.PodNetworkCIDRs = []string{"10.244.0.0/16"}
+	for name, c := range map[string]*chimerav1.ChimeraCluster{"small": smallCluster(), "rdma-tuned": rdma, "nvme-pci": pci, "nvme-block-access": blk} {
+		access, err := ExportAccess(c, []string{"10.0.0.1", "10.0.0.2", "fd00::1"})
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, role := range []string{ComponentMDS, ComponentDS} {
-			cfg, err := RenderConfig(c, role)
+			cfg, err := RenderConfig(c, role, access)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -326,6 +345,13 @@ func TestStatusProgression(t *testing.T) {
 	st = Status(c, Observed{MDSReady: true, DSPods: pods, DSDesired: 2, PushErr: errors.New("401 unauthorized")}, now)
 	if cond(st, "Degraded").Reason != "DataServerPushFailed" || !strings.Contains(cond(st, "Degraded").Message, "401") || cond(st, "Available").Status != metav1.ConditionFalse {
 		t.Fatalf("push failure must degrade and name the error: %+v", st.Conditions)
+	}
+	// The data servers are known but the export rules did not reach the MDS:
+	// usable, yet degraded with the reason (clients may be refused or let in).
+	st = Status(c, Observed{MDSReady: true, DSPods: pods, DSDesired: 2, DSListInSync: true, AccessErr: errors.New("HTTP 400: access[0].clients[0]: bad")}, now)
+	if st.Phase != chimerav1.PhaseDegraded || cond(st, "Degraded").Reason != "AccessPushFailed" || !strings.Contains(cond(st, "Degraded").Message, "export client rules") ||
+		cond(st, "Available").Status != metav1.ConditionTrue {
+		t.Fatalf("access push failure: phase %s conditions %+v", st.Phase, st.Conditions)
 	}
 	list := DSList(c, Status(c, Observed{MDSReady: true, DSPods: pods, DSDesired: 2, DSListInSync: true}, now).DataServers)
 	if len(list) != 2 || list[0].Name != "small-ds-0" || list[0].Address != "10.0.0.1" || list[0].Port != 2049 || list[0].Transport != "tcp" {

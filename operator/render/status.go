@@ -118,6 +118,7 @@ type Observed struct {
 	DSPods       []corev1.Pod
 	DSDesired    int32 // from the StatefulSet spec or the DaemonSet's status
 	PushErr      error // last PUT /api/v1/dataservers error, nil when pushed
+	AccessErr    error // last PUT /api/v1/access/<mount> error, nil when pushed
 	ApplyErr     error
 	DSListInSync bool
 }
@@ -165,6 +166,9 @@ func Status(c *chimerav1.ChimeraCluster, o Observed, now metav1.Time) chimerav1.
 	if o.PushErr != nil {
 		degraded = append(degraded, "pushing the data-server list to the MDS failed: "+o.PushErr.Error())
 	}
+	if o.AccessErr != nil {
+		degraded = append(degraded, "pushing the export client rules to the MDS failed: "+o.AccessErr.Error())
+	}
 	degraded = append(degraded, problems...)
 	if usable && st.DataServersReady < o.DSDesired {
 		degraded = append(degraded, fmt.Sprintf("%d of %d data servers not ready", o.DSDesired-st.DataServersReady, o.DSDesired))
@@ -178,7 +182,7 @@ func Status(c *chimerav1.ChimeraCluster, o Observed, now metav1.Time) chimerav1.
 	switch {
 	case c.DeletionTimestamp != nil:
 		st.Phase = chimerav1.PhaseDeleting
-	case len(degraded) > 0 && (usable || o.ApplyErr != nil || o.PushErr != nil):
+	case len(degraded) > 0 && (usable || o.ApplyErr != nil || o.PushErr != nil || o.AccessErr != nil):
 		st.Phase = chimerav1.PhaseDegraded
 	case usable && allReady:
 		st.Phase = chimerav1.PhaseAvailable
@@ -210,6 +214,8 @@ func degradedReason(o Observed, problems []string) string {
 		return "ApplyFailed"
 	case o.PushErr != nil:
 		return "DataServerPushFailed"
+	case o.AccessErr != nil:
+		return "AccessPushFailed"
 	case len(problems) > 0:
 		return "StorageAddressUnknown"
 	}

@@ -5,12 +5,16 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"path"
+	"slices"
 	"strings"
 
 	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
 	"github.com/chimera-k8s/chimera/operator/render"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -116,9 +120,12 @@ func Validate(c *chimerav1.ChimeraCluster) field.ErrorList {
 			}
 			seen[a] = true
 		}
+		errs = append(errs, validateDevicePaths(p.Child("devicePaths"), n.DevicePaths)...)
 	} else if c.Spec.Storage.Backend == chimerav1.BackendNVMe {
 		errs = append(errs, field.Required(spec.Child("storage", "nvme"), "backend nvme needs the NVMe devices"))
 	}
+	errs = append(errs, validateDurable(c)...)
+	errs = append(errs, validateAccess(c)...)
 
 	net := c.Spec.Network
 	if net.Transport == chimerav1.TransportRDMA && net.RDMAResourceName == "" {
@@ -137,6 +144,99 @@ func Validate(c *chimerav1.ChimeraCluster) field.ErrorList {
 
 	errs = append(errs, validateResources(c, spec.Child("metadataServer", "resources"), c.Spec.MetadataServer.Resources)...)
 	errs = append(errs, validateResources(c, spec.Child("dataServers", "resources"), ds.Resources)...)
+	return errs
+}
+
+// validateDevicePaths: each block device once, by a clean path under /dev
+// (the schema's pattern allows "..", "//" and a trailing "/").
+func validateDevicePaths(p *field.Path, paths []chimerav1.DevicePath) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i, d := range paths {
+		s := string(d)
+		if !strings.HasPrefix(s, "/dev/") || path.Clean(s) != s || strings.Contains(s, "/../") || strings.HasSuffix(s, "/..") {
+			errs = append(errs, field.Invalid(p.Index(i), s, "must be a clean absolute path of a block device under /dev/ (no .., //, or trailing /)"))
+			continue
+		}
+		if seen[s] {
+			errs = append(errs, field.Duplicate(p.Index(i), s))
+		}
+		seen[s] = true
+	}
+	return errs
+}
+
+// validateDurable: backend nvme needs the MDS's metadata volume, memfs has
+// no use for it nor for diskfs tuning.
+func validateDurable(c *chimerav1.ChimeraCluster) field.ErrorList {
+	var errs field.ErrorList
+	p := field.NewPath("spec", "metadataServer", "storage")
+	st := c.Spec.MetadataServer.Storage
+	if c.Spec.Storage.Backend != chimerav1.BackendNVMe {
+		if st != nil {
+			errs = append(errs, field.Forbidden(p, "only with spec.storage.backend nvme: memfs keeps the namespace in memory"))
+		}
+		if c.Spec.Storage.Diskfs != nil {
+			errs = append(errs, field.Forbidden(field.NewPath("spec", "storage", "diskfs"), "only with spec.storage.backend nvme"))
+		}
+		return errs
+	}
+	if st == nil {
+		return append(errs, field.Required(p, "backend nvme keeps the MDS's namespace on a PersistentVolume: name its storageClassName and size"))
+	}
+	for _, msg := range validation.IsDNS1123Subdomain(st.StorageClassName) {
+		errs = append(errs, field.Invalid(p.Child("storageClassName"), st.StorageClassName, "not a StorageClass name: "+msg))
+	}
+	if st.Size.Cmp(*resource.NewQuantity(chimerav1.MetadataSizeBytesMin, resource.BinarySI)) < 0 {
+		errs = append(errs, field.Invalid(p.Child("size"), st.Size.String(), "must be at least 1Gi (the diskfs image holds the superblocks, the intent log and the inode tables)"))
+	}
+	if st.Size.Cmp(resource.MustParse("1Pi")) > 0 {
+		errs = append(errs, field.Invalid(p.Child("size"), st.Size.String(), "must be at most 1Pi"))
+	}
+	return errs
+}
+
+// validateAccess checks every client as chimerad reads it (addresses, CIDRs
+// without host bits, "*"; no host names) so a bad rule is refused here, not
+// by the MDS at push time.
+func validateAccess(c *chimerav1.ChimeraCluster) field.ErrorList {
+	var errs field.ErrorList
+	p := field.NewPath("spec", "access")
+	if len(c.Spec.Access) > chimerav1.AccessRulesMax {
+		errs = append(errs, field.TooMany(p, len(c.Spec.Access), chimerav1.AccessRulesMax))
+	}
+	for i, r := range c.Spec.Access {
+		rp := p.Index(i)
+		if len(r.Clients) == 0 {
+			errs = append(errs, field.Required(rp.Child("clients"), "at least one client (an address, a CIDR or \"*\")"))
+		}
+		if len(r.Clients) > chimerav1.AccessClientsPerRuleMax {
+			errs = append(errs, field.TooMany(rp.Child("clients"), len(r.Clients), chimerav1.AccessClientsPerRuleMax))
+		}
+		for j, cl := range r.Clients {
+			if _, err := render.AccessClient(cl); err != nil {
+				errs = append(errs, field.Invalid(rp.Child("clients").Index(j), cl, err.Error()))
+			}
+		}
+		for name, id := range map[string]*int64{"anonUid": r.AnonUID, "anonGid": r.AnonGID} {
+			if id != nil && (*id < 0 || *id > chimerav1.AnonIDMax) {
+				errs = append(errs, field.Invalid(rp.Child(name), *id, fmt.Sprintf("must be 0..%d", int64(chimerav1.AnonIDMax))))
+			}
+		}
+		if (r.AnonUID != nil || r.AnonGID != nil) && r.Squash == chimerav1.SquashNoRoot {
+			errs = append(errs, field.Forbidden(rp.Child("anonUid"), "squash no_root_squash maps no one to the anonymous identity"))
+		}
+	}
+	np := field.NewPath("spec", "network", "podNetworkCIDRs")
+	for i, s := range c.Spec.Network.PodNetworkCIDRs {
+		if cl, err := render.AccessClient(s); err != nil || !strings.Contains(cl, "/") {
+			msg := "must be a CIDR (a.b.c.d/n or v6/n) without host bits"
+			if err != nil {
+				msg = err.Error()
+			}
+			errs = append(errs, field.Invalid(np.Index(i), s, msg))
+		}
+	}
 	return errs
 }
 
@@ -174,13 +274,21 @@ func ValidateUpdate(old, c *chimerav1.ChimeraCluster) field.ErrorList {
 	if old.Spec.Storage.Backend != c.Spec.Storage.Backend {
 		errs = append(errs, field.Forbidden(field.NewPath("spec", "storage", "backend"), fmt.Sprintf("cannot change from %q to %q: the data would be lost; create a new cluster", old.Spec.Storage.Backend, c.Spec.Storage.Backend)))
 	}
+	if !equality.Semantic.DeepEqual(old.Spec.MetadataServer.Storage, c.Spec.MetadataServer.Storage) {
+		errs = append(errs, field.Forbidden(field.NewPath("spec", "metadataServer", "storage"), "immutable: the MDS StatefulSet's volume claim cannot change (the namespace lives on it); create a new cluster"))
+	}
 	return errs
 }
 
 func warnings(c *chimerav1.ChimeraCluster) admission.Warnings {
 	var w admission.Warnings
-	if c.Spec.Storage.Backend == chimerav1.BackendNVMe {
-		w = append(w, "spec.storage.backend nvme: this chimerad build serves memfs only; the NVMe (VFIO) module is not released yet")
+	for i, r := range c.Spec.Access {
+		if slices.Contains(r.Clients, "*") && r.Access != chimerav1.AccessRO && r.Access != chimerav1.AccessNone && r.Squash == chimerav1.SquashNoRoot {
+			w = append(w, fmt.Sprintf("spec.access[%d]: every client, read-write, root as root: the exports are open to any host that reaches the NFS port", i))
+		}
+	}
+	if d := c.Spec.Storage.Diskfs; d != nil && d.Initialize {
+		w = append(w, "spec.storage.diskfs.initialize: the data servers format their devices at every start; unset it once the cluster runs")
 	}
 	if c.Spec.Network.Transport == chimerav1.TransportRDMA {
 		w = append(w, "spec.network.transport rdma: this chimerad build parses RDMA settings but serves TCP only")

@@ -40,6 +40,121 @@ func base() *chimerav1.ChimeraCluster {
 	}
 }
 
+// durable is a valid backend nvme cluster (device plugin, metadata volume).
+func durable() *chimerav1.ChimeraCluster {
+	c := base()
+	c.Spec.Storage = chimerav1.StorageSpec{Backend: chimerav1.BackendNVMe, NVMe: &chimerav1.NVMeSpec{ResourceName: "chimera.io/nvme", DevicesPerPod: 2}}
+	c.Spec.MetadataServer.Storage = &chimerav1.MetadataStorageSpec{StorageClassName: "local-path", Size: resource.MustParse("10Gi")}
+	return c
+}
+
+// TestDurableAndAccessSpecs: hostile backend-nvme and access specs, each
+// refused naming its field, next to the valid shapes that must pass (the
+// test data turns from valid to invalid one field at a time).
+func TestDurableAndAccessSpecs(t *testing.T) {
+	valid := map[string]func(*chimerav1.ChimeraCluster){
+		"device plugin": func(*chimerav1.ChimeraCluster) {},
+		"PCI addresses": func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{PCIAddresses: []chimerav1.PCIAddress{"0000:3b:00.0"}}
+		},
+		"block devices": func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{DevicePaths: []chimerav1.DevicePath{"/dev/nvme0n1", "/dev/disk/by-id/nvme-x"}}
+		},
+		"diskfs tuning": func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Storage.Diskfs = &chimerav1.DiskfsSpec{BlockCacheBlocks: 4096}
+		},
+		"metadata 1Gi": func(c *chimerav1.ChimeraCluster) { c.Spec.MetadataServer.Storage.Size = resource.MustParse("1Gi") },
+		"access rules": func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"10.0.0.9", "fd00::/8", "*"}, Access: chimerav1.AccessRO, Squash: chimerav1.SquashAll, AnonUID: ptr64(1000)}}
+		},
+		"pod network": func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Network.PodNetworkCIDRs = []string{"10.244.0.0/16", "fd10::/64"}
+		},
+		"memfs + access": func(c *chimerav1.ChimeraCluster) {
+			*c = *base()
+			c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"192.168.1.0/24"}}}
+		},
+	}
+	for name, mutate := range valid {
+		c := durable()
+		mutate(c)
+		if errs := Validate(c); len(errs) != 0 {
+			t.Errorf("valid %s rejected: %v", name, errs)
+		}
+	}
+	for name, tc := range map[string]struct {
+		mutate func(*chimerav1.ChimeraCluster)
+		field  string
+		says   string
+	}{
+		"nvme without metadata volume": {func(c *chimerav1.ChimeraCluster) { c.Spec.MetadataServer.Storage = nil }, "spec.metadataServer.storage", "storageClassName"},
+		"metadata volume with memfs": {func(c *chimerav1.ChimeraCluster) {
+			st := c.Spec.MetadataServer.Storage
+			*c = *base()
+			c.Spec.MetadataServer.Storage = st
+		}, "spec.metadataServer.storage", "memfs"},
+		"diskfs with memfs":         {func(c *chimerav1.ChimeraCluster) { *c = *base(); c.Spec.Storage.Diskfs = &chimerav1.DiskfsSpec{} }, "spec.storage.diskfs", "nvme"},
+		"bad class name":            {func(c *chimerav1.ChimeraCluster) { c.Spec.MetadataServer.Storage.StorageClassName = "Fast_SSD" }, "spec.metadataServer.storage.storageClassName", "StorageClass"},
+		"metadata volume too small": {func(c *chimerav1.ChimeraCluster) { c.Spec.MetadataServer.Storage.Size = resource.MustParse("1023Mi") }, "spec.metadataServer.storage.size", "1Gi"},
+		"metadata volume zero":      {func(c *chimerav1.ChimeraCluster) { c.Spec.MetadataServer.Storage.Size = resource.Quantity{} }, "spec.metadataServer.storage.size", "1Gi"},
+		"device path escapes /dev": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{DevicePaths: []chimerav1.DevicePath{"/dev/../etc/shadow"}}
+		}, "spec.storage.nvme.devicePaths[0]", "clean"},
+		"device path not in /dev": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{DevicePaths: []chimerav1.DevicePath{"/var/disk.img"}}
+		}, "spec.storage.nvme.devicePaths[0]", "/dev/"},
+		"device path twice": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{DevicePaths: []chimerav1.DevicePath{"/dev/nvme0n1", "/dev/nvme0n1"}}
+		}, "spec.storage.nvme.devicePaths[1]", "Duplicate"},
+		"device path trailing slash": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{DevicePaths: []chimerav1.DevicePath{"/dev/nvme0n1/"}}
+		}, "spec.storage.nvme.devicePaths[0]", "clean"},
+		"host name as client": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"node1.example.com"}}}
+		}, "spec.access[0].clients[0]", "host names are not resolved"},
+		"CIDR with host bits": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"10.0.0.1/8"}}}
+		}, "spec.access[0].clients[0]", "10.0.0.0/8"},
+		"CIDR prefix too long": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"10.0.0.0/33"}}}
+		}, "spec.access[0].clients[0]", "not a CIDR"},
+		"empty client list": {func(c *chimerav1.ChimeraCluster) { c.Spec.Access = []chimerav1.AccessRule{{}} }, "spec.access[0].clients", "at least one"},
+		"zoned v6 client": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"10.0.0.0/8"}}, {Clients: []string{"fe80::1%eth0"}}}
+		}, "spec.access[1].clients[0]", "zoned"},
+		"anon uid out of range": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"*"}, AnonUID: ptr64(1 << 32)}}
+		}, "spec.access[0].anonUid", "4294967294"},
+		"negative anon gid": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"*"}, AnonGID: ptr64(-1)}}
+		}, "spec.access[0].anonGid", "must be"},
+		"anon id with no squash": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"*"}, Squash: chimerav1.SquashNoRoot, AnonUID: ptr64(5)}}
+		}, "spec.access[0].anonUid", "no_root_squash"},
+		"too many rules": {func(c *chimerav1.ChimeraCluster) {
+			for i := 0; i <= chimerav1.AccessRulesMax; i++ {
+				c.Spec.Access = append(c.Spec.Access, chimerav1.AccessRule{Clients: []string{"*"}})
+			}
+		}, "spec.access", "must have at most 32"},
+		"pod network is an address": {func(c *chimerav1.ChimeraCluster) { c.Spec.Network.PodNetworkCIDRs = []string{"10.244.0.1"} }, "spec.network.podNetworkCIDRs[0]", "CIDR"},
+		"pod network is a wildcard": {func(c *chimerav1.ChimeraCluster) { c.Spec.Network.PodNetworkCIDRs = []string{"*"} }, "spec.network.podNetworkCIDRs[0]", "CIDR"},
+	} {
+		c := durable()
+		tc.mutate(c)
+		errs := Validate(c)
+		msg := errs.ToAggregate()
+		if msg == nil {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		if !strings.Contains(msg.Error(), tc.field) || !strings.Contains(msg.Error(), tc.says) {
+			t.Errorf("%s: %v does not name %s with %q", name, msg, tc.field, tc.says)
+		}
+	}
+}
+
+func ptr64(v int64) *int64 { return &v }
+
 func TestValidateNamesTheField(t *testing.T) {
 	if errs := Validate(base()); len(errs) != 0 {
 		t.Fatalf("valid cluster rejected: %v", errs)
@@ -101,8 +216,42 @@ func TestUpdateRulesAndWarnings(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "spec.storage.backend") {
 		t.Fatalf("backend change: %v", err)
 	}
-	if len(w) == 0 || !strings.Contains(w[0], "nvme") {
-		t.Errorf("nvme warning missing: %v", w)
+	// Backend nvme is released (diskfs): no warning for it any more.
+	for _, m := range w {
+		if strings.Contains(m, "nvme") {
+			t.Errorf("backend nvme still warned about: %v", w)
+		}
+	}
+	// diskfs.initialize formats at start: said at admission.
+	d := durable()
+	d.Spec.Storage.Diskfs = &chimerav1.DiskfsSpec{Initialize: true}
+	if w, err := (Validator{}).ValidateCreate(context.Background(), d); err != nil || len(w) != 1 || !strings.Contains(w[0], "spec.storage.diskfs.initialize") {
+		t.Errorf("initialize: warnings %v err %v", w, err)
+	}
+	// An export open to every host as root is said at admission.
+	o := base()
+	o.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"10.0.0.0/8"}}, {Clients: []string{"*"}, Access: chimerav1.AccessRW, Squash: chimerav1.SquashNoRoot}}
+	if w, err := (Validator{}).ValidateCreate(context.Background(), o); err != nil || len(w) != 1 || !strings.Contains(w[0], "spec.access[1]") {
+		t.Errorf("wide-open rule: warnings %v err %v", w, err)
+	}
+	o.Spec.Access[1].Squash = chimerav1.SquashRoot
+	if w, _ := (Validator{}).ValidateCreate(context.Background(), o); len(w) != 0 {
+		t.Errorf("a squashed wildcard is no warning: %v", w)
+	}
+	d.Spec.Storage.Diskfs.Initialize = false
+	if w, err := (Validator{}).ValidateCreate(context.Background(), d); err != nil || len(w) != 0 {
+		t.Errorf("durable cluster without initialize: warnings %v err %v", w, err)
+	}
+	// The metadata volume is immutable (StatefulSet volume claims are).
+	oldD, curD := durable(), durable()
+	curD.Spec.MetadataServer.Storage.Size = resource.MustParse("20Gi")
+	if _, err := (Validator{}).ValidateUpdate(context.Background(), oldD, curD); err == nil || !strings.Contains(err.Error(), "spec.metadataServer.storage") {
+		t.Errorf("metadata volume change: %v", err)
+	}
+	curD = durable()
+	curD.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"10.1.0.0/16"}}}
+	if _, err := (Validator{}).ValidateUpdate(context.Background(), oldD, curD); err != nil {
+		t.Errorf("an access change is an ordinary update: %v", err)
 	}
 	// A cluster being deleted is never blocked (the finalizer must come off).
 	now := metav1.Now()
