@@ -182,10 +182,10 @@ type DevicePath string
 
 // DiskfsSpec tunes chimerad's durable backend (server.vfs.diskfs.config).
 type DiskfsSpec struct {
-	// Initialize formats the data servers' devices when a DS starts —
-	// every start, so it destroys what they hold unless chimerad recognises
-	// its own format (dataplane/chimerad/CONFIG.md). Set it for a new
-	// cluster on blank devices and unset it once the servers run. The MDS's
+	// Initialize lets a data server format its devices at start when they
+	// hold no diskfs format (blank devices). A device holding this file
+	// system's format is recovered, never reformatted; one holding another
+	// file system's is refused (dataplane/chimerad/CONFIG.md). The MDS's
 	// image file is formatted by its start script while it was never
 	// formatted (its first MiB all zeros), whatever this says.
 	// +optional

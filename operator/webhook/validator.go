@@ -287,9 +287,6 @@ func warnings(c *chimerav1.ChimeraCluster) admission.Warnings {
 			w = append(w, fmt.Sprintf("spec.access[%d]: every client, read-write, root as root: the exports are open to any host that reaches the NFS port", i))
 		}
 	}
-	if d := c.Spec.Storage.Diskfs; d != nil && d.Initialize {
-		w = append(w, "spec.storage.diskfs.initialize: the data servers format their devices at every start; unset it once the cluster runs")
-	}
 	if c.Spec.Network.Transport == chimerav1.TransportRDMA {
 		w = append(w, "spec.network.transport rdma: this chimerad build parses RDMA settings but serves TCP only")
 	}
