@@ -5,7 +5,10 @@
 #   3. every alert has a test where it fires and one where it stays silent,
 #   4. the PrometheusRule the chart renders carries exactly those groups,
 #   5. the check can fail: a copy of the rules with the capacity threshold
-#      moved from 85 % to 95 % must fail the unit tests.
+#      moved from 85 % to 95 % must fail the unit tests,
+#   6. every query of the Grafana dashboard parses as PromQL (promtool check
+#      rules over recording rules made of them, Grafana's $__rate_interval
+#      replaced by 5m), and a broken query is caught.
 # Needs promtool (Debian package prometheus), helm ($HELM) and python3-yaml.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -59,3 +62,29 @@ if "$PROMTOOL" test rules "$WORK/$TESTS" > "$WORK/negative.log" 2>&1; then
 fi
 grep -q 'ChimeraVolumeAlmostFull' "$WORK/negative.log" || fail "negative check failed for another reason: $(cat "$WORK/negative.log")"
 echo "test-monitoring: negative check passed (a moved threshold fails the unit tests)"
+
+# 6. the dashboard's queries are PromQL.
+dash_rules() {  # $1: dashboard JSON, $2: output rule file
+  python3 - "$1" "$2" <<'PY'
+import json, re, sys, yaml
+dash = json.load(open(sys.argv[1]))
+exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+for v in dash["templating"]["list"]:
+    if v.get("type") == "query":
+        m = re.fullmatch(r"\s*label_values\((.*),\s*\w+\s*\)\s*", v["query"]["query"], re.S)
+        exprs.append(m.group(1) if m else v["query"]["query"])
+assert len(exprs) >= 30, f"only {len(exprs)} queries in the dashboard"
+rules = [{"record": f"dashboard:query_{i}", "expr": e.replace("$__rate_interval", "5m")} for i, e in enumerate(exprs)]
+yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}, open(sys.argv[2], "w"))
+print(len(rules))
+PY
+}
+n=$(dash_rules charts/chimera/files/grafana-dashboard.json "$WORK/dashboard-rules.yaml")
+"$PROMTOOL" check rules "$WORK/dashboard-rules.yaml" > "$WORK/dash.log" 2>&1 || { cat "$WORK/dash.log"; fail "dashboard queries do not parse"; }
+sed 's/sum by (program, op) (rate(chimera_rpc_ops_total/sum by (program, op) (rate(chimera_rpc_ops_total}/' \
+  charts/chimera/files/grafana-dashboard.json > "$WORK/bad-dashboard.json"
+dash_rules "$WORK/bad-dashboard.json" "$WORK/bad-dashboard-rules.yaml" >/dev/null
+if "$PROMTOOL" check rules "$WORK/bad-dashboard-rules.yaml" > /dev/null 2>&1; then
+  fail "promtool accepted a broken dashboard query"
+fi
+echo "test-monitoring: $n dashboard queries parse as PromQL (and a broken one is caught)"

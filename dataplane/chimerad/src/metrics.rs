@@ -4,7 +4,7 @@
 //! adds gauges for mounts, volumes, readiness and data servers. Everything is
 //! rendered on the scrape thread; the data path only bumps its own per-core
 //! counters. The chart's alert rules and dashboard (charts/chimera) use these
-//! names; `e2e/local/test_metrics_names.py` fails when one they use is gone.
+//! names; `e2e/monitoring/test_metric_names.py` fails when one they use is gone.
 
 use crate::admin::Admin;
 use crate::http::{Handler, Request, Response};
