@@ -1,8 +1,9 @@
 # Monitoring: the chart's alert rules, Grafana dashboard and ServiceMonitor
 # (charts/chimera/files/, templates/monitoring-*.yaml) against promtool, helm
 # and a running chimerad (e2e/monitoring). promtool comes from Debian's
-# prometheus package; nothing of Prometheus runs.
+# prometheus package; the tests start no Prometheus server.
 
+SETUP_TARGETS += setup-monitoring
 TEST_TARGETS += test-monitoring
 
 .PHONY: setup-monitoring test-monitoring
