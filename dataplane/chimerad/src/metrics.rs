@@ -83,7 +83,10 @@ pub fn render_rpc(out: &mut String, s: &Snapshot) {
 
 /// Space per mount (every role: a data server's data files fill its own
 /// mounts, which no volume quota covers). A mount whose backend cannot
-/// answer is left out of this scrape rather than failing it.
+/// answer is left out of this scrape rather than failing it. `fsstat` runs on
+/// the scrape thread, as for the admin API's cluster document: a backend
+/// whose fsstat may wait (a future `nfs`-module mount) must answer from a
+/// cached value.
 pub fn render_mounts(out: &mut String, router: &Router) {
     let stats: Vec<(String, vfs::FsStat)> = router
         .mounts()
