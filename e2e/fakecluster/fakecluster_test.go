@@ -57,6 +57,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -65,6 +66,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -286,9 +288,15 @@ func TestFakeCluster(t *testing.T) {
 		return nil
 	})
 
-	ports := testutil.FreePorts(t, 3)
-	webhookPort, adminPort, probePort := ports[0], ports[1], ports[2]
-	adminURL := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
+	// The operator's webhook and probe ports are named on its command line
+	// and in the chart before it runs (controller-runtime reports no bound
+	// port): probed free ports, the only guessed ones besides the control
+	// plane's. The MDS admin API is reached through adminProxy, which follows
+	// the port each chimerad reports.
+	ports := testutil.FreePorts(t, 2)
+	webhookPort, probePort := ports[0], ports[1]
+	admin := newAdminProxy(t)
+	adminURL := admin.URL()
 	installChart(t, ctx, k8s, kc, helm, webhookPort, adminURL)
 
 	// The operator binary on the host, its webhook on 127.0.0.1, acting as
@@ -329,7 +337,7 @@ func TestFakeCluster(t *testing.T) {
 		return k8s.Get(ctx, types.NamespacedName{Namespace: sampleNS, Name: clusterName + "-admin-token"}, sec)
 	})
 	mdsToken := string(sec.Data["token"])
-	mdsProc := startChimerad(t, dir, "chimerad", chimerad, adminPort, mdsToken)
+	mdsProc := startChimerad(t, dir, "chimerad", chimerad, admin, mdsToken)
 	multus := playMultus(t, k8s)
 
 	c := &chimerav1.ChimeraCluster{}
@@ -467,7 +475,7 @@ func TestFakeCluster(t *testing.T) {
 
 	// Without Multus a DS's storage address is its pod IP (kwok's here).
 	mdsProc.stop()
-	podIPCluster(t, ctx, k8s, dir, kc, kubectl, chimerad, adminPort)
+	podIPCluster(t, ctx, k8s, dir, kc, kubectl, chimerad, admin)
 
 	// Uninstall: the operator goes first, as its pod would with the release.
 	opProc.stop()
@@ -942,7 +950,7 @@ func (m *multus) stop() {
 
 // startChimerad runs the real chimerad as the MDS: admin API on 127.0.0.1
 // with the cluster's token, pNFS on, a memfs for CSI volumes.
-func startChimerad(t *testing.T, dir, name, bin string, adminPort int, token string) *proc {
+func startChimerad(t *testing.T, dir, name, bin string, admin *adminProxy, token string) *proc {
 	t.Helper()
 	tokenFile := filepath.Join(dir, name+"-token")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
@@ -956,7 +964,7 @@ func startChimerad(t *testing.T, dir, name, bin string, adminPort int, token str
 		},
 		"mounts":  map[string]any{"data": map[string]any{"module": "memfs", "path": "/", "capacity_bytes": memfsCapacity}},
 		"exports": map[string]any{"/data": map[string]any{"path": "/data"}},
-		"admin":   map[string]any{"bind": "127.0.0.1", "port": adminPort, "token_file": tokenFile},
+		"admin":   map[string]any{"bind": "127.0.0.1", "port": 0, "token_file": tokenFile},
 		"metrics": map[string]any{"enabled": false},
 	}
 	b, _ := json.MarshalIndent(cfg, "", "  ")
@@ -965,8 +973,67 @@ func startChimerad(t *testing.T, dir, name, bin string, adminPort int, token str
 		t.Fatal(err)
 	}
 	p := startProcess(t, dir, name, bin, "--config", cfgPath)
-	eventually(t, name+" /healthz", func() error { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/healthz", adminPort)) })
+	// The kernel picked the port; chimerad logged it.
+	ports, err := testutil.ChimeradPorts(filepath.Join(dir, name+".log"), []string{"admin"}, p.done, 30*time.Second)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", name, err, tail(filepath.Join(dir, name+".log"), 2000))
+	}
+	admin.point(ports["admin"])
+	eventually(t, name+" /healthz", func() error { return httpOK(admin.URL() + "/healthz") })
 	return p
+}
+
+// adminProxy is the one address the operator, the chart's StorageClass and
+// the CSI controller are given for the MDS admin API, fixed before any
+// chimerad runs: the test holds its listener (port 0, never closed until the
+// end, so nothing can take it) and forwards each connection to the chimerad
+// currently playing the MDS, at the port that chimerad reported. A chimerad
+// started later gets a new port; point() moves the proxy to it.
+type adminProxy struct {
+	l      net.Listener
+	target atomic.Int64
+}
+
+func newAdminProxy(t *testing.T) *adminProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &adminProxy{l: l}
+	t.Cleanup(func() { l.Close() })
+	go p.serve()
+	return p
+}
+
+func (p *adminProxy) URL() string { return "http://" + p.l.Addr().String() }
+
+func (p *adminProxy) point(port int) { p.target.Store(int64(port)) }
+
+func (p *adminProxy) serve() {
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return // closed at the end of the test
+		}
+		go func() {
+			defer c.Close()
+			port := p.target.Load()
+			if port == 0 {
+				return // no chimerad yet: the client sees the connection closed
+			}
+			u, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second)
+			if err != nil {
+				return
+			}
+			defer u.Close()
+			go func() {
+				_, _ = io.Copy(u, c)
+				_ = u.(*net.TCPConn).CloseWrite()
+			}()
+			_, _ = io.Copy(c, u)
+		}()
+	}
 }
 
 func httpOK(url string) error {
@@ -1072,8 +1139,8 @@ func mdsHas(adminURL, token string, addrs []string) error {
 
 // podIPCluster applies the small TCP memfs sample (no Multus network): the
 // MDS must get the DS pod IPs kwok assigned. The cluster has its own admin
-// token, so a fresh chimerad plays its MDS on the same port.
-func podIPCluster(t *testing.T, ctx context.Context, k8s client.Client, dir, kc, kubectl, chimerad string, adminPort int) {
+// token, so a fresh chimerad plays its MDS behind the same admin URL.
+func podIPCluster(t *testing.T, ctx context.Context, k8s client.Client, dir, kc, kubectl, chimerad string, admin *adminProxy) {
 	t.Helper()
 	const path, ns, name = "../../config/samples/storage_v1alpha1_chimeracluster_tcp_memfs.yaml", "chimera", "chimera"
 	if out, err := tool(kc, kubectl, "apply", "-f", path); err != nil {
@@ -1084,8 +1151,8 @@ func podIPCluster(t *testing.T, ctx context.Context, k8s client.Client, dir, kc,
 		return k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-admin-token"}, sec)
 	})
 	token := string(sec.Data["token"])
-	adminURL := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
-	startChimerad(t, dir, "chimerad-tcp", chimerad, adminPort, token)
+	adminURL := admin.URL()
+	startChimerad(t, dir, "chimerad-tcp", chimerad, admin, token)
 	eventually(t, "TCP cluster Available with the DS pod IPs at the MDS", func() error {
 		pods := &corev1.PodList{}
 		if err := k8s.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{render.LabelCluster: name, render.LabelComponent: render.ComponentDS}); err != nil {

@@ -90,11 +90,13 @@ trap cleanup EXIT
 # catches a leak before it hurts the shared box.
 (ulimit -v $((4 << 20)); exec "$chimerad" --config "$cfg_dir/chimerad.json") >"$cfg_dir/chimerad.log" 2>&1 &
 srv_pid=$!
-listening() { ss -Hltn "sport = :$1" | grep -q LISTEN; }
-for ((i = 0; i < START_WAIT_S_MAX * 10; i++)); do
-  listening $CHIMERAD_NFS_PORT && listening $CHIMERAD_MNT_PORT && break
-  kill -0 "$srv_pid" 2>/dev/null || { cat "$cfg_dir/chimerad.log" >&2; die "chimerad exited during start-up"; }
-  sleep 0.1
-done
-listening $CHIMERAD_NFS_PORT || die "chimerad did not listen on 127.0.0.1:$CHIMERAD_NFS_PORT within ${START_WAIT_S_MAX}s"
+# The ports come from chimerad's own "listening" log lines, not from whoever
+# listens there: a port another process holds makes chimerad exit, and the
+# run fails naming it instead of testing someone else's server. (They stay
+# fixed: the separate MOUNT listener is under test and port 0 means "none"
+# for it in CONFIG.md.)
+read -r nfs_port mnt_port < <("$here/../../scripts/chimerad-ports.py" "$cfg_dir/chimerad.log" "$srv_pid" nfs mount --timeout $START_WAIT_S_MAX) \
+  || { cat "$cfg_dir/chimerad.log" >&2; die "chimerad did not report listening on its NFS and MOUNT ports within ${START_WAIT_S_MAX}s"; }
+[ "$nfs_port" = $CHIMERAD_NFS_PORT ] && [ "$mnt_port" = $CHIMERAD_MNT_PORT ] \
+  || die "chimerad reports NFS $nfs_port / MOUNT $mnt_port, want $CHIMERAD_NFS_PORT / $CHIMERAD_MNT_PORT"
 SERVER_NAME=chimerad NFS_PORT=$CHIMERAD_NFS_PORT MNT_PORT=$CHIMERAD_MNT_PORT EXPORT=/memfs run_versions

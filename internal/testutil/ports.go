@@ -11,7 +11,10 @@ import (
 // kernel cannot hand the same port out twice in one call (taking them one at
 // a time once gave a test the same port for chimerad's admin API and its NFS
 // listener). Another process can still take a port before the caller binds
-// it; callers that start a server should retry on an early exit.
+// it; callers that start a server should retry on an early exit. Only for
+// servers that cannot report a port they bound themselves (etcd and the
+// apiserver, the operator's controller-runtime webhook and probe servers):
+// chimerad binds port 0 and ChimeradPorts reads its ports back.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	ports := make([]int, 0, n)

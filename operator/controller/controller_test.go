@@ -343,37 +343,44 @@ func startChimerad(t *testing.T, token string) string {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ports := testutil.FreePorts(t, 2)
-	adminPort, metricsPort := ports[0], ports[1]
+	// Every listener binds port 0; the ports are read back from the log
+	// (testutil.ChimeradPorts), so none is guessed and none can be taken first.
 	cfg := fmt.Sprintf(`{
   "common": {"log_level": "info"},
   "server": {"role": "mds", "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0,
              "pnfs": {"enabled": true, "mirrors": 1}},
   "mounts": {"data": {"module": "memfs", "path": "/", "capacity_bytes": "16M"}},
   "exports": {"/data": {"path": "/data"}},
-  "admin": {"bind": "127.0.0.1", "port": %d, "token_file": %q},
-  "metrics": {"bind": "127.0.0.1", "port": %d}
-}`, adminPort, tokenFile, metricsPort)
+  "admin": {"bind": "127.0.0.1", "port": 0, "token_file": %q},
+  "metrics": {"bind": "127.0.0.1", "port": 0}
+}`, tokenFile)
 	cfgFile := filepath.Join(dir, "mds.json")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	cmd := exec.CommandContext(ctx, bin, "--config", cfgFile)
-	logf, _ := os.Create(filepath.Join(dir, "chimerad.log"))
+	logPath := filepath.Join(dir, "chimerad.log")
+	logf, _ := os.Create(logPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		cancel()
-		_ = cmd.Wait()
+		<-exited
 		if t.Failed() {
-			b, _ := os.ReadFile(filepath.Join(dir, "chimerad.log"))
+			b, _ := os.ReadFile(logPath)
 			t.Logf("chimerad log:\n%s", b)
 		}
 	})
-	url := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
+	ports, err := testutil.ChimeradPorts(logPath, []string{"admin", "metrics"}, exited, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d", ports["admin"])
 	eventually(t, "chimerad /healthz", func() error {
 		resp, err := http.Get(url + "/healthz")
 		if err != nil {

@@ -42,3 +42,12 @@ as JSON; both selectors null: every pod of the policy's namespace. */ -}}
 {{- if not $peer }}{{ $_ := set $peer "podSelector" (dict) }}{{ end -}}
 {{- toJson $peer -}}
 {{- end -}}
+
+{{- /* Labels of the monitoring objects (templates/monitoring-*.yaml). */ -}}
+{{- define "chimera.monitoring.labels" -}}
+app.kubernetes.io/name: chimera-monitoring
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/part-of: chimera
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}

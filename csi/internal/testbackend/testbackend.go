@@ -76,48 +76,28 @@ func chimeradBinary(t testing.TB) string {
 	return bin
 }
 
-// startAttempts bounds how often startChimerad tries fresh ports: another
-// process on the machine can take a free port between our probe and
-// chimerad's bind, and chimerad then exits at once naming the port.
-const startAttempts = 3
+// portsTimeout bounds how long chimerad may take to log its listeners.
+const portsTimeout = 20 * time.Second
 
+// startChimerad starts one chimerad whose NFS and admin listeners bind port 0
+// and reads the ports back from its log (testutil.ChimeradPorts): no port is
+// guessed, so no other process can take one first. It returns the backend
+// once /healthz answers; an exit or a silent process fails the test.
 func startChimerad(t testing.TB, bin string) *Backend {
 	t.Helper()
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("CHIMERAD=%s: %v", bin, err)
 	}
-	var lastLog string
-	for attempt := 1; attempt <= startAttempts; attempt++ {
-		b, log, early := tryStartChimerad(t, bin, attempt)
-		if b != nil {
-			return b
-		}
-		lastLog = log
-		t.Logf("chimerad attempt %d/%d exited before its admin API answered (%v); retrying with new ports; log:\n%s",
-			attempt, startAttempts, early, log)
-	}
-	t.Fatalf("chimerad exited before its admin API answered in %d attempts; last log:\n%s", startAttempts, lastLog)
-	return nil
-}
-
-// tryStartChimerad starts one chimerad on fresh ports. It returns the backend
-// once /healthz answers, or nil with the log tail and the exit error if the
-// process exits first. A process that neither answers nor exits within
-// readyTimeout fails the test.
-func tryStartChimerad(t testing.TB, bin string, attempt int) (*Backend, string, error) {
-	t.Helper()
 	dir := t.TempDir()
-	ports := testutil.FreePorts(t, 2)
-	adminPort, nfsPort := ports[0], ports[1]
 	cfg := map[string]any{
 		"common": map[string]any{"log_level": "info"},
 		"server": map[string]any{
 			"role": "both", "bind": "127.0.0.1", "cores": 1,
-			"nfs_port": nfsPort, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0,
+			"nfs_port": 0, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0,
 		},
 		"mounts":  map[string]any{"memfs": map[string]any{"module": "memfs", "path": "/", "capacity_bytes": memfsCapacity}},
 		"exports": map[string]any{"/memfs": map[string]any{"path": "/memfs"}},
-		"admin":   map[string]any{"bind": "127.0.0.1", "port": adminPort, "token": Token},
+		"admin":   map[string]any{"bind": "127.0.0.1", "port": 0, "token": Token},
 		"metrics": map[string]any{"enabled": false},
 	}
 	b, _ := json.MarshalIndent(cfg, "", "  ")
@@ -125,7 +105,7 @@ func tryStartChimerad(t testing.TB, bin string, attempt int) (*Backend, string, 
 	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logPath := filepath.Join(dir, fmt.Sprintf("chimerad-%d.log", attempt))
+	logPath := filepath.Join(dir, "chimerad.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +135,12 @@ func tryStartChimerad(t testing.TB, bin string, attempt int) (*Backend, string, 
 		}
 		logFile.Close()
 	})
-	url := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
+	ports, err := testutil.ChimeradPorts(logPath, []string{"nfs", "admin"}, done, portsTimeout)
+	if err != nil {
+		t.Fatalf("%v; log:\n%s", err, tail(logPath))
+	}
+	nfsPort := ports["nfs"]
+	url := fmt.Sprintf("http://127.0.0.1:%d", ports["admin"])
 	deadline := time.Now().Add(readyTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -170,7 +155,7 @@ func tryStartChimerad(t testing.TB, bin string, attempt int) (*Backend, string, 
 		}
 		select {
 		case <-done:
-			return nil, tail(logPath), waitErr
+			t.Fatalf("chimerad exited (%v) before its admin API answered; log:\n%s", waitErr, tail(logPath))
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -179,7 +164,7 @@ func tryStartChimerad(t testing.TB, bin string, attempt int) (*Backend, string, 
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("admin API backend: real chimerad %s at %s (NFS port %d)", bin, url, nfsPort)
-	return &Backend{URL: url, Token: Token, Real: true, NFSPort: nfsPort}, "", nil
+	return &Backend{URL: url, Token: Token, Real: true, NFSPort: nfsPort}
 }
 
 func tail(path string) string {

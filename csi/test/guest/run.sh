@@ -34,23 +34,24 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-# Three distinct free ports: all three sockets are bound before any is closed.
-read -r nfs_port mount_port admin_port < <(python3 -c 'import socket
-ss=[socket.socket() for _ in range(3)]
-for s in ss: s.bind(("127.0.0.1",0))
-print(*[s.getsockname()[1] for s in ss])')
+# chimerad binds port 0 for NFS (MOUNT answers on it too) and the admin API,
+# and logs each port the kernel gave it ({"msg":"listening","service":...,
+# "addr":...}); they are read back from the log, never guessed.
 cat > "$work/chimerad.json" <<JSON
 {
   "common": {"log_level": "info"},
-  "server": {"role": "both", "bind": "127.0.0.1", "cores": 1, "nfs_port": $nfs_port,
-             "mount_port": $mount_port, "portmap_port": 0, "grace_time_s": 0},
+  "server": {"role": "both", "bind": "127.0.0.1", "cores": 1, "nfs_port": 0,
+             "mount_port": 0, "portmap_port": 0, "grace_time_s": 0},
   "mounts": {"memfs": {"module": "memfs", "path": "/", "capacity_bytes": "256M"}},
   "exports": {"/memfs": {"path": "/memfs"}},
-  "admin": {"bind": "127.0.0.1", "port": $admin_port, "token": "$TOKEN"},
+  "admin": {"bind": "127.0.0.1", "port": 0, "token": "$TOKEN"},
   "metrics": {"enabled": false}
 }
 JSON
 "$chimerad" --config "$work/chimerad.json" > "$work/chimerad.log" 2>&1 & pids+=($!)
+read -r nfs_port admin_port < <("$repo/scripts/chimerad-ports.py" "$work/chimerad.log" "${pids[-1]}" nfs admin) \
+  || { cat "$work/chimerad.log"; die "chimerad did not report its ports"; }
+mount_port=$nfs_port
 for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$admin_port/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
 curl -fsS "http://127.0.0.1:$admin_port/healthz" >/dev/null || { cat "$work/chimerad.log"; die "chimerad did not come up"; }
 

@@ -1,14 +1,18 @@
 //! Prometheus `/metrics` (text exposition format 0.0.4) on its own port.
 //!
 //! A scrape sums the per-core RPC counters (`rpc::metrics::snapshot`) and
-//! adds gauges for volumes and data servers. Everything is rendered on the
-//! scrape thread; the data path only bumps its own per-core counters.
+//! adds gauges for mounts, volumes, readiness and data servers. Everything is
+//! rendered on the scrape thread; the data path only bumps its own per-core
+//! counters. The chart's alert rules and dashboard (charts/chimera) use these
+//! names; `e2e/monitoring/test_metric_names.py` fails when one they use is gone.
 
 use crate::admin::Admin;
 use crate::http::{Handler, Request, Response};
 use rpc::metrics::Snapshot;
 use std::fmt::Write;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use vfs::router::Router;
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -77,7 +81,36 @@ pub fn render_rpc(out: &mut String, s: &Snapshot) {
     let _ = writeln!(out, "chimera_connections_open {}", s.conns_accepted.saturating_sub(s.conns_closed));
 }
 
+/// Space per mount (every role: a data server's data files fill its own
+/// mounts, which no volume quota covers). A mount whose backend cannot
+/// answer is left out of this scrape rather than failing it. `fsstat` runs on
+/// the scrape thread, as for the admin API's cluster document: a backend
+/// whose fsstat may wait (a future `nfs`-module mount) must answer from a
+/// cached value.
+pub fn render_mounts(out: &mut String, router: &Router) {
+    let stats: Vec<(String, vfs::FsStat)> = router
+        .mounts()
+        .iter()
+        .filter_map(|m| {
+            let s = m.backend.root(m.export_id).and_then(|fh| m.backend.fsstat(&fh)).ok()?;
+            Some((String::from_utf8_lossy(&m.name).into_owned(), s))
+        })
+        .collect();
+    let n = "chimera_mount_capacity_bytes";
+    header(out, n, "gauge", "Size of the mount's backend.");
+    for (name, s) in &stats {
+        let _ = writeln!(out, "{n}{{mount=\"{}\"}} {}", esc(name), s.total_bytes);
+    }
+    let n = "chimera_mount_used_bytes";
+    header(out, n, "gauge", "Bytes in use on the mount's backend (capacity minus free).");
+    for (name, s) in &stats {
+        let _ = writeln!(out, "{n}{{mount=\"{}\"}} {}", esc(name), s.total_bytes.saturating_sub(s.free_bytes));
+    }
+}
+
 pub fn render_admin(out: &mut String, a: &Admin) {
+    header(out, "chimera_ready", "gauge", "1 while /readyz answers ready (the admin API's process).");
+    let _ = writeln!(out, "chimera_ready {}", a.ready.load(Ordering::SeqCst) as u8);
     if let Some(vols) = &a.volumes {
         // A failing listing drops the volume gauges from this scrape rather
         // than failing the whole scrape.
@@ -155,20 +188,35 @@ pub fn render_pnfs(out: &mut String, p: &pnfs::Pnfs) {
 }
 
 pub fn render(s: &Snapshot, admin: Option<&Admin>) -> String {
+    render_with(s, admin, None)
+}
+
+pub fn render_with(s: &Snapshot, admin: Option<&Admin>, router: Option<&Router>) -> String {
     let mut out = String::with_capacity(16 << 10);
     header(&mut out, "chimera_build_info", "gauge", "Always 1; labels carry the version.");
     let _ = writeln!(out, "chimera_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"));
     render_rpc(&mut out, s);
+    if let Some(r) = router {
+        render_mounts(&mut out, r);
+    }
     if let Some(a) = admin {
         render_admin(&mut out, a);
     }
     out
 }
 
-/// `GET /metrics` (and `/healthz` for probes of the metrics port).
+/// `GET /metrics` (and `/healthz` for probes of the metrics port), without
+/// the per-mount gauges (see [`handler_with`]).
 pub fn handler(admin: Option<Arc<Admin>>) -> Handler {
+    handler_with(admin, None)
+}
+
+/// `GET /metrics` with the mounts of `router` too (what `serve` runs).
+pub fn handler_with(admin: Option<Arc<Admin>>, router: Option<Arc<Router>>) -> Handler {
     Arc::new(move |req: &Request| match (req.method.as_str(), req.path.as_str()) {
-        ("GET", "/metrics") => Response::new(200, CONTENT_TYPE, render(&rpc::metrics::snapshot(), admin.as_deref())),
+        ("GET", "/metrics") => {
+            Response::new(200, CONTENT_TYPE, render_with(&rpc::metrics::snapshot(), admin.as_deref(), router.as_deref()))
+        }
         ("GET", "/healthz") => Response::new(200, "text/plain", "ok\n"),
         (_, "/metrics") | (_, "/healthz") => Response::error(405, "method not allowed; allowed: GET"),
         _ => Response::error(404, format!("no route {}", req.path)),
@@ -223,5 +271,58 @@ mod tests {
             let family = name.trim_end_matches("_bucket").trim_end_matches("_sum").trim_end_matches("_count");
             assert!(t.contains(&format!("# TYPE {family} ")), "undeclared {name}");
         }
+    }
+
+    fn sample(t: &str, series: &str) -> Option<u64> {
+        t.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    /// Proves the per-mount gauges follow the backend: capacity is the
+    /// configured size, used grows by what is written (and never exceeds
+    /// capacity), the mount name is escaped; `chimera_ready` follows the
+    /// admin API's flag both ways.
+    #[test]
+    fn renders_mount_space_and_readiness() {
+        use vfs::memfs::{MemFs, MemFsConfig};
+        use vfs::router::Mount;
+        use vfs::{CreateMode, Cred, NodeKind, Stability, Vfs};
+        let capacity = 64u64 << 20;
+        let fs: Arc<dyn Vfs> = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: capacity }));
+        let router = Router::new(vec![Mount { name: b"m\"1".to_vec(), export_id: 1, backend: fs.clone() }]).unwrap();
+        let empty = Snapshot::default();
+        let before = render_with(&empty, None, Some(&router));
+        assert_eq!(sample(&before, "chimera_mount_capacity_bytes{mount=\"m\\\"1\"}"), Some(capacity), "{before}");
+        let used_before = sample(&before, "chimera_mount_used_bytes{mount=\"m\\\"1\"}").expect("used gauge");
+
+        let root = fs.root(1).unwrap();
+        let (fh, _) = fs.create(&root, b"f", NodeKind::File, 0o644, &Cred::ROOT, CreateMode::Guarded).unwrap();
+        let block = vec![7u8; 1 << 20];
+        for i in 0..4u64 {
+            fs.write(&fh, i << 20, &block, Stability::FileSync).unwrap();
+        }
+        let after = render_with(&empty, None, Some(&router));
+        let used_after = sample(&after, "chimera_mount_used_bytes{mount=\"m\\\"1\"}").unwrap();
+        assert!(used_after >= used_before + (4 << 20), "used {used_before} -> {used_after} after writing 4 MiB");
+        assert!(used_after <= capacity, "used {used_after} above capacity {capacity}");
+        // No router: no mount gauges at all (not zeros that would read as empty).
+        assert!(!render_with(&empty, None, None).contains("chimera_mount_"));
+
+        let cluster = crate::admin::ClusterInfo {
+            name: "t".into(),
+            role: "both",
+            nfs_port: 2049,
+            mount_port: 20048,
+            exports: vec![],
+            pnfs_enabled: false,
+            stripe_unit_bytes: 1 << 20,
+            mirrors: 1,
+            capacity_bytes: capacity,
+        };
+        let admin = Admin::new("token".into(), None, Vec::new(), cluster);
+        assert_eq!(sample(&render(&empty, Some(&admin)), "chimera_ready"), Some(0));
+        admin.ready.store(true, Ordering::SeqCst);
+        assert_eq!(sample(&render(&empty, Some(&admin)), "chimera_ready"), Some(1));
+        admin.ready.store(false, Ordering::SeqCst);
+        assert_eq!(sample(&render(&empty, Some(&admin)), "chimera_ready"), Some(0));
     }
 }

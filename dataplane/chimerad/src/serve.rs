@@ -472,7 +472,7 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
         if cfg.metrics.enabled {
             let l = bind("metrics.port", cfg.metrics.bind, cfg.metrics.port)?;
             let hcfg = http::ServerConfig { name: "metrics", conns_max: 8, body_bytes_max: 1024, request_timeout: http::IO_TIMEOUT };
-            let s = http::Server::start(l, hcfg, crate::metrics::handler(run.admin.clone())).map_err(|e| format!("metrics: {e}"))?;
+            let s = http::Server::start(l, hcfg, crate::metrics::handler_with(run.admin.clone(), Some(router.clone()))).map_err(|e| format!("metrics: {e}"))?;
             run.metrics_addr = Some(s.local_addr());
             run.metrics_http = Some(s);
             log::info("listening", &[("service", "metrics".into()), ("addr", run.metrics_addr.unwrap().to_string().as_str().into())]);
