@@ -4,9 +4,9 @@
 GUEST := e2e/guest
 
 SETUP_TARGETS += guest-image
-TEST_TARGETS += test-guest
+TEST_TARGETS += test-guest test-guest-restart
 
-.PHONY: guest-image test-guest test-guest-ganesha test-guest-smoke
+.PHONY: guest-image test-guest test-guest-restart test-guest-ganesha test-guest-smoke
 guest-image: ## build (or reuse) the QEMU guest: Debian kernel + NFS/RDMA tools initramfs
 	$(GUEST)/build-image.sh
 
@@ -18,3 +18,6 @@ test-guest: guest-image build-dataplane ## kernel NFS client (v3, v4.1) in the g
 
 test-guest-ganesha: guest-image ## the same suite against NFS-Ganesha (validates the harness)
 	$(GUEST)/test-nfs.sh ganesha
+
+test-guest-restart: guest-image build-dataplane ## kernel client (v3, v4.1) keeps writing across a kill -9 and restart of chimerad on diskfs
+	$(GUEST)/test-restart.sh $(CHIMERAD)

@@ -1423,6 +1423,28 @@ impl Vfs for DiskFs {
         Ok(())
     }
 
+    fn client_records(&self) -> Option<Vec<Vec<u8>>> {
+        Some(self.inner.meta().st.clients.iter().cloned().collect())
+    }
+
+    fn record_client(&self, owner: &[u8], present: bool) {
+        if owner.is_empty() || owner.len() > meta::CLIENT_OWNER_MAX {
+            return;
+        }
+        let s = &self.inner;
+        let lsn = {
+            let mut m = s.meta();
+            if m.st.clients.contains(owner) == present {
+                return;
+            }
+            put(&mut m, Rec::Client { owner: owner.to_vec(), present });
+            finish(&mut m)
+        };
+        if s.sync(lsn).is_err() {
+            eprintln!("diskfs: an NFSv4 client record did not reach the log (log device failing)");
+        }
+    }
+
     fn unpin(&self, fh: &FileHandle) {
         if self.check(fh).is_err() {
             return;

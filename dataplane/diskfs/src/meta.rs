@@ -71,6 +71,9 @@ pub enum Rec {
     Map { ino: Ino, fblock: u64, phys: Phys, count: u32 },
     /// Unmap every block of the file at or after `from`.
     Trunc { ino: Ino, from: u64 },
+    /// An NFSv4 client owner that may reclaim after a restart (`present`),
+    /// or no longer (`Vfs::record_client`).
+    Client { owner: Vec<u8>, present: bool },
 }
 
 /// A file block's place on a device. `logged`: a `Map` record holds it
@@ -113,12 +116,17 @@ pub struct State {
     pub vol_used: HashMap<Ino, u64>,
     /// Rough size of a checkpoint of this state, in bytes.
     pub ckpt_bytes: u64,
+    /// NFSv4 client owners on stable storage.
+    pub clients: std::collections::BTreeSet<Vec<u8>>,
 }
 
 /// Blocks an `apply` took out of a file's map.
 pub type Freed = Vec<Phys>;
 
 pub const BLOCK: u64 = 4096;
+/// Longest NFSv4 client owner recorded (RFC 8881: co_ownerid is at most
+/// NFS4_OPAQUE_LIMIT, 1024 bytes).
+pub const CLIENT_OWNER_MAX: usize = 1024;
 
 impl State {
     pub fn new() -> State {
@@ -245,6 +253,15 @@ impl State {
                 }
                 freed.extend(self.unmap_from(*ino, *from));
             }
+            Rec::Client { owner, present } => {
+                if *present {
+                    if self.clients.insert(owner.clone()) {
+                        self.ckpt_bytes += 8 + owner.len() as u64;
+                    }
+                } else if self.clients.remove(owner) {
+                    self.ckpt_bytes = self.ckpt_bytes.saturating_sub(8 + owner.len() as u64);
+                }
+            }
         }
         Ok(())
     }
@@ -252,6 +269,9 @@ impl State {
     /// The whole state as records (a checkpoint): logged extents only.
     pub fn snapshot(&self, out: &mut Vec<u8>) {
         encode(&Rec::Counters { gen_next: self.gen_next, ino_next: self.ino_next }, out);
+        for owner in &self.clients {
+            encode(&Rec::Client { owner: owner.clone(), present: true }, out);
+        }
         // Parents before children is not needed (entries only name inodes
         // by number), but directories' entries need their inodes first.
         let mut inos: Vec<&Ino> = self.inodes.keys().collect();
@@ -379,6 +399,12 @@ pub fn encode(r: &Rec, out: &mut Vec<u8>) {
             out.extend_from_slice(&ino.to_le_bytes());
             out.extend_from_slice(&from.to_le_bytes());
         }
+        Rec::Client { owner, present } => {
+            out.push(8);
+            out.push(*present as u8);
+            out.extend_from_slice(&(owner.len() as u16).to_le_bytes());
+            out.extend_from_slice(owner);
+        }
     }
 }
 
@@ -455,6 +481,18 @@ pub fn decode_all(b: &[u8]) -> Result<Vec<Rec>, String> {
             }
             6 => Rec::Map { ino: r.u64()?, fblock: r.u64()?, phys: r.u64()?, count: r.u32()? },
             7 => Rec::Trunc { ino: r.u64()?, from: r.u64()? },
+            8 => {
+                let present = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err("client record with a bad flag".into()),
+                };
+                let n = r.u16()? as usize;
+                if n == 0 || n > CLIENT_OWNER_MAX {
+                    return Err("client record with a bad owner length".into());
+                }
+                Rec::Client { owner: r.take(n)?.to_vec(), present }
+            }
             t => return Err(format!("unknown record tag {t} at byte {}", r.p - 1)),
         });
     }

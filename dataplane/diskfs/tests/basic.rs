@@ -376,3 +376,23 @@ fn mounts_of_top_level_directories_do_not_reach_each_other() {
     drop((a, o, whole));
     fsck_clean(&dev);
 }
+
+#[test]
+fn nfs4_client_records_survive_restarts() {
+    let dev = mem(4096);
+    {
+        let fs = DiskFs::open(vec![dev.clone()], &opts()).unwrap();
+        assert_eq!(fs.client_records(), Some(vec![]));
+        fs.record_client(b"linux-client-a", true);
+        fs.record_client(b"linux-client-b", true);
+        fs.record_client(b"linux-client-a", false);
+        fs.record_client(b"linux-client-c", true);
+        fs.checkpoint().unwrap();
+        fs.record_client(b"linux-client-c", false);
+    }
+    fsck_clean(&dev);
+    let fs = DiskFs::open(vec![dev.clone()], &opts()).unwrap();
+    assert_eq!(fs.client_records(), Some(vec![b"linux-client-b".to_vec()]));
+    let v = fs.view("/mds", 9).unwrap();
+    assert_eq!(v.client_records(), Some(vec![b"linux-client-b".to_vec()]), "one set for every mount");
+}

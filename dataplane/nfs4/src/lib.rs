@@ -197,7 +197,11 @@ impl Nfs4Program {
         if let Err(e) = cfg.check() {
             panic!("{e}");
         }
-        let state = Arc::new(Mutex::new(state::State::new(cfg.limits(), instance_epoch(), 0)));
+        let mut st = state::State::new(cfg.limits(), instance_epoch(), 0);
+        if let Some(owners) = vfs.client_records() {
+            st.set_reclaimable(owners);
+        }
+        let state = Arc::new(Mutex::new(st));
         let callbacks = Arc::new(callback::Callbacks::new(state.clone(), u64::from(cfg.lease_time_s) * 1000));
         Nfs4Program { vfs, cfg, state, clock: Instant::now(), skew_ms: Default::default(), reaper: None, callbacks, layouts: None, access: Default::default() }
     }
@@ -295,13 +299,19 @@ impl DerefMut for StateGuard<'_> {
 impl Drop for StateGuard<'_> {
     fn drop(&mut self) {
         let Some(mut st) = self.st.take() else { return };
-        if !st.unpins_pending() {
+        if !st.unpins_pending() && !st.record_changes_pending() {
             return;
         }
         let unpins = st.take_unpins();
+        let records = st.take_record_changes();
         drop(st);
         for fh in &unpins {
             self.vfs.unpin(fh);
+        }
+        // Client records reach stable storage before the reply that lets
+        // the client hold state (the guard drops before the reply leaves).
+        for (owner, present) in &records {
+            self.vfs.record_client(owner, *present);
         }
     }
 }

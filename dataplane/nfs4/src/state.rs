@@ -372,6 +372,16 @@ pub struct State {
     /// Files whose last open went (CLOSE, lease expiry, client replaced)
     /// while pinned: the caller unpins them in the backend (`take_unpins`).
     unpins: Vec<FileHandle>,
+    /// Owners that may reclaim (they held state when the server last
+    /// stopped, per the backend's stable storage); `None`: no stable
+    /// storage, any client may reclaim during grace.
+    reclaimable: Option<HashSet<Vec<u8>>>,
+    /// Grace ended early: every reclaimable client sent RECLAIM_COMPLETE
+    /// (or there were none).
+    grace_lifted: bool,
+    /// Client records to write to (true) or erase from (false) stable
+    /// storage (`take_record_changes`).
+    record_changes: Vec<(Vec<u8>, bool)>,
 }
 
 fn range_last(offset: u64, length: u64) -> StateResult<u64> {
@@ -415,7 +425,30 @@ impl State {
             expired: HashSet::new(),
             expired_order: VecDeque::new(),
             unpins: Vec::new(),
+            reclaimable: None,
+            grace_lifted: false,
+            record_changes: Vec::new(),
         }
+    }
+
+    /// The client owners stable storage says held state when the server
+    /// last stopped: only they may reclaim (others get NFS4ERR_NO_GRACE),
+    /// and grace ends as soon as each has sent RECLAIM_COMPLETE — at once
+    /// when there are none (RFC 8881 §8.4.3).
+    pub fn set_reclaimable(&mut self, owners: Vec<Vec<u8>>) {
+        self.grace_lifted = owners.is_empty();
+        self.reclaimable = Some(owners.into_iter().collect());
+    }
+
+    /// Client records to write (true) or erase (false) on stable storage,
+    /// since the last call: written by the caller after releasing the lock
+    /// (a client confirmed; a client's lease expired or it was destroyed).
+    pub fn take_record_changes(&mut self) -> Vec<(Vec<u8>, bool)> {
+        std::mem::take(&mut self.record_changes)
+    }
+
+    pub fn record_changes_pending(&self) -> bool {
+        !self.record_changes.is_empty()
     }
 
     pub fn limits(&self) -> &Limits {
@@ -429,13 +462,18 @@ impl State {
     // ---- grace (§8.4.2) ----
 
     pub fn in_grace(&self, now_ms: u64) -> bool {
-        now_ms < self.started_ms + self.limits.grace_time_s as u64 * 1000
+        !self.grace_lifted && now_ms < self.started_ms + self.limits.grace_time_s as u64 * 1000
     }
 
     /// May `clientid` reclaim now? Only during grace and before its RECLAIM_COMPLETE.
     fn check_reclaim(&self, clientid: ClientId, now_ms: u64) -> StateResult<()> {
         let c = self.clients.get(&clientid).ok_or(StateError::StaleClientId)?;
         if !self.in_grace(now_ms) || c.reclaim_complete {
+            return Err(StateError::NoGrace);
+        }
+        // A client stable storage does not know held no state before the
+        // restart: nothing of its own to reclaim (§8.4.3).
+        if self.reclaimable.as_ref().is_some_and(|r| !r.contains(&c.owner)) {
             return Err(StateError::NoGrace);
         }
         Ok(())
@@ -678,7 +716,13 @@ impl State {
         let replaced = c.replaces.take();
         c.sessions.push(id);
         c.renewed_ms = now_ms;
+        let newly = !c.confirmed;
         c.confirmed = true;
+        if newly {
+            // On stable storage before the client can hold any state.
+            let owner = c.owner.clone();
+            self.record_changes.push((owner, true));
+        }
         if let Some(old) = replaced {
             // The rebooted client's previous incarnation and its state go now.
             self.expire_client(old, false);
@@ -735,6 +779,14 @@ impl State {
             return Err(StateError::CompleteAlready);
         }
         c.reclaim_complete = true;
+        let owner = c.owner.clone();
+        if let Some(r) = self.reclaimable.as_mut() {
+            r.remove(&owner);
+            if r.is_empty() {
+                // Every client that could reclaim has: no one waits for grace.
+                self.grace_lifted = true;
+            }
+        }
         Ok(())
     }
 
@@ -972,6 +1024,10 @@ impl State {
         // During a reboot two records share the owner; the index names the newer.
         if self.by_owner.get(&c.owner) == Some(&clientid) {
             self.by_owner.remove(&c.owner);
+            if c.confirmed {
+                // Its state is gone: it may not reclaim after a restart.
+                self.record_changes.push((c.owner.clone(), false));
+            }
         }
         for sid in &c.sessions {
             self.remove_session(sid);
@@ -1764,6 +1820,40 @@ mod tests {
         assert!(matches!(r, Err(LockError::State(StateError::Grace))));
         st.reclaim_complete(b).unwrap();
         st.open(b, b"o", FH2, SHARE_READ, 0, false, 6_000).unwrap();
+    }
+
+    #[test]
+    fn only_clients_on_stable_storage_reclaim_and_grace_ends_when_they_are_done() {
+        let limits = Limits { grace_time_s: 60, lease_time_s: 10, ..Limits::default() };
+        let mut st = State::new(limits.clone(), 7, 1_000);
+        // Stable storage says a and b held state before the restart.
+        st.set_reclaimable(vec![b"a".to_vec(), b"b".to_vec()]);
+        let (a, _) = setup(&mut st, b"a");
+        let (b, _) = setup(&mut st, b"b");
+        let (c, _) = setup(&mut st, b"c");
+        // Each confirmed client is written to stable storage, once.
+        let mut recorded: Vec<Vec<u8>> = st.take_record_changes().into_iter().filter(|(_, p)| *p).map(|(o, _)| o).collect();
+        recorded.sort();
+        assert_eq!(recorded, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        assert!(st.take_record_changes().is_empty());
+        st.open(a, b"o", FH, SHARE_READ, 0, true, 1_000).unwrap();
+        // c held nothing before the restart: nothing to reclaim.
+        assert_eq!(st.open(c, b"o", FH2, SHARE_READ, 0, true, 1_000), Err(StateError::NoGrace));
+        st.reclaim_complete(a).unwrap();
+        assert!(st.in_grace(2_000), "b has not finished reclaiming");
+        st.reclaim_complete(b).unwrap();
+        assert!(!st.in_grace(2_000), "every reclaimable client is done: grace is over");
+        st.reclaim_complete(c).unwrap();
+        st.open(c, b"o", FH2, SHARE_READ, 0, false, 2_000).unwrap();
+        // A lease that expires erases the record.
+        assert!(st.reap(1_000_000) >= 1);
+        let mut erased: Vec<Vec<u8>> = st.take_record_changes().into_iter().filter(|(_, p)| !*p).map(|(o, _)| o).collect();
+        erased.sort();
+        assert_eq!(erased, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        // No client to wait for: no grace at all.
+        let mut fresh = State::new(limits, 8, 1_000);
+        fresh.set_reclaimable(Vec::new());
+        assert!(!fresh.in_grace(1_000));
     }
 
     #[test]

@@ -357,4 +357,12 @@ impl Vfs for PnfsVfs {
             self.forget_if_gone(fh);
         }
     }
+
+    fn client_records(&self) -> Option<Vec<Vec<u8>>> {
+        self.inner().client_records()
+    }
+
+    fn record_client(&self, owner: &[u8], present: bool) {
+        self.inner().record_client(owner, present)
+    }
 }

@@ -499,6 +499,21 @@ pub trait Vfs: Send + Sync {
     fn unpin(&self, fh: &FileHandle) {
         let _ = fh;
     }
+
+    /// NFSv4 client records on stable storage (RFC 8881 §8.4.3): the
+    /// owners (`co_ownerid`) of the clients that held state when the
+    /// server last stopped, which alone may reclaim in the grace period.
+    /// `None` (the default): this backend keeps no such records (nothing
+    /// it holds survives a restart), and reclaims are not checked.
+    fn client_records(&self) -> Option<Vec<Vec<u8>>> {
+        None
+    }
+
+    /// Record (`present`) or forget a client owner, durably before it
+    /// returns. A backend without records ignores it.
+    fn record_client(&self, owner: &[u8], present: bool) {
+        let _ = (owner, present);
+    }
 }
 
 /// Eight random bytes for a write verifier (a new one every start, so

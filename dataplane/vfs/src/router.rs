@@ -433,6 +433,18 @@ impl Vfs for Router {
             v.unpin(fh)
         }
     }
+
+    /// The first mount whose backend keeps client records keeps them for
+    /// the whole server (mounts of one diskfs share one set).
+    fn client_records(&self) -> Option<Vec<Vec<u8>>> {
+        self.mounts.iter().find_map(|m| m.backend.client_records())
+    }
+
+    fn record_client(&self, owner: &[u8], present: bool) {
+        if let Some(m) = self.mounts.iter().find(|m| m.backend.client_records().is_some()) {
+            m.backend.record_client(owner, present)
+        }
+    }
 }
 
 #[cfg(test)]
