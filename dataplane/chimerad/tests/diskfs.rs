@@ -6,7 +6,10 @@
 //!   file handle from before the kill still works, the write verifier
 //!   changed; RSS before the kill and recovery time printed per round.
 //!   `DISKFS_KILL_ROUNDS` sets the rounds (default 20).
+//! - admin-API volumes (directories with quotas) and what they hold survive
+//!   a kill -9: listed with their capacity and usage after the restart.
 
+mod common;
 mod process;
 
 use client::nfs3::{Nfs3, Stable};
@@ -58,6 +61,7 @@ fn rss_mib(pid: u32) -> f64 {
 struct Up {
     proc: Proc,
     nfs: String,
+    admin: std::net::SocketAddr,
     recovery_ms: u64,
     formatted: bool,
 }
@@ -68,6 +72,7 @@ fn start(cfg: &Path) -> Up {
     let m: &Value = lines.iter().find(|v| v["msg"] == "diskfs mounted").expect("diskfs mounted");
     Up {
         nfs: listening(&lines, "nfs").to_string(),
+        admin: listening(&lines, "admin"),
         recovery_ms: m["recovery_ms"].as_u64().unwrap(),
         formatted: m["formatted"].as_bool().unwrap(),
         proc: p,
@@ -198,5 +203,56 @@ fn kill_9_under_load_keeps_every_acknowledged_write() {
     let dev: block::Device = Arc::new(block::uring::UringDevice::open(&o).unwrap());
     let rep = diskfs::fsck::check(vec![dev]).unwrap();
     assert!(rep.clean(), "fsck: {:?}", rep.violations);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn admin_volumes_and_their_data_survive_kill_9() {
+    let dir = scratch("volumes");
+    let cfg = config(&dir);
+    let token = Some("diskfs-test-token");
+    let up = start(&cfg);
+    let r = common::send(up.admin, "POST", "/api/v1/volumes", token, &json!({"name": "pvc-a", "capacityBytes": 8 << 20}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let export = r.json()["exportPath"].as_str().unwrap().to_string();
+    let r = common::send(up.admin, "POST", "/api/v1/volumes", token, &json!({"name": "pvc-b", "capacityBytes": 4 << 20}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    // 1 MiB into pvc-a through NFS, FILE_SYNC.
+    let vol = client::nfs3::mount_at(&up.nfs, &export, &Auth::sys(0, 0), limits()).unwrap();
+    let mut c = Nfs3::connect(&up.nfs, &Auth::sys(0, 0), limits()).unwrap();
+    let f = c.create(&vol, b"payload", 0o644, true).unwrap();
+    c.write(&f, 0, &vec![0x5a; 1 << 20], Stable::FileSync).unwrap();
+    // Past the 8 MiB quota: NFS3ERR_DQUOT (69); removing the file gives
+    // the space back.
+    let big = c.create(&vol, b"big", 0o644, true).unwrap();
+    let mut off = 0u64;
+    let err = loop {
+        match c.write(&big, off, &vec![0x33; 1 << 20], Stable::FileSync) {
+            Ok(_) => off += 1 << 20,
+            Err(e) => break e,
+        }
+        assert!(off <= 8 << 20, "the quota was not enforced");
+    };
+    assert!(matches!(&err, client::Error::Nfs3 { code: 69, .. }), "{err:?}");
+    c.remove(&vol, b"big").unwrap();
+    drop(c);
+    let r = common::send(up.admin, "DELETE", "/api/v1/volumes/pvc-b", token, &json!({}));
+    assert!(r.status == 200 || r.status == 204, "{} {}", r.status, r.text());
+    drop(up); // SIGKILL
+    let up = start(&cfg);
+    let list = common::get(up.admin, "/api/v1/volumes", token).json();
+    let vols = list.as_array().or_else(|| list["volumes"].as_array()).unwrap_or_else(|| panic!("{list}")).clone();
+    assert_eq!(vols.len(), 1, "{list}");
+    assert_eq!(vols[0]["id"], "pvc-a");
+    assert_eq!(vols[0]["capacityBytes"], 8 << 20);
+    assert_eq!(vols[0]["usedBytes"], 1 << 20, "{list}");
+    let vol = client::nfs3::mount_at(&up.nfs, &export, &Auth::sys(0, 0), limits()).unwrap();
+    let mut c = Nfs3::connect(&up.nfs, &Auth::sys(0, 0), limits()).unwrap();
+    let (f2, _) = c.lookup(&vol, b"payload").unwrap();
+    assert_eq!(f2, f, "the handle survives the restart");
+    let mut got = Vec::new();
+    c.read(&f, 0, 1 << 20, &mut got).unwrap();
+    assert!(got.len() == 1 << 20 && got.iter().all(|&b| b == 0x5a));
+    drop(up);
     std::fs::remove_dir_all(&dir).unwrap();
 }

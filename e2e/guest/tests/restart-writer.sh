@@ -38,15 +38,17 @@ f="$MNT/restart-$VERS"
 rm -f "$f"
 i=0
 while [ $i -lt $CHUNKS ]; do
-  dd if=/tmp/src of="$f" bs=1M skip=$i seek=$i count=1 conv=notrunc 2>/dev/null || fail "dd of chunk $i failed"
   if [ $((i % 4)) -eq 3 ]; then
-    fsync "$f" || fail "fsync after chunk $i failed"
+    # fsync(2) of the file: WRITE + COMMIT of what is dirty.
+    dd if=/tmp/src of="$f" bs=1M skip=$i seek=$i count=1 conv=notrunc,fsync 2>/dev/null || fail "dd (fsync) of chunk $i failed"
+  else
+    dd if=/tmp/src of="$f" bs=1M skip=$i seek=$i count=1 conv=notrunc 2>/dev/null || fail "dd of chunk $i failed"
   fi
   [ $i -eq 3 ] && date +%s > /results/writer-started
   sleep 0.3
   i=$((i + 1))
 done
-fsync "$f" || fail "final fsync failed"
+dd if=/dev/null of="$f" bs=1 count=0 seek=$((CHUNKS << 20)) conv=notrunc,fsync 2>/dev/null || fail "final fsync failed"
 date +%s > /results/writer-done
 
 step verify
