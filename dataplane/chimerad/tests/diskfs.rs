@@ -256,3 +256,34 @@ fn admin_volumes_and_their_data_survive_kill_9() {
     drop(up);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn missing_or_foreign_devices_are_start_errors_naming_the_device() {
+    let dir = scratch("baddev");
+    let cfg = config(&dir);
+    let img = dir.join("dev0.img");
+    // Missing.
+    std::fs::remove_file(&img).unwrap();
+    let mut p = spawn(&cfg);
+    let (code, lines) = until_started_or_exit(&mut p).expect_err("a missing device cannot start");
+    assert_eq!(code, Some(1));
+    let e = lines.iter().find(|v| v["msg"] == "start-up failed").map(|v| v["error"].to_string()).unwrap_or_default();
+    assert!(e.contains("dev0.img") && e.contains("mounts.ds"), "{e}");
+    // Another file system's device (formatted by chimera-mkfs's library call).
+    std::fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
+    let other = dir.join("other.img");
+    std::fs::File::create(&other).unwrap().set_len(64 << 20).unwrap();
+    let open = |p: &Path| -> block::Device { Arc::new(block::uring::UringDevice::open(&block::uring::UringOptions::new(p)).unwrap()) };
+    diskfs::format(vec![open(&img)], 1, false).unwrap();
+    diskfs::format(vec![open(&other)], 1, false).unwrap();
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+    v["server"]["vfs"]["diskfs"]["config"]["devices"] =
+        json!([{ "type": "io_uring", "path": img.to_str().unwrap() }, { "type": "io_uring", "path": other.to_str().unwrap() }]);
+    std::fs::write(&cfg, v.to_string()).unwrap();
+    let mut p = spawn(&cfg);
+    let (code, lines) = until_started_or_exit(&mut p).expect_err("a foreign device cannot start");
+    assert_eq!(code, Some(1));
+    let e = lines.iter().find(|v| v["msg"] == "start-up failed").map(|v| v["error"].to_string()).unwrap_or_default();
+    assert!(e.contains("other.img") && e.contains("another file system"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
