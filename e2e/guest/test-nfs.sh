@@ -5,8 +5,10 @@
 #   test-nfs.sh chimerad CHIMERAD_BINARY   # our server (what `make test-guest` runs)
 #   test-nfs.sh ganesha                    # NFS-Ganesha, to validate the harness
 #
-# VERSIONS (default "3 4.1") picks the versions. Results (consoles, mountstats)
-# go to OUT_DIR (default $CACHE/guest/results/<server>). Prints one line per
+# VERSIONS (default "3 4.1") picks the versions; BACKEND (memfs, the
+# default, or diskfs over a file in the cache directory) chimerad's backend.
+# Results (consoles, mountstats) go to OUT_DIR (default
+# $CACHE/guest/results/<server>[-diskfs]). Prints one line per
 # run and a summary; exits non-zero when any run failed or none ran.
 set -euo pipefail
 
@@ -17,6 +19,7 @@ RUN_TIMEOUT_S=900          # one guest boot + workload, generous for a loaded 2-
 CHIMERAD_NFS_PORT=22049
 CHIMERAD_MNT_PORT=22048
 CHIMERAD_CAPACITY_BYTES=$((512 << 20))
+BACKEND=${BACKEND:-memfs}
 START_WAIT_S_MAX=30
 
 die() { echo "guest-test: ERROR: $*" >&2; exit 2; }
@@ -51,7 +54,8 @@ if [ "$server" = --run-versions ]; then run_versions; exit; fi
 
 # Build (or find cached) the image before any server starts.
 "$here/build-image.sh" >/dev/null
-export OUT_DIR=${OUT_DIR:-$CACHE/guest/results/$server}
+suffix=""; [ "$server" = chimerad ] && [ "$BACKEND" != memfs ] && suffix="-$BACKEND"
+export OUT_DIR=${OUT_DIR:-$CACHE/guest/results/$server$suffix}
 rm -rf "$OUT_DIR"; mkdir -p "$OUT_DIR"
 
 if [ "$server" = ganesha ]; then
@@ -66,14 +70,25 @@ fi
 # chimerad's pseudo-root (whose entries are the mounts), while v3 MOUNT looks
 # the export name up: one path serves both versions.
 cfg_dir=$(mktemp -d "${TMPDIR:-/tmp}/chimera-guest-srv.XXXXXX")
+case "$BACKEND" in
+  memfs)  mounts='{ "memfs": { "module": "memfs", "path": "/", "capacity_bytes": '$CHIMERAD_CAPACITY_BYTES' } }'
+          vfs=""; EXPORT=/memfs ;;
+  diskfs) # O_DIRECT needs a real file system: the device lives in the cache.
+          dev="$CACHE/guest/diskfs-nfs-work/dev0.img"
+          rm -rf "$(dirname "$dev")"; mkdir -p "$(dirname "$dev")"; truncate -s 1G "$dev"
+          mounts='{ "diskfs": { "module": "diskfs", "path": "/" } }'
+          vfs=', "vfs": { "diskfs": { "config": { "initialize": true, "devices": [ { "type": "io_uring", "path": "'$dev'" } ] } } }'
+          EXPORT=/diskfs ;;
+  *) die "BACKEND=$BACKEND: expected memfs or diskfs" ;;
+esac
 cat >"$cfg_dir/chimerad.json" <<EOF
 {
   "common":  { "log_level": "info" },
   "server":  { "role": "both", "bind": "127.0.0.1", "cores": 1,
                "nfs_port": $CHIMERAD_NFS_PORT, "mount_port": $CHIMERAD_MNT_PORT, "portmap_port": 0,
-               "grace_time_s": 0 },
-  "mounts":  { "memfs": { "module": "memfs", "path": "/", "capacity_bytes": $CHIMERAD_CAPACITY_BYTES } },
-  "exports": { "/memfs": { "path": "/memfs" } },
+               "grace_time_s": 0 $vfs },
+  "mounts":  $mounts,
+  "exports": { "$EXPORT": { "path": "$EXPORT" } },
   "admin":   { "enabled": false },
   "metrics": { "enabled": false }
 }
@@ -83,6 +98,7 @@ cleanup() {
   if [ -n "$srv_pid" ]; then kill "$srv_pid" 2>/dev/null || true; wait "$srv_pid" 2>/dev/null || true; fi
   cp "$cfg_dir/chimerad.log" "$OUT_DIR/" 2>/dev/null || true
   rm -rf "$cfg_dir"
+  if [ "$BACKEND" = diskfs ]; then rm -rf "$CACHE/guest/diskfs-nfs-work"; fi
 }
 trap cleanup EXIT
 "$chimerad" --check-config --config "$cfg_dir/chimerad.json" >/dev/null || die "chimerad rejects the test config"
@@ -99,4 +115,4 @@ read -r nfs_port mnt_port < <("$here/../../scripts/chimerad-ports.py" "$cfg_dir/
   || { cat "$cfg_dir/chimerad.log" >&2; die "chimerad did not report listening on its NFS and MOUNT ports within ${START_WAIT_S_MAX}s"; }
 [ "$nfs_port" = $CHIMERAD_NFS_PORT ] && [ "$mnt_port" = $CHIMERAD_MNT_PORT ] \
   || die "chimerad reports NFS $nfs_port / MOUNT $mnt_port, want $CHIMERAD_NFS_PORT / $CHIMERAD_MNT_PORT"
-SERVER_NAME=chimerad NFS_PORT=$CHIMERAD_NFS_PORT MNT_PORT=$CHIMERAD_MNT_PORT EXPORT=/memfs run_versions
+SERVER_NAME=chimerad-$BACKEND NFS_PORT=$CHIMERAD_NFS_PORT MNT_PORT=$CHIMERAD_MNT_PORT EXPORT=$EXPORT run_versions
