@@ -552,11 +552,13 @@ def fmt(v: float | None) -> str:
     return f"{v:.2f}"
 
 
-def render_table(results: dict) -> str:
+def render_table(results: dict, metrics: tuple = METRICS) -> str:
     servers = [s["name"] for s in results["servers"]]
     base = servers[0]
     lines = []
-    for metric, label, better in METRICS:
+    for metric, label, better in metrics:
+        if not any(metric in c["servers"].get(s, {}).get("summary", {}) for c in results["cells"] for s in servers):
+            continue  # a metric no run of this suite measures (bench/diskfs_bench.py shares this table)
         head = f"{label} ({better} is better)"
         cols = [f"{s} median [min-max]" for s in servers] + [f"{base}/{s}" for s in servers[1:]]
         lines.append("")
