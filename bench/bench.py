@@ -556,20 +556,23 @@ def render_table(results: dict, metrics: tuple = METRICS) -> str:
     servers = [s["name"] for s in results["servers"]]
     base = servers[0]
     lines = []
+    # Columns as wide as their longest header (server names vary by suite).
+    name_w = max([22] + [len(c["name"]) for c in results["cells"]])
+    col_w = max([29] + [len(f"{s} median [min-max]") for s in servers]) + 1
     for metric, label, better in metrics:
         if not any(metric in c["servers"].get(s, {}).get("summary", {}) for c in results["cells"] for s in servers):
             continue  # a metric no run of this suite measures (bench/diskfs_bench.py shares this table)
         head = f"{label} ({better} is better)"
         cols = [f"{s} median [min-max]" for s in servers] + [f"{base}/{s}" for s in servers[1:]]
         lines.append("")
-        lines.append(f"{head:<24}" + "".join(f"{c:>30}" for c in cols))
+        lines.append(f"{head:<{name_w + 2}}" + "".join(f"{c:>{col_w}}" for c in cols))
         for cell in results["cells"]:
-            row = f"  {cell['name']:<22}"
+            row = f"  {cell['name']:<{name_w}}"
             for s in servers:
                 st = cell["servers"].get(s, {}).get("summary", {}).get(metric)
-                row += f"{(fmt(st['median']) + ' [' + fmt(st['min']) + '-' + fmt(st['max']) + ']') if st else 'no data':>30}"
+                row += f"{(fmt(st['median']) + ' [' + fmt(st['min']) + '-' + fmt(st['max']) + ']') if st else 'no data':>{col_w}}"
             for s in servers[1:]:
-                row += f"{fmt(cell['ratios'].get(s, {}).get(metric)):>30}"
+                row += f"{fmt(cell['ratios'].get(s, {}).get(metric)):>{col_w}}"
             lines.append(row)
     tr = results.get("transport")
     if tr:

@@ -96,13 +96,14 @@ def parse_proc_io(text: str) -> dict[str, int]:
     return out
 
 
-def parse_block_stat_written_bytes(text: str) -> int:
-    """Bytes written from /sys/block/<dev>/stat (field 7, sectors written, 512 bytes each
-    whatever the device's block size: Documentation/block/stat.rst)."""
+def parse_block_stat(text: str) -> tuple[int, int]:
+    """(bytes read, bytes written) from /sys/block/<dev>/stat: fields 3 and 7, sectors
+    read and written, 512 bytes each whatever the device's block size
+    (the kernel's Documentation/block/stat.rst)."""
     fields = text.split()
     if len(fields) < 11 or not all(f.isdigit() for f in fields):
         raise BenchError(f"unexpected /sys/block/<dev>/stat content {text.strip()!r}")
-    return int(fields[6]) * SECTOR_BYTES
+    return int(fields[2]) * SECTOR_BYTES, int(fields[6]) * SECTOR_BYTES
 
 
 def parse_losetup_j(text: str) -> list[str]:
@@ -117,8 +118,12 @@ def parse_losetup_j(text: str) -> list[str]:
     return out
 
 
-def proc_write_bytes(pid: int) -> int:
-    return parse_proc_io(Path(f"/proc/{pid}/io").read_text())["write_bytes"]
+def proc_device_bytes(pid: int) -> tuple[int, int]:
+    """(read_bytes, write_bytes) of /proc/<pid>/io: what the process made the block layer read and write."""
+    io = parse_proc_io(Path(f"/proc/{pid}/io").read_text())
+    if "read_bytes" not in io:
+        raise BenchError(f"/proc/{pid}/io has no read_bytes")
+    return io["read_bytes"], io["write_bytes"]
 
 
 def allocated_bytes(path: Path) -> int:
@@ -176,9 +181,9 @@ class Ext4Loop:
         run(["mount", "-t", "ext4", self.dev, str(self.mountpoint)], timeout_s=60)
         os.chmod(self.mountpoint, 0o777)
 
-    def written_bytes(self) -> int:
+    def device_bytes(self) -> tuple[int, int]:
         assert self.dev
-        return parse_block_stat_written_bytes(Path(f"/sys/block/{Path(self.dev).name}/stat").read_text())
+        return parse_block_stat(Path(f"/sys/block/{Path(self.dev).name}/stat").read_text())
 
     def teardown(self) -> list[str]:
         """Unmount and detach; returns what could not be undone (reported as errors)."""
@@ -230,11 +235,11 @@ class ChimeradDiskfs(bench.Chimerad):
     def settle(self) -> None:
         pass  # diskfs caches no data: nothing of an earlier cell is left to write
 
-    def device_written_bytes(self) -> int:
-        # diskfs writes its device itself, O_DIRECT, from chimerad's threads: the
-        # task I/O accounting counts each byte when its bio is submitted (and
-        # nothing else of note: chimerad's log is a few lines at warn).
-        return proc_write_bytes(self.pid())
+    def device_bytes(self) -> tuple[int, int]:
+        # diskfs reads and writes its device itself, O_DIRECT, from chimerad's
+        # threads: the task I/O accounting counts each byte when its bio is
+        # submitted (and nothing else of note: chimerad's log is a few lines at warn).
+        return proc_device_bytes(self.pid())
 
 
 class GaneshaExt4(bench.Server):
@@ -280,11 +285,11 @@ class GaneshaExt4(bench.Server):
         # device before this cell's window opens, or their writeback is charged to it.
         run(["sync", "-f", str(self.fs.mountpoint)], timeout_s=300)
 
-    def device_written_bytes(self) -> int:
+    def device_bytes(self) -> tuple[int, int]:
         # Ganesha writes through ext4: the journal goes out from jbd2 and data
         # from writeback, not from Ganesha's threads, so its task I/O accounting
         # would miss them. The loop device under ext4 sees every byte.
-        return self.fs.written_bytes()
+        return self.fs.device_bytes()
 
 
 # ---------------------------------------------------------------- runs
@@ -325,9 +330,10 @@ def run_server_cell(a: argparse.Namespace, out_dir: Path, server: bench.Server, 
     rss_start = bench.proc_status_bytes(pid, "VmRSS")
     bench.reset_peak_rss(pid)
     cpu0 = bench.proc_cpu_s(pid)
-    dev0 = server.device_written_bytes()
+    read0, written0 = server.device_bytes()
     doc = bench.run_fio(cmd, timeout_s, raw, teardown_max=(dcell.cell.iodepth - 1) * dcell.cell.numjobs)
-    dev_written = server.device_written_bytes() - dev0
+    read1, written1 = server.device_bytes()
+    dev_read, dev_written = read1 - read0, written1 - written0
     cpu_s = bench.proc_cpu_s(pid) - cpu0
     r = bench.parse_fio(doc, dcell.cell)
     r["cpu_s"] = cpu_s
@@ -336,21 +342,26 @@ def run_server_cell(a: argparse.Namespace, out_dir: Path, server: bench.Server, 
     r["rss_peak_mib"] = bench.proc_status_bytes(pid, "VmHWM") / (1 << 20)
     r["rss_growth_mib"] = r["rss_peak_mib"] - r["rss_start_mib"]
     r["dev_written_mib"] = dev_written / (1 << 20)
+    r["dev_read_mib"] = dev_read / (1 << 20)
+    moved = r["total_ios"] * dcell.cell.bs_bytes
     if dcell.cell.direction == "write":
-        r["dev_bytes_per_byte"] = write_amplification(dev_written, r["total_ios"] * dcell.cell.bs_bytes)
+        r["dev_bytes_per_byte"] = amplification(dev_written, moved)
+    else:
+        # Below 1: reads served from a cache (Ganesha: ext4's page cache), not the device.
+        r["dev_read_bytes_per_byte"] = amplification(dev_read, moved)
     r["round"] = rnd
     r["raw"] = str(raw.relative_to(out_dir))
     r["client_teardown_errors"] = doc["chimera_bench_teardown_errors"]
     return r
 
 
-def write_amplification(device_bytes: int, written_bytes: int) -> float | None:
-    """Device bytes written per byte the client wrote (None when nothing was written)."""
-    if written_bytes <= 0:
+def amplification(device_bytes: int, client_bytes: int) -> float | None:
+    """Device bytes per byte the client moved (None when it moved none)."""
+    if client_bytes <= 0:
         return None
     if device_bytes < 0:
-        raise BenchError(f"device write counter went backwards by {-device_bytes} bytes")
-    return device_bytes / written_bytes
+        raise BenchError(f"a device byte counter went backwards by {-device_bytes} bytes")
+    return device_bytes / client_bytes
 
 
 def run_device_cell(a: argparse.Namespace, out_dir: Path, dcell: DiskCell, rnd: int) -> dict:
@@ -384,7 +395,8 @@ METRICS = (
     ("lat_us_p99", "p99 us", "lower"),
     ("cpu_s", "srv CPU-s", "lower"),
     ("iops_per_cpu_s", "IOPS/CPU-s", "higher"),
-    ("dev_bytes_per_byte", "dev bytes/byte", "lower"),
+    ("dev_bytes_per_byte", "dev bytes written/byte", "lower"),
+    ("dev_read_bytes_per_byte", "dev bytes read/byte", "lower"),
     ("rss_start_mib", "RSS start MiB", "lower"),
     ("rss_peak_mib", "RSS peak MiB", "lower"),
     ("rss_growth_mib", "RSS growth MiB", "lower"),

@@ -53,11 +53,11 @@ class Readers(unittest.TestCase):
         self.assertGreaterEqual(after - before, 65536)
 
     def test_block_stat_sectors_are_512_bytes(self):
-        self.assertEqual(db.parse_block_stat_written_bytes(BLOCK_STAT), 2097160 * 512)
+        self.assertEqual(db.parse_block_stat(BLOCK_STAT), (54010 * 512, 2097160 * 512))
         with self.assertRaisesRegex(bench.BenchError, "unexpected"):
-            db.parse_block_stat_written_bytes("1 2 3")
+            db.parse_block_stat("1 2 3")
         with self.assertRaisesRegex(bench.BenchError, "unexpected"):
-            db.parse_block_stat_written_bytes(BLOCK_STAT.replace("2097160", "-1"))
+            db.parse_block_stat(BLOCK_STAT.replace("2097160", "-1"))
 
     def test_losetup_j(self):
         text = ("/dev/loop3: [64768]:1234 (/srv/bench/ganesha-ext4.img)\n"
@@ -70,10 +70,11 @@ class Readers(unittest.TestCase):
 
 class Amplification(unittest.TestCase):
     def test_ratio_and_edges(self):
-        self.assertEqual(db.write_amplification(8192 * 100, 4096 * 100), 2.0)
-        self.assertIsNone(db.write_amplification(4096, 0))
+        self.assertEqual(db.amplification(8192 * 100, 4096 * 100), 2.0)
+        self.assertEqual(db.amplification(0, 4096), 0.0)
+        self.assertIsNone(db.amplification(4096, 0))
         with self.assertRaisesRegex(bench.BenchError, "backwards"):
-            db.write_amplification(-4096, 4096)
+            db.amplification(-4096, 4096)
 
 
 def args(*extra):
@@ -161,7 +162,7 @@ class Targets(unittest.TestCase):
                           ("4k-randread-qd1-j1", "chimerad-diskfs"): {"lat_us_p50": 50.0}})
         table = bench.render_table(r, db.METRICS)
         self.assertIn("p50 us", table)
-        self.assertNotIn("dev bytes/byte", table)
+        self.assertNotIn("dev bytes written/byte", table)
         self.assertIn("1.35", table)  # 50 / 37: chimerad-diskfs over the device
 
 
