@@ -118,6 +118,25 @@ def parse_losetup_j(text: str) -> list[str]:
     return out
 
 
+# NFSv3 WRITE3args end in count, stable_how, then the data's opaque length (equal
+# to count): three XDR words that say how a WRITE of 4 KiB asked to be kept.
+_WRITE4K_STABLE = re.compile(rb"\x00\x00\x10\x00\x00\x00\x00([\x00-\x02])\x00\x00\x10\x00")
+STABLE_HOW = {0: "UNSTABLE", 1: "DATA_SYNC", 2: "FILE_SYNC"}
+
+
+def count_write4k_stable(strace_text: str) -> dict[str, int]:
+    """How many 4 KiB NFSv3 WRITEs of each stable_how an `strace -xx` log of the client sent."""
+    out = {v: 0 for v in STABLE_HOW.values()}
+    for line in strace_text.splitlines():
+        if "sendto(" not in line and "sendmsg(" not in line and "write" not in line:
+            continue
+        for literal in re.findall(r'"((?:\\x[0-9a-f]{2})+)"', line):
+            data = bytes.fromhex(literal.replace("\\x", ""))
+            for m in _WRITE4K_STABLE.finditer(data):
+                out[STABLE_HOW[m.group(1)[0]]] += 1
+    return out
+
+
 def proc_device_bytes(pid: int) -> tuple[int, int]:
     """(read_bytes, write_bytes) of /proc/<pid>/io: what the process made the block layer read and write."""
     io = parse_proc_io(Path(f"/proc/{pid}/io").read_text())
@@ -387,6 +406,28 @@ def layout(a: argparse.Namespace, out_dir: Path, server: bench.Server) -> None:
     log(f"  laid out {a.file_mib} MiB on {server.name} in {time.monotonic() - t0:.1f}s")
 
 
+def check_filesync_on_wire(a: argparse.Namespace, out_dir: Path, server: bench.Server) -> dict[str, int]:
+    """Prove the FILE_SYNC cell's engine sends FILE_SYNC: 8 WRITEs under strace, decoded.
+
+    The write-amplification figure means nothing if a libnfs or fio change made
+    the engine's WRITEs UNSTABLE again, so every run checks it on the wire."""
+    if a.filesync_engine is None:
+        raise BenchError("the FILE_SYNC cell needs --filesync-engine (bench/fio-nfs-filesync.sh)")
+    trace = out_dir / "raw" / f"filesync-check-{server.name}.strace"
+    cmd = ["ip", "netns", "exec", server.netns, "strace", "-f", "-qq", "-e", "trace=sendto,sendmsg,write,writev",
+           "-xx", "-s", "256", "-o", str(trace), str(a.fio), "--name=filesync-check",
+           f"--ioengine=external:{a.filesync_engine}", f"--nfs_url={server.nfs_url()}",
+           "--filename=filesync-check.0", "--size=1m", "--rw=write", "--bs=4k", "--number_ios=8",
+           "--output-format=json", f"--output={out_dir / 'raw' / f'filesync-check-{server.name}.json'}"]
+    run(cmd, timeout_s=bench.FIO_SLACK_S)
+    seen = count_write4k_stable(trace.read_text(errors="replace"))
+    if seen["FILE_SYNC"] < 8 or seen["UNSTABLE"] or seen["DATA_SYNC"]:
+        raise BenchError(f"the FILE_SYNC engine's WRITEs on the wire: {seen} (expected 8 FILE_SYNC only); "
+                         f"trace {trace}")
+    log(f"  checked on the wire: the FILE_SYNC engine sent {seen['FILE_SYNC']} FILE_SYNC WRITEs to {server.name}")
+    return seen
+
+
 # ---------------------------------------------------------------- summary
 
 METRICS = (
@@ -570,6 +611,8 @@ def main(argv: list[str]) -> int:
             s.start()
             started.append(s)
             layout(a, out_dir, s)
+        if any(c.engine == "filesync" for c in cells):
+            results["filesync_check"] = check_filesync_on_wire(a, out_dir, servers[0])
         # diskfs must not have punched the filled device back into holes (the
         # device baseline would then time reads that never reach the disk).
         if allocated_bytes(a.diskfs_device) < (a.device_mib << 20):

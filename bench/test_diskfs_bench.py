@@ -68,6 +68,32 @@ class Readers(unittest.TestCase):
             db.parse_losetup_j("losetup: cannot open\n")
 
 
+def strace_line(payload: bytes, call="sendto") -> str:
+    """A line of `strace -xx` as it logs a socket send."""
+    return f'4242  {call}(3, "' + "".join(f"\\x{b:02x}" for b in payload) + f'", {len(payload)}, MSG_NOSIGNAL, NULL, 0) = {len(payload)}'
+
+
+def write3_args(stable: int) -> bytes:
+    """The tail of an NFSv3 WRITE call: ..., offset, count 4096, stable_how, data length 4096, data."""
+    return (b"\x80\x00\x10\x9c" + bytes(28) + (8192).to_bytes(8, "big") + (4096).to_bytes(4, "big")
+            + stable.to_bytes(4, "big") + (4096).to_bytes(4, "big") + b"\xab" * 64)
+
+
+class StableOnTheWire(unittest.TestCase):
+    def test_each_stable_how_is_counted(self):
+        log = "\n".join([strace_line(write3_args(2)), strace_line(write3_args(2), "sendmsg"),
+                         strace_line(write3_args(0)), strace_line(write3_args(1)),
+                         '4242  write(1, "hello", 5) = 5', "4242  --- SIGCHLD ---"])
+        self.assertEqual(db.count_write4k_stable(log), {"UNSTABLE": 1, "DATA_SYNC": 1, "FILE_SYNC": 2})
+
+    def test_other_calls_are_not_writes(self):
+        # A READ of 4 KiB (count, then no stable_how/length pair) and a WRITE of another size.
+        read3 = bytes(32) + (4096).to_bytes(4, "big") + bytes(8)
+        write8k = bytes(8) + (8192).to_bytes(4, "big") + (2).to_bytes(4, "big") + (8192).to_bytes(4, "big")
+        log = "\n".join([strace_line(read3), strace_line(write8k)])
+        self.assertEqual(db.count_write4k_stable(log), {"UNSTABLE": 0, "DATA_SYNC": 0, "FILE_SYNC": 0})
+
+
 class Amplification(unittest.TestCase):
     def test_ratio_and_edges(self):
         self.assertEqual(db.amplification(8192 * 100, 4096 * 100), 2.0)

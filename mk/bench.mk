@@ -29,7 +29,7 @@ TEST_TARGETS += test-bench-unit test-peers test-bench-smoke
 
 .PHONY: setup-bench build-rpcbench bench bench-quick bench-diskfs bench-peers bench-profile test-bench-unit test-peers test-bench-smoke
 setup-bench: ## fio with the libnfs engine (and its FILE_SYNC variant), NFS-Ganesha, rpcbind, matplotlib (idempotent)
-	@scripts/apt-ensure.sh python3 python3-matplotlib nfs-ganesha nfs-ganesha-mem nfs-ganesha-vfs rpcbind libnfs-utils libnfs-dev iproute2 util-linux e2fsprogs
+	@scripts/apt-ensure.sh python3 python3-matplotlib nfs-ganesha nfs-ganesha-mem nfs-ganesha-vfs rpcbind libnfs-utils libnfs-dev iproute2 util-linux e2fsprogs strace
 	@e2e/peers/fio-libnfs.sh >/dev/null
 	@bench/fio-nfs-filesync.sh >/dev/null
 
