@@ -412,9 +412,7 @@ def run_fio(cmd: list[str], timeout_s: float, out_json: Path, teardown_max: int 
     """Run fio in its own process group; kill the group if it hangs."""
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+    def kill_fio() -> None:
         os.killpg(proc.pid, signal.SIGKILL)
         # fio's job processes call setsid(), so the group kill misses them and
         # they keep our pipes open (seen: a job stuck in libnfs teardown after
@@ -424,7 +422,17 @@ def run_fio(cmd: list[str], timeout_s: float, out_json: Path, teardown_max: int 
             proc.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_fio()
         raise BenchError(f"fio did not finish within {timeout_s:.0f}s (server hung, client stuck, or too slow)")
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM): fio runs in its own session and would
+        # outlive us, holding the server's namespace (and mounts) busy.
+        kill_fio()
+        raise
     if proc.returncode != 0:
         msg = (err or out).strip().splitlines()
         raise BenchError(f"fio failed (exit {proc.returncode}): {' | '.join(msg[-5:])}")

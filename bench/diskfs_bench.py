@@ -217,8 +217,33 @@ class Ext4Loop:
                 p = subprocess.run(["losetup", "-d", dev], capture_output=True, text=True)
                 if p.returncode != 0:
                     errs.append(f"losetup -d {dev}: {p.stderr.strip()}")
+            # A loop device still open (a mount living on in another process's mount
+            # namespace) is only marked autoclear: say who holds it.
+            for _ in range(50):
+                left = parse_losetup_j(subprocess.run(["losetup", "-j", str(self.image)], capture_output=True,
+                                                      text=True).stdout)
+                if not left:
+                    break
+                time.sleep(0.1)
+            else:
+                errs.append(f"{', '.join(left)} still bound to {self.image}, held by pids "
+                            f"{holders(self.mountpoint) or 'unknown'}; it detaches when they exit")
         self.dev = None
         return errs
+
+
+def holders(mountpoint: Path) -> list[int]:
+    """Processes whose mount namespace still has a mount at mountpoint."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if any(line.split()[4] == str(mountpoint) for line in (d / "mountinfo").read_text().splitlines()):
+                out.append(int(d.name))
+        except (OSError, IndexError):
+            continue
+    return out
 
 
 # ---------------------------------------------------------------- servers
