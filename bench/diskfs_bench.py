@@ -586,6 +586,109 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def new_results(a: argparse.Namespace, stamp: str, fstype: str, cells: list[DiskCell], names: list[str]) -> dict:
+    return {
+        "schema": SCHEMA, "started_utc": stamp, "quick": a.quick, "rounds": a.rounds, "runtime_s": a.runtime_s,
+        "file_bytes": a.file_mib << 20,
+        "host": {"cpus": os.cpu_count(), "kernel": os.uname().release, "backing_fs": fstype,
+                 "note": "client and servers share this machine's cores", "loadavg_start": list(os.getloadavg())},
+        "git_commit": bench.git_commit(),
+        "diskfs": {"device_bytes": a.device_mib << 20, "block_cache_blocks": a.cache_blocks,
+                   "rss_write_bytes": a.rss_write_bytes},
+        "ganesha_ext4": {"image_bytes": a.device_mib << 20, "loop": "direct-io=on", "fs": "ext4"},
+        "fio": {"version": run([str(a.fio), "--version"], 10).stdout.strip(),
+                "filesync_engine": str(a.filesync_engine) if a.filesync_engine else None},
+        "servers": [{"name": n} for n in names] + [{"name": "device"}],
+        "cells": [{"name": c.name, "rw": c.cell.rw, "bs_bytes": c.cell.bs_bytes, "iodepth": c.cell.iodepth,
+                   "numjobs": c.cell.numjobs, "engine": c.engine,
+                   "servers": {n: {"runs": []} for n in names + (["device"] if c.with_device else [])},
+                   "ratios": {}} for c in cells],
+        "errors": [], "retries": [],
+    }
+
+
+def prepare(a: argparse.Namespace, out_dir: Path, ext4: Ext4Loop, servers: list[bench.Server],
+            started: list[bench.Server], cells: list[DiskCell], results: dict) -> None:
+    """Backing files, the ext4 loop mount, the servers and their files; `started` collects what to stop."""
+    ext4.cleanup_leftovers()
+    fill_file(a.diskfs_device, a.device_mib << 20)
+    fill_file(ext4.image, a.device_mib << 20)
+    ext4.setup()
+    for s in servers:
+        log(f"starting {s.name}")
+        s.start()
+        started.append(s)
+        layout(a, out_dir, s)
+    if any(c.engine == "filesync" for c in cells):
+        results["filesync_check"] = check_filesync_on_wire(a, out_dir, servers[0])
+    # diskfs must not have punched the filled device back into holes (the
+    # device baseline would then time reads that never reach the disk).
+    if allocated_bytes(a.diskfs_device) < (a.device_mib << 20):
+        raise BenchError(f"{a.diskfs_device} has holes after chimerad started "
+                         f"({allocated_bytes(a.diskfs_device)} of {a.device_mib << 20} bytes allocated)")
+
+
+def run_once(a: argparse.Namespace, out_dir: Path, s: bench.Server | None, dcell: DiskCell, rnd: int,
+             results: dict, tag: str) -> dict:
+    """One run; a failed one is repeated once while the server lives (as bench.py does), and recorded."""
+    def go() -> dict:
+        return run_server_cell(a, out_dir, s, dcell, rnd) if s else run_device_cell(a, out_dir, dcell, rnd)
+    try:
+        return go()
+    except BenchError as e:
+        if s:
+            s.check_alive()
+        results["retries"].append(f"round {rnd} {dcell.name} {s.name if s else 'device'}: {e}")
+        log(f"{tag} retrying once after: {e}")
+    return go()
+
+
+def run_rounds(a: argparse.Namespace, out_dir: Path, cells: list[DiskCell], servers: list[bench.Server],
+               results: dict) -> None:
+    for rnd in range(1, a.rounds + 1):
+        for ci, dcell in enumerate(cells):
+            runs = [(s.name, s) for s in servers] + ([("device", None)] if dcell.with_device else [])
+            for name, s in runs:
+                tag = f"round {rnd}/{a.rounds} {dcell.name:<30} {name:<16}"
+                try:
+                    r = run_once(a, out_dir, s, dcell, rnd, results, tag)
+                except BenchError as e:
+                    results["errors"].append(f"round {rnd} {dcell.name} {name}: {e}")
+                    log(f"{tag} FAILED: {e}")
+                    if s:
+                        s.check_alive()  # a dead server ends the run; a failed cell does not
+                    continue
+                results["cells"][ci]["servers"][name]["runs"].append(r)
+                extra = f" dev {fmt(r['dev_bytes_per_byte'])} B/B" if "dev_bytes_per_byte" in r else ""
+                cpu = f" srv {r['cpu_s']:.2f} CPU-s RSS {fmt(r['rss_peak_mib'])} MiB" if "cpu_s" in r else ""
+                log(f"{tag} {fmt(r['iops']):>7} IOPS p50 {fmt(r['lat_us_p50']):>6} us p99 "
+                    f"{fmt(r['lat_us_p99']):>6} us{cpu}{extra}")
+
+
+def report(results: dict, out_dir: Path) -> int:
+    results["host"]["loadavg_end"] = list(os.getloadavg())
+    summarize_cells(results)
+    results["targets"] = targets(results)
+    table = render(results)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out_dir / "table.txt").write_text(table + "\n")
+    base = results["servers"][0]["name"]
+    print(f"\n== diskfs: medians [min-max] over {results['rounds']} round(s); ratios are {base} / other ==")
+    print(table)
+    host = results["host"]
+    print("machine load average (1/5/15 min) at start " + " ".join(f"{x:.1f}" for x in host["loadavg_start"])
+          + ", at end " + " ".join(f"{x:.1f}" for x in host["loadavg_end"]) + f" on {host['cpus']} CPUs")
+    print(f"raw fio JSON: {out_dir / 'raw'}; summary: {out_dir / 'results.json'}")
+    for r in results["retries"]:
+        print(f"note: run repeated once: {r}")
+    if results["errors"]:
+        log(f"bench-diskfs: {len(results['errors'])} error(s):")
+        for e in results["errors"]:
+            log(f"  - {e}")
+        return 1
+    return 0
+
+
 def main(argv: list[str]) -> int:
     a = parse_args(argv)
     if os.geteuid() != 0:
@@ -605,66 +708,17 @@ def main(argv: list[str]) -> int:
         ChimeradDiskfs(a.chimerad, out_dir, a.chimerad_cores, a.diskfs_device, a.cache_blocks),
         GaneshaExt4(ext4, a.dir / "ganesha-ext4.state"),
     ]
-    names = [s.name for s in servers]
-    results = {
-        "schema": SCHEMA, "started_utc": stamp, "quick": a.quick, "rounds": a.rounds, "runtime_s": a.runtime_s,
-        "file_bytes": a.file_mib << 20,
-        "host": {"cpus": os.cpu_count(), "kernel": os.uname().release, "backing_fs": fstype,
-                 "note": "client and servers share this machine's cores", "loadavg_start": list(os.getloadavg())},
-        "git_commit": bench.git_commit(),
-        "diskfs": {"device_bytes": a.device_mib << 20, "block_cache_blocks": a.cache_blocks,
-                   "rss_write_bytes": a.rss_write_bytes},
-        "ganesha_ext4": {"image_bytes": a.device_mib << 20, "loop": "direct-io=on", "fs": "ext4"},
-        "fio": {"version": run([str(a.fio), "--version"], 10).stdout.strip(),
-                "filesync_engine": str(a.filesync_engine) if a.filesync_engine else None},
-        "servers": [{"name": n} for n in names] + [{"name": "device"}],
-        "cells": [{"name": c.name, "rw": c.cell.rw, "bs_bytes": c.cell.bs_bytes, "iodepth": c.cell.iodepth,
-                   "numjobs": c.cell.numjobs, "engine": c.engine,
-                   "servers": {n: {"runs": []} for n in names + (["device"] if c.with_device else [])},
-                   "ratios": {}} for c in cells],
-        "errors": [], "retries": [],
-    }
+    results = new_results(a, stamp, fstype, cells, [s.name for s in servers])
     log(f"bench-diskfs: {len(cells)} cells x {len(servers)} servers x {a.rounds} rounds; results in {out_dir}")
     started: list[bench.Server] = []
     try:
-        ext4.cleanup_leftovers()
-        fill_file(a.diskfs_device, a.device_mib << 20)
-        fill_file(ext4.image, a.device_mib << 20)
-        ext4.setup()
-        for s in servers:
-            log(f"starting {s.name}")
-            s.start()
-            started.append(s)
-            layout(a, out_dir, s)
-        if any(c.engine == "filesync" for c in cells):
-            results["filesync_check"] = check_filesync_on_wire(a, out_dir, servers[0])
-        # diskfs must not have punched the filled device back into holes (the
-        # device baseline would then time reads that never reach the disk).
-        if allocated_bytes(a.diskfs_device) < (a.device_mib << 20):
-            raise BenchError(f"{a.diskfs_device} has holes after chimerad started "
-                             f"({allocated_bytes(a.diskfs_device)} of {a.device_mib << 20} bytes allocated)")
-        for rnd in range(1, a.rounds + 1):
-            for ci, dcell in enumerate(cells):
-                targets_ = [(s.name, s) for s in servers] + ([("device", None)] if dcell.with_device else [])
-                for name, s in targets_:
-                    tag = f"round {rnd}/{a.rounds} {dcell.name:<30} {name:<16}"
-                    try:
-                        r = run_server_cell(a, out_dir, s, dcell, rnd) if s else run_device_cell(a, out_dir, dcell, rnd)
-                    except BenchError as e:
-                        results["errors"].append(f"round {rnd} {dcell.name} {name}: {e}")
-                        log(f"{tag} FAILED: {e}")
-                        if s:
-                            s.check_alive()
-                        continue
-                    results["cells"][ci]["servers"][name]["runs"].append(r)
-                    extra = f" dev {fmt(r['dev_bytes_per_byte'])} B/B" if "dev_bytes_per_byte" in r else ""
-                    cpu = f" srv {r['cpu_s']:.2f} CPU-s RSS {fmt(r['rss_peak_mib'])} MiB" if "cpu_s" in r else ""
-                    log(f"{tag} {fmt(r['iops']):>7} IOPS p50 {fmt(r['lat_us_p50']):>6} us p99 "
-                        f"{fmt(r['lat_us_p99']):>6} us{cpu}{extra}")
+        prepare(a, out_dir, ext4, servers, started, cells, results)
+        run_rounds(a, out_dir, cells, servers, results)
     except (BenchError, KeyboardInterrupt) as e:
         results["errors"].append(f"fatal: {e!r}" if isinstance(e, KeyboardInterrupt) else f"fatal: {e}")
         log(f"bench-diskfs: FATAL: {e!r}")
     finally:
+        # Every exit path: servers, then the mount and the loop device, then the files.
         for s in reversed(started):
             log(f"stopping {s.name}")
             try:
@@ -676,24 +730,7 @@ def main(argv: list[str]) -> int:
         # The backing files are large; the next run writes them again anyway.
         for f in (a.diskfs_device, ext4.image):
             f.unlink(missing_ok=True)
-    results["host"]["loadavg_end"] = list(os.getloadavg())
-    summarize_cells(results)
-    results["targets"] = targets(results)
-    table = render(results)
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (out_dir / "table.txt").write_text(table + "\n")
-    print(f"\n== diskfs: medians [min-max] over {a.rounds} round(s); ratios are {names[0]} / other ==")
-    print(table)
-    host = results["host"]
-    print("machine load average (1/5/15 min) at start " + " ".join(f"{x:.1f}" for x in host["loadavg_start"])
-          + ", at end " + " ".join(f"{x:.1f}" for x in host["loadavg_end"]) + f" on {host['cpus']} CPUs")
-    print(f"raw fio JSON: {out_dir / 'raw'}; summary: {out_dir / 'results.json'}")
-    if results["errors"]:
-        log(f"bench-diskfs: {len(results['errors'])} error(s):")
-        for e in results["errors"]:
-            log(f"  - {e}")
-        return 1
-    return 0
+    return report(results, out_dir)
 
 
 if __name__ == "__main__":
