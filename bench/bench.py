@@ -412,9 +412,7 @@ def run_fio(cmd: list[str], timeout_s: float, out_json: Path, teardown_max: int 
     """Run fio in its own process group; kill the group if it hangs."""
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+    def kill_fio() -> None:
         os.killpg(proc.pid, signal.SIGKILL)
         # fio's job processes call setsid(), so the group kill misses them and
         # they keep our pipes open (seen: a job stuck in libnfs teardown after
@@ -424,7 +422,17 @@ def run_fio(cmd: list[str], timeout_s: float, out_json: Path, teardown_max: int 
             proc.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_fio()
         raise BenchError(f"fio did not finish within {timeout_s:.0f}s (server hung, client stuck, or too slow)")
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM): fio runs in its own session and would
+        # outlive us, holding the server's namespace (and mounts) busy.
+        kill_fio()
+        raise
     if proc.returncode != 0:
         msg = (err or out).strip().splitlines()
         raise BenchError(f"fio failed (exit {proc.returncode}): {' | '.join(msg[-5:])}")
@@ -552,22 +560,27 @@ def fmt(v: float | None) -> str:
     return f"{v:.2f}"
 
 
-def render_table(results: dict) -> str:
+def render_table(results: dict, metrics: tuple = METRICS) -> str:
     servers = [s["name"] for s in results["servers"]]
     base = servers[0]
     lines = []
-    for metric, label, better in METRICS:
+    # Columns as wide as their longest header (server names vary by suite).
+    name_w = max([22] + [len(c["name"]) for c in results["cells"]])
+    col_w = max([29] + [len(f"{s} median [min-max]") for s in servers]) + 1
+    for metric, label, better in metrics:
+        if not any(metric in c["servers"].get(s, {}).get("summary", {}) for c in results["cells"] for s in servers):
+            continue  # a metric no run of this suite measures (bench/diskfs_bench.py shares this table)
         head = f"{label} ({better} is better)"
         cols = [f"{s} median [min-max]" for s in servers] + [f"{base}/{s}" for s in servers[1:]]
         lines.append("")
-        lines.append(f"{head:<24}" + "".join(f"{c:>30}" for c in cols))
+        lines.append(f"{head:<{name_w + 2}}" + "".join(f"{c:>{col_w}}" for c in cols))
         for cell in results["cells"]:
-            row = f"  {cell['name']:<22}"
+            row = f"  {cell['name']:<{name_w}}"
             for s in servers:
                 st = cell["servers"].get(s, {}).get("summary", {}).get(metric)
-                row += f"{(fmt(st['median']) + ' [' + fmt(st['min']) + '-' + fmt(st['max']) + ']') if st else 'no data':>30}"
+                row += f"{(fmt(st['median']) + ' [' + fmt(st['min']) + '-' + fmt(st['max']) + ']') if st else 'no data':>{col_w}}"
             for s in servers[1:]:
-                row += f"{fmt(cell['ratios'].get(s, {}).get(metric)):>30}"
+                row += f"{fmt(cell['ratios'].get(s, {}).get(metric)):>{col_w}}"
             lines.append(row)
     tr = results.get("transport")
     if tr:

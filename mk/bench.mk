@@ -4,6 +4,7 @@
 #   make bench-quick    one round, 5 cells, chimerad vs Ganesha MEM (< 5 min)
 #   make bench-peers    the harness against Ganesha alone (MEM vs VFS), no chimerad
 #   make bench-profile  instructions per NFSv3 call, chimerad under callgrind (stable figure)
+#   make bench-diskfs   chimerad on diskfs vs Ganesha VFS on ext4 (loop device), 2 rounds (< 5 min)
 #   BENCH_ARGS='--rounds 5 --cells 4k-randread-qd1-j1' make bench   extra harness flags
 
 # Debian's python3 (the one python3-matplotlib installs into), not a user's pyenv.
@@ -14,6 +15,11 @@ BENCH_ARGS ?=
 BENCH_SMOKE_DIR := $(CACHE)/bench-smoke
 BENCH_FIO = $$(e2e/peers/fio-libnfs.sh)
 BENCH_RUN = $(BENCH_PYTHON) bench/bench.py --fio "$(BENCH_FIO)" --rpcbench $(RPCBENCH)
+# The durable-backend suite (bench/diskfs_bench.py): backing files under
+# $(CACHE)/bench (this machine's disk; diskfs needs O_DIRECT, tmpfs has none).
+BENCH_DISKFS_ARGS ?=
+BENCH_DISKFS_RUN = $(BENCH_PYTHON) bench/diskfs_bench.py --fio "$(BENCH_FIO)" \
+	--filesync-engine "$$(bench/fio-nfs-filesync.sh)" --chimerad $(CHIMERAD) --dir $(CACHE)/bench
 
 SETUP_TARGETS += setup-bench
 BUILD_TARGETS += build-rpcbench
@@ -21,16 +27,23 @@ BUILD_TARGETS += build-rpcbench
 # check_results.py; asserts the harness worked, never performance.
 TEST_TARGETS += test-bench-unit test-peers test-bench-smoke
 
-.PHONY: setup-bench build-rpcbench bench bench-quick bench-peers bench-profile test-bench-unit test-peers test-bench-smoke
-setup-bench: ## fio with the libnfs engine, NFS-Ganesha, rpcbind, matplotlib (idempotent)
-	@scripts/apt-ensure.sh python3 python3-matplotlib nfs-ganesha nfs-ganesha-mem nfs-ganesha-vfs rpcbind libnfs-utils libnfs-dev iproute2 util-linux
+.PHONY: setup-bench build-rpcbench bench bench-quick bench-diskfs bench-peers bench-profile test-bench-unit test-peers test-bench-smoke
+setup-bench: ## fio with the libnfs engine (and its FILE_SYNC variant), NFS-Ganesha, rpcbind, matplotlib (idempotent)
+	@scripts/apt-ensure.sh python3 python3-matplotlib nfs-ganesha nfs-ganesha-mem nfs-ganesha-vfs rpcbind libnfs-utils libnfs-dev iproute2 util-linux e2fsprogs strace
 	@e2e/peers/fio-libnfs.sh >/dev/null
+	@bench/fio-nfs-filesync.sh >/dev/null
 
 build-rpcbench: setup-rust ## build the transport microbenchmark (release)
 	cd $(DATAPLANE) && nice -n 10 $(CARGO) build --release --locked -p rpcbench
 
-bench: setup-bench build-dataplane build-rpcbench ## full side-by-side benchmark: chimerad vs Ganesha MEM and VFS
-	$(BENCH_RUN) --chimerad $(CHIMERAD) --servers chimerad,ganesha-mem,ganesha-vfs $(BENCH_ARGS)
+# The full run ends with the diskfs suite (3 rounds, ~6 min); it runs even when
+# the memfs matrix reported errors, and make fails if either did.
+bench: setup-bench build-dataplane build-rpcbench ## full side-by-side benchmark: chimerad vs Ganesha MEM and VFS, then the diskfs suite
+	rc=0; $(BENCH_RUN) --chimerad $(CHIMERAD) --servers chimerad,ganesha-mem,ganesha-vfs $(BENCH_ARGS) || rc=1; \
+	$(BENCH_DISKFS_RUN) $(BENCH_DISKFS_ARGS) || rc=1; exit $$rc
+
+bench-diskfs: setup-bench build-dataplane ## chimerad on diskfs vs Ganesha VFS on ext4 over a loop device, 2 rounds (< 5 min)
+	$(BENCH_DISKFS_RUN) --quick --rounds 2 $(BENCH_DISKFS_ARGS)
 
 bench-quick: setup-bench build-dataplane build-rpcbench ## one-round benchmark, fewer cells (< 5 min)
 	$(BENCH_RUN) --chimerad $(CHIMERAD) --servers chimerad,ganesha-mem --quick $(BENCH_ARGS)

@@ -27,6 +27,8 @@
 #   GANESHA_MNT_PORT  MOUNT port                (20048)
 #   GANESHA_TMPFS_MIB size of the VFS tmpfs     (1024)
 #   GANESHA_MEM_INODE_BYTES  file bytes FSAL MEM keeps per file (0; Ganesha caps it at 2 MiB)
+#   GANESHA_VFS_DIR   export this directory as /vfs instead of the tmpfs (a file
+#                     system the caller mounted, e.g. ext4 on a loop device; unset)
 #   GANESHA_STATE     state dir: config, logs, pid (${TMPDIR:-/tmp}/chimera-ganesha-<netns>)
 set -euo pipefail
 
@@ -38,6 +40,7 @@ mnt_port="${GANESHA_MNT_PORT:-20048}"
 tmpfs_mib="${GANESHA_TMPFS_MIB:-1024}"
 mem_inode_bytes="${GANESHA_MEM_INODE_BYTES:-0}"
 state="${GANESHA_STATE:-${TMPDIR:-/tmp}/chimera-ganesha-$netns}"
+vfs_dir="${GANESHA_VFS_DIR:-}"
 # How long start waits for the exports to answer before giving up.
 start_timeout_s=60
 
@@ -51,6 +54,9 @@ done
 [ "$mnt_port" -ge 1 ] && [ "$mnt_port" -le 65535 ] || die "GANESHA_MNT_PORT=$mnt_port out of range"
 [ "$nfs_port" -ne "$mnt_port" ] || die "NFS and MOUNT ports must differ"
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, mounts)"
+if [ -n "$vfs_dir" ]; then
+  [[ "$vfs_dir" = /* ]] && [ -d "$vfs_dir" ] || die "GANESHA_VFS_DIR=$vfs_dir is not an absolute path to a directory"
+fi
 
 pid_file="$state/ganesha.pid"
 
@@ -108,7 +114,7 @@ EXPORT {
 }
 EXPORT {
     Export_Id = 2;
-    Path = "$state/vfs";
+    Path = "${vfs_dir:-$state/vfs}";
     Pseudo = /vfs;
     FSAL { Name = VFS; }
 }
@@ -139,10 +145,11 @@ start() {
   # pid 1 may not reap orphans), and stops rpcbind when Ganesha exits.
   setsid ip netns exec "$netns" unshare --mount --propagation private bash -c '
     set -e
-    state="$1"; tmpfs_mib="$2"
+    state="$1"; tmpfs_mib="$2"; vfs_dir="$3"
     mount -t tmpfs -o size=64m,mode=0755 chimera-run /run
     mkdir -p /run/rpcbind /run/ganesha
-    mount -t tmpfs -o "size=${tmpfs_mib}m,mode=0777" chimera-vfs "$state/vfs"
+    # GANESHA_VFS_DIR: a file system the caller mounted, seen from this mount namespace.
+    [ -n "$vfs_dir" ] || mount -t tmpfs -o "size=${tmpfs_mib}m,mode=0777" chimera-vfs "$state/vfs"
     rpcbind -f &
     rpcbind_pid=$!
     echo $rpcbind_pid >"$state/rpcbind.pid"
@@ -155,7 +162,7 @@ start() {
     wait $ganesha_pid; rc=$?
     kill $rpcbind_pid 2>/dev/null; wait $rpcbind_pid
     exit $rc
-  ' chimera-ganesha "$state" "$tmpfs_mib" </dev/null >"$state/stdout.log" 2>&1 &
+  ' chimera-ganesha "$state" "$tmpfs_mib" "$vfs_dir" </dev/null >"$state/stdout.log" 2>&1 &
   local bg_pid=$!
   echo "$bg_pid" >"$state/wrapper.pid"
   log "starting in netns $netns (state $state)"
@@ -208,7 +215,7 @@ stop() {
 status() {
   local pid
   if pid="$(ganesha_pid)"; then
-    echo "running pid=$pid netns=$netns addr=127.0.0.1 nfs_port=$nfs_port mnt_port=$mnt_port exports=/mem,/vfs state=$state"
+    echo "running pid=$pid netns=$netns addr=127.0.0.1 nfs_port=$nfs_port mnt_port=$mnt_port exports=/mem,/vfs vfs=${vfs_dir:-tmpfs} state=$state"
     return 0
   fi
   echo "stopped"
