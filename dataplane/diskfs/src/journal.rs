@@ -335,11 +335,35 @@ fn read_blocks(devs: &Devs, lba: u64, n: u64) -> Result<Vec<u8>, LoadError> {
     Ok(b)
 }
 
-/// Read a stream unit of `n` blocks at `lba`; `Ok(None)` when any block is
-/// not this unit's (missing, stale, torn); corruption is an error.
-fn read_unit(devs: &Devs, kind: Kind, lba: u64, epoch: u64, seq: u64, prev: u32, first: &Header) -> Result<Option<(Vec<u8>, u32)>, LoadError> {
+/// Blocks of device 0's log read ahead in one request while recovering.
+struct Window<'a> {
+    devs: &'a Devs,
+    /// First block past the log.
+    end: u64,
+    start: u64,
+    buf: Vec<u8>,
+}
+
+impl Window<'_> {
+    /// `n` blocks at `lba` (read ahead up to `SCAN_BLOCKS` at a time).
+    fn get(&mut self, lba: u64, n: u64) -> Result<&[u8], LoadError> {
+        let have = (self.buf.len() / BLOCK_BYTES) as u64;
+        if lba < self.start || lba + n > self.start + have {
+            let len = n.max(SCAN_BLOCKS as u64).min(self.end.saturating_sub(lba)).max(n);
+            self.buf = read_blocks(self.devs, lba, len)?;
+            self.start = lba;
+        }
+        let off = ((lba - self.start) as usize) * BLOCK_BYTES;
+        Ok(&self.buf[off..off + n as usize * BLOCK_BYTES])
+    }
+}
+
+/// Check a stream unit of `n` blocks read at `lba` (`raw`); `Ok(None)`
+/// when any block is not this unit's (missing, stale, torn); corruption is
+/// an error.
+#[allow(clippy::too_many_arguments)]
+fn read_unit(devs: &Devs, raw: &[u8], kind: Kind, lba: u64, epoch: u64, seq: u64, prev: u32, first: &Header) -> Result<Option<(Vec<u8>, u32)>, LoadError> {
     let n = first.unit_blocks as u64;
-    let raw = read_blocks(devs, lba, n)?;
     let mut payload = Vec::with_capacity(n as usize * PAYLOAD_BYTES);
     let mut prev = prev;
     for i in 0..n {
@@ -380,7 +404,8 @@ pub fn load(devs: &Devs, s0: &Super) -> Result<Loaded, LoadError> {
     cands.sort_by_key(|(h, _)| std::cmp::Reverse(h.epoch));
     let mut chosen = None;
     for (h, lba) in &cands {
-        if let Some((payload, _)) = read_unit(devs, Kind::Checkpoint, *lba, h.epoch, 0, 0, h)? {
+        let raw = read_blocks(devs, *lba, h.unit_blocks as u64)?;
+        if let Some((payload, _)) = read_unit(devs, &raw, Kind::Checkpoint, *lba, h.epoch, 0, 0, h)? {
             chosen = Some((*h, *lba, payload));
             break;
         }
@@ -399,17 +424,16 @@ pub fn load(devs: &Devs, s0: &Super) -> Result<Loaded, LoadError> {
     let mut pos = 0u64;
     let mut prev = 0u32;
     let mut units = 0u64;
+    let mut win = Window { devs, end: s0.log_start + s0.log_blocks, start: 0, buf: Vec::new() };
     while pos < s0.log_blocks {
         let lba = s0.log_start + pos;
-        let b = read_blocks(devs, lba, 1)?;
-        let h = match format::open(&b, 0, lba) {
+        let h = match format::open(win.get(lba, 1)?, 0, lba) {
             Ok((h, _)) => h,
             Err(BlockFault::Checksum) => {
                 // Torn tail, or corruption in the middle: the latter has a
                 // valid block of this epoch right after it.
                 if pos + 1 < s0.log_blocks {
-                    let nb = read_blocks(devs, lba + 1, 1)?;
-                    if let Ok((nh, _)) = format::open(&nb, 0, lba + 1) {
+                    if let Ok((nh, _)) = format::open(win.get(lba + 1, 1)?, 0, lba + 1) {
                         if nh.kind == Kind::Log && nh.epoch == epoch && nh.seq == pos + 1 {
                             return Err(corrupt(devs, 0, lba, "log record block: checksum mismatch (valid log follows it)"));
                         }
@@ -425,7 +449,8 @@ pub fn load(devs: &Devs, s0: &Super) -> Result<Loaded, LoadError> {
         if pos + h.unit_blocks as u64 > s0.log_blocks || h.unit_blocks == 0 {
             break;
         }
-        let Some((payload, last)) = read_unit(devs, Kind::Log, lba, epoch, pos, prev, &h)? else { break };
+        let raw = win.get(lba, h.unit_blocks as u64)?.to_vec();
+        let Some((payload, last)) = read_unit(devs, &raw, Kind::Log, lba, epoch, pos, prev, &h)? else { break };
         let recs = meta::decode_all(&payload).map_err(|e| corrupt(devs, 0, lba, format!("log unit: {e}")))?;
         for r in &recs {
             st.apply(r, &mut freed).map_err(|e| corrupt(devs, 0, lba, format!("log unit: {e}")))?;
@@ -438,5 +463,5 @@ pub fn load(devs: &Devs, s0: &Super) -> Result<Loaded, LoadError> {
     Ok(Loaded { st, log: LogPos { epoch, pos, prev }, units, ckpt_blocks: ch.unit_blocks as u64 })
 }
 
-/// Blocks per read while scanning (tools).
+/// Blocks per read while scanning the log at recovery.
 pub const SCAN_BLOCKS: usize = BUF_BLOCKS;

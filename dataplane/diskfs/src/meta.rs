@@ -157,7 +157,7 @@ impl State {
     /// Insert a block into a file's map (live: a pending extent; replay: a
     /// logged one), charging its volume when the block is new to the file.
     pub fn map_insert(&mut self, ino: Ino, fblock: u64, ext: Ext) -> Option<Ext> {
-        let Some(i) = self.inodes.get_mut(&ino) else { return None };
+        let i = self.inodes.get_mut(&ino)?;
         let vol = i.rec.volume;
         let old = i.map.insert(fblock, ext);
         if old.is_none() {

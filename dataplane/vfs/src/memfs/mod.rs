@@ -353,8 +353,6 @@ impl MemFs {
     }
 }
 
-/// Random bytes for the write verifier, so it differs on every start.
-
 fn dir_of(st: &State) -> VfsResult<&Dir> {
     match &st.body {
         Body::Dir(d) => Ok(d),
