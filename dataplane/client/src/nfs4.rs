@@ -136,12 +136,29 @@ impl Nfs41 {
     /// Connect, EXCHANGE_ID as `owner`, CREATE_SESSION, RECLAIM_COMPLETE and
     /// read the lease time.
     pub fn connect(addr: &str, auth: &Auth, limits: Limits, owner: &[u8]) -> Result<Nfs41> {
+        let mut c = Nfs41::unconnected(addr, auth, limits, owner)?;
+        c.establish()?;
+        Ok(c)
+    }
+
+    /// A client instance that held `opens` before the server restarted
+    /// (e.g. a restarted process that kept its state): connect as `owner`
+    /// and reclaim them (see `reestablish_reclaiming`).
+    pub fn connect_reclaiming(addr: &str, auth: &Auth, limits: Limits, owner: &[u8], opens: &mut [(Open4, u32)]) -> Result<Nfs41> {
+        let mut c = Nfs41::unconnected(addr, auth, limits, owner)?;
+        c.session_up()?;
+        c.reclaim(opens)?;
+        c.finish_establish()?;
+        Ok(c)
+    }
+
+    fn unconnected(addr: &str, auth: &Auth, limits: Limits, owner: &[u8]) -> Result<Nfs41> {
         let rpc = RpcConn::connect(addr, auth, limits)?;
         // The verifier changes per client instance, so a restarted client's
         // old state is dropped by the server (RFC 8881 section 2.4); it stays
         // the same across `reestablish`.
         let boot = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
-        let mut c = Nfs41 {
+        let c = Nfs41 {
             rpc,
             owner: owner.to_vec(),
             verifier: boot.to_be_bytes(),
@@ -153,7 +170,6 @@ impl Nfs41 {
             status_flags: 0,
             uncommitted: Uncommitted::new(),
         };
-        c.establish()?;
         Ok(c)
     }
 
@@ -167,8 +183,51 @@ impl Nfs41 {
         self.establish()
     }
 
+    /// After a server restart: a new connection, client ID and session, and
+    /// each of `opens` reclaimed in the server's grace period (OPEN with
+    /// CLAIM_PREVIOUS, RFC 8881 §8.4.2.1) — its stateid replaced in place —
+    /// before RECLAIM_COMPLETE. A server that kept no record of this client
+    /// answers NFS4ERR_NO_GRACE (`Error::Nfs4`); reopen then. Uncommitted
+    /// writes stay tracked: COMMIT reports the ones the restart lost
+    /// (`resend_uncommitted`).
+    pub fn reestablish_reclaiming(&mut self, addr: &str, auth: &Auth, limits: Limits, opens: &mut [(Open4, u32)]) -> Result<()> {
+        self.rpc = RpcConn::connect(addr, auth, limits)?;
+        self.session_up()?;
+        self.reclaim(opens)?;
+        self.finish_establish()
+    }
+
+    /// OPEN CLAIM_PREVIOUS for each of `opens` (stateids replaced in place).
+    fn reclaim(&mut self, opens: &mut [(Open4, u32)]) -> Result<()> {
+        let owner = self.clientid.to_be_bytes();
+        for (o, access) in opens.iter_mut() {
+            let ops = [
+                p::nfs_argop4::OP_PUTFH(p::PUTFH4args { object: &o.fh }),
+                p::nfs_argop4::OP_OPEN(p::OPEN4args {
+                    seqid: 0,
+                    share_access: *access,
+                    share_deny: 0,
+                    owner: p::state_owner4 { clientid: self.clientid, owner: &owner },
+                    openhow: p::openflag4::default(0),
+                    claim: p::open_claim4::CLAIM_PREVIOUS(p::open_delegation_type4::OPEN_DELEGATE_NONE),
+                }),
+            ];
+            o.stateid = self.compound(&ops, |r| match r {
+                [_, p::nfs_resop4::OP_OPEN(p::OPEN4res::NFS4_OK(ok))] => Ok(ok.stateid.clone()),
+                _ => Err(Error::Malformed("reclaim OPEN result".into())),
+            })?;
+        }
+        Ok(())
+    }
+
     /// EXCHANGE_ID, CREATE_SESSION, RECLAIM_COMPLETE, lease time.
     fn establish(&mut self) -> Result<()> {
+        self.session_up()?;
+        self.finish_establish()
+    }
+
+    /// EXCHANGE_ID and CREATE_SESSION.
+    fn session_up(&mut self) -> Result<()> {
         let c = self;
         let owner = c.owner.clone();
         let exid = p::EXCHANGE_ID4args {
@@ -204,6 +263,12 @@ impl Nfs41 {
         c.sessionid = sid;
         // Never more slots than we asked for, whatever the server says.
         c.slots = vec![Slot { next_seq: 1, busy: false, retired: false }; granted.min(SLOTS_WANTED) as usize];
+        Ok(())
+    }
+
+    /// RECLAIM_COMPLETE and the lease time.
+    fn finish_establish(&mut self) -> Result<()> {
+        let c = self;
         c.compound(&[p::nfs_argop4::OP_RECLAIM_COMPLETE(p::RECLAIM_COMPLETE4args { rca_one_fs: false })], |_| Ok(()))?;
         let lease = c.compound(
             &[p::nfs_argop4::OP_PUTROOTFH, p::nfs_argop4::OP_GETATTR(p::GETATTR4args { attr_request: vec![1 << ATTR_LEASE_TIME] })],
