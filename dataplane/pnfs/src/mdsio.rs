@@ -357,4 +357,29 @@ impl Vfs for PnfsVfs {
             self.forget_if_gone(fh);
         }
     }
+
+    // A file's data lives on the data servers (a file not placed yet has
+    // none), which the MDS's backend knows nothing of: a placed file's
+    // holes are not the MDS's to report, and no file's space is the MDS's
+    // to reserve. Those answer NotSupported (NFS4ERR_NOTSUPP; READ_PLUS
+    // then reads the file as data). A file not placed yet is all holes in
+    // the backend, which answers SEEK and DEALLOCATE for it.
+    fn seek(&self, fh: &FileHandle, offset: u64, what: vfs::Content) -> VfsResult<Option<(bool, u64)>> {
+        match self.placed(fh) {
+            Some(_) => Err(VfsError::NotSupported),
+            None => self.inner().seek(fh, offset, what),
+        }
+    }
+
+    fn allocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        let _ = (fh, offset, len);
+        Err(VfsError::NotSupported)
+    }
+
+    fn deallocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        match self.placed(fh) {
+            Some(_) => Err(VfsError::NotSupported),
+            None => self.inner().deallocate(fh, offset, len),
+        }
+    }
 }

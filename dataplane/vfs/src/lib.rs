@@ -498,6 +498,50 @@ pub trait Vfs: Send + Sync {
     fn unpin(&self, fh: &FileHandle) {
         let _ = fh;
     }
+
+    /// Where the next `what` at or after `offset` starts in a regular file
+    /// (lseek SEEK_DATA / SEEK_HOLE; NFSv4.2 SEEK, READ_PLUS). `None` when
+    /// `offset` is at or past the end of file. Otherwise `(eof, position)`:
+    /// for `Data`, the first data byte (`eof` false), or `(true, size)`
+    /// when only holes follow; for `Hole`, the first byte of the next hole,
+    /// where every file has a virtual hole at its end (`(true, size)` when
+    /// the data runs to the end). Allocated but unwritten ranges are data.
+    /// Must not block: it answers from metadata. Backends without sparse
+    /// files may leave this default (`NotSupported`); callers then treat
+    /// the whole file as data.
+    fn seek(&self, fh: &FileHandle, offset: u64, what: Content) -> VfsResult<Option<(bool, u64)>> {
+        let _ = (fh, offset, what);
+        Err(VfsError::NotSupported)
+    }
+
+    /// Reserve space for `[offset, offset + len)` of a regular file
+    /// (fallocate mode 0; NFSv4.2 ALLOCATE): holes in the range become
+    /// zeroed, charged data, and the size grows to `offset + len` if that
+    /// is larger. All or nothing: `QuotaExceeded` / `NoSpace` (or
+    /// `FileTooBig`) leave the file and the space figures unchanged.
+    /// `len` 0 is `Inval`. Returns the attributes after.
+    fn allocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        let _ = (fh, offset, len);
+        Err(VfsError::NotSupported)
+    }
+
+    /// Punch a hole in `[offset, offset + len)` of a regular file
+    /// (fallocate PUNCH_HOLE | KEEP_SIZE; NFSv4.2 DEALLOCATE): the range
+    /// reads as zeros, the space of whole blocks inside it is given back
+    /// (quota and fsstat go down), the size does not change. A range past
+    /// the end of file does nothing. `len` 0 is `Inval`. Returns the
+    /// attributes after.
+    fn deallocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        let _ = (fh, offset, len);
+        Err(VfsError::NotSupported)
+    }
+}
+
+/// What [`Vfs::seek`] looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Content {
+    Data,
+    Hole,
 }
 
 /// Longest name component accepted.

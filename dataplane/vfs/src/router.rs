@@ -433,6 +433,28 @@ impl Vfs for Router {
             v.unpin(fh)
         }
     }
+
+    // The pseudo-root is a directory: no data to seek or allocate.
+    fn seek(&self, fh: &FileHandle, offset: u64, what: crate::Content) -> VfsResult<Option<(bool, u64)>> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::IsDir),
+            Target::Backend(v) => v.seek(fh, offset, what),
+        }
+    }
+
+    fn allocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::IsDir),
+            Target::Backend(v) => v.allocate(fh, offset, len),
+        }
+    }
+
+    fn deallocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::IsDir),
+            Target::Backend(v) => v.deallocate(fh, offset, len),
+        }
+    }
 }
 
 #[cfg(test)]

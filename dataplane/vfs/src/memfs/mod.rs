@@ -47,7 +47,7 @@ use node::{dirent_charge, Body, Dir, FileData, Inode, State};
 use space::{Space, Volume};
 
 use crate::{
-    check_name, Attr, CreateMode, Cred, DirEntry, ExportId, FileHandle, FileType, FsStat, Ino, NodeKind, QuotaUsage,
+    check_name, Attr, Content, CreateMode, Cred, DirEntry, ExportId, FileHandle, FileType, FsStat, Ino, NodeKind, QuotaUsage,
     SetAttr, SetTime, Stability, Time, Vfs, VfsError, VfsResult,
 };
 

@@ -174,6 +174,80 @@ impl Vfs for MemFs {
         self.write_verifier
     }
 
+    fn seek(&self, fh: &FileHandle, offset: u64, what: Content) -> VfsResult<Option<(bool, u64)>> {
+        let inode = self.get(fh)?;
+        let st = inode.read();
+        live(&st)?;
+        let f = file_of(&st)?;
+        if offset >= st.size {
+            return Ok(None);
+        }
+        let at = match what {
+            Content::Data => f.next_data(offset).unwrap_or(st.size),
+            Content::Hole => f.next_hole(offset),
+        };
+        Ok(Some(if at >= st.size { (true, st.size) } else { (false, at) }))
+    }
+
+    fn allocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        let inode = self.get(fh)?;
+        let mut st = inode.write();
+        live(&st)?;
+        let f = file_of(&st)?;
+        if len == 0 {
+            return Err(VfsError::Inval);
+        }
+        let end = offset.checked_add(len).ok_or(VfsError::FileTooBig)?;
+        if end > FILE_SIZE_MAX_BYTES {
+            return Err(VfsError::FileTooBig);
+        }
+        // A range far larger than the space left fails before its pages
+        // are counted one by one.
+        let at_least = f.pages_missing_at_least(offset, end).saturating_mul(CHUNK_CHARGE_BYTES);
+        if let Some(v) = &st.volume {
+            if at_least > v.space.free_bytes() {
+                return Err(VfsError::QuotaExceeded);
+            }
+        }
+        if at_least > self.space.free_bytes() {
+            return Err(VfsError::NoSpace);
+        }
+        let charge_bytes = f.chunks_missing(offset, len as usize) * CHUNK_CHARGE_BYTES;
+        if charge_bytes > 0 {
+            self.charge(st.volume.as_ref(), charge_bytes)?;
+            st.charged_bytes += charge_bytes;
+        }
+        let Body::File(f) = &mut st.body else { unreachable!("checked to be a file above") };
+        f.allocate(offset, end);
+        debug_assert_eq!(f.charged_bytes() + INODE_CHARGE_BYTES, st.charged_bytes);
+        st.size = st.size.max(end);
+        st.touch_mtime(Time::now());
+        Ok(self.attr(&inode, &st))
+    }
+
+    fn deallocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        let inode = self.get(fh)?;
+        let mut st = inode.write();
+        live(&st)?;
+        file_of(&st)?;
+        if len == 0 {
+            return Err(VfsError::Inval);
+        }
+        // Nothing exists past the size: the range is clamped to it.
+        let end = offset.saturating_add(len).min(st.size);
+        if offset < end {
+            // A range reaching the end of file covers its last page whole
+            // (nothing lives past the size), so that page is freed too.
+            let end = if end == st.size { end.div_ceil(CHUNK_BYTES as u64) * CHUNK_BYTES as u64 } else { end };
+            let Body::File(f) = &mut st.body else { unreachable!("checked to be a file above") };
+            let freed = f.punch(offset, end);
+            st.charged_bytes -= freed;
+            self.release(st.volume.as_ref(), freed);
+        }
+        st.touch_mtime(Time::now());
+        Ok(self.attr(&inode, &st))
+    }
+
     fn create(
         &self,
         dir: &FileHandle,

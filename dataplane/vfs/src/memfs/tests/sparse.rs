@@ -1,0 +1,190 @@
+//! `seek`, `allocate` and `deallocate` (NFSv4.2 SEEK, ALLOCATE, DEALLOCATE)
+//! against a flat model of the file: its bytes and which pages hold space.
+
+use super::*;
+
+const PAGE: usize = CHUNK_BYTES;
+
+/// A file as a byte array plus one flag per page: allocated or a hole.
+struct Model {
+    bytes: Vec<u8>,
+    allocated: Vec<bool>,
+    size: usize,
+}
+
+impl Model {
+    fn seek(&self, off: usize, what: Content) -> Option<(bool, u64)> {
+        if off >= self.size {
+            return None;
+        }
+        let want = what == Content::Data;
+        let at = (off / PAGE..self.allocated.len()).find(|&p| self.allocated[p] == want).map_or(usize::MAX, |p| (p * PAGE).max(off));
+        Some(if at >= self.size { (true, self.size as u64) } else { (false, at as u64) })
+    }
+
+    fn charge(&self) -> u64 {
+        self.allocated.iter().filter(|&&a| a).count() as u64 * CHUNK_CHARGE_BYTES
+    }
+}
+
+#[test]
+fn seek_allocate_deallocate_match_a_flat_model() {
+    // Writes, ALLOCATEs and DEALLOCATEs of every shape (inside a page,
+    // page and extent aligned, across full extents, past the end), checked
+    // after each against the model: contents read back, space charged to
+    // the file and the backend (a punch gives whole pages back, an
+    // allocation charges them), size (ALLOCATE may grow it, DEALLOCATE
+    // never does) and SEEK for data and holes from random offsets.
+    let fs = fs();
+    let r = root(&fs);
+    let fh = mkfile(&fs, &r, b"sparse");
+    let span = 5 * EXTENT_BYTES / 2;
+    let mut m = Model { bytes: vec![0; span], allocated: vec![false; span / PAGE], size: 0 };
+    let mut seed = 0x2545_f491_u64;
+    let mut next = |n: usize| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((seed >> 33) as usize) % n
+    };
+    let base_used = fs.used_bytes();
+    for round in 0..500 {
+        let len = match next(5) {
+            0 => 1 + next(100),
+            1 => PAGE,
+            2 => EXTENT_BYTES,
+            3 => 1 + next(2 * EXTENT_BYTES),
+            _ => 1 + next(5 * PAGE),
+        };
+        let off = match next(3) {
+            0 => next(span - len) / PAGE * PAGE,
+            1 => next(span - len) / EXTENT_BYTES * EXTENT_BYTES,
+            _ => next(span - len),
+        };
+        let end = off + len;
+        match next(3) {
+            0 => {
+                let data: Vec<u8> = (0..len).map(|i| (i + round) as u8 | 1).collect();
+                fs.write(&fh, off as u64, &data, Stability::FileSync).unwrap();
+                m.bytes[off..end].copy_from_slice(&data);
+                m.allocated[off / PAGE..=(end - 1) / PAGE].fill(true);
+                m.size = m.size.max(end);
+            }
+            1 => {
+                let a = fs.allocate(&fh, off as u64, len as u64).unwrap();
+                m.allocated[off / PAGE..=(end - 1) / PAGE].fill(true);
+                m.size = m.size.max(end);
+                assert_eq!(a.size, m.size as u64, "round {round}: ALLOCATE grows the size");
+            }
+            _ => {
+                let a = fs.deallocate(&fh, off as u64, len as u64).unwrap();
+                let end = end.min(m.size);
+                if off < end {
+                    m.bytes[off..end].fill(0);
+                    // Whole pages inside, the last page whole when the
+                    // range reaches the end of file.
+                    let last = if end == m.size { end.div_ceil(PAGE) } else { end / PAGE };
+                    if off.div_ceil(PAGE) < last {
+                        m.allocated[off.div_ceil(PAGE)..last].fill(false);
+                    }
+                }
+                assert_eq!(a.size, m.size as u64, "round {round}: DEALLOCATE keeps the size");
+            }
+        }
+        let all = read_all(&fs, &fh);
+        assert!(all == m.bytes[..m.size], "round {round}: contents differ after op at {off}+{len}");
+        assert_eq!(data_charge(&fs, &fh), m.charge(), "round {round}: pages charged");
+        assert_eq!(fs.used_bytes(), base_used + m.charge(), "round {round}: backend space");
+        for _ in 0..4 {
+            let from = next(m.size + 2);
+            for what in [Content::Data, Content::Hole] {
+                assert_eq!(fs.seek(&fh, from as u64, what).unwrap(), m.seek(from, what), "round {round}: seek {what:?} from {from}");
+            }
+        }
+    }
+}
+
+#[test]
+fn allocate_is_all_or_nothing_at_quota_and_capacity() {
+    // A volume of 64 pages: an ALLOCATE one page too large fails DQUOT and
+    // changes nothing (size, space, contents); one that fits succeeds and
+    // uses the volume's space; a punch gives it back. A backend too small
+    // fails NOSPC the same way. Huge ranges (up to 2^64) fail fast with
+    // the right error, zero lengths are Inval, and a directory is IsDir.
+    let fs = fs_with(64 * MIB);
+    let r = root(&fs);
+    let v = mkdir(&fs, &r, b"vol");
+    let cap = 64 * CHUNK_CHARGE_BYTES + 4096;
+    fs.set_quota(&v, cap).unwrap();
+    let fh = mkfile(&fs, &v, b"f");
+    let before = fs.quota(&fh).unwrap().unwrap();
+    let free_pages = (cap - before.used_bytes) / CHUNK_CHARGE_BYTES;
+    let used_backend = fs.used_bytes();
+    let too_many = (free_pages + 1) * PAGE as u64;
+    assert_eq!(fs.allocate(&fh, 0, too_many), Err(VfsError::QuotaExceeded));
+    assert_eq!(fs.getattr(&fh).unwrap().size, 0);
+    assert_eq!(fs.quota(&fh).unwrap().unwrap().used_bytes, before.used_bytes);
+    assert_eq!(fs.used_bytes(), used_backend);
+    assert_eq!(fs.allocate(&fh, 0, u64::MAX), Err(VfsError::FileTooBig));
+    assert_eq!(fs.allocate(&fh, 1 << 62, 1 << 62), Err(VfsError::FileTooBig));
+    assert_eq!(fs.allocate(&fh, 0, FILE_SIZE_MAX_BYTES), Err(VfsError::QuotaExceeded));
+    assert_eq!(fs.allocate(&fh, 0, 0), Err(VfsError::Inval));
+    assert_eq!(fs.deallocate(&fh, 0, 0), Err(VfsError::Inval));
+    assert_eq!(fs.allocate(&v, 0, 1), Err(VfsError::IsDir));
+    assert_eq!(fs.seek(&v, 0, Content::Data), Err(VfsError::IsDir));
+    let fits = free_pages * PAGE as u64;
+    let a = fs.allocate(&fh, 0, fits).unwrap();
+    assert_eq!(a.size, fits);
+    assert_eq!(fs.quota(&fh).unwrap().unwrap().used_bytes, before.used_bytes + free_pages * CHUNK_CHARGE_BYTES);
+    assert_eq!(fs.seek(&fh, 0, Content::Data).unwrap(), Some((false, 0)), "allocated space is data");
+    assert_eq!(fs.seek(&fh, 0, Content::Hole).unwrap(), Some((true, fits)), "only the virtual hole at the end");
+    // Now full: one more page anywhere fails; a punch of 8 pages makes room
+    // for exactly 8.
+    assert_eq!(fs.allocate(&fh, fits, 1), Err(VfsError::QuotaExceeded));
+    fs.deallocate(&fh, 8 * PAGE as u64, 8 * PAGE as u64).unwrap();
+    assert_eq!(fs.seek(&fh, 0, Content::Hole).unwrap(), Some((false, 8 * PAGE as u64)));
+    assert_eq!(fs.seek(&fh, 8 * PAGE as u64, Content::Data).unwrap(), Some((false, 16 * PAGE as u64)));
+    fs.allocate(&fh, fits, 8 * PAGE as u64).unwrap();
+    assert_eq!(fs.allocate(&fh, 0, fits + 9 * PAGE as u64), Err(VfsError::QuotaExceeded), "the hole refills at most");
+    // A punch past the end does nothing; a huge one clamps to the size.
+    fs.deallocate(&fh, 1 << 40, u64::MAX).unwrap();
+    assert_eq!(fs.getattr(&fh).unwrap().size, fits + 8 * PAGE as u64);
+    fs.deallocate(&fh, 0, u64::MAX).unwrap();
+    assert_eq!(fs.quota(&fh).unwrap().unwrap().used_bytes, before.used_bytes, "everything given back");
+    assert_eq!(fs.seek(&fh, 0, Content::Data).unwrap(), Some((true, fits + 8 * PAGE as u64)), "all holes now");
+    assert_eq!(fs.seek(&fh, fits + 8 * PAGE as u64, Content::Hole).unwrap(), None, "at the end");
+
+    // The backend itself short: NoSpace, nothing changed.
+    let small = fs_with(INODE_CHARGE_BYTES * 4 + 16 * CHUNK_CHARGE_BYTES);
+    let sr = root(&small);
+    let sf = mkfile(&small, &sr, b"f");
+    let used = small.used_bytes();
+    let free = (small.capacity_bytes() - used) / CHUNK_CHARGE_BYTES;
+    assert_eq!(small.allocate(&sf, 0, (free + 1) * PAGE as u64), Err(VfsError::NoSpace));
+    assert_eq!(small.used_bytes(), used);
+    assert_eq!(small.getattr(&sf).unwrap().size, 0);
+    small.allocate(&sf, 0, free * PAGE as u64).unwrap();
+    assert_eq!(small.write(&sf, free * PAGE as u64, b"x", Stability::FileSync).map(|w| w.0), Err(VfsError::NoSpace));
+    // Writing into allocated space needs no more.
+    small.write(&sf, 0, &vec![7u8; free as usize * PAGE], Stability::FileSync).unwrap();
+    assert_eq!(small.used_bytes(), used + free * CHUNK_CHARGE_BYTES);
+}
+
+#[test]
+fn seek_in_a_huge_sparse_file_is_bounded_by_what_it_holds() {
+    // Two bytes 2^43 apart: SEEK finds the far one without walking the
+    // hole page by page (this test would take minutes if it did).
+    let fs = fs();
+    let r = root(&fs);
+    let fh = mkfile(&fs, &r, b"huge");
+    let far = 1u64 << 43;
+    fs.write(&fh, 0, b"a", Stability::FileSync).unwrap();
+    fs.write(&fh, far, b"b", Stability::FileSync).unwrap();
+    assert_eq!(fs.seek(&fh, 1, Content::Data).unwrap(), Some((false, 1)), "the rest of the first page is data");
+    assert_eq!(fs.seek(&fh, 1, Content::Hole).unwrap(), Some((false, PAGE as u64)));
+    assert_eq!(fs.seek(&fh, PAGE as u64, Content::Data).unwrap(), Some((false, far)));
+    assert_eq!(fs.seek(&fh, far, Content::Hole).unwrap(), Some((true, far + 1)), "the virtual hole at the end");
+    let t = std::time::Instant::now();
+    fs.deallocate(&fh, 0, far + 1).unwrap();
+    assert!(t.elapsed() < std::time::Duration::from_secs(5), "a punch over a huge sparse range visits the map, not the range");
+    assert_eq!(fs.seek(&fh, 0, Content::Data).unwrap(), Some((true, far + 1)));
+    assert_eq!(data_charge(&fs, &fh), 0);
+}
