@@ -10,6 +10,7 @@ mod layout;
 mod lock;
 mod open;
 mod session;
+mod v42;
 
 use crate::compound::Compound;
 use crate::error::{fail, OpResult};

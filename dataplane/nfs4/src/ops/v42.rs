@@ -1,0 +1,218 @@
+//! The NFSv4.2 data operations (RFC 7862): SEEK (§15.11), ALLOCATE
+//! (§15.1), DEALLOCATE (§15.4) and READ_PLUS (§15.10). Holes and space
+//! come from the backend (`Vfs::seek`, `allocate`, `deallocate`); a backend
+//! without them answers NFS4ERR_NOTSUPP for SEEK, ALLOCATE and DEALLOCATE,
+//! and READ_PLUS then returns the range as data, like READ.
+
+use crate::compound::Compound;
+use crate::error::{fail, OpResult};
+use crate::park::Park4;
+use crate::state::SHARE_WRITE;
+use proto::nfs4 as p;
+use proto::xdr::{pad, Decoder, Encoder, Xdr};
+use vfs::{Content, FileHandle, IoDone, VfsError};
+
+/// read_plus_res4 bytes besides the segments: eof and the segment count.
+const READ_PLUS_HEAD_BYTES: usize = 8;
+/// A data segment besides its bytes: content, offset, length, padding.
+const DATA_SEGMENT_OVERHEAD_BYTES: usize = 4 + 8 + 4 + 3;
+/// A hole segment: content, offset, length.
+const HOLE_SEGMENT_BYTES: usize = 4 + 8 + 8;
+/// Segments one READ_PLUS returns at most (a file alternating data and
+/// holes page by page would otherwise cost a backend call per page); the
+/// client asks again from where the reply stopped.
+const SEGMENTS_MAX: u32 = 64;
+
+/// A caller that cannot wait: the backend completes inline.
+struct Inline;
+
+impl vfs::Later for Inline {
+    fn park(&mut self) -> Option<vfs::Done> {
+        None
+    }
+}
+
+impl Compound<'_> {
+    /// The current regular file and the access its stateid grants, which
+    /// must include writing when `write` (NFS4ERR_OPENMODE otherwise).
+    fn data_file(&self, sid: &p::stateid4, write: bool) -> OpResult<FileHandle> {
+        let fh = self.cur_file()?;
+        let access = self.io_access(sid, &fh)?;
+        if write && access & SHARE_WRITE == 0 {
+            return fail(p::NFS4ERR_OPENMODE);
+        }
+        Ok(fh)
+    }
+
+    /// SEEK (RFC 7862 §15.11): where the next data or hole starts at or
+    /// after `sa_offset`. An offset at or past the end of file is
+    /// NFS4ERR_NXIO; data not found before the end is NFS4_OK with sr_eof
+    /// and the size; every file ends in a virtual hole.
+    pub(crate) fn op_seek(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
+        let a = p::SEEK4args::decode(d)?;
+        let fh = self.data_file(&a.sa_stateid, false)?;
+        let what = match a.sa_what {
+            p::data_content4::NFS4_CONTENT_DATA => Content::Data,
+            p::data_content4::NFS4_CONTENT_HOLE => Content::Hole,
+        };
+        match self.prog.vfs.seek(&fh, a.sa_offset, what)? {
+            None => fail(p::NFS4ERR_NXIO),
+            Some((eof, offset)) => {
+                p::seek_res4 { sr_eof: eof, sr_offset: offset }.encode(e)?;
+                Ok(())
+            }
+        }
+    }
+
+    /// ALLOCATE (RFC 7862 §15.1): reserve the range's space; the file grows
+    /// when the range ends past it. All or nothing: NFS4ERR_NOSPC or
+    /// NFS4ERR_DQUOT leave the file as it was.
+    pub(crate) fn op_allocate(&mut self, d: &mut Decoder<'_>, _e: &mut Encoder<'_>) -> OpResult {
+        let a = p::ALLOCATE4args::decode(d)?;
+        let fh = self.data_file(&a.aa_stateid, true)?;
+        check_range(a.aa_offset, a.aa_length)?;
+        self.prog.vfs.allocate(&fh, a.aa_offset, a.aa_length)?;
+        Ok(())
+    }
+
+    /// DEALLOCATE (RFC 7862 §15.4): the range reads as zeros from now on
+    /// and its space is given back; the size does not change.
+    pub(crate) fn op_deallocate(&mut self, d: &mut Decoder<'_>, _e: &mut Encoder<'_>) -> OpResult {
+        let a = p::DEALLOCATE4args::decode(d)?;
+        let fh = self.data_file(&a.da_stateid, true)?;
+        check_range(a.da_offset, a.da_length)?;
+        self.prog.vfs.deallocate(&fh, a.da_offset, a.da_length)?;
+        Ok(())
+    }
+
+    /// READ_PLUS (RFC 7862 §15.10): READ, with holes as hole segments
+    /// instead of zeros. The reply covers `[offset, offset + n)` in file
+    /// order, data and holes alternating, and stops early (without eof)
+    /// when the reply room or `SEGMENTS_MAX` runs out. A first data segment
+    /// may park the COMPOUND like READ; the resumed reply is that one
+    /// segment.
+    pub(crate) fn op_read_plus(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
+        let a = p::READ_PLUS4args::decode(d)?;
+        let room = self.reply_room(e).saturating_sub(READ_PLUS_HEAD_BYTES + DATA_SEGMENT_OVERHEAD_BYTES);
+        let count = (a.rpa_count as usize).min(self.prog.cfg.read_bytes_max as usize).min(room);
+        if let Some(r) = self.resumed.take() {
+            return read_plus_resumed(&r, a.rpa_offset, count, e);
+        }
+        let fh = self.data_file(&a.rpa_stateid, false)?;
+        let head = e.reserve(READ_PLUS_HEAD_BYTES)?;
+        let end = a.rpa_offset.saturating_add(count as u64);
+        let mut pos = a.rpa_offset;
+        let mut segments = 0u32;
+        let mut eof = None;
+        while pos < end && segments < SEGMENTS_MAX {
+            let data_at = match self.prog.vfs.seek(&fh, pos, Content::Data) {
+                // No holes known: the rest is data.
+                Err(VfsError::NotSupported) => pos,
+                Err(err) if segments == 0 => return Err(err.into()),
+                Err(_) => break,
+                // At or past the end of file.
+                Ok(None) => break,
+                Ok(Some((_, at))) => at,
+            };
+            if data_at > pos {
+                let hole_end = data_at.min(end);
+                if self.reply_room(e) < HOLE_SEGMENT_BYTES {
+                    break;
+                }
+                e.u32(p::NFS4_CONTENT_HOLE as u32)?;
+                e.u64(pos)?;
+                e.u64(hole_end - pos)?;
+                segments += 1;
+                pos = hole_end;
+                continue;
+            }
+            let data_end = match self.prog.vfs.seek(&fh, pos, Content::Hole) {
+                Ok(Some((_, at))) if at > pos => at.min(end),
+                _ => end,
+            };
+            let first = segments == 0;
+            let Some((n, at_eof)) = self.data_segment(&fh, pos, data_end, first, e)? else {
+                return Ok(()); // parked at the first segment
+            };
+            if n > 0 {
+                segments += 1;
+            }
+            let short = (n as u64) < data_end - pos;
+            pos += n as u64;
+            if at_eof || short {
+                eof = Some(at_eof);
+                break;
+            }
+        }
+        let eof = match eof {
+            Some(eof) => eof,
+            None => pos >= self.prog.vfs.getattr(&fh)?.size,
+        };
+        e.patch_u32(head, eof as u32);
+        e.patch_u32(head + 4, segments);
+        Ok(())
+    }
+
+    /// One data segment of `[pos, end)`, read by the backend straight into
+    /// the reply (cut to the room left). `Ok(None)` when the backend parked
+    /// the call (only the first segment may park).
+    fn data_segment(&self, fh: &FileHandle, pos: u64, end: u64, first: bool, e: &mut Encoder<'_>) -> OpResult<Option<(usize, bool)>> {
+        let room = self.reply_room(e).saturating_sub(DATA_SEGMENT_OVERHEAD_BYTES);
+        let len = ((end - pos) as usize).min(room);
+        if len == 0 {
+            return Ok(Some((0, false)));
+        }
+        let seg = e.position();
+        e.u32(p::NFS4_CONTENT_DATA as u32)?;
+        e.u64(pos)?;
+        let len_at = e.reserve(4)?;
+        let (written, buf) = e.split();
+        let got = if first {
+            let mut later = Park4 { c: self, reply: &written[self.reply_start..] };
+            self.prog.vfs.read_start(fh, pos, &mut buf[..len], &mut later)
+        } else {
+            self.prog.vfs.read_start(fh, pos, &mut buf[..len], &mut Inline)
+        };
+        let Some((n, eof)) = got? else { return Ok(None) };
+        assert!(n <= len, "backend read more than asked");
+        if n == 0 {
+            e.truncate(seg);
+            return Ok(Some((0, eof)));
+        }
+        let padding = pad(n);
+        e.spare()[n..n + padding].fill(0);
+        e.advance(n + padding);
+        e.patch_u32(len_at, n as u32);
+        Ok(Some((n, eof)))
+    }
+}
+
+/// offset + length must not wrap (RFC 7862 §15.1.3, §15.4.3: NFS4ERR_INVAL
+/// for a zero length, NFS4ERR_FBIG past the largest offset).
+fn check_range(offset: u64, length: u64) -> OpResult {
+    if length == 0 {
+        return fail(p::NFS4ERR_INVAL);
+    }
+    if offset.checked_add(length).is_none_or(|end| end > i64::MAX as u64) {
+        return fail(p::NFS4ERR_FBIG);
+    }
+    Ok(())
+}
+
+/// A parked READ_PLUS's data came back: one data segment at `offset`.
+fn read_plus_resumed(r: &rpc::park::Resumed<'_>, offset: u64, count: usize, e: &mut Encoder<'_>) -> OpResult {
+    let (data, eof) = match vfs::io_done(r.payload)? {
+        IoDone::Read { data, eof } if data.len() <= count => (data, *eof),
+        _ => return fail(p::NFS4ERR_IO),
+    };
+    e.bool(eof)?;
+    if data.is_empty() {
+        e.u32(0)?;
+        return Ok(());
+    }
+    e.u32(1)?;
+    e.u32(p::NFS4_CONTENT_DATA as u32)?;
+    e.u64(offset)?;
+    e.opaque_var(data)?;
+    Ok(())
+}
