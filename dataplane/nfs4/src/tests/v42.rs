@@ -12,34 +12,40 @@ use std::sync::atomic::{AtomicU32, Ordering};
 const PAGE: u64 = 4096;
 const MIB: u64 = 1 << 20;
 
-/// EXCHANGE_ID, CREATE_SESSION and RECLAIM_COMPLETE, all in minor version 2.
-fn connect42(s: &Server, owner: &[u8]) -> Client {
+/// EXCHANGE_ID, CREATE_SESSION (with a back channel) and
+/// RECLAIM_COMPLETE, all in minor version `minor` (1 or 2).
+fn connect_minor(s: &Server, owner: &[u8], minor: u32) -> Client {
     let args = p::EXCHANGE_ID4args {
         eia_clientowner: p::client_owner4 { co_verifier: [4; 8], co_ownerid: owner },
         eia_flags: 0,
         eia_state_protect: p::state_protect4_a::SP4_NONE,
         eia_client_impl_id: vec![],
     };
-    let mut r = s.call(Req::new(2).op(p::OP_EXCHANGE_ID, &args));
-    assert_eq!(r.status, p::NFS4_OK, "EXCHANGE_ID in minor version 2");
+    let mut r = s.call(Req::new(minor).op(p::OP_EXCHANGE_ID, &args));
+    assert_eq!(r.status, p::NFS4_OK, "EXCHANGE_ID in minor version {minor}");
     let x: p::EXCHANGE_ID4resok<'_> = r.ok(p::OP_EXCHANGE_ID);
     let (clientid, sequence) = (x.eir_clientid, x.eir_sequenceid);
     let cs = p::CREATE_SESSION4args {
         csa_clientid: clientid,
         csa_sequence: sequence,
-        csa_flags: 0,
+        csa_flags: p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
         csa_fore_chan_attrs: chan(16, 8),
         csa_back_chan_attrs: chan(2, 1),
         csa_cb_program: 0x4000_0000,
-        csa_sec_parms: vec![],
+        csa_sec_parms: vec![p::callback_sec_parms4::AUTH_NONE],
     };
-    let mut r = s.call(Req::new(2).op(p::OP_CREATE_SESSION, &cs));
+    let mut r = s.call(Req::new(minor).op(p::OP_CREATE_SESSION, &cs));
     let ok: p::CREATE_SESSION4resok = r.ok(p::OP_CREATE_SESSION);
     let mut c = Client { clientid, session: ok.csr_sessionid, seq: 0 };
-    let mut r = s.call(seq42(&mut c).op(p::OP_RECLAIM_COMPLETE, &p::RECLAIM_COMPLETE4args { rca_one_fs: false }));
+    let req = if minor == 2 { seq42(&mut c) } else { c.seq_req(false) };
+    let mut r = s.call(req.op(p::OP_RECLAIM_COMPLETE, &p::RECLAIM_COMPLETE4args { rca_one_fs: false }));
     r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
     r.ok0(p::OP_RECLAIM_COMPLETE);
     c
+}
+
+fn connect42(s: &Server, owner: &[u8]) -> Client {
+    connect_minor(s, owner, 2)
 }
 
 /// A minor version 2 COMPOUND starting with SEQUENCE on slot 0.
@@ -180,6 +186,22 @@ fn minor_version_2_is_served_alongside_4_1_rfc7862() {
     r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
     let (st, _) = on_fh42(&s, &mut c, &fh, p::OP_CLOSE as u32, &xdr(&p::CLOSE4args { seqid: 0, open_stateid: sid }));
     assert_eq!(st, p::NFS4_OK);
+}
+
+#[test]
+fn callbacks_use_the_minor_version_of_the_session() {
+    // A CB_COMPOUND's minorversion must be the session's (RFC 8881 §20.9
+    // via §2.10.3.1; the Linux client matches a callback's session by
+    // sessionid and minor version): a session created in 4.2 gets 4.2
+    // callbacks, one created in 4.1 gets 4.1 callbacks.
+    let s = server();
+    let c2 = connect_minor(&s, b"cb-42", 2);
+    let c1 = connect_minor(&s, b"cb-41", 1);
+    let mut st = s.prog.state();
+    let call2 = st.cb_begin(c2.clientid).expect("4.2 back channel usable");
+    let call1 = st.cb_begin(c1.clientid).expect("4.1 back channel usable");
+    assert_eq!((call2.session, call2.minor), (c2.session, 2));
+    assert_eq!((call1.session, call1.minor), (c1.session, 1));
 }
 
 #[test]
