@@ -376,6 +376,27 @@ impl Vfs for PnfsVfs {
         Err(VfsError::NotSupported)
     }
 
+    // Extended attributes are metadata: the MDS's backend keeps them.
+    fn xattrs_supported(&self, fh: &FileHandle) -> bool {
+        self.inner().xattrs_supported(fh)
+    }
+
+    fn getxattr(&self, fh: &FileHandle, name: &[u8]) -> VfsResult<Vec<u8>> {
+        self.inner().getxattr(fh, name)
+    }
+
+    fn setxattr(&self, fh: &FileHandle, name: &[u8], value: &[u8], how: XattrSet) -> VfsResult<Attr> {
+        self.inner().setxattr(fh, name, value, how)
+    }
+
+    fn listxattrs(&self, fh: &FileHandle, cookie: u64, visit: &mut dyn FnMut(&[u8]) -> bool) -> VfsResult<bool> {
+        self.inner().listxattrs(fh, cookie, visit)
+    }
+
+    fn removexattr(&self, fh: &FileHandle, name: &[u8]) -> VfsResult<Attr> {
+        self.inner().removexattr(fh, name)
+    }
+
     fn deallocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
         match self.placed(fh) {
             Some(_) => Err(VfsError::NotSupported),

@@ -535,7 +535,66 @@ pub trait Vfs: Send + Sync {
         let _ = (fh, offset, len);
         Err(VfsError::NotSupported)
     }
+
+    /// Extended attributes (the user namespace without its `user.`
+    /// prefix; NFSv4.2 GETXATTR & co., RFC 8276) of a file, directory or
+    /// symlink. Names are 1 to `XATTR_NAME_MAX` bytes without NUL
+    /// (`Inval`, `NameTooLong`); values at most `XATTR_VALUE_BYTES_MAX`
+    /// (`FileTooBig`); a missing attribute is `NoEnt`. Backends without
+    /// them keep these defaults (`NotSupported`) and `xattrs_supported`
+    /// false, so NFSv4.2 does not advertise them.
+    fn xattrs_supported(&self, fh: &FileHandle) -> bool {
+        let _ = fh;
+        false
+    }
+
+    /// The value of attribute `name`.
+    fn getxattr(&self, fh: &FileHandle, name: &[u8]) -> VfsResult<Vec<u8>> {
+        let _ = (fh, name);
+        Err(VfsError::NotSupported)
+    }
+
+    /// Set attribute `name` as `how` says (`Exist` for `Create` of one that
+    /// exists, `NoEnt` for `Replace` of one that does not). Charged to the
+    /// object's volume like data: all or nothing at `QuotaExceeded` /
+    /// `NoSpace`. Returns the attributes after (the change attribute moved).
+    fn setxattr(&self, fh: &FileHandle, name: &[u8], value: &[u8], how: XattrSet) -> VfsResult<Attr> {
+        let _ = (fh, name, value, how);
+        Err(VfsError::NotSupported)
+    }
+
+    /// Visit the names after the first `cookie` (0: from the start) in a
+    /// stable order; the visitor returns false to stop. Returns true when
+    /// the listing reached the end.
+    fn listxattrs(&self, fh: &FileHandle, cookie: u64, visit: &mut dyn FnMut(&[u8]) -> bool) -> VfsResult<bool> {
+        let _ = (fh, cookie, visit);
+        Err(VfsError::NotSupported)
+    }
+
+    /// Remove attribute `name` (`NoEnt` when it does not exist).
+    fn removexattr(&self, fh: &FileHandle, name: &[u8]) -> VfsResult<Attr> {
+        let _ = (fh, name);
+        Err(VfsError::NotSupported)
+    }
 }
+
+/// How [`Vfs::setxattr`] treats an existing attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XattrSet {
+    /// Create or replace.
+    Either,
+    /// Only create (`Exist` when it exists).
+    Create,
+    /// Only replace (`NoEnt` when it does not exist).
+    Replace,
+}
+
+/// Longest extended attribute name (without the `user.` prefix).
+pub const XATTR_NAME_MAX: usize = 255;
+/// Largest extended attribute value (Linux's XATTR_SIZE_MAX).
+pub const XATTR_VALUE_BYTES_MAX: usize = 64 << 10;
+/// Most extended attributes one object may have.
+pub const XATTRS_PER_OBJECT_MAX: usize = 1024;
 
 /// What [`Vfs::seek`] looks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

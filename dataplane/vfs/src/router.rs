@@ -455,6 +455,42 @@ impl Vfs for Router {
             Target::Backend(v) => v.deallocate(fh, offset, len),
         }
     }
+
+    fn xattrs_supported(&self, fh: &FileHandle) -> bool {
+        match self.target(fh) {
+            Ok(Target::Backend(v)) => v.xattrs_supported(fh),
+            _ => false,
+        }
+    }
+
+    // The pseudo-root has no extended attributes and takes none.
+    fn getxattr(&self, fh: &FileHandle, name: &[u8]) -> VfsResult<Vec<u8>> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::NoEnt),
+            Target::Backend(v) => v.getxattr(fh, name),
+        }
+    }
+
+    fn setxattr(&self, fh: &FileHandle, name: &[u8], value: &[u8], how: crate::XattrSet) -> VfsResult<Attr> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::ReadOnly),
+            Target::Backend(v) => v.setxattr(fh, name, value, how),
+        }
+    }
+
+    fn listxattrs(&self, fh: &FileHandle, cookie: u64, visit: &mut dyn FnMut(&[u8]) -> bool) -> VfsResult<bool> {
+        match self.target(fh)? {
+            Target::Pseudo => Ok(true),
+            Target::Backend(v) => v.listxattrs(fh, cookie, visit),
+        }
+    }
+
+    fn removexattr(&self, fh: &FileHandle, name: &[u8]) -> VfsResult<Attr> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::ReadOnly),
+            Target::Backend(v) => v.removexattr(fh, name),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::space::Volume;
-use super::{CHUNK_BYTES, CHUNK_CHARGE_BYTES, DIRENT_CHARGE_BYTES, EXTENT_BYTES};
+use super::{CHUNK_BYTES, CHUNK_CHARGE_BYTES, DIRENT_CHARGE_BYTES, EXTENT_BYTES, XATTR_CHARGE_BYTES};
 use crate::idhash::SeededIdHashMap;
 use crate::{FileType, Ino, LendSink, Shared, Time};
 
@@ -61,6 +61,57 @@ pub(crate) struct State {
     /// separately (to the directory's volume) and are not included.
     pub(crate) charged_bytes: u64,
     pub(crate) body: Body,
+    /// Extended attributes (their charge is part of `charged_bytes`).
+    pub(crate) xattrs: Xattrs,
+}
+
+/// Extended attributes of one object, by name (sorted, so a listing cookie
+/// is a position). Boxed: most objects have none and pay one word.
+#[derive(Debug, Default)]
+pub(crate) struct Xattrs {
+    map: Option<Box<BTreeMap<Box<[u8]>, Box<[u8]>>>>,
+    /// What they charge (included in the object's `charged_bytes`).
+    pub(crate) charged_bytes: u64,
+}
+
+/// What one extended attribute charges: name, value, and its share of the
+/// map node and allocator overhead.
+pub(crate) fn xattr_charge(name: &[u8], value: &[u8]) -> u64 {
+    XATTR_CHARGE_BYTES + name.len() as u64 + value.len() as u64
+}
+
+impl Xattrs {
+    pub(crate) fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        self.map.as_ref()?.get(name).map(|v| &v[..])
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.as_ref().map_or(0, |m| m.len())
+    }
+
+    /// Names from position `skip` on, in order.
+    pub(crate) fn names(&self, skip: usize) -> impl Iterator<Item = &[u8]> {
+        self.map.iter().flat_map(|m| m.keys()).skip(skip).map(|k| &k[..])
+    }
+
+    /// Insert or replace; the caller has charged the difference.
+    pub(crate) fn set(&mut self, name: &[u8], value: &[u8]) {
+        let charge = xattr_charge(name, value);
+        let old = self.map.get_or_insert_with(Default::default).insert(name.into(), value.into());
+        self.charged_bytes = self.charged_bytes + charge - old.map_or(0, |v| xattr_charge(name, &v));
+    }
+
+    /// Remove `name`; the charge released, if it existed.
+    pub(crate) fn remove(&mut self, name: &[u8]) -> Option<u64> {
+        let map = self.map.as_mut()?;
+        let v = map.remove(name)?;
+        if map.is_empty() {
+            self.map = None;
+        }
+        let charge = xattr_charge(name, &v);
+        self.charged_bytes -= charge;
+        Some(charge)
+    }
 }
 
 impl State {

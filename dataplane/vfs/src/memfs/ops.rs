@@ -156,7 +156,7 @@ impl Vfs for MemFs {
         }
         let Body::File(f) = &mut st.body else { unreachable!("checked to be a file above") };
         f.write(offset, data);
-        debug_assert_eq!(f.charged_bytes() + INODE_CHARGE_BYTES, st.charged_bytes);
+        debug_assert_eq!(f.charged_bytes() + INODE_CHARGE_BYTES + st.xattrs.charged_bytes, st.charged_bytes);
         st.size = st.size.max(end);
         st.touch_mtime(Time::now());
         Ok((data.len(), Stability::FileSync, self.attr(&inode, &st)))
@@ -219,9 +219,73 @@ impl Vfs for MemFs {
         }
         let Body::File(f) = &mut st.body else { unreachable!("checked to be a file above") };
         f.allocate(offset, end);
-        debug_assert_eq!(f.charged_bytes() + INODE_CHARGE_BYTES, st.charged_bytes);
+        debug_assert_eq!(f.charged_bytes() + INODE_CHARGE_BYTES + st.xattrs.charged_bytes, st.charged_bytes);
         st.size = st.size.max(end);
         st.touch_mtime(Time::now());
+        Ok(self.attr(&inode, &st))
+    }
+
+    fn xattrs_supported(&self, _fh: &FileHandle) -> bool {
+        true
+    }
+
+    fn getxattr(&self, fh: &FileHandle, name: &[u8]) -> VfsResult<Vec<u8>> {
+        check_xattr_name(name)?;
+        let inode = self.get(fh)?;
+        let st = inode.read();
+        live(&st)?;
+        st.xattrs.get(name).map(<[u8]>::to_vec).ok_or(VfsError::NoEnt)
+    }
+
+    fn setxattr(&self, fh: &FileHandle, name: &[u8], value: &[u8], how: XattrSet) -> VfsResult<Attr> {
+        check_xattr_name(name)?;
+        if value.len() > XATTR_VALUE_BYTES_MAX {
+            return Err(VfsError::FileTooBig);
+        }
+        let inode = self.get(fh)?;
+        let mut st = inode.write();
+        live(&st)?;
+        let old = st.xattrs.get(name).map(|v| xattr_charge(name, v));
+        match (how, old) {
+            (XattrSet::Create, Some(_)) => return Err(VfsError::Exist),
+            (XattrSet::Replace, None) => return Err(VfsError::NoEnt),
+            (_, None) if st.xattrs.len() >= XATTRS_PER_OBJECT_MAX => return Err(VfsError::NoSpace),
+            _ => {}
+        }
+        let (new, old) = (xattr_charge(name, value), old.unwrap_or(0));
+        if new > old {
+            self.charge(st.volume.as_ref(), new - old)?;
+        } else {
+            self.release(st.volume.as_ref(), old - new);
+        }
+        st.charged_bytes = st.charged_bytes + new - old;
+        st.xattrs.set(name, value);
+        st.touch_ctime(Time::now());
+        Ok(self.attr(&inode, &st))
+    }
+
+    fn listxattrs(&self, fh: &FileHandle, cookie: u64, visit: &mut dyn FnMut(&[u8]) -> bool) -> VfsResult<bool> {
+        let inode = self.get(fh)?;
+        let st = inode.read();
+        live(&st)?;
+        let skip = usize::try_from(cookie).unwrap_or(usize::MAX);
+        for name in st.xattrs.names(skip) {
+            if !visit(name) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn removexattr(&self, fh: &FileHandle, name: &[u8]) -> VfsResult<Attr> {
+        check_xattr_name(name)?;
+        let inode = self.get(fh)?;
+        let mut st = inode.write();
+        live(&st)?;
+        let freed = st.xattrs.remove(name).ok_or(VfsError::NoEnt)?;
+        st.charged_bytes -= freed;
+        self.release(st.volume.as_ref(), freed);
+        st.touch_ctime(Time::now());
         Ok(self.attr(&inode, &st))
     }
 
@@ -306,6 +370,7 @@ impl Vfs for MemFs {
             volume,
             charged_bytes: object_bytes,
             body,
+            xattrs: Default::default(),
         };
         let inode = Arc::new(Inode::new(ino, generation, st));
         let result = (self.handle(&inode), self.attr(&inode, &inode.read()));
@@ -598,6 +663,17 @@ impl Vfs for MemFs {
         }
         Ok(())
     }
+}
+
+/// An extended attribute name: 1 to XATTR_NAME_MAX bytes, no NUL.
+fn check_xattr_name(name: &[u8]) -> VfsResult<()> {
+    if name.is_empty() || name.contains(&0) {
+        return Err(VfsError::Inval);
+    }
+    if name.len() > XATTR_NAME_MAX {
+        return Err(VfsError::NameTooLong);
+    }
+    Ok(())
 }
 
 fn file_of(st: &State) -> VfsResult<&FileData> {

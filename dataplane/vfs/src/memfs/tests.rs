@@ -1386,3 +1386,4 @@ fn pin_unpin_racing_removals_never_leak_or_free_early() {
 }
 
 mod sparse;
+mod xattr;
