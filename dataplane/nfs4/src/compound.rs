@@ -349,6 +349,10 @@ impl<'p> Compound<'p> {
             p::OP_ALLOCATE => self.op_allocate(d, e),
             p::OP_DEALLOCATE => self.op_deallocate(d, e),
             p::OP_READ_PLUS => self.op_read_plus(d, e),
+            p::OP_GETXATTR => self.op_getxattr(d, e),
+            p::OP_SETXATTR => self.op_setxattr(d, e),
+            p::OP_LISTXATTRS => self.op_listxattrs(d, e),
+            p::OP_REMOVEXATTR => self.op_removexattr(d, e),
             // Everything else of minor version 1 (delegations, OPENATTR,
             // WANT_DELEGATION, the v4.0-only ops ...) is not supported
             // (RFC 8881 §15.2), nor are the 4.2 operations without a case

@@ -984,13 +984,13 @@ fn linux_like_mount_over_router() {
     assert_eq!(r.status, p::NFS4_OK);
     let _ = r.next(p::OP_SEQUENCE);
     // PUTROOTFH + GETATTR: type, fsid, fileid, plus bits we do not have
-    // (acl 12, fs_locations 24, word 2 bits 80..95).
+    // (acl 12, fs_locations 24, word 2 bits 80..95 but xattr_support 82).
     let ask = |extra: &[u32]| {
         let mut b = crate::attrs::Bitmap::of(&[crate::attrs::TYPE, crate::attrs::FSID, crate::attrs::FILEID, 12, 24]);
         for a in extra {
             b.insert(*a);
         }
-        b.0[2] |= 0xffff_0000;
+        b.0[2] |= 0xffff_0000 & !(1 << (crate::attrs::XATTR_SUPPORT - 64));
         p::GETATTR4args { attr_request: b.0.to_vec() }
     };
     let mut r = s.call(

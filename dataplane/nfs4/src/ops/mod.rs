@@ -11,6 +11,7 @@ mod lock;
 mod open;
 mod session;
 mod v42;
+mod xattr;
 
 use crate::compound::Compound;
 use crate::error::{fail, OpResult};

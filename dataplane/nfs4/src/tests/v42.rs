@@ -216,7 +216,16 @@ fn every_4_2_operation_number_is_answered_rfc7862_rfc8276() {
     // from 4.1 (no layout server here: NFS4ERR_LAYOUTUNAVAILABLE).
     let s = server();
     let mut c = connect42(&s, b"opnums");
-    let implemented = [p::OP_ALLOCATE, p::OP_DEALLOCATE, p::OP_READ_PLUS, p::OP_SEEK];
+    let implemented = [
+        p::OP_ALLOCATE,
+        p::OP_DEALLOCATE,
+        p::OP_READ_PLUS,
+        p::OP_SEEK,
+        p::OP_GETXATTR,
+        p::OP_SETXATTR,
+        p::OP_LISTXATTRS,
+        p::OP_REMOVEXATTR,
+    ];
     let layout = [p::OP_LAYOUTERROR, p::OP_LAYOUTSTATS];
     for op in 59u32..=75 {
         let mut r = s.call(seq42(&mut c).raw(p::OP_PUTROOTFH as u32, &[]).raw(op, &[0xff; 7]));
@@ -577,4 +586,101 @@ fn layouterror_and_layoutstats_in_minor_version_2_rfc7862_15_6_15_7() {
     let st = stats(&good, ff);
     assert_eq!(on_fh42(&s, &mut c, &fh, p::OP_LAYOUTSTATS as u32, &st[..40]).0, p::NFS4ERR_BADXDR);
     assert_eq!(counting.stats.load(Ordering::Relaxed), 1);
+}
+
+fn xattr_op(s: &Server, c: &mut Client, fh: &[u8], op: i32, args: &[u8]) -> (i32, Reply) {
+    on_fh42(s, c, fh, op as u32, args)
+}
+
+fn setxattr<'a>(name: &'a [u8], value: &'a [u8], option: p::setxattr_option4) -> Vec<u8> {
+    xdr(&p::SETXATTR4args { sxa_option: option, sxa_key: name, sxa_value: value })
+}
+
+fn listxattrs(s: &Server, c: &mut Client, fh: &[u8], cookie: u64, maxcount: u32) -> Result<(u64, Vec<Vec<u8>>, bool), i32> {
+    let args = xdr(&p::LISTXATTRS4args { lxa_cookie: cookie, lxa_maxcount: maxcount });
+    match xattr_op(s, c, fh, p::OP_LISTXATTRS, &args) {
+        (p::NFS4_OK, r) => {
+            let ok = p::LISTXATTRS4resok::decode(&mut r.body()).unwrap();
+            Ok((ok.lxr_cookie, ok.lxr_names.iter().map(|n| n.to_vec()).collect(), ok.lxr_eof))
+        }
+        (st, _) => Err(st),
+    }
+}
+
+#[test]
+fn extended_attributes_rfc8276() {
+    // xattr_support is true over memfs; SETXATTR CREATE / REPLACE / EITHER
+    // follow §8.4.2 (NFS4ERR_EXIST, NFS4ERR_NOXATTR) and answer a
+    // change_info4 whose change moved; GETXATTR returns the value or
+    // NFS4ERR_NOXATTR; LISTXATTRS pages by cookie within lxa_maxcount
+    // (NFS4ERR_TOOSMALL when not one name fits); REMOVEXATTR removes once.
+    // Hostile: a value over 64 KiB is NFS4ERR_XATTR2BIG, a name over 255
+    // bytes NFS4ERR_NAMETOOLONG, an empty one NFS4ERR_INVAL, an unknown
+    // option or truncated arguments NFS4ERR_BADXDR; another user may read
+    // a 0644 file's attributes but not change them (NFS4ERR_ACCESS).
+    let s = server();
+    let mut c = connect42(&s, b"xattrs");
+    let (_, fh) = open42(&s, &mut c, b"xf", 3);
+    let req = crate::attrs::Bitmap::of(&[crate::attrs::XATTR_SUPPORT]);
+    let ga = p::GETATTR4args { attr_request: req.to_vec() };
+    let (st, r) = on_fh42(&s, &mut c, &fh, p::OP_GETATTR as u32, &xdr(&ga));
+    assert_eq!(st, p::NFS4_OK);
+    let g = p::GETATTR4resok::decode(&mut r.body()).unwrap();
+    assert_eq!(g.obj_attributes.attrmask, req.to_vec(), "xattr_support is answered");
+    assert_eq!(g.obj_attributes.attr_vals, &1u32.to_be_bytes(), "and true");
+
+    use p::setxattr_option4::{SETXATTR4_CREATE as CREATE, SETXATTR4_EITHER as EITHER, SETXATTR4_REPLACE as REPLACE};
+    let (st, r) = xattr_op(&s, &mut c, &fh, p::OP_SETXATTR, &setxattr(b"color", b"blue", CREATE));
+    assert_eq!(st, p::NFS4_OK);
+    let ci = p::change_info4::decode(&mut r.body()).unwrap();
+    assert!(ci.after > ci.before, "change_info4 shows the change");
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_SETXATTR, &setxattr(b"color", b"red", CREATE)).0, p::NFS4ERR_EXIST);
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_SETXATTR, &setxattr(b"shape", b"round", REPLACE)).0, p::NFS4ERR_NOXATTR);
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_SETXATTR, &setxattr(b"color", b"green", REPLACE)).0, p::NFS4_OK);
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_SETXATTR, &setxattr(b"a", b"", EITHER)).0, p::NFS4_OK);
+    let get = |name: &[u8]| xdr(&p::GETXATTR4args { gxa_name: name });
+    let (st, r) = xattr_op(&s, &mut c, &fh, p::OP_GETXATTR, &get(b"color"));
+    assert_eq!(st, p::NFS4_OK);
+    assert_eq!(r.body().opaque_var(1 << 20).unwrap(), b"green");
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_GETXATTR, &get(b"shape")).0, p::NFS4ERR_NOXATTR);
+    // Listing: everything, then one name at a time by cookie.
+    assert_eq!(listxattrs(&s, &mut c, &fh, 0, 4096), Ok((2, vec![b"a".to_vec(), b"color".to_vec()], true)));
+    assert_eq!(listxattrs(&s, &mut c, &fh, 0, 16 + 8), Ok((1, vec![b"a".to_vec()], false)));
+    assert_eq!(listxattrs(&s, &mut c, &fh, 1, 16 + 12), Ok((2, vec![b"color".to_vec()], true)));
+    assert_eq!(listxattrs(&s, &mut c, &fh, 1, 16 + 8), Err(p::NFS4ERR_TOOSMALL), "\"color\" needs 12 bytes");
+    assert_eq!(listxattrs(&s, &mut c, &fh, 0, 10), Err(p::NFS4ERR_TOOSMALL));
+    assert_eq!(listxattrs(&s, &mut c, &fh, u64::MAX, 4096), Ok((u64::MAX, vec![], true)));
+    // Removal.
+    let rm = |name: &[u8]| xdr(&p::REMOVEXATTR4args { rxa_name: name });
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_REMOVEXATTR, &rm(b"a")).0, p::NFS4_OK);
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_REMOVEXATTR, &rm(b"a")).0, p::NFS4ERR_NOXATTR);
+    assert_eq!(listxattrs(&s, &mut c, &fh, 0, 4096), Ok((1, vec![b"color".to_vec()], true)));
+    // Hostile.
+    let big = vec![7u8; vfs::XATTR_VALUE_BYTES_MAX + 1];
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_SETXATTR, &setxattr(b"big", &big, EITHER)).0, p::NFS4ERR_XATTR2BIG);
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_SETXATTR, &setxattr(&[b'n'; 256], b"v", EITHER)).0, p::NFS4ERR_NAMETOOLONG);
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_SETXATTR, &setxattr(b"", b"v", EITHER)).0, p::NFS4ERR_INVAL);
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_GETXATTR, &get(&[b'n'; 300])).0, p::NFS4ERR_NAMETOOLONG);
+    let mut bad = setxattr(b"k", b"v", EITHER);
+    bad[..4].copy_from_slice(&9u32.to_be_bytes());
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_SETXATTR, &bad).0, p::NFS4ERR_BADXDR, "option 9");
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_SETXATTR, &bad[4..]).0, p::NFS4ERR_BADXDR, "truncated");
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_LISTXATTRS, &[0; 9]).0, p::NFS4ERR_BADXDR);
+    // Another user: may read, may not change.
+    let other = Auth::Sys { stamp: 0, machine_name: b"t", uid: 1000, gid: 1000, gids: &[] };
+    let call_other = |c: &mut Client, op: i32, args: &[u8]| {
+        let req = seq42(c).op(p::OP_PUTFH, &putfh(&fh)).raw(op as u32, args);
+        let mut r = Reply::parse(s.call_as(other.clone(), 1, &req.bytes()));
+        r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+        r.ok0(p::OP_PUTFH);
+        r.next(op)
+    };
+    assert_eq!(call_other(&mut c, p::OP_GETXATTR, &get(b"color")), p::NFS4_OK);
+    assert_eq!(call_other(&mut c, p::OP_SETXATTR, &setxattr(b"color", b"x", EITHER)), p::NFS4ERR_ACCESS);
+    assert_eq!(call_other(&mut c, p::OP_REMOVEXATTR, &rm(b"color")), p::NFS4ERR_ACCESS);
+    // In a 4.1 COMPOUND they are not operations.
+    let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).raw(p::OP_GETXATTR as u32, &get(b"color")));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_ILLEGAL), p::NFS4ERR_OP_ILLEGAL);
 }
