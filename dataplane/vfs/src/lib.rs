@@ -536,6 +536,20 @@ pub trait Vfs: Send + Sync {
         Err(VfsError::NotSupported)
     }
 
+    /// Copy up to `len` bytes of regular file `src` from `src_offset` to
+    /// regular file `dst` at `dst_offset`, inside this backend (NFSv4.2
+    /// COPY: no data crosses the network). Returns the bytes copied:
+    /// fewer than `len` when the source ends first, or when space ran out
+    /// after some were copied (the error comes when none were). Written
+    /// data is as stable as a FILE_SYNC write. The caller bounds `len` (a
+    /// copy is done inline) and checks overlaps within one file. Backends
+    /// without it keep this default (`NotSupported`: the client copies
+    /// through itself).
+    fn copy_range(&self, src: &FileHandle, src_offset: u64, dst: &FileHandle, dst_offset: u64, len: u64) -> VfsResult<u64> {
+        let _ = (src, src_offset, dst, dst_offset, len);
+        Err(VfsError::NotSupported)
+    }
+
     /// Extended attributes (the user namespace without its `user.`
     /// prefix; NFSv4.2 GETXATTR & co., RFC 8276) of a file, directory or
     /// symlink. Names are 1 to `XATTR_NAME_MAX` bytes without NUL

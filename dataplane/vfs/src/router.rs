@@ -456,6 +456,17 @@ impl Vfs for Router {
         }
     }
 
+    /// Within one backend only (a copy between mounts is CrossDevice).
+    fn copy_range(&self, src: &FileHandle, src_offset: u64, dst: &FileHandle, dst_offset: u64, len: u64) -> VfsResult<u64> {
+        match (self.target(src)?, self.target(dst)?) {
+            (Target::Backend(v), Target::Backend(_)) if src.export_id == dst.export_id => {
+                v.copy_range(src, src_offset, dst, dst_offset, len)
+            }
+            (Target::Pseudo, _) | (_, Target::Pseudo) => Err(VfsError::IsDir),
+            _ => Err(VfsError::CrossDevice),
+        }
+    }
+
     fn xattrs_supported(&self, fh: &FileHandle) -> bool {
         match self.target(fh) {
             Ok(Target::Backend(v)) => v.xattrs_supported(fh),

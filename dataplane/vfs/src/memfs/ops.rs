@@ -225,6 +225,36 @@ impl Vfs for MemFs {
         Ok(self.attr(&inode, &st))
     }
 
+    /// Chunk by chunk through a bounded buffer: the source's lock, then the
+    /// destination's, never both at once (see the module comment).
+    fn copy_range(&self, src: &FileHandle, src_offset: u64, dst: &FileHandle, dst_offset: u64, len: u64) -> VfsResult<u64> {
+        const CHUNK: usize = EXTENT_BYTES;
+        file_of(&self.get(src)?.read())?;
+        file_of(&self.get(dst)?.read())?;
+        let end = dst_offset.checked_add(len).ok_or(VfsError::FileTooBig)?;
+        if end > FILE_SIZE_MAX_BYTES {
+            return Err(VfsError::FileTooBig);
+        }
+        let mut buf = vec![0u8; CHUNK.min(len as usize)];
+        let mut copied = 0u64;
+        while copied < len {
+            let want = ((len - copied) as usize).min(CHUNK);
+            let (n, eof) = self.read(src, src_offset + copied, &mut buf[..want])?;
+            if n == 0 {
+                break;
+            }
+            match self.write(dst, dst_offset + copied, &buf[..n], Stability::FileSync) {
+                Ok(_) => copied += n as u64,
+                Err(e) if copied == 0 => return Err(e),
+                Err(_) => break,
+            }
+            if eof {
+                break;
+            }
+        }
+        Ok(copied)
+    }
+
     fn xattrs_supported(&self, _fh: &FileHandle) -> bool {
         true
     }

@@ -188,3 +188,36 @@ fn seek_in_a_huge_sparse_file_is_bounded_by_what_it_holds() {
     assert_eq!(fs.seek(&fh, 0, Content::Data).unwrap(), Some((true, far + 1)));
     assert_eq!(data_charge(&fs, &fh), 0);
 }
+
+#[test]
+fn copy_range_copies_inside_the_backend_and_stops_short_at_the_end_or_when_full() {
+    // 300,000 bytes copied from an offset to an offset of another file read
+    // back the same; a copy past the source's end is short; a copy that
+    // runs out of space returns what it copied (the error when nothing);
+    // a directory is IsDir, an offset past the largest file FileTooBig.
+    let fs = fs_with(2 * MIB);
+    let r = root(&fs);
+    let a = mkfile(&fs, &r, b"a");
+    let b = mkfile(&fs, &r, b"b");
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    fs.write(&a, 0, &data, Stability::FileSync).unwrap();
+    assert_eq!(fs.copy_range(&a, 1000, &b, 5, 200_000).unwrap(), 200_000);
+    let got = read_all(&fs, &b);
+    assert_eq!(got.len(), 200_005);
+    assert!(got[5..] == data[1000..201_000] && got[..5] == [0; 5]);
+    assert_eq!(fs.copy_range(&a, 250_000, &b, 0, 1 << 20).unwrap(), 50_000, "short at the source's end");
+    assert_eq!(fs.copy_range(&a, 400_000, &b, 0, 10).unwrap(), 0, "past the end: nothing");
+    assert_eq!(fs.copy_range(&r, 0, &b, 0, 10), Err(VfsError::IsDir));
+    assert_eq!(fs.copy_range(&a, 0, &r, 0, 10), Err(VfsError::IsDir));
+    assert_eq!(fs.copy_range(&a, 0, &b, FILE_SIZE_MAX_BYTES, 10), Err(VfsError::FileTooBig));
+    // Space runs out partway: what fitted is copied and counted.
+    let c = mkfile(&fs, &r, b"c");
+    let free = fs.capacity_bytes() - fs.used_bytes();
+    let room = free / CHUNK_CHARGE_BYTES * CHUNK_BYTES as u64;
+    let big = mkfile(&fs, &r, b"big");
+    fs.write(&big, 0, &vec![9u8; room as usize / 2], Stability::FileSync).unwrap();
+    let n = fs.copy_range(&big, 0, &c, 0, room).unwrap();
+    assert!(n > 0 && n < room / 2 + 1, "partial copy of {n} bytes");
+    assert!(read_all(&fs, &c).iter().all(|&x| x == 9));
+    assert_eq!(fs.copy_range(&big, 0, &c, n, room), Err(VfsError::NoSpace), "full: nothing copied is the error");
+}
