@@ -11,6 +11,8 @@ mod lock;
 mod open;
 mod session;
 mod v42;
+#[cfg(test)]
+pub(crate) use v42::COPY_BYTES_MAX;
 mod xattr;
 
 use crate::compound::Compound;

@@ -5,7 +5,7 @@
 //! and READ_PLUS then returns the range as data, like READ.
 
 use crate::compound::Compound;
-use crate::error::{fail, OpResult};
+use crate::error::{fail, Nfs4Error, OpResult};
 use crate::park::Park4;
 use crate::state::SHARE_WRITE;
 use proto::nfs4 as p;
@@ -184,6 +184,66 @@ impl Compound<'_> {
         e.advance(n + padding);
         e.patch_u32(len_at, n as u32);
         Ok(Some((n, eof)))
+    }
+}
+
+/// Bytes one COPY copies at most: it runs inline on the core, so a large
+/// copy is answered short and the client (as RFC 7862 §15.2.3 allows, and
+/// as Linux's copy_file_range does) asks again for the rest.
+pub(crate) const COPY_BYTES_MAX: u64 = 8 << 20;
+
+impl Compound<'_> {
+    /// COPY (RFC 7862 §15.2), intra-server and synchronous: the saved
+    /// filehandle is the source (read stateid), the current one the
+    /// destination (write stateid, NFS4ERR_OPENMODE otherwise). A copy from
+    /// another server (ca_source_server) is NFS4ERR_NOTSUPP; an asynchronous
+    /// request is answered synchronously (no callback id), which the RFC
+    /// allows. ca_count 0 copies to the source's end; a range past the
+    /// source's end, or overlapping ranges of one file, is NFS4ERR_INVAL.
+    pub(crate) fn op_copy(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
+        let a = p::COPY4args::decode(d)?;
+        if !a.ca_source_server.is_empty() {
+            return fail(p::NFS4ERR_NOTSUPP);
+        }
+        let dst = self.data_file(&a.ca_dst_stateid, true)?;
+        let src = self.saved_fh()?;
+        match self.prog.vfs.getattr(&src)?.ftype {
+            vfs::FileType::Regular => {}
+            vfs::FileType::Directory => return fail(p::NFS4ERR_ISDIR),
+            _ => return fail(p::NFS4ERR_INVAL),
+        }
+        // The current stateid stands for the saved one as the source's.
+        let src_sid = match crate::ops::sid_in(&a.ca_src_stateid) {
+            s if s == crate::state::Stateid::CURRENT => self.saved_sid.ok_or(Nfs4Error(p::NFS4ERR_BAD_STATEID))?,
+            s => s,
+        };
+        let clientid = self.seq.map(|s| s.clientid);
+        self.prog.state().check_io(clientid, &src_sid, &src, self.now_ms)?;
+        let size = self.prog.vfs.getattr(&src)?.size;
+        let (from, to) = (a.ca_src_offset, a.ca_dst_offset);
+        let count = match a.ca_count {
+            0 if from <= size => size - from,
+            n if from.checked_add(n).is_some_and(|end| end <= size) => n,
+            _ => return fail(p::NFS4ERR_INVAL),
+        };
+        if src == dst && from.max(to) < from.min(to).saturating_add(count) {
+            return fail(p::NFS4ERR_INVAL);
+        }
+        if to.checked_add(count).is_none_or(|end| end > i64::MAX as u64) {
+            return fail(p::NFS4ERR_FBIG);
+        }
+        let copied = if count == 0 { 0 } else { self.prog.vfs.copy_range(&src, from, &dst, to, count.min(COPY_BYTES_MAX))? };
+        p::COPY4resok {
+            cr_response: p::write_response4 {
+                wr_callback_id: vec![],
+                wr_count: copied,
+                wr_committed: p::stable_how4::FILE_SYNC4,
+                wr_writeverf: self.prog.vfs.write_verifier(),
+            },
+            cr_requirements: p::copy_requirements4 { cr_consecutive: true, cr_synchronous: true },
+        }
+        .encode(e)?;
+        Ok(())
     }
 }
 

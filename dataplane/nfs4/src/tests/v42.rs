@@ -218,6 +218,7 @@ fn every_4_2_operation_number_is_answered_rfc7862_rfc8276() {
     let mut c = connect42(&s, b"opnums");
     let implemented = [
         p::OP_ALLOCATE,
+        p::OP_COPY,
         p::OP_DEALLOCATE,
         p::OP_READ_PLUS,
         p::OP_SEEK,
@@ -683,4 +684,105 @@ fn extended_attributes_rfc8276() {
     r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
     r.ok0(p::OP_PUTFH);
     assert_eq!(r.next(p::OP_ILLEGAL), p::NFS4ERR_OP_ILLEGAL);
+}
+
+fn copy_args(src: &p::stateid4, dst: &p::stateid4, from: u64, to: u64, count: u64) -> p::COPY4args<'static> {
+    p::COPY4args {
+        ca_src_stateid: src.clone(),
+        ca_dst_stateid: dst.clone(),
+        ca_src_offset: from,
+        ca_dst_offset: to,
+        ca_count: count,
+        ca_consecutive: true,
+        ca_synchronous: true,
+        ca_source_server: vec![],
+    }
+}
+
+/// SEQUENCE, PUTFH src, SAVEFH, PUTFH dst, COPY: the COPY's status and result.
+fn copy42(s: &Server, c: &mut Client, src: &[u8], dst: &[u8], args: &p::COPY4args<'_>) -> Result<p::write_response4, i32> {
+    let mut r = s.call(
+        seq42(c).op(p::OP_PUTFH, &putfh(src)).raw(p::OP_SAVEFH as u32, &[]).op(p::OP_PUTFH, &putfh(dst)).op(p::OP_COPY, args),
+    );
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    r.ok0(p::OP_SAVEFH);
+    r.ok0(p::OP_PUTFH);
+    match r.next(p::OP_COPY) {
+        p::NFS4_OK => {
+            let ok = p::COPY4resok::decode(&mut r.body()).unwrap();
+            assert!(ok.cr_requirements.cr_synchronous && ok.cr_requirements.cr_consecutive);
+            assert!(ok.cr_response.wr_callback_id.is_empty(), "done synchronously: no callback id");
+            assert_eq!(ok.cr_response.wr_committed, p::stable_how4::FILE_SYNC4);
+            assert_eq!(ok.cr_response.wr_writeverf, s.fs.write_verifier());
+            Ok(ok.cr_response)
+        }
+        st => Err(st),
+    }
+}
+
+#[test]
+fn copy_inside_the_server_rfc7862_15_2() {
+    // COPY from the saved to the current filehandle: the destination reads
+    // back the source's bytes (count 0: to the source's end; offsets on
+    // both sides); a copy larger than COPY_BYTES_MAX is answered short and
+    // the client's next COPY does the rest; an asynchronous request is
+    // done synchronously. Errors: a range past the source's end or
+    // overlapping in one file NFS4ERR_INVAL, a copy from another server
+    // NFS4ERR_NOTSUPP, a read-only destination open NFS4ERR_OPENMODE, a bad
+    // source stateid NFS4ERR_BAD_STATEID, no saved filehandle
+    // NFS4ERR_NOFILEHANDLE, a directory NFS4ERR_ISDIR.
+    let s = server();
+    let mut c = connect42(&s, b"copier");
+    let (ssid, src) = open42(&s, &mut c, b"src", 3);
+    let (dsid, dst) = open42(&s, &mut c, b"dst", 3);
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 241) as u8).collect();
+    write42(&s, &mut c, &src, &ssid, 0, &data);
+    assert_eq!(copy42(&s, &mut c, &src, &dst, &copy_args(&ssid, &dsid, 0, 0, 0)).unwrap().wr_count, 100_000);
+    assert_eq!(read_via(&s, &mut c, &dst, &dsid, 1 << 20), Ok(data.clone()));
+    assert_eq!(copy42(&s, &mut c, &src, &dst, &copy_args(&ssid, &dsid, 1000, 200_000, 5000)).unwrap().wr_count, 5000);
+    let got = read_via(&s, &mut c, &dst, &dsid, 1 << 20).unwrap();
+    assert_eq!(got.len(), 205_000);
+    assert!(got[200_000..] == data[1000..6000] && got[100_000..200_000].iter().all(|&b| b == 0));
+    let mut a = copy_args(&ssid, &dsid, 0, 0, 10);
+    a.ca_synchronous = false;
+    assert_eq!(copy42(&s, &mut c, &src, &dst, &a).unwrap().wr_count, 10, "asked async, done sync");
+    // Ranges.
+    assert_eq!(copy42(&s, &mut c, &src, &dst, &copy_args(&ssid, &dsid, 99_000, 0, 1001)), Err(p::NFS4ERR_INVAL));
+    assert_eq!(copy42(&s, &mut c, &src, &dst, &copy_args(&ssid, &dsid, 100_001, 0, 0)), Err(p::NFS4ERR_INVAL));
+    assert_eq!(copy42(&s, &mut c, &src, &dst, &copy_args(&ssid, &dsid, u64::MAX, 0, 2)), Err(p::NFS4ERR_INVAL));
+    assert_eq!(copy42(&s, &mut c, &src, &dst, &copy_args(&ssid, &dsid, 0, u64::MAX - 5, 10)), Err(p::NFS4ERR_FBIG));
+    assert_eq!(copy42(&s, &mut c, &src, &src, &copy_args(&ssid, &ssid, 0, 500, 1000)), Err(p::NFS4ERR_INVAL), "overlap");
+    assert_eq!(copy42(&s, &mut c, &src, &src, &copy_args(&ssid, &ssid, 0, 50_000, 1000)).unwrap().wr_count, 1000);
+    // Stateids, opens, handles.
+    let (rsid, ro) = open42(&s, &mut c, b"ro", 1);
+    assert_eq!(copy42(&s, &mut c, &src, &ro, &copy_args(&ssid, &rsid, 0, 0, 10)), Err(p::NFS4ERR_OPENMODE));
+    let future = p::stateid4 { seqid: ssid.seqid + 5, other: ssid.other };
+    assert_eq!(copy42(&s, &mut c, &src, &dst, &copy_args(&future, &dsid, 0, 0, 10)), Err(p::NFS4ERR_BAD_STATEID));
+    let root = s.fs.root(EXPORT).unwrap().to_bytes();
+    assert_eq!(copy42(&s, &mut c, &root, &dst, &copy_args(&stateid0(), &dsid, 0, 0, 10)), Err(p::NFS4ERR_ISDIR));
+    let mut a = copy_args(&ssid, &dsid, 0, 0, 10);
+    a.ca_source_server = vec![p::netloc4::NL4_NAME(b"other.example")];
+    assert_eq!(copy42(&s, &mut c, &src, &dst, &a), Err(p::NFS4ERR_NOTSUPP), "inter-server copy");
+    let mut r = s.call(seq42(&mut c).op(p::OP_PUTFH, &putfh(&dst)).op(p::OP_COPY, &copy_args(&ssid, &dsid, 0, 0, 10)));
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    assert_eq!(r.next(p::OP_COPY), p::NFS4ERR_NOFILEHANDLE, "no saved filehandle");
+    // Larger than one COPY does: short, then the rest.
+    let total = super::super::ops::COPY_BYTES_MAX + 300_000;
+    let (bsid, big) = open42(&s, &mut c, b"big", 3);
+    let chunk = vec![0x5au8; 1 << 20];
+    let mut off = 0;
+    while off < total {
+        let n = (total - off).min(chunk.len() as u64) as usize;
+        write42(&s, &mut c, &big, &bsid, off, &chunk[..n]);
+        off += n as u64;
+    }
+    let (csid, copy) = open42(&s, &mut c, b"copy", 3);
+    let first = copy42(&s, &mut c, &big, &copy, &copy_args(&bsid, &csid, 0, 0, 0)).unwrap().wr_count;
+    assert_eq!(first, super::super::ops::COPY_BYTES_MAX, "a bounded copy per operation");
+    let rest = copy42(&s, &mut c, &big, &copy, &copy_args(&bsid, &csid, first, first, total - first)).unwrap().wr_count;
+    assert_eq!(first + rest, total);
+    assert_eq!(size_of(&s, &mut c, &copy), total);
+    assert_eq!(s.fs.read(&vfs::FileHandle::from_bytes(&copy).unwrap(), total - 1, &mut [0u8; 1]).unwrap(), (1, true));
 }
