@@ -786,3 +786,82 @@ fn copy_inside_the_server_rfc7862_15_2() {
     assert_eq!(size_of(&s, &mut c, &copy), total);
     assert_eq!(s.fs.read(&vfs::FileHandle::from_bytes(&copy).unwrap(), total - 1, &mut [0u8; 1]).unwrap(), (1, true));
 }
+
+#[test]
+fn read_only_exports_refuse_4_2_changes_and_allow_reads() {
+    // Under an `ro` rule: ALLOCATE, DEALLOCATE, COPY into the export,
+    // SETXATTR and REMOVEXATTR are NFS4ERR_ROFS and change nothing; SEEK,
+    // READ_PLUS, GETXATTR and LISTXATTRS work. With no matching rule, every
+    // one of them is NFS4ERR_ACCESS.
+    use vfs::clients::{AccessTable, AccessType, Squash};
+    let table = Arc::new(AccessTable::new());
+    let Server { prog, fs } = server();
+    let s = Server { prog: prog.with_access(table.clone()), fs };
+    from_peer("10.0.0.1:900");
+    let mut c = connect42(&s, b"ro-42");
+    let (sid, fh) = open42(&s, &mut c, b"f", 3);
+    write42(&s, &mut c, &fh, &sid, 0, b"kept");
+    use p::setxattr_option4::SETXATTR4_EITHER as EITHER;
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_SETXATTR, &setxattr(b"k", b"v", EITHER)).0, p::NFS4_OK);
+    table.set(EXPORT, Some(vec![super::access_rule(&["10.0.0.1"], AccessType::ReadOnly, Squash::NoRootSquash)]));
+    let used = s.fs.used_bytes();
+    assert_eq!(space_op(&s, &mut c, &fh, p::OP_ALLOCATE, &sid, 0, 1 << 20), p::NFS4ERR_ROFS);
+    assert_eq!(space_op(&s, &mut c, &fh, p::OP_DEALLOCATE, &sid, 0, 4), p::NFS4ERR_ROFS);
+    assert_eq!(copy42(&s, &mut c, &fh, &fh, &copy_args(&sid, &sid, 0, 100, 4)), Err(p::NFS4ERR_ROFS));
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_SETXATTR, &setxattr(b"k", b"w", EITHER)).0, p::NFS4ERR_ROFS);
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_REMOVEXATTR, &xdr(&p::REMOVEXATTR4args { rxa_name: b"k" })).0, p::NFS4ERR_ROFS);
+    assert_eq!(s.fs.used_bytes(), used, "nothing changed");
+    assert_eq!(seek42(&s, &mut c, &fh, &sid, 0, p::data_content4::NFS4_CONTENT_HOLE), Ok((true, 4)));
+    assert_eq!(read_plus42(&s, &mut c, &fh, &sid, 0, 100), Ok((true, vec![(0, Ok(b"kept".to_vec()))])));
+    let (st, r) = xattr_op(&s, &mut c, &fh, p::OP_GETXATTR, &xdr(&p::GETXATTR4args { gxa_name: b"k" }));
+    assert_eq!(st, p::NFS4_OK);
+    assert_eq!(r.body().opaque_var(16).unwrap(), b"v");
+    assert_eq!(listxattrs(&s, &mut c, &fh, 0, 4096), Ok((1, vec![b"k".to_vec()], true)));
+    // No rule for this peer at all.
+    from_peer("10.0.0.9:900");
+    assert_eq!(seek42(&s, &mut c, &fh, &sid, 0, p::data_content4::NFS4_CONTENT_DATA), Err(p::NFS4ERR_ACCESS));
+    assert_eq!(read_plus42(&s, &mut c, &fh, &sid, 0, 100), Err(p::NFS4ERR_ACCESS));
+    assert_eq!(xattr_op(&s, &mut c, &fh, p::OP_GETXATTR, &xdr(&p::GETXATTR4args { gxa_name: b"k" })).0, p::NFS4ERR_ACCESS);
+    assert_eq!(space_op(&s, &mut c, &fh, p::OP_ALLOCATE, &sid, 0, 1), p::NFS4ERR_ACCESS);
+    from_peer("127.0.0.1:700");
+}
+
+#[test]
+fn hostile_4_2_arguments_are_answered_and_the_server_keeps_working() {
+    // Every 4.2 operation number, after a valid PUTFH, with seeded random
+    // arguments of every length from 0 to 80 bytes and with huge lengths
+    // inside: each COMPOUND gets an answer whose result for the operation
+    // carries its own number, the
+    // session goes on, and the file's data is untouched.
+    let s = server();
+    let mut c = connect42(&s, b"hostile-42");
+    let (sid, fh) = open42(&s, &mut c, b"victim", 3);
+    write42(&s, &mut c, &fh, &sid, 0, b"still here");
+    let mut seed = 0x51ed_270b_u64;
+    let mut next = || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) as u32
+    };
+    for op in 59u32..=75 {
+        for len in 0..80usize {
+            let mut args: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            // Sometimes a plausible shape: the victim's stateid, then a
+            // length word of 0xffffffff where an opaque would start.
+            if len >= 24 && next() % 2 == 0 {
+                args[..16].copy_from_slice(&xdr(&sid));
+                args[16..20].copy_from_slice(&u32::MAX.to_be_bytes());
+            }
+            let mut r = s.call(seq42(&mut c).op(p::OP_PUTFH, &putfh(&fh)).raw(op, &args));
+            r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+            r.ok0(p::OP_PUTFH);
+            let _ = r.next(op as i32);
+        }
+    }
+    // Still serving, and the data survived: the plausible shapes put
+    // offsets past 2^63 (FBIG / NXIO), the rest fail to decode or name no
+    // valid state.
+    assert_eq!(read_via(&s, &mut c, &fh, &sid, 100), Ok(b"still here".to_vec()));
+    let mut r = s.call(seq42(&mut c).raw(p::OP_PUTROOTFH as u32, &[]));
+    assert_eq!(r.status, p::NFS4_OK);
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+}
