@@ -5,7 +5,8 @@
 #   test-nfs.sh chimerad CHIMERAD_BINARY   # our server (what `make test-guest` runs)
 #   test-nfs.sh ganesha                    # NFS-Ganesha, to validate the harness
 #
-# VERSIONS (default "3 4.1") picks the versions. Results (consoles, mountstats)
+# VERSIONS (default "3 4.1") picks the versions (also 4.2, and auto: no
+# vers= option, which must negotiate 4.2). Results (consoles, mountstats)
 # go to OUT_DIR (default $CACHE/guest/results/<server>). Prints one line per
 # run and a summary; exits non-zero when any run failed or none ran.
 set -euo pipefail
