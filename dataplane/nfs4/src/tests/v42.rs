@@ -671,7 +671,7 @@ fn extended_attributes_rfc8276() {
     let other = Auth::Sys { stamp: 0, machine_name: b"t", uid: 1000, gid: 1000, gids: &[] };
     let call_other = |c: &mut Client, op: i32, args: &[u8]| {
         let req = seq42(c).op(p::OP_PUTFH, &putfh(&fh)).raw(op as u32, args);
-        let mut r = Reply::parse(s.call_as(other.clone(), 1, &req.bytes()));
+        let mut r = Reply::parse(s.call_as(other, 1, &req.bytes()));
         r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
         r.ok0(p::OP_PUTFH);
         r.next(op)

@@ -69,10 +69,13 @@ pub(crate) struct State {
 /// is a position). Boxed: most objects have none and pay one word.
 #[derive(Debug, Default)]
 pub(crate) struct Xattrs {
-    map: Option<Box<BTreeMap<Box<[u8]>, Box<[u8]>>>>,
+    map: Option<Box<XattrMap>>,
     /// What they charge (included in the object's `charged_bytes`).
     pub(crate) charged_bytes: u64,
 }
+
+/// Extended attribute values by name.
+type XattrMap = BTreeMap<Box<[u8]>, Box<[u8]>>;
 
 /// What one extended attribute charges: name, value, and its share of the
 /// map node and allocator overhead.
@@ -373,10 +376,10 @@ impl FileData {
             }
         }
         // The partly covered pages at either edge.
-        if offset % PAGE != 0 {
+        if !offset.is_multiple_of(PAGE) {
             self.zero(offset, end.min((offset / PAGE + 1) * PAGE));
         }
-        if end % PAGE != 0 {
+        if !end.is_multiple_of(PAGE) {
             self.zero(offset.max(end / PAGE * PAGE), end);
         }
         shrink_if_sparse(&mut self.full);
