@@ -5,7 +5,7 @@
 #   test-nfs.sh chimerad CHIMERAD_BINARY   # our server (what `make test-guest` runs)
 #   test-nfs.sh ganesha                    # NFS-Ganesha, to validate the harness
 #
-# VERSIONS (default "3 4.1") picks the versions (also 4.2, and auto: no
+# VERSIONS (default "3 4.1 auto") picks the versions (also 4.2; auto: no
 # vers= option, which must negotiate 4.2). Results (consoles, mountstats)
 # go to OUT_DIR (default $CACHE/guest/results/<server>). Prints one line per
 # run and a summary; exits non-zero when any run failed or none ran.
@@ -13,7 +13,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 CACHE=${CACHE:-$HOME/.cache/chimera-test}
-VERSIONS=${VERSIONS:-3 4.1}
+VERSIONS=${VERSIONS:-3 4.1 auto}
 RUN_TIMEOUT_S=900          # one guest boot + workload, generous for a loaded 2-core box
 CHIMERAD_NFS_PORT=22049
 CHIMERAD_MNT_PORT=22048
