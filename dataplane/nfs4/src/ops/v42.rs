@@ -1,8 +1,9 @@
 //! The NFSv4.2 data operations (RFC 7862): SEEK (§15.11), ALLOCATE
-//! (§15.1), DEALLOCATE (§15.4) and READ_PLUS (§15.10). Holes and space
-//! come from the backend (`Vfs::seek`, `allocate`, `deallocate`); a backend
-//! without them answers NFS4ERR_NOTSUPP for SEEK, ALLOCATE and DEALLOCATE,
-//! and READ_PLUS then returns the range as data, like READ.
+//! (§15.1), DEALLOCATE (§15.4), READ_PLUS (§15.10) and intra-server COPY
+//! (§15.2). Holes, space and copies come from the backend (`Vfs::seek`,
+//! `allocate`, `deallocate`, `copy_range`); a backend without them answers
+//! NFS4ERR_NOTSUPP for SEEK, ALLOCATE, DEALLOCATE and COPY, and READ_PLUS
+//! then returns the range as data, like READ.
 
 use crate::compound::Compound;
 use crate::error::{fail, Nfs4Error, OpResult};
