@@ -550,6 +550,26 @@ pub trait Vfs: Send + Sync {
         Err(VfsError::NotSupported)
     }
 
+    /// Make `[dst_offset, dst_offset + len)` of regular file `dst` a clone
+    /// of `src` from `src_offset` (reflink; NFSv4.2 CLONE): afterwards the
+    /// range reads as the source did, and later writes to either file do
+    /// not show in the other. All or nothing (`QuotaExceeded` / `NoSpace`
+    /// leave `dst` unchanged); `dst` grows to the range's end if shorter.
+    /// Offsets must be multiples of `clone_block_bytes`, and so must `len`
+    /// unless the range ends both files (`Inval`); the caller checks the
+    /// range lies within the source and, in one file, does not overlap.
+    /// Backends without it keep this default (`NotSupported`).
+    fn clone_range(&self, src: &FileHandle, src_offset: u64, dst: &FileHandle, dst_offset: u64, len: u64) -> VfsResult<Attr> {
+        let _ = (src, src_offset, dst, dst_offset, len);
+        Err(VfsError::NotSupported)
+    }
+
+    /// The alignment `clone_range` needs (0: no cloning).
+    fn clone_block_bytes(&self, fh: &FileHandle) -> u32 {
+        let _ = fh;
+        0
+    }
+
     /// Extended attributes (the user namespace without its `user.`
     /// prefix; NFSv4.2 GETXATTR & co., RFC 8276) of a file, directory or
     /// symlink. Names are 1 to `XATTR_NAME_MAX` bytes without NUL

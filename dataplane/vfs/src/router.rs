@@ -467,6 +467,23 @@ impl Vfs for Router {
         }
     }
 
+    fn clone_range(&self, src: &FileHandle, src_offset: u64, dst: &FileHandle, dst_offset: u64, len: u64) -> VfsResult<Attr> {
+        match (self.target(src)?, self.target(dst)?) {
+            (Target::Backend(v), Target::Backend(_)) if src.export_id == dst.export_id => {
+                v.clone_range(src, src_offset, dst, dst_offset, len)
+            }
+            (Target::Pseudo, _) | (_, Target::Pseudo) => Err(VfsError::IsDir),
+            _ => Err(VfsError::CrossDevice),
+        }
+    }
+
+    fn clone_block_bytes(&self, fh: &FileHandle) -> u32 {
+        match self.target(fh) {
+            Ok(Target::Backend(v)) => v.clone_block_bytes(fh),
+            _ => 0,
+        }
+    }
+
     fn xattrs_supported(&self, fh: &FileHandle) -> bool {
         match self.target(fh) {
             Ok(Target::Backend(v)) => v.xattrs_supported(fh),

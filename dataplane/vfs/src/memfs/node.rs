@@ -387,6 +387,75 @@ impl FileData {
         (before - self.npages) * CHUNK_CHARGE_BYTES
     }
 
+    /// The allocated buffers of `[offset, end)` (`offset` page-aligned) to
+    /// share with a clone, at their offsets from `offset`: a full extent the
+    /// range covers whole as one piece, pages as pages (a page of a full
+    /// extent the range covers only in part is copied out: only whole
+    /// buffers can be shared). Holes are simply absent.
+    pub(crate) fn pieces(&self, offset: u64, end: u64) -> Vec<(u64, Piece)> {
+        debug_assert!(offset < end && offset.is_multiple_of(PAGE));
+        let mut out = Vec::new();
+        for idx in keys_in(&self.full, offset / EXTENT, (end - 1) / EXTENT) {
+            let buf = &self.full[&idx];
+            let (from, to) = (idx * EXTENT, (idx + 1) * EXTENT);
+            if from >= offset && to <= end {
+                out.push((from - offset, Piece::Extent(buf.clone())));
+                continue;
+            }
+            for p in (from.max(offset) / PAGE)..to.min(end).div_ceil(PAGE) {
+                let at = ((p * PAGE) - from) as usize;
+                out.push((p * PAGE - offset, Piece::Page(Shared::from(&buf[at..at + CHUNK_BYTES]))));
+            }
+        }
+        for p in keys_in(&self.pages, offset / PAGE, (end - 1) / PAGE) {
+            out.push((p * PAGE - offset, Piece::Page(self.pages[&p].clone())));
+        }
+        out
+    }
+
+    /// Pages allocated in `[offset, end)`, a page counting when any of it is.
+    pub(crate) fn pages_in(&self, offset: u64, end: u64) -> u64 {
+        let (first, last) = (offset / PAGE, (end - 1) / PAGE);
+        let mut n = 0;
+        for idx in keys_in(&self.full, offset / EXTENT, (end - 1) / EXTENT) {
+            n += last.min((idx + 1) * PAGES - 1) + 1 - first.max(idx * PAGES);
+        }
+        n + keys_in(&self.pages, first, last).len() as u64
+    }
+
+    /// Put `pieces` (from `pieces`) in at `offset` (page-aligned), whose
+    /// range the caller has punched and charged: an extent lands whole
+    /// where it is extent-aligned, else as pages.
+    pub(crate) fn install(&mut self, offset: u64, pieces: Vec<(u64, Piece)>) {
+        debug_assert!(offset.is_multiple_of(PAGE));
+        for (rel, piece) in pieces {
+            let at = offset + rel;
+            match piece {
+                Piece::Extent(buf) if at.is_multiple_of(EXTENT) => {
+                    let idx = at / EXTENT;
+                    debug_assert!(!(idx * PAGES..(idx + 1) * PAGES).any(|p| self.pages.contains_key(&p)));
+                    if self.full.insert(idx, buf).is_none() {
+                        self.npages += PAGES;
+                    }
+                }
+                Piece::Extent(buf) => {
+                    for i in 0..PAGES {
+                        let from = (i * PAGE) as usize;
+                        self.put_page(at / PAGE + i, Shared::from(&buf[from..from + CHUNK_BYTES]));
+                    }
+                }
+                Piece::Page(buf) => self.put_page(at / PAGE, buf),
+            }
+        }
+    }
+
+    fn put_page(&mut self, p: u64, buf: Shared) {
+        debug_assert!(!self.full.contains_key(&(p / PAGES)), "the caller punched the range");
+        if self.pages.insert(p, buf).is_none() {
+            self.npages += 1;
+        }
+    }
+
     /// Zero `[from, to)`, which lies within one page, where it is allocated.
     fn zero(&mut self, from: u64, to: u64) {
         debug_assert!(from < to && from / PAGE == (to - 1) / PAGE);
@@ -485,6 +554,12 @@ impl FileData {
     pub(crate) fn charged_bytes(&self) -> u64 {
         self.npages * CHUNK_CHARGE_BYTES
     }
+}
+
+/// A buffer shared by a clone (`FileData::pieces`).
+pub(crate) enum Piece {
+    Extent(Shared),
+    Page(Shared),
 }
 
 /// The keys of `map` in `first..=last`: by probing the range when it is

@@ -255,6 +255,68 @@ impl Vfs for MemFs {
         Ok(copied)
     }
 
+    fn clone_block_bytes(&self, _fh: &FileHandle) -> u32 {
+        CHUNK_BYTES as u32
+    }
+
+    /// Shares the source's buffers (copy on write: `chunk_mut` copies a
+    /// buffer a reply or another file still holds before writing it).
+    /// The source's buffers are taken under its lock, then installed under
+    /// the destination's: never both at once. The shared pages are charged
+    /// to the destination too (memory is counted as if not shared).
+    fn clone_range(&self, src: &FileHandle, src_offset: u64, dst: &FileHandle, dst_offset: u64, len: u64) -> VfsResult<Attr> {
+        let page = CHUNK_BYTES as u64;
+        if len == 0 || !src_offset.is_multiple_of(page) || !dst_offset.is_multiple_of(page) {
+            return Err(VfsError::Inval);
+        }
+        let (src_end, dst_end) = (src_offset.checked_add(len), dst_offset.checked_add(len));
+        let (Some(src_end), Some(dst_end)) = (src_end, dst_end) else { return Err(VfsError::FileTooBig) };
+        if dst_end > FILE_SIZE_MAX_BYTES {
+            return Err(VfsError::FileTooBig);
+        }
+        let pieces = {
+            let inode = self.get(src)?;
+            let st = inode.read();
+            live(&st)?;
+            let f = file_of(&st)?;
+            if src_end > st.size {
+                return Err(VfsError::Inval);
+            }
+            if !len.is_multiple_of(page) && src_end != st.size {
+                return Err(VfsError::Inval);
+            }
+            f.pieces(src_offset, src_end)
+        };
+        let inode = self.get(dst)?;
+        let mut st = inode.write();
+        live(&st)?;
+        let f = file_of(&st)?;
+        // A tail shorter than a page brings the source's page whole: only
+        // where nothing of the destination follows it.
+        if !len.is_multiple_of(page) && dst_end < st.size {
+            return Err(VfsError::Inval);
+        }
+        let span_end = dst_end.div_ceil(page) * page;
+        let new_pages = pieces.iter().map(|(_, p)| if matches!(p, node::Piece::Extent(_)) { (EXTENT_BYTES / CHUNK_BYTES) as u64 } else { 1 }).sum::<u64>();
+        let old_pages = f.pages_in(dst_offset, span_end);
+        if new_pages > old_pages {
+            self.charge(st.volume.as_ref(), (new_pages - old_pages) * CHUNK_CHARGE_BYTES)?;
+        }
+        let Body::File(f) = &mut st.body else { unreachable!("checked to be a file above") };
+        let freed = f.punch(dst_offset, span_end);
+        debug_assert_eq!(freed, old_pages * CHUNK_CHARGE_BYTES);
+        f.install(dst_offset, pieces);
+        if old_pages > new_pages {
+            self.release(st.volume.as_ref(), (old_pages - new_pages) * CHUNK_CHARGE_BYTES);
+        }
+        st.charged_bytes = st.charged_bytes + new_pages * CHUNK_CHARGE_BYTES - old_pages * CHUNK_CHARGE_BYTES;
+        let Body::File(f) = &st.body else { unreachable!() };
+        debug_assert_eq!(f.charged_bytes() + INODE_CHARGE_BYTES + st.xattrs.charged_bytes, st.charged_bytes);
+        st.size = st.size.max(dst_end);
+        st.touch_mtime(Time::now());
+        Ok(self.attr(&inode, &st))
+    }
+
     fn xattrs_supported(&self, _fh: &FileHandle) -> bool {
         true
     }

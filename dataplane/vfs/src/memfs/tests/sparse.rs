@@ -221,3 +221,71 @@ fn copy_range_copies_inside_the_backend_and_stops_short_at_the_end_or_when_full(
     assert!(read_all(&fs, &c).iter().all(|&x| x == 9));
     assert_eq!(fs.copy_range(&big, 0, &c, n, room), Err(VfsError::NoSpace), "full: nothing copied is the error");
 }
+
+#[test]
+fn clone_range_shares_buffers_copy_on_write_and_accounts_space() {
+    // A clone of a whole file (full extents, pages, a hole, a short tail)
+    // reads back the source and shares its buffers (no copy: the source's
+    // extent is referenced twice); writing either file afterwards leaves
+    // the other unchanged. A clone to an unaligned offset is Inval, as is a
+    // source range past its end or a short tail into the middle of the
+    // destination; a clone over existing data replaces it and the charge
+    // follows the pages held; one that does not fit the volume changes
+    // nothing (DQUOT).
+    let fs = fs();
+    let r = root(&fs);
+    let a = mkfile(&fs, &r, b"a");
+    let b = mkfile(&fs, &r, b"b");
+    let mut data = vec![0u8; 3 * EXTENT_BYTES + 5000];
+    for (i, x) in data.iter_mut().enumerate() {
+        *x = (i % 251) as u8 | 1;
+    }
+    data[EXTENT_BYTES..EXTENT_BYTES + 2 * PAGE].fill(0);
+    fs.write(&a, 0, &data[..EXTENT_BYTES], Stability::FileSync).unwrap();
+    fs.write(&a, (EXTENT_BYTES + 2 * PAGE) as u64, &data[EXTENT_BYTES + 2 * PAGE..], Stability::FileSync).unwrap();
+    let size = data.len() as u64;
+    let used = fs.used_bytes();
+    fs.clone_range(&a, 0, &b, 0, size).unwrap();
+    assert!(read_all(&fs, &b) == data, "the clone reads as the source");
+    assert_eq!(fs.used_bytes() - used, data_charge(&fs, &a), "charged as the source's pages");
+    let shared = {
+        let (ia, ib) = (fs.get(&a).unwrap(), fs.get(&b).unwrap());
+        let (sa, sb) = (ia.read(), ib.read());
+        let (Body::File(fa), Body::File(fb)) = (&sa.body, &sb.body) else { panic!() };
+        let (pa, pb) = (fa.pieces(0, EXTENT_BYTES as u64), fb.pieces(0, EXTENT_BYTES as u64));
+        match (&pa[0].1, &pb[0].1) {
+            (node::Piece::Extent(x), node::Piece::Extent(y)) => std::sync::Arc::ptr_eq(x, y),
+            _ => false,
+        }
+    };
+    assert!(shared, "the first extent is one buffer in both files");
+    // Copy on write, both ways.
+    fs.write(&b, 10, b"BBBB", Stability::FileSync).unwrap();
+    fs.write(&a, 20, b"AAAA", Stability::FileSync).unwrap();
+    let (ra, rb) = (read_all(&fs, &a), read_all(&fs, &b));
+    assert_eq!(&ra[10..14], &data[10..14]);
+    assert_eq!(&rb[10..14], b"BBBB");
+    assert_eq!(&rb[20..24], &data[20..24]);
+    // Misaligned and out-of-range clones.
+    assert_eq!(fs.clone_range(&a, 1, &b, 0, PAGE as u64).map(|_| ()), Err(VfsError::Inval));
+    assert_eq!(fs.clone_range(&a, 0, &b, 7, PAGE as u64).map(|_| ()), Err(VfsError::Inval));
+    assert_eq!(fs.clone_range(&a, 0, &b, 0, size + PAGE as u64).map(|_| ()), Err(VfsError::Inval));
+    assert_eq!(fs.clone_range(&a, 0, &b, 0, 100).map(|_| ()), Err(VfsError::Inval), "short tail not at the source's end");
+    let tail = size - size % PAGE as u64;
+    assert_eq!(fs.clone_range(&a, tail, &b, 0, size - tail).map(|_| ()), Err(VfsError::Inval), "short tail into the destination");
+    // Over existing data, within one file: the second extent's first page
+    // gets a copy of the first page.
+    fs.clone_range(&a, 0, &a, 2 * EXTENT_BYTES as u64, PAGE as u64).unwrap();
+    let ra2 = read_all(&fs, &a);
+    assert!(ra2[2 * EXTENT_BYTES..2 * EXTENT_BYTES + PAGE] == ra[..PAGE]);
+    assert!(ra2[2 * EXTENT_BYTES + PAGE..] == ra[2 * EXTENT_BYTES + PAGE..]);
+    // A volume too small: nothing changes.
+    let v = mkdir(&fs, &r, b"vol");
+    fs.set_quota(&v, 8 * CHUNK_CHARGE_BYTES + 4096).unwrap();
+    let c = mkfile(&fs, &v, b"c");
+    let before = fs.used_bytes();
+    assert_eq!(fs.clone_range(&a, 0, &c, 0, size).map(|_| ()), Err(VfsError::QuotaExceeded));
+    assert_eq!((fs.used_bytes(), fs.getattr(&c).unwrap().size), (before, 0));
+    fs.clone_range(&a, 0, &c, 0, 4 * PAGE as u64).unwrap();
+    assert!(read_all(&fs, &c) == ra2[..4 * PAGE]);
+}
