@@ -60,6 +60,8 @@ pub const SUPPATTR_EXCLCREAT: u32 = 75;
 /// NFSv4.2 extended attributes (RFC 8276 §8.2): whether the object's file
 /// system has them.
 pub const XATTR_SUPPORT: u32 = 82;
+/// NFSv4.2 (RFC 7862 §12.2.1): the alignment CLONE needs (0: none).
+pub const CLONE_BLKSIZE: u32 = 77;
 
 /// Bitmap words we understand; bits beyond are never supported.
 pub const BITMAP_WORDS: usize = 3;
@@ -168,7 +170,7 @@ pub const SUPPORTED: Bitmap = Bitmap::of(&[
     HOMOGENEOUS, MAXFILESIZE, MAXLINK, MAXNAME, MAXREAD, MAXWRITE, MODE, NO_TRUNC, NUMLINKS, OWNER,
     OWNER_GROUP, RAWDEV, SPACE_AVAIL, SPACE_FREE, SPACE_TOTAL, SPACE_USED, TIME_ACCESS,
     TIME_ACCESS_SET, TIME_DELTA, TIME_METADATA, TIME_MODIFY, TIME_MODIFY_SET, MOUNTED_ON_FILEID,
-    FS_LAYOUT_TYPES, LAYOUT_BLKSIZE, SUPPATTR_EXCLCREAT, XATTR_SUPPORT,
+    FS_LAYOUT_TYPES, LAYOUT_BLKSIZE, SUPPATTR_EXCLCREAT, CLONE_BLKSIZE, XATTR_SUPPORT,
 ]);
 
 /// Attributes SETATTR (and create) may set.
@@ -201,6 +203,8 @@ pub struct Source<'a> {
     pub layout_blksize: u32,
     /// xattr_support: the backend keeps extended attributes for the object.
     pub xattr_support: bool,
+    /// clone_blksize: the backend's CLONE alignment (0: it cannot clone).
+    pub clone_blksize: u32,
 }
 
 pub fn needs_fsstat(req: &Bitmap) -> bool {
@@ -319,6 +323,7 @@ fn encode_one(a: u32, s: &Source<'_>, e: &mut Encoder<'_>) -> XdrResult<()> {
         LAYOUT_BLKSIZE => e.u32(s.layout_blksize),
         SUPPATTR_EXCLCREAT => EXCLCREAT.encode(e),
         XATTR_SUPPORT => e.bool(s.xattr_support),
+        CLONE_BLKSIZE => e.u32(s.clone_blksize),
         other => unreachable!("attribute {other} is in SUPPORTED but has no encoder"),
     }
 }
@@ -522,7 +527,7 @@ mod tests {
     fn encodes_in_bit_order_with_numeric_owner() {
         let a = attr();
         let fh = FileHandle { export_id: 1, ino: 99, generation: 1 };
-        let src = Source { attr: &a, fh: &fh, fsstat: None, lease_time_s: 90, read_bytes_max: 1 << 20, write_bytes_max: 1 << 20, rdattr_error: 0, layout_type: 0, layout_blksize: LAYOUT_BLKSIZE_BYTES, xattr_support: true };
+        let src = Source { attr: &a, fh: &fh, fsstat: None, lease_time_s: 90, read_bytes_max: 1 << 20, write_bytes_max: 1 << 20, rdattr_error: 0, layout_type: 0, layout_blksize: LAYOUT_BLKSIZE_BYTES, xattr_support: true, clone_blksize: 4096 };
         // size(4), owner(36), time_modify_set(54, write-only), bit 90 (unsupported), space_total (no fsstat)
         let req = Bitmap::of(&[OWNER, SIZE, TIME_MODIFY_SET, 90, SPACE_TOTAL]);
         let mut buf = [0u8; 256];
@@ -546,7 +551,7 @@ mod tests {
         let a = attr();
         let fh = FileHandle { export_id: 1, ino: 99, generation: 1 };
         let fs = FsStat { total_bytes: 1, free_bytes: 2, avail_bytes: 3, total_files: 4, free_files: 5, avail_files: 6 };
-        let src = Source { attr: &a, fh: &fh, fsstat: Some(&fs), lease_time_s: 90, read_bytes_max: 1, write_bytes_max: 1, rdattr_error: 0, layout_type: 0, layout_blksize: LAYOUT_BLKSIZE_BYTES, xattr_support: true };
+        let src = Source { attr: &a, fh: &fh, fsstat: Some(&fs), lease_time_s: 90, read_bytes_max: 1, write_bytes_max: 1, rdattr_error: 0, layout_type: 0, layout_blksize: LAYOUT_BLKSIZE_BYTES, xattr_support: true, clone_blksize: 4096 };
         let mut buf = [0u8; 1024];
         let mut e = Encoder::new(&mut buf);
         encode_fattr(&SUPPORTED, &src, &mut e).unwrap();

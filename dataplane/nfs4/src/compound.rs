@@ -240,7 +240,8 @@ impl<'p> Compound<'p> {
     /// LINK the saved) filehandle is NFS4ERR_ACCESS unless the rules of its
     /// export admit the peer, NFS4ERR_ROFS when it would modify and the
     /// grant is read-only; the credential is squashed as the rule says.
-    /// COPY's source (the saved filehandle) must be admitted, for reading.
+    /// COPY's and CLONE's source (the saved filehandle) must be admitted,
+    /// for reading.
     /// Runs before the operation touches the backend, and again on resume.
     /// Operations that only put, save or restore a filehandle, ask SECINFO,
     /// or release state (CLOSE, LOCKU, OPEN_DOWNGRADE, DELEGRETURN,
@@ -279,11 +280,11 @@ impl<'p> Compound<'p> {
             if let Some(fh) = self.cur {
                 grant = table.check(fh.export_id, self.peer).ok_or(Nfs4Error(p::NFS4ERR_ACCESS))?;
             }
-            if matches!(op, p::OP_RENAME | p::OP_LINK | p::OP_COPY) {
+            if matches!(op, p::OP_RENAME | p::OP_LINK | p::OP_COPY | p::OP_CLONE) {
                 if let Some(fh) = self.saved {
                     let g = table.check(fh.export_id, self.peer).ok_or(Nfs4Error(p::NFS4ERR_ACCESS))?;
-                    // COPY only reads its source (the saved filehandle).
-                    if op != p::OP_COPY {
+                    // COPY and CLONE only read their source (the saved filehandle).
+                    if !matches!(op, p::OP_COPY | p::OP_CLONE) {
                         grant.writable &= g.writable;
                     }
                 }
@@ -354,6 +355,7 @@ impl<'p> Compound<'p> {
             p::OP_DEALLOCATE => self.op_deallocate(d, e),
             p::OP_READ_PLUS => self.op_read_plus(d, e),
             p::OP_COPY => self.op_copy(d, e),
+            p::OP_CLONE => self.op_clone(d, e),
             p::OP_GETXATTR => self.op_getxattr(d, e),
             p::OP_SETXATTR => self.op_setxattr(d, e),
             p::OP_LISTXATTRS => self.op_listxattrs(d, e),
@@ -376,7 +378,7 @@ fn modifies(op: i32, d: &Decoder<'_>) -> bool {
     use proto::xdr::Xdr;
     match op {
         p::OP_SETATTR | p::OP_WRITE | p::OP_CREATE | p::OP_REMOVE | p::OP_RENAME | p::OP_LINK | p::OP_COMMIT => true,
-        p::OP_ALLOCATE | p::OP_DEALLOCATE | p::OP_SETXATTR | p::OP_REMOVEXATTR | p::OP_COPY => true,
+        p::OP_ALLOCATE | p::OP_DEALLOCATE | p::OP_SETXATTR | p::OP_REMOVEXATTR | p::OP_COPY | p::OP_CLONE => true,
         p::OP_LAYOUTCOMMIT => true,
         p::OP_OPEN => match p::OPEN4args::decode(&mut d.clone()) {
             Ok(a) => a.share_access & p::OPEN4_SHARE_ACCESS_WRITE != 0 || matches!(a.openhow, p::openflag4::OPEN4_CREATE(_)),

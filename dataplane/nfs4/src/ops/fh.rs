@@ -104,6 +104,7 @@ impl Compound<'_> {
             layout_type: self.prog.layout_type(),
             layout_blksize: self.prog.layout_blksize(),
             xattr_support: self.prog.vfs.xattrs_supported(fh),
+            clone_blksize: self.prog.vfs.clone_block_bytes(fh),
         }
     }
 

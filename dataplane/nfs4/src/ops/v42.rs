@@ -207,32 +207,10 @@ impl Compound<'_> {
             return fail(p::NFS4ERR_NOTSUPP);
         }
         let dst = self.data_file(&a.ca_dst_stateid, true)?;
-        let src = self.saved_fh()?;
-        match self.prog.vfs.getattr(&src)?.ftype {
-            vfs::FileType::Regular => {}
-            vfs::FileType::Directory => return fail(p::NFS4ERR_ISDIR),
-            _ => return fail(p::NFS4ERR_INVAL),
-        }
-        // The current stateid stands for the saved one as the source's.
-        let src_sid = match crate::ops::sid_in(&a.ca_src_stateid) {
-            s if s == crate::state::Stateid::CURRENT => self.saved_sid.ok_or(Nfs4Error(p::NFS4ERR_BAD_STATEID))?,
-            s => s,
-        };
-        let clientid = self.seq.map(|s| s.clientid);
-        self.prog.state().check_io(clientid, &src_sid, &src, self.now_ms)?;
-        let size = self.prog.vfs.getattr(&src)?.size;
+        let (src, size) = self.copy_source(&a.ca_src_stateid)?;
         let (from, to) = (a.ca_src_offset, a.ca_dst_offset);
-        let count = match a.ca_count {
-            0 if from <= size => size - from,
-            n if from.checked_add(n).is_some_and(|end| end <= size) => n,
-            _ => return fail(p::NFS4ERR_INVAL),
-        };
-        if src == dst && from.max(to) < from.min(to).saturating_add(count) {
-            return fail(p::NFS4ERR_INVAL);
-        }
-        if to.checked_add(count).is_none_or(|end| end > i64::MAX as u64) {
-            return fail(p::NFS4ERR_FBIG);
-        }
+        let count = copy_count(from, a.ca_count, size)?;
+        check_copy_ranges(&src, &dst, from, to, count)?;
         let copied = if count == 0 { 0 } else { self.prog.vfs.copy_range(&src, from, &dst, to, count.min(COPY_BYTES_MAX))? };
         p::COPY4resok {
             cr_response: p::write_response4 {
@@ -246,6 +224,69 @@ impl Compound<'_> {
         .encode(e)?;
         Ok(())
     }
+}
+
+impl Compound<'_> {
+    /// CLONE (RFC 7862 §15.13): the destination range (current
+    /// filehandle, write stateid) becomes a clone of the source's (saved
+    /// filehandle, read stateid) — memfs shares the buffers, copy on
+    /// write. All or nothing; offsets (and the count, unless it ends both
+    /// files) aligned to clone_blksize, else NFS4ERR_INVAL, as are a range
+    /// past the source's end and overlapping ranges of one file. cl_count 0
+    /// clones to the source's end.
+    pub(crate) fn op_clone(&mut self, d: &mut Decoder<'_>, _e: &mut Encoder<'_>) -> OpResult {
+        let a = p::CLONE4args::decode(d)?;
+        let dst = self.data_file(&a.cl_dst_stateid, true)?;
+        let (src, size) = self.copy_source(&a.cl_src_stateid)?;
+        let (from, to) = (a.cl_src_offset, a.cl_dst_offset);
+        let count = copy_count(from, a.cl_count, size)?;
+        check_copy_ranges(&src, &dst, from, to, count)?;
+        if count > 0 {
+            self.prog.vfs.clone_range(&src, from, &dst, to, count)?;
+        }
+        Ok(())
+    }
+
+    /// The saved filehandle as a COPY / CLONE source, its stateid checked
+    /// (the current stateid stands for the saved one), and its size.
+    fn copy_source(&self, sid: &p::stateid4) -> OpResult<(vfs::FileHandle, u64)> {
+        let src = self.saved_fh()?;
+        let a = self.prog.vfs.getattr(&src)?;
+        match a.ftype {
+            vfs::FileType::Regular => {}
+            vfs::FileType::Directory => return fail(p::NFS4ERR_ISDIR),
+            _ => return fail(p::NFS4ERR_INVAL),
+        }
+        let sid = match crate::ops::sid_in(sid) {
+            s if s == crate::state::Stateid::CURRENT => self.saved_sid.ok_or(Nfs4Error(p::NFS4ERR_BAD_STATEID))?,
+            s => s,
+        };
+        let clientid = self.seq.map(|s| s.clientid);
+        self.prog.state().check_io(clientid, &sid, &src, self.now_ms)?;
+        Ok((src, a.size))
+    }
+}
+
+/// The bytes a COPY / CLONE of `count` from `from` covers in a source of
+/// `size` bytes (0: to its end); NFS4ERR_INVAL past the end.
+fn copy_count(from: u64, count: u64, size: u64) -> OpResult<u64> {
+    match count {
+        0 if from <= size => Ok(size - from),
+        n if from.checked_add(n).is_some_and(|end| end <= size) => Ok(n),
+        _ => fail(p::NFS4ERR_INVAL),
+    }
+}
+
+/// Overlapping ranges of one file are NFS4ERR_INVAL; a destination range
+/// past 2^63 NFS4ERR_FBIG.
+fn check_copy_ranges(src: &vfs::FileHandle, dst: &vfs::FileHandle, from: u64, to: u64, count: u64) -> OpResult {
+    if src == dst && from.max(to) < from.min(to).saturating_add(count) {
+        return fail(p::NFS4ERR_INVAL);
+    }
+    if to.checked_add(count).is_none_or(|end| end > i64::MAX as u64) {
+        return fail(p::NFS4ERR_FBIG);
+    }
+    Ok(())
 }
 
 /// offset + length must not wrap (RFC 7862 §15.1.3, §15.4.3: NFS4ERR_INVAL

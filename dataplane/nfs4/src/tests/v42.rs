@@ -218,6 +218,7 @@ fn every_4_2_operation_number_is_answered_rfc7862_rfc8276() {
     let mut c = connect42(&s, b"opnums");
     let implemented = [
         p::OP_ALLOCATE,
+        p::OP_CLONE,
         p::OP_COPY,
         p::OP_DEALLOCATE,
         p::OP_READ_PLUS,
@@ -864,4 +865,63 @@ fn hostile_4_2_arguments_are_answered_and_the_server_keeps_working() {
     let mut r = s.call(seq42(&mut c).raw(p::OP_PUTROOTFH as u32, &[]));
     assert_eq!(r.status, p::NFS4_OK);
     r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+}
+
+/// SEQUENCE, PUTFH src, SAVEFH, PUTFH dst, CLONE: its status.
+fn clone42(s: &Server, c: &mut Client, src: &[u8], dst: &[u8], args: &p::CLONE4args) -> i32 {
+    let mut r = s.call(
+        seq42(c).op(p::OP_PUTFH, &putfh(src)).raw(p::OP_SAVEFH as u32, &[]).op(p::OP_PUTFH, &putfh(dst)).op(p::OP_CLONE, args),
+    );
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    r.ok0(p::OP_SAVEFH);
+    r.ok0(p::OP_PUTFH);
+    r.next(p::OP_CLONE)
+}
+
+fn clone_args(src: &p::stateid4, dst: &p::stateid4, from: u64, to: u64, count: u64) -> p::CLONE4args {
+    p::CLONE4args { cl_src_stateid: src.clone(), cl_dst_stateid: dst.clone(), cl_src_offset: from, cl_dst_offset: to, cl_count: count }
+}
+
+#[test]
+fn clone_shares_data_rfc7862_15_13() {
+    // clone_blksize is 4096 over memfs; CLONE of a whole file (count 0)
+    // makes the destination read as the source, and the backend's space
+    // grows by the source's pages (memfs shares the buffers but charges
+    // them); a later write to the clone leaves the source alone. Unaligned
+    // offsets, a range past the source's end and overlapping ranges of one
+    // file are NFS4ERR_INVAL; a read-only destination NFS4ERR_OPENMODE; a
+    // bad source stateid NFS4ERR_BAD_STATEID; a destination past 2^63
+    // NFS4ERR_FBIG.
+    let s = server();
+    let mut c = connect42(&s, b"cloner");
+    let (ssid, src) = open42(&s, &mut c, b"csrc", 3);
+    let (dsid, dst) = open42(&s, &mut c, b"cdst", 3);
+    let req = crate::attrs::Bitmap::of(&[crate::attrs::CLONE_BLKSIZE]);
+    let (st, r) = on_fh42(&s, &mut c, &src, p::OP_GETATTR as u32, &xdr(&p::GETATTR4args { attr_request: req.to_vec() }));
+    assert_eq!(st, p::NFS4_OK);
+    assert_eq!(p::GETATTR4resok::decode(&mut r.body()).unwrap().obj_attributes.attr_vals, &4096u32.to_be_bytes());
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 239) as u8).collect();
+    write42(&s, &mut c, &src, &ssid, 0, &data);
+    let used = s.fs.used_bytes();
+    assert_eq!(clone42(&s, &mut c, &src, &dst, &clone_args(&ssid, &dsid, 0, 0, 0)), p::NFS4_OK);
+    assert_eq!(read_via(&s, &mut c, &dst, &dsid, 1 << 20), Ok(data.clone()));
+    assert_eq!(s.fs.used_bytes() - used, 49 * vfs::memfs::CHUNK_CHARGE_BYTES, "the clone holds the source's 49 pages");
+    write42(&s, &mut c, &dst, &dsid, 0, b"changed");
+    assert_eq!(read_via(&s, &mut c, &src, &ssid, 1 << 20), Ok(data.clone()), "the source is unchanged");
+    // Into the middle of the destination, aligned.
+    assert_eq!(clone42(&s, &mut c, &src, &dst, &clone_args(&ssid, &dsid, 4096, 8192, 4096)), p::NFS4_OK);
+    let got = read_via(&s, &mut c, &dst, &dsid, 1 << 20).unwrap();
+    assert!(got[8192..12288] == data[4096..8192] && got[..7] == *b"changed");
+    // Errors.
+    assert_eq!(clone42(&s, &mut c, &src, &dst, &clone_args(&ssid, &dsid, 1, 0, 4096)), p::NFS4ERR_INVAL, "unaligned");
+    assert_eq!(clone42(&s, &mut c, &src, &dst, &clone_args(&ssid, &dsid, 0, 0, 100)), p::NFS4ERR_INVAL, "short count mid-file");
+    assert_eq!(clone42(&s, &mut c, &src, &dst, &clone_args(&ssid, &dsid, 196_608, 0, 8192)), p::NFS4ERR_INVAL, "past the end");
+    assert_eq!(clone42(&s, &mut c, &src, &src, &clone_args(&ssid, &ssid, 0, 4096, 8192)), p::NFS4ERR_INVAL, "overlap");
+    assert_eq!(clone42(&s, &mut c, &src, &dst, &clone_args(&ssid, &dsid, 0, 1 << 63, 4096)), p::NFS4ERR_FBIG);
+    let (rsid, ro) = open42(&s, &mut c, b"cro", 1);
+    assert_eq!(clone42(&s, &mut c, &src, &ro, &clone_args(&ssid, &rsid, 0, 0, 4096)), p::NFS4ERR_OPENMODE);
+    let future = p::stateid4 { seqid: ssid.seqid + 5, other: ssid.other };
+    assert_eq!(clone42(&s, &mut c, &src, &dst, &clone_args(&future, &dsid, 0, 0, 4096)), p::NFS4ERR_BAD_STATEID);
+    assert_eq!(read_via(&s, &mut c, &src, &ssid, 1 << 20), Ok(data), "the source survived it all");
 }
