@@ -5,16 +5,17 @@
 #   test-nfs.sh chimerad CHIMERAD_BINARY   # our server (what `make test-guest` runs)
 #   test-nfs.sh ganesha                    # NFS-Ganesha, to validate the harness
 #
-# VERSIONS (default "3 4.1") picks the versions; BACKEND (memfs, the
-# default, or diskfs over a file in the cache directory) chimerad's backend.
-# Results (consoles, mountstats) go to OUT_DIR (default
+# VERSIONS (default "3 4.1 auto") picks the versions (also 4.2; auto: no
+# vers= option, which must negotiate 4.2); BACKEND (memfs, the default, or
+# diskfs over a file in the cache directory) chimerad's backend. Results
+# (consoles, mountstats) go to OUT_DIR (default
 # $CACHE/guest/results/<server>[-diskfs]). Prints one line per
 # run and a summary; exits non-zero when any run failed or none ran.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 CACHE=${CACHE:-$HOME/.cache/chimera-test}
-VERSIONS=${VERSIONS:-3 4.1}
+VERSIONS=${VERSIONS:-3 4.1 auto}
 RUN_TIMEOUT_S=900          # one guest boot + workload, generous for a loaded 2-core box
 CHIMERAD_NFS_PORT=22049
 CHIMERAD_MNT_PORT=22048

@@ -56,7 +56,9 @@ fail() {
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches || fail "cannot drop caches"; }
 # soft + bounded retries: a dead server becomes EIO and a FAIL line, not a
 # guest hung in D state until the host's timeout.
-OPTS="vers=4.1,proto=tcp,port=$PORT,soft,timeo=100,retrans=3"
+# PNFS_NFS_VERS: 4.1 (default) or 4.2 (the flex-files reports then go as
+# the 4.2 operations LAYOUTSTATS / LAYOUTERROR they are).
+OPTS="vers=${PNFS_NFS_VERS:-4.1},proto=tcp,port=$PORT,soft,timeo=100,retrans=3"
 do_mount() { mount -t nfs -o "$OPTS" "$MDS:$EXPORT" "$MNT" || fail "mount -o $OPTS $MDS:$EXPORT failed"; }
 
 step network

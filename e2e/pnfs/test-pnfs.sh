@@ -33,6 +33,10 @@
 #             a new file: it lands on ds3 (and ds2), ds1 gets no new writes,
 #             and every file, old and new, reads back bit-exact.
 #
+# PNFS_NFS_VERS=4.2 mounts NFSv4.2 instead of 4.1 (the same cases must
+# pass: layouts, recalls as 4.2 callbacks, LAYOUTSTATS / LAYOUTERROR as the
+# client sends them).
+#
 # One guest boot per case, servers restarted per case (fresh counters).
 # Results (server configs and logs, metrics before/after, mountstats,
 # /proc/net/tcp, consoles) stay in $CACHE/pnfs/results/<run>/<case>/; the
@@ -339,7 +343,8 @@ run_case() {  # $1: case name
   tl "$c: guest boots in chim-cli (${ADDR[cli]}); $bytes bytes in ${#FILES[@]} files"
   local args=(-t $GUEST_RUN_TIMEOUT_S -o "$d/results" -e PNFS_MDS="${ADDR[mds]}" -e PNFS_SUBNET="${ADDR[mds]%.*}.0/24"
     -e PNFS_DS_ADDRS="${ADDR[ds1]} ${ADDR[ds2]} ${ADDR[ds3]}" -e PNFS_EXPORT=/memfs -e PNFS_NFS_PORT=$NFS_PORT
-    -e PNFS_EXPECT="$expect" -e PNFS_HOST_SYNC=$sync -e PNFS_READ_ERRORS_OK=$errors_ok -e PNFS_EXPECT2="$expect2")
+    -e PNFS_EXPECT="$expect" -e PNFS_HOST_SYNC=$sync -e PNFS_READ_ERRORS_OK=$errors_ok -e PNFS_EXPECT2="$expect2"
+    -e PNFS_NFS_VERS="${PNFS_NFS_VERS:-4.1}")
   in_ns cli "$guest/run.sh" "${args[@]}" "$here/guest-io.sh" >"$d/guest.out" 2>&1 &
   local guest_pid=$! guest_rc=0 i
   # Who the servers see: their established NFS connections, sampled once a

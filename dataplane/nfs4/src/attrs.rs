@@ -57,6 +57,11 @@ pub const MOUNTED_ON_FILEID: u32 = 55;
 pub const FS_LAYOUT_TYPES: u32 = 62;
 pub const LAYOUT_BLKSIZE: u32 = 65;
 pub const SUPPATTR_EXCLCREAT: u32 = 75;
+/// NFSv4.2 extended attributes (RFC 8276 §8.2): whether the object's file
+/// system has them.
+pub const XATTR_SUPPORT: u32 = 82;
+/// NFSv4.2 (RFC 7862 §12.2.1): the alignment CLONE needs (0: none).
+pub const CLONE_BLKSIZE: u32 = 77;
 
 /// Bitmap words we understand; bits beyond are never supported.
 pub const BITMAP_WORDS: usize = 3;
@@ -165,7 +170,7 @@ pub const SUPPORTED: Bitmap = Bitmap::of(&[
     HOMOGENEOUS, MAXFILESIZE, MAXLINK, MAXNAME, MAXREAD, MAXWRITE, MODE, NO_TRUNC, NUMLINKS, OWNER,
     OWNER_GROUP, RAWDEV, SPACE_AVAIL, SPACE_FREE, SPACE_TOTAL, SPACE_USED, TIME_ACCESS,
     TIME_ACCESS_SET, TIME_DELTA, TIME_METADATA, TIME_MODIFY, TIME_MODIFY_SET, MOUNTED_ON_FILEID,
-    FS_LAYOUT_TYPES, LAYOUT_BLKSIZE, SUPPATTR_EXCLCREAT,
+    FS_LAYOUT_TYPES, LAYOUT_BLKSIZE, SUPPATTR_EXCLCREAT, CLONE_BLKSIZE, XATTR_SUPPORT,
 ]);
 
 /// Attributes SETATTR (and create) may set.
@@ -196,6 +201,10 @@ pub struct Source<'a> {
     pub layout_type: u32,
     /// layout_blksize (the stripe unit when pNFS is on).
     pub layout_blksize: u32,
+    /// xattr_support: the backend keeps extended attributes for the object.
+    pub xattr_support: bool,
+    /// clone_blksize: the backend's CLONE alignment (0: it cannot clone).
+    pub clone_blksize: u32,
 }
 
 pub fn needs_fsstat(req: &Bitmap) -> bool {
@@ -313,6 +322,8 @@ fn encode_one(a: u32, s: &Source<'_>, e: &mut Encoder<'_>) -> XdrResult<()> {
         }
         LAYOUT_BLKSIZE => e.u32(s.layout_blksize),
         SUPPATTR_EXCLCREAT => EXCLCREAT.encode(e),
+        XATTR_SUPPORT => e.bool(s.xattr_support),
+        CLONE_BLKSIZE => e.u32(s.clone_blksize),
         other => unreachable!("attribute {other} is in SUPPORTED but has no encoder"),
     }
 }
@@ -324,7 +335,7 @@ pub const NOT_COMPARABLE: Bitmap = Bitmap::of(&[RDATTR_ERROR, TIME_ACCESS_SET, T
 /// The boolean attributes (XDR bool: 0 or 1, anything else is BADXDR).
 const BOOLS: Bitmap = Bitmap::of(&[
     LINK_SUPPORT, SYMLINK_SUPPORT, NAMED_ATTR, UNIQUE_HANDLES, CANSETTIME, CASE_INSENSITIVE,
-    CASE_PRESERVING, CHOWN_RESTRICTED, HOMOGENEOUS, NO_TRUNC,
+    CASE_PRESERVING, CHOWN_RESTRICTED, HOMOGENEOUS, NO_TRUNC, XATTR_SUPPORT,
 ]);
 
 /// Longest filehandle (NFS4_FHSIZE) and owner string accepted in a fattr4.
@@ -516,7 +527,7 @@ mod tests {
     fn encodes_in_bit_order_with_numeric_owner() {
         let a = attr();
         let fh = FileHandle { export_id: 1, ino: 99, generation: 1 };
-        let src = Source { attr: &a, fh: &fh, fsstat: None, lease_time_s: 90, read_bytes_max: 1 << 20, write_bytes_max: 1 << 20, rdattr_error: 0, layout_type: 0, layout_blksize: LAYOUT_BLKSIZE_BYTES };
+        let src = Source { attr: &a, fh: &fh, fsstat: None, lease_time_s: 90, read_bytes_max: 1 << 20, write_bytes_max: 1 << 20, rdattr_error: 0, layout_type: 0, layout_blksize: LAYOUT_BLKSIZE_BYTES, xattr_support: true, clone_blksize: 4096 };
         // size(4), owner(36), time_modify_set(54, write-only), bit 90 (unsupported), space_total (no fsstat)
         let req = Bitmap::of(&[OWNER, SIZE, TIME_MODIFY_SET, 90, SPACE_TOTAL]);
         let mut buf = [0u8; 256];
@@ -540,7 +551,7 @@ mod tests {
         let a = attr();
         let fh = FileHandle { export_id: 1, ino: 99, generation: 1 };
         let fs = FsStat { total_bytes: 1, free_bytes: 2, avail_bytes: 3, total_files: 4, free_files: 5, avail_files: 6 };
-        let src = Source { attr: &a, fh: &fh, fsstat: Some(&fs), lease_time_s: 90, read_bytes_max: 1, write_bytes_max: 1, rdattr_error: 0, layout_type: 0, layout_blksize: LAYOUT_BLKSIZE_BYTES };
+        let src = Source { attr: &a, fh: &fh, fsstat: Some(&fs), lease_time_s: 90, read_bytes_max: 1, write_bytes_max: 1, rdattr_error: 0, layout_type: 0, layout_blksize: LAYOUT_BLKSIZE_BYTES, xattr_support: true, clone_blksize: 4096 };
         let mut buf = [0u8; 1024];
         let mut e = Encoder::new(&mut buf);
         encode_fattr(&SUPPORTED, &src, &mut e).unwrap();

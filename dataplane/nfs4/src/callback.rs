@@ -568,7 +568,7 @@ fn encode_recall(xid: u32, call: &CbCall, r: &LayoutRecall) -> Result<Vec<u8>, C
     };
     let args = p::CB_COMPOUND4args {
         tag: b"",
-        minorversion: 1,
+        minorversion: call.minor,
         callback_ident: 0,
         argarray: vec![
             p::nfs_cb_argop4::OP_CB_SEQUENCE(p::CB_SEQUENCE4args {

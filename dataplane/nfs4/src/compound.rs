@@ -21,15 +21,29 @@ use vfs::{Cred, FileHandle};
 pub const TAG_BYTES_MAX: u32 = 1024;
 /// Supplementary groups carried by AUTH_SYS at most (RFC 5531).
 pub const GIDS_MAX: usize = 16;
+/// Minor versions served: 1 (RFC 8881) and 2 (RFC 7862). Anything else
+/// is NFS4ERR_MINOR_VERS_MISMATCH with no operation evaluated (§16.2.3).
+pub const MINOR_VERSIONS: core::ops::RangeInclusive<u32> = 1..=2;
 /// Op numbers defined for minor version 1 (RFC 8881 §18): 3 ..= 58.
 const OP_FIRST: u32 = 3;
 const OP_LAST_V41: u32 = 58;
-/// NFSv4.2 operations accepted in minor version 1 COMPOUNDs: the flex-files
-/// layout (RFC 8435 §9) reports through LAYOUTERROR and LAYOUTSTATS.
-const OPS_V42_ACCEPTED: [u32; 2] = [p::OP_LAYOUTERROR as u32, p::OP_LAYOUTSTATS as u32];
+/// Minor version 2 adds 59 ..= 71 (RFC 7862 §15) and the extended
+/// attribute operations 72 ..= 75 (RFC 8276 §8.4, an extension of 4.2).
+const OP_LAST_V42: u32 = p::OP_REMOVEXATTR as u32;
+/// NFSv4.2 operations accepted in minor version 1 COMPOUNDs too: the
+/// flex-files layout (RFC 8435 §9) reports through LAYOUTERROR and
+/// LAYOUTSTATS. Every other 4.2 operation in a 4.1 COMPOUND is not an
+/// operation of that minor version: NFS4ERR_OP_ILLEGAL (RFC 8881 §15.2,
+/// RFC 8178 §4.4.3: a server returns OP_ILLEGAL for an operation its minor
+/// version does not define).
+const OPS_V42_IN_V41: [u32; 2] = [p::OP_LAYOUTERROR as u32, p::OP_LAYOUTSTATS as u32];
 
-fn op_known(op: u32) -> bool {
-    (OP_FIRST..=OP_LAST_V41).contains(&op) || OPS_V42_ACCEPTED.contains(&op)
+/// Whether `op` is an operation of minor version `minor`.
+fn op_known(op: u32, minor: u32) -> bool {
+    match minor {
+        1 => (OP_FIRST..=OP_LAST_V41).contains(&op) || OPS_V42_IN_V41.contains(&op),
+        _ => (OP_FIRST..=OP_LAST_V42).contains(&op),
+    }
 }
 
 /// The SEQUENCE of this COMPOUND, once it succeeded.
@@ -70,6 +84,8 @@ pub(crate) struct Compound<'p> {
     /// will_signal on LAYOUTTRYLATER, GETDEVICEINFO's mincount on TOOSMALL).
     pub error_body_u32: Option<u32>,
     pub now_ms: u64,
+    /// The COMPOUND's minor version (one of `MINOR_VERSIONS`).
+    pub minor: u32,
     pub numops: u32,
     pub request_bytes: usize,
     /// Reply position where COMPOUND4res starts.
@@ -129,6 +145,7 @@ impl<'p> Compound<'p> {
             denied: None,
             error_body_u32: None,
             now_ms: prog.now_ms(),
+            minor: 1,
             numops: 0,
             request_bytes,
             reply_start,
@@ -183,7 +200,7 @@ impl<'p> Compound<'p> {
             }
             return self.op_sequence(d, e);
         }
-        if !op_known(opnum) {
+        if !op_known(opnum, self.minor) {
             return fail(p::NFS4ERR_OP_ILLEGAL);
         }
         if i == 0 {
@@ -223,6 +240,8 @@ impl<'p> Compound<'p> {
     /// LINK the saved) filehandle is NFS4ERR_ACCESS unless the rules of its
     /// export admit the peer, NFS4ERR_ROFS when it would modify and the
     /// grant is read-only; the credential is squashed as the rule says.
+    /// COPY's and CLONE's source (the saved filehandle) must be admitted,
+    /// for reading.
     /// Runs before the operation touches the backend, and again on resume.
     /// Operations that only put, save or restore a filehandle, ask SECINFO,
     /// or release state (CLOSE, LOCKU, OPEN_DOWNGRADE, DELEGRETURN,
@@ -261,10 +280,13 @@ impl<'p> Compound<'p> {
             if let Some(fh) = self.cur {
                 grant = table.check(fh.export_id, self.peer).ok_or(Nfs4Error(p::NFS4ERR_ACCESS))?;
             }
-            if matches!(op, p::OP_RENAME | p::OP_LINK) {
+            if matches!(op, p::OP_RENAME | p::OP_LINK | p::OP_COPY | p::OP_CLONE) {
                 if let Some(fh) = self.saved {
                     let g = table.check(fh.export_id, self.peer).ok_or(Nfs4Error(p::NFS4ERR_ACCESS))?;
-                    grant.writable &= g.writable;
+                    // COPY and CLONE only read their source (the saved filehandle).
+                    if !matches!(op, p::OP_COPY | p::OP_CLONE) {
+                        grant.writable &= g.writable;
+                    }
                 }
             }
             if !grant.writable && modifies(op, d) {
@@ -328,8 +350,21 @@ impl<'p> Compound<'p> {
             p::OP_LAYOUTCOMMIT => self.op_layoutcommit(d, e),
             p::OP_LAYOUTERROR => self.op_layouterror(d, e),
             p::OP_LAYOUTSTATS => self.op_layoutstats(d, e),
+            p::OP_SEEK => self.op_seek(d, e),
+            p::OP_ALLOCATE => self.op_allocate(d, e),
+            p::OP_DEALLOCATE => self.op_deallocate(d, e),
+            p::OP_READ_PLUS => self.op_read_plus(d, e),
+            p::OP_COPY => self.op_copy(d, e),
+            p::OP_CLONE => self.op_clone(d, e),
+            p::OP_GETXATTR => self.op_getxattr(d, e),
+            p::OP_SETXATTR => self.op_setxattr(d, e),
+            p::OP_LISTXATTRS => self.op_listxattrs(d, e),
+            p::OP_REMOVEXATTR => self.op_removexattr(d, e),
             // Everything else of minor version 1 (delegations, OPENATTR,
-            // WANT_DELEGATION, the v4.0-only ops ...) is not supported (§15.2).
+            // WANT_DELEGATION, the v4.0-only ops ...) is not supported
+            // (RFC 8881 §15.2), nor are the 4.2 operations without a case
+            // here (COPY, CLONE, IO_ADVISE, ...: RFC 7862 §13); their
+            // arguments are not decoded, since evaluation stops here.
             _ => fail(p::NFS4ERR_NOTSUPP),
         }
     }
@@ -343,6 +378,7 @@ fn modifies(op: i32, d: &Decoder<'_>) -> bool {
     use proto::xdr::Xdr;
     match op {
         p::OP_SETATTR | p::OP_WRITE | p::OP_CREATE | p::OP_REMOVE | p::OP_RENAME | p::OP_LINK | p::OP_COMMIT => true,
+        p::OP_ALLOCATE | p::OP_DEALLOCATE | p::OP_SETXATTR | p::OP_REMOVEXATTR | p::OP_COPY | p::OP_CLONE => true,
         p::OP_LAYOUTCOMMIT => true,
         p::OP_OPEN => match p::OPEN4args::decode(&mut d.clone()) {
             Ok(a) => a.share_access & p::OPEN4_SHARE_ACCESS_WRITE != 0 || matches!(a.openhow, p::openflag4::OPEN4_CREATE(_)),
@@ -376,18 +412,19 @@ pub(crate) fn run(
 
     let start = e.position();
     if let Some(r) = ctx.resumed {
-        return resume(prog, ctx, r, args, numops, e);
+        return resume(prog, ctx, r, args, minorversion, numops, e);
     }
     let status_at = e.reserve(4).map_err(xdr_sys)?;
     e.opaque_var(tag).map_err(xdr_sys)?;
     let count_at = e.reserve(4).map_err(xdr_sys)?;
-    if minorversion != 1 {
+    if !MINOR_VERSIONS.contains(&minorversion) {
         // §16.2.3: no operation is evaluated, the result array is empty.
         e.patch_u32(status_at, p::NFS4ERR_MINOR_VERS_MISMATCH as u32);
         return Ok(());
     }
 
     let mut c = Compound::new(prog, ctx, args.len(), start);
+    c.minor = minorversion;
     c.numops = numops;
     let r = evaluate(&mut c, &mut d, e, status_at, count_at, 0);
     finish(&c, r, start, e)
@@ -416,6 +453,7 @@ fn resume(
     ctx: &CallContext<'_>,
     r: rpc::park::Resumed<'_>,
     args: &[u8],
+    minorversion: u32,
     numops: u32,
     e: &mut Encoder<'_>,
 ) -> Result<(), CallError> {
@@ -428,6 +466,7 @@ fn resume(
     room[..saved.reply.len()].copy_from_slice(saved.reply);
     e.advance(saved.reply.len());
     let mut c = Compound::new(prog, ctx, args.len(), start);
+    c.minor = minorversion;
     c.numops = numops;
     c.cur = saved.cur;
     c.saved = saved.saved;
@@ -458,7 +497,7 @@ fn evaluate(
     for i in first..c.numops {
         let args_pos = d.position();
         let (opnum, opres, short) = match d.u32() {
-            Ok(op) if op_known(op) => (op, op, false),
+            Ok(op) if op_known(op, c.minor) => (op, op, false),
             Ok(op) => (op, p::OP_ILLEGAL as u32, false),
             // Fewer operations than the count says.
             Err(_) => (p::OP_ILLEGAL as u32, p::OP_ILLEGAL as u32, true),

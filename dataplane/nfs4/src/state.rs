@@ -177,6 +177,11 @@ pub struct Session {
     pub back: ChannelAttrs,
     pub flags: u32,
     pub cb_program: u32,
+    /// The minor version of the COMPOUND that created the session: its
+    /// callbacks are CB_COMPOUNDs of the same minor version (a Linux 4.2
+    /// client finds the session of a callback by sessionid and minor
+    /// version together).
+    pub minor: u32,
     slots: Vec<Slot>,
     conns: Vec<u64>,
     /// The back channel (RFC 8881 §2.10.3.1), used by `crate::callback`.
@@ -225,6 +230,8 @@ pub struct CbCall {
     pub cred: rpc::backchannel::CallCred,
     pub request_bytes_max: u32,
     pub ops_max: u32,
+    /// The session's minor version (the CB_COMPOUND's minorversion).
+    pub minor: u32,
 }
 
 /// Why `cb_begin` found no slot.
@@ -702,6 +709,7 @@ impl State {
                 back,
                 flags,
                 cb_program,
+                minor: 1,
                 slots,
                 conns: Vec::new(),
                 back_chan: BackChan {
@@ -829,6 +837,12 @@ impl State {
         Ok(())
     }
 
+    /// CREATE_SESSION: the minor version the session was created in.
+    pub fn set_session_minor(&mut self, id: &SessionId, minor: u32) -> StateResult<()> {
+        self.sessions.get_mut(id).ok_or(StateError::BadSession)?.minor = minor;
+        Ok(())
+    }
+
     /// CREATE_SESSION / BACKCHANNEL_CTL (§18.33): how to call the client.
     pub fn set_callback_sec(&mut self, id: &SessionId, program: u32, cred: Option<rpc::backchannel::CallCred>) -> StateResult<()> {
         let b = &mut self.sessions.get_mut(id).ok_or(StateError::BadSession)?.back_chan;
@@ -896,6 +910,7 @@ impl State {
                 cred: b.cred.clone().expect("usable has a credential"),
                 request_bytes_max: s.back.request_bytes_max,
                 ops_max: s.back.ops_max,
+                minor: s.minor,
             });
         }
         Err(if usable { CbBusy::SlotsBusy } else { CbBusy::NoBackChannel })

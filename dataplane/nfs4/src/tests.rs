@@ -300,7 +300,7 @@ fn putfh(fh: &[u8]) -> p::PUTFH4args<'_> {
 #[test]
 fn session_setup_and_minor_version_mismatch() {
     let s = server();
-    for minor in [0u32, 2] {
+    for minor in [0u32, 3, u32::MAX] {
         let r = s.call(Req::new(minor).raw(p::OP_PUTROOTFH as u32, &[]));
         assert_eq!(r.status, p::NFS4ERR_MINOR_VERS_MISMATCH);
         assert_eq!(r.count, 0, "no operation evaluated");
@@ -984,13 +984,13 @@ fn linux_like_mount_over_router() {
     assert_eq!(r.status, p::NFS4_OK);
     let _ = r.next(p::OP_SEQUENCE);
     // PUTROOTFH + GETATTR: type, fsid, fileid, plus bits we do not have
-    // (acl 12, fs_locations 24, word 2 bits 80..95).
+    // (acl 12, fs_locations 24, word 2 bits 80..95 but xattr_support 82).
     let ask = |extra: &[u32]| {
         let mut b = crate::attrs::Bitmap::of(&[crate::attrs::TYPE, crate::attrs::FSID, crate::attrs::FILEID, 12, 24]);
         for a in extra {
             b.insert(*a);
         }
-        b.0[2] |= 0xffff_0000;
+        b.0[2] |= 0xffff_0000 & !(1 << (crate::attrs::XATTR_SUPPORT - 64));
         p::GETATTR4args { attr_request: b.0.to_vec() }
     };
     let mut r = s.call(
@@ -2510,3 +2510,5 @@ fn restart_within_a_second_refuses_the_old_instances_ids() {
     assert_eq!(r.status, p::NFS4ERR_BADSESSION, "the old session is unknown to the new instance");
     assert!((0..64).map(|_| instance_epoch()).collect::<std::collections::HashSet<_>>().len() == 64, "every instance gets its own epoch");
 }
+
+mod v42;

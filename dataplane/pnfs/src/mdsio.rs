@@ -365,4 +365,50 @@ impl Vfs for PnfsVfs {
     fn record_client(&self, owner: &[u8], present: bool) {
         self.inner().record_client(owner, present)
     }
+
+    // A file's data lives on the data servers (a file not placed yet has
+    // none), which the MDS's backend knows nothing of: a placed file's
+    // holes are not the MDS's to report, and no file's space is the MDS's
+    // to reserve. Those answer NotSupported (NFS4ERR_NOTSUPP; READ_PLUS
+    // then reads the file as data). A file not placed yet is all holes in
+    // the backend, which answers SEEK and DEALLOCATE for it.
+    fn seek(&self, fh: &FileHandle, offset: u64, what: vfs::Content) -> VfsResult<Option<(bool, u64)>> {
+        match self.placed(fh) {
+            Some(_) => Err(VfsError::NotSupported),
+            None => self.inner().seek(fh, offset, what),
+        }
+    }
+
+    fn allocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        let _ = (fh, offset, len);
+        Err(VfsError::NotSupported)
+    }
+
+    // Extended attributes are metadata: the MDS's backend keeps them.
+    fn xattrs_supported(&self, fh: &FileHandle) -> bool {
+        self.inner().xattrs_supported(fh)
+    }
+
+    fn getxattr(&self, fh: &FileHandle, name: &[u8]) -> VfsResult<Vec<u8>> {
+        self.inner().getxattr(fh, name)
+    }
+
+    fn setxattr(&self, fh: &FileHandle, name: &[u8], value: &[u8], how: XattrSet) -> VfsResult<Attr> {
+        self.inner().setxattr(fh, name, value, how)
+    }
+
+    fn listxattrs(&self, fh: &FileHandle, cookie: u64, visit: &mut dyn FnMut(&[u8]) -> bool) -> VfsResult<bool> {
+        self.inner().listxattrs(fh, cookie, visit)
+    }
+
+    fn removexattr(&self, fh: &FileHandle, name: &[u8]) -> VfsResult<Attr> {
+        self.inner().removexattr(fh, name)
+    }
+
+    fn deallocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        match self.placed(fh) {
+            Some(_) => Err(VfsError::NotSupported),
+            None => self.inner().deallocate(fh, offset, len),
+        }
+    }
 }

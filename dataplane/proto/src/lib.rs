@@ -41,8 +41,10 @@ generated!(
     nfs3
 );
 generated!(
-    /// NFS version 4.1 with pNFS and the callback program (RFC 5662 / RFC 8881;
-    /// LAYOUTERROR and LAYOUTSTATS from RFC 7862), from `spec/nfs4.x`.
+    /// NFS version 4.1 with pNFS and the callback program (RFC 5662 / RFC 8881),
+    /// extended by NFSv4.2 (RFC 7862: op numbers, errors, the types of SEEK,
+    /// ALLOCATE, DEALLOCATE, READ_PLUS, LAYOUTERROR, LAYOUTSTATS) and its
+    /// extended attributes (RFC 8276), from `spec/nfs4.x`.
     nfs4
 );
 generated!(

@@ -514,6 +514,143 @@ pub trait Vfs: Send + Sync {
     fn record_client(&self, owner: &[u8], present: bool) {
         let _ = (owner, present);
     }
+
+    /// Where the next `what` at or after `offset` starts in a regular file
+    /// (lseek SEEK_DATA / SEEK_HOLE; NFSv4.2 SEEK, READ_PLUS). `None` when
+    /// `offset` is at or past the end of file. Otherwise `(eof, position)`:
+    /// for `Data`, the first data byte (`eof` false), or `(true, size)`
+    /// when only holes follow; for `Hole`, the first byte of the next hole,
+    /// where every file has a virtual hole at its end (`(true, size)` when
+    /// the data runs to the end). Allocated but unwritten ranges are data.
+    /// Must not block: it answers from metadata. Backends without sparse
+    /// files may leave this default (`NotSupported`); callers then treat
+    /// the whole file as data.
+    fn seek(&self, fh: &FileHandle, offset: u64, what: Content) -> VfsResult<Option<(bool, u64)>> {
+        let _ = (fh, offset, what);
+        Err(VfsError::NotSupported)
+    }
+
+    /// Reserve space for `[offset, offset + len)` of a regular file
+    /// (fallocate mode 0; NFSv4.2 ALLOCATE): holes in the range become
+    /// zeroed, charged data, and the size grows to `offset + len` if that
+    /// is larger. All or nothing: `QuotaExceeded` / `NoSpace` (or
+    /// `FileTooBig`) leave the file and the space figures unchanged.
+    /// `len` 0 is `Inval`. Returns the attributes after.
+    fn allocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        let _ = (fh, offset, len);
+        Err(VfsError::NotSupported)
+    }
+
+    /// Punch a hole in `[offset, offset + len)` of a regular file
+    /// (fallocate PUNCH_HOLE | KEEP_SIZE; NFSv4.2 DEALLOCATE): the range
+    /// reads as zeros, the space of whole blocks inside it is given back
+    /// (quota and fsstat go down), the size does not change. A range past
+    /// the end of file does nothing. `len` 0 is `Inval`. Returns the
+    /// attributes after.
+    fn deallocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        let _ = (fh, offset, len);
+        Err(VfsError::NotSupported)
+    }
+
+    /// Copy up to `len` bytes of regular file `src` from `src_offset` to
+    /// regular file `dst` at `dst_offset`, inside this backend (NFSv4.2
+    /// COPY: no data crosses the network). Returns the bytes copied:
+    /// fewer than `len` when the source ends first, or when space ran out
+    /// after some were copied (the error comes when none were). Written
+    /// data is as stable as a FILE_SYNC write. The caller bounds `len` (a
+    /// copy is done inline) and checks overlaps within one file. Backends
+    /// without it keep this default (`NotSupported`: the client copies
+    /// through itself).
+    fn copy_range(&self, src: &FileHandle, src_offset: u64, dst: &FileHandle, dst_offset: u64, len: u64) -> VfsResult<u64> {
+        let _ = (src, src_offset, dst, dst_offset, len);
+        Err(VfsError::NotSupported)
+    }
+
+    /// Make `[dst_offset, dst_offset + len)` of regular file `dst` a clone
+    /// of `src` from `src_offset` (reflink; NFSv4.2 CLONE): afterwards the
+    /// range reads as the source did, and later writes to either file do
+    /// not show in the other. All or nothing (`QuotaExceeded` / `NoSpace`
+    /// leave `dst` unchanged); `dst` grows to the range's end if shorter.
+    /// Offsets must be multiples of `clone_block_bytes`, and so must `len`
+    /// unless the range ends both files (`Inval`); the caller checks the
+    /// range lies within the source and, in one file, does not overlap.
+    /// Backends without it keep this default (`NotSupported`).
+    fn clone_range(&self, src: &FileHandle, src_offset: u64, dst: &FileHandle, dst_offset: u64, len: u64) -> VfsResult<Attr> {
+        let _ = (src, src_offset, dst, dst_offset, len);
+        Err(VfsError::NotSupported)
+    }
+
+    /// The alignment `clone_range` needs (0: no cloning).
+    fn clone_block_bytes(&self, fh: &FileHandle) -> u32 {
+        let _ = fh;
+        0
+    }
+
+    /// Extended attributes (the user namespace without its `user.`
+    /// prefix; NFSv4.2 GETXATTR & co., RFC 8276) of a file, directory or
+    /// symlink. Names are 1 to `XATTR_NAME_MAX` bytes without NUL
+    /// (`Inval`, `NameTooLong`); values at most `XATTR_VALUE_BYTES_MAX`
+    /// (`FileTooBig`); a missing attribute is `NoEnt`. Backends without
+    /// them keep these defaults (`NotSupported`) and `xattrs_supported`
+    /// false, so NFSv4.2 does not advertise them.
+    fn xattrs_supported(&self, fh: &FileHandle) -> bool {
+        let _ = fh;
+        false
+    }
+
+    /// The value of attribute `name`.
+    fn getxattr(&self, fh: &FileHandle, name: &[u8]) -> VfsResult<Vec<u8>> {
+        let _ = (fh, name);
+        Err(VfsError::NotSupported)
+    }
+
+    /// Set attribute `name` as `how` says (`Exist` for `Create` of one that
+    /// exists, `NoEnt` for `Replace` of one that does not). Charged to the
+    /// object's volume like data: all or nothing at `QuotaExceeded` /
+    /// `NoSpace`. Returns the attributes after (the change attribute moved).
+    fn setxattr(&self, fh: &FileHandle, name: &[u8], value: &[u8], how: XattrSet) -> VfsResult<Attr> {
+        let _ = (fh, name, value, how);
+        Err(VfsError::NotSupported)
+    }
+
+    /// Visit the names after the first `cookie` (0: from the start) in a
+    /// stable order; the visitor returns false to stop. Returns true when
+    /// the listing reached the end.
+    fn listxattrs(&self, fh: &FileHandle, cookie: u64, visit: &mut dyn FnMut(&[u8]) -> bool) -> VfsResult<bool> {
+        let _ = (fh, cookie, visit);
+        Err(VfsError::NotSupported)
+    }
+
+    /// Remove attribute `name` (`NoEnt` when it does not exist).
+    fn removexattr(&self, fh: &FileHandle, name: &[u8]) -> VfsResult<Attr> {
+        let _ = (fh, name);
+        Err(VfsError::NotSupported)
+    }
+}
+
+/// How [`Vfs::setxattr`] treats an existing attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XattrSet {
+    /// Create or replace.
+    Either,
+    /// Only create (`Exist` when it exists).
+    Create,
+    /// Only replace (`NoEnt` when it does not exist).
+    Replace,
+}
+
+/// Longest extended attribute name (without the `user.` prefix).
+pub const XATTR_NAME_MAX: usize = 255;
+/// Largest extended attribute value (Linux's XATTR_SIZE_MAX).
+pub const XATTR_VALUE_BYTES_MAX: usize = 64 << 10;
+/// Most extended attributes one object may have.
+pub const XATTRS_PER_OBJECT_MAX: usize = 1024;
+
+/// What [`Vfs::seek`] looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Content {
+    Data,
+    Hole,
 }
 
 /// Eight random bytes for a write verifier (a new one every start, so

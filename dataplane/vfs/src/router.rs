@@ -445,6 +445,92 @@ impl Vfs for Router {
             m.backend.record_client(owner, present)
         }
     }
+
+    // The pseudo-root is a directory: no data to seek or allocate.
+    fn seek(&self, fh: &FileHandle, offset: u64, what: crate::Content) -> VfsResult<Option<(bool, u64)>> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::IsDir),
+            Target::Backend(v) => v.seek(fh, offset, what),
+        }
+    }
+
+    fn allocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::IsDir),
+            Target::Backend(v) => v.allocate(fh, offset, len),
+        }
+    }
+
+    fn deallocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::IsDir),
+            Target::Backend(v) => v.deallocate(fh, offset, len),
+        }
+    }
+
+    /// Within one backend only (a copy between mounts is CrossDevice).
+    fn copy_range(&self, src: &FileHandle, src_offset: u64, dst: &FileHandle, dst_offset: u64, len: u64) -> VfsResult<u64> {
+        match (self.target(src)?, self.target(dst)?) {
+            (Target::Backend(v), Target::Backend(_)) if src.export_id == dst.export_id => {
+                v.copy_range(src, src_offset, dst, dst_offset, len)
+            }
+            (Target::Pseudo, _) | (_, Target::Pseudo) => Err(VfsError::IsDir),
+            _ => Err(VfsError::CrossDevice),
+        }
+    }
+
+    fn clone_range(&self, src: &FileHandle, src_offset: u64, dst: &FileHandle, dst_offset: u64, len: u64) -> VfsResult<Attr> {
+        match (self.target(src)?, self.target(dst)?) {
+            (Target::Backend(v), Target::Backend(_)) if src.export_id == dst.export_id => {
+                v.clone_range(src, src_offset, dst, dst_offset, len)
+            }
+            (Target::Pseudo, _) | (_, Target::Pseudo) => Err(VfsError::IsDir),
+            _ => Err(VfsError::CrossDevice),
+        }
+    }
+
+    fn clone_block_bytes(&self, fh: &FileHandle) -> u32 {
+        match self.target(fh) {
+            Ok(Target::Backend(v)) => v.clone_block_bytes(fh),
+            _ => 0,
+        }
+    }
+
+    fn xattrs_supported(&self, fh: &FileHandle) -> bool {
+        match self.target(fh) {
+            Ok(Target::Backend(v)) => v.xattrs_supported(fh),
+            _ => false,
+        }
+    }
+
+    // The pseudo-root has no extended attributes and takes none.
+    fn getxattr(&self, fh: &FileHandle, name: &[u8]) -> VfsResult<Vec<u8>> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::NoEnt),
+            Target::Backend(v) => v.getxattr(fh, name),
+        }
+    }
+
+    fn setxattr(&self, fh: &FileHandle, name: &[u8], value: &[u8], how: crate::XattrSet) -> VfsResult<Attr> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::ReadOnly),
+            Target::Backend(v) => v.setxattr(fh, name, value, how),
+        }
+    }
+
+    fn listxattrs(&self, fh: &FileHandle, cookie: u64, visit: &mut dyn FnMut(&[u8]) -> bool) -> VfsResult<bool> {
+        match self.target(fh)? {
+            Target::Pseudo => Ok(true),
+            Target::Backend(v) => v.listxattrs(fh, cookie, visit),
+        }
+    }
+
+    fn removexattr(&self, fh: &FileHandle, name: &[u8]) -> VfsResult<Attr> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::ReadOnly),
+            Target::Backend(v) => v.removexattr(fh, name),
+        }
+    }
 }
 
 #[cfg(test)]

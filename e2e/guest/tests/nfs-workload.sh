@@ -1,7 +1,8 @@
 #!/bin/sh
 # Kernel NFS client workload (runs inside the guest, busybox sh).
 #
-# Proves that the Linux kernel client, mounted with NFS_VERS (3 or 4.1) from
+# Proves that the Linux kernel client, mounted with NFS_VERS (3, 4.1, 4.2,
+# or auto: no vers= option, which a 4.2-capable kernel negotiates as 4.2) from
 # NFS_SERVER:NFS_EXPORT, sees correct file-system semantics from the server:
 # data written and fsynced reads back bit-exact after the page cache is dropped
 # (and the READs really went over the wire), rename keeps the inode, readdir
@@ -9,7 +10,8 @@
 # mode/owner/size changes are what the server reports after a cache drop,
 # byte-range locks conflict between two processes (on 4.1 also between two
 # NFS clients, which only the server can arbitrate; v3 runs with nolock, so
-# there the client alone arbitrates), remove
+# there the client alone arbitrates), on 4.2 fallocate and punch-hole
+# reserve and give back space over ALLOCATE / DEALLOCATE, remove
 # leaves nothing behind, and unmount succeeds. Every step asserts and fails
 # naming itself. /proc/self/mountstats is saved to /results.
 #
@@ -18,7 +20,7 @@
 # NFS_DATA_MIB (default 64).
 set -u
 
-VERS=${NFS_VERS:?NFS_VERS must be 3 or 4.1}
+VERS=${NFS_VERS:?NFS_VERS must be 3, 4.1, 4.2 or auto}
 PORT=${NFS_PORT:?NFS_PORT must name the server port}
 SERVER=${NFS_SERVER:-10.0.2.2}
 EXPORT=${NFS_EXPORT:-/export}
@@ -50,8 +52,9 @@ drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches || fail "cannot drop cach
 case "$VERS" in
   3) NFS_MOUNT_PORT=${NFS_MOUNT_PORT:?NFS_MOUNT_PORT is needed for v3}
      OPTS="vers=3,proto=tcp,port=$PORT,mountport=$NFS_MOUNT_PORT,mountproto=tcp,nolock" ;;
-  4.1) OPTS="vers=4.1,proto=tcp,port=$PORT" ;;
-  *) STEP=setup; fail "NFS_VERS must be 3 or 4.1, got '$VERS'" ;;
+  4.1|4.2) OPTS="vers=$VERS,proto=tcp,port=$PORT" ;;
+  auto) OPTS="proto=tcp,port=$PORT" ;;
+  *) STEP=setup; fail "NFS_VERS must be 3, 4.1, 4.2 or auto, got '$VERS'" ;;
 esac
 # soft + bounded retries: a dead server turns into EIO and a FAIL line, not a
 # guest hung in D state until the host's timeout.
@@ -61,10 +64,14 @@ step mount
 mkdir -p "$MNT"
 mount -t nfs -o "$OPTS" "$SERVER:$EXPORT" "$MNT" || fail "mount -o $OPTS $SERVER:$EXPORT failed"
 line=$(awk -v m="$MNT" '$2 == m' /proc/mounts)
-case "$line" in
-  *" nfs "*vers=3*|*" nfs4 "*vers=4.1*) ok "$line" ;;
+case "$VERS:$line" in
+  3:*" nfs "*vers=3*|4.1:*" nfs4 "*vers=4.1*|4.2:*" nfs4 "*vers=4.2*) ok "$line" ;;
+  # Without vers= the kernel asks for 4.2 first and keeps it.
+  auto:*" nfs4 "*vers=4.2*) ok "negotiated 4.2: $line" ;;
   *) fail "unexpected mount entry '$line' for vers=$VERS" ;;
 esac
+# The NFSv4 minor version actually in use (locks and 4.2 steps below).
+MINOR=$(awk -v m="$MNT" '$2 == m {n = split($4, o, ","); for (i = 1; i <= n; i++) if (o[i] ~ /^vers=4\./) print substr(o[i], 8)}' /proc/mounts)
 
 step create
 D=$MNT/wl-$VERS-$(head -c 4 /dev/urandom | od -An -tx1 | tr -d ' \n')
@@ -161,7 +168,7 @@ lockhelper try "$D/lockfile" 50 100; rc=$?
 [ $rc = 2 ] || fail "a second process got [50,150) while [0,100) was held (rc $rc, want 2 = conflict)"
 lockhelper try "$D/lockfile" 100 100; rc=$?
 [ $rc = 0 ] || fail "a second process could not lock the free range [100,200) (rc $rc)"
-if [ "$VERS" = 4.1 ]; then
+if [ -n "$MINOR" ]; then
   # The client checks its own processes' locks locally before asking the
   # server, so the conflict above proves nothing about the server. A second
   # NFS client does: another network namespace (the kernel keeps NFS client
@@ -209,6 +216,32 @@ wait $holder || fail "lock holder failed to unlock"
 lockhelper try "$D/lockfile" 0 100; rc=$?
 [ $rc = 0 ] || fail "[0,100) still locked after the holder released it (rc $rc)"
 ok "conflict on overlap, grant on disjoint range, release seen"
+
+if [ "$MINOR" = 2 ]; then
+  # NFSv4.2 space operations (RFC 7862): fallocate is ALLOCATE (the server
+  # charges the space: st_blocks grows), punch-hole DEALLOCATE (the range
+  # reads as zeros, the space comes back, the size stays).
+  step fallocate
+  f="$D/prealloc"
+  allocs_before=$(op_count ALLOCATE); deallocs_before=$(op_count DEALLOCATE)
+  fallocate -l 4194304 "$f" || fail "fallocate -l 4M failed"
+  drop_caches
+  [ "$(stat -c %s "$f")" = 4194304 ] || fail "size after fallocate is $(stat -c %s "$f"), want 4194304"
+  blocks=$(stat -c %b "$f")
+  [ "$blocks" -ge 8192 ] || fail "4 MiB allocated but only $blocks 512-byte blocks used"
+  printf 'ABCD' | dd of="$f" bs=1 seek=1048576 conv=notrunc 2>/dev/null || fail "write into the allocated range"
+  fallocate -p -o 1048576 -l 2097152 "$f" || fail "fallocate --punch-hole failed"
+  drop_caches
+  [ "$(stat -c %s "$f")" = 4194304 ] || fail "punching a hole changed the size to $(stat -c %s "$f")"
+  punched=$(stat -c %b "$f")
+  [ "$punched" -le $((blocks - 4096)) ] || fail "punching 2 MiB left $punched blocks of $blocks"
+  nonzero=$(dd if="$f" bs=1048576 skip=1 count=2 2>/dev/null | tr -d '\000' | wc -c)
+  [ "$nonzero" -eq 0 ] || fail "the punched range holds $nonzero non-zero bytes"
+  [ $(( $(op_count ALLOCATE) - allocs_before )) -gt 0 ] || fail "no ALLOCATE went to the server"
+  [ $(( $(op_count DEALLOCATE) - deallocs_before )) -gt 0 ] || fail "no DEALLOCATE went to the server"
+  rm "$f" || fail "remove $f"
+  ok "allocated $blocks blocks, $punched after the punch; zeros read back"
+fi
 
 step remove
 rm "$D/data.renamed" || fail "remove failed"

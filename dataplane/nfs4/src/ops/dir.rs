@@ -140,6 +140,10 @@ impl Compound<'_> {
         let mut full = false;
         let mut failure: Option<Nfs4Error> = None;
         let (layout_type, layout_blksize) = (self.prog.layout_type(), self.prog.layout_blksize());
+        // Entries live in the directory's backend (the pseudo-root's are
+        // mount roots: asked per entry).
+        let dir_xattrs = self.prog.vfs.xattrs_supported(&dir);
+        let dir_clone_blksize = self.prog.vfs.clone_block_bytes(&dir);
         // The pseudo-root lists only the mounts the client may use.
         let (table, peer, pseudo) = (self.prog.access(), self.peer, dir.export_id == vfs::router::PSEUDO_ROOT_EXPORT);
         let eof = self.prog.vfs.readdir(&dir, start_cookie, &mut |ent| {
@@ -147,6 +151,8 @@ impl Compound<'_> {
                 return true;
             }
             let entry_at = e.position();
+            let xattr_support = if pseudo { self.prog.vfs.xattrs_supported(&ent.fh) } else { dir_xattrs };
+            let clone_blksize = if pseudo { self.prog.vfs.clone_block_bytes(&ent.fh) } else { dir_clone_blksize };
             let src = Source {
                 attr: &ent.attr,
                 fh: &ent.fh,
@@ -157,6 +163,8 @@ impl Compound<'_> {
                 rdattr_error: p::NFS4_OK as u32,
                 layout_type,
                 layout_blksize,
+                xattr_support,
+                clone_blksize,
             };
             let r = e
                 .u32(1)

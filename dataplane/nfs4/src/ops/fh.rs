@@ -103,6 +103,8 @@ impl Compound<'_> {
             rdattr_error: p::NFS4_OK as u32,
             layout_type: self.prog.layout_type(),
             layout_blksize: self.prog.layout_blksize(),
+            xattr_support: self.prog.vfs.xattrs_supported(fh),
+            clone_blksize: self.prog.vfs.clone_block_bytes(fh),
         }
     }
 

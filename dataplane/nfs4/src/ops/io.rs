@@ -17,7 +17,7 @@ const READ_RESOK_OVERHEAD_BYTES: usize = 12;
 
 impl Compound<'_> {
     /// Validate `sid` for I/O on `fh` and return the access its open allows.
-    fn io_access(&self, sid: &p::stateid4, fh: &FileHandle) -> OpResult<u32> {
+    pub(super) fn io_access(&self, sid: &p::stateid4, fh: &FileHandle) -> OpResult<u32> {
         let sid = self.resolve_sid(sid_in(sid))?;
         let clientid = self.seq.map(|s| s.clientid);
         let v = self.prog.state().check_io(clientid, &sid, fh, self.now_ms)?;
@@ -26,7 +26,7 @@ impl Compound<'_> {
 
     /// The current filehandle, which must be a regular file (§18.22.4:
     /// NFS4ERR_ISDIR for a directory, NFS4ERR_INVAL otherwise).
-    fn cur_file(&self) -> OpResult<FileHandle> {
+    pub(super) fn cur_file(&self) -> OpResult<FileHandle> {
         let fh = self.cur_fh()?;
         let a = self.prog.vfs.getattr(&fh)?;
         match a.ftype {

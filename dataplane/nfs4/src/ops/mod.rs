@@ -10,6 +10,10 @@ mod layout;
 mod lock;
 mod open;
 mod session;
+mod v42;
+#[cfg(test)]
+pub(crate) use v42::COPY_BYTES_MAX;
+mod xattr;
 
 use crate::compound::Compound;
 use crate::error::{fail, OpResult};

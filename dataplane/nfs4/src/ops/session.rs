@@ -176,6 +176,7 @@ impl Compound<'_> {
             a.csa_cb_program,
             self.now_ms,
         )?;
+        st.set_session_minor(&cs.id, self.minor)?;
         st.set_callback_sec(&cs.id, a.csa_cb_program, cred)?;
         st.bind_conn_dir(&cs.id, self.conn_id, cs.flags & p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0)?;
         drop(st);

@@ -43,11 +43,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use node::{dirent_charge, Body, Dir, FileData, Inode, State};
+use node::{dirent_charge, xattr_charge, Body, Dir, FileData, Inode, State};
 use space::{Space, Volume};
 
 use crate::{
-    check_name, Attr, CreateMode, Cred, DirEntry, ExportId, FileHandle, FileType, FsStat, Ino, NodeKind, QuotaUsage,
+    check_name, Attr, Content, CreateMode, XattrSet, XATTRS_PER_OBJECT_MAX, XATTR_NAME_MAX, XATTR_VALUE_BYTES_MAX, Cred, DirEntry, ExportId, FileHandle, FileType, FsStat, Ino, NodeKind, QuotaUsage,
     SetAttr, SetTime, Stability, Time, Vfs, VfsError, VfsResult,
 };
 
@@ -66,6 +66,8 @@ pub const INODE_CHARGE_BYTES: u64 = 384;
 /// What one directory entry charges, plus the length of its name: the
 /// shared name allocation, the name-index slot and the cookie-index slot.
 pub const DIRENT_CHARGE_BYTES: u64 = 192;
+/// What one extended attribute charges besides its name and value.
+pub const XATTR_CHARGE_BYTES: u64 = 128;
 /// Largest file size (and write end offset) accepted.
 pub const FILE_SIZE_MAX_BYTES: u64 = 1 << 44;
 /// Longest symlink target accepted.
@@ -180,6 +182,7 @@ impl MemFs {
             volume: None,
             charged_bytes: INODE_CHARGE_BYTES,
             body: Body::Dir(Dir::new(ROOT_INO, ROOT_GENERATION)),
+            xattrs: Default::default(),
         };
         fs.table_insert(Arc::new(Inode::new(ROOT_INO, ROOT_GENERATION, root)));
         fs

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::space::Volume;
-use super::{CHUNK_BYTES, CHUNK_CHARGE_BYTES, DIRENT_CHARGE_BYTES, EXTENT_BYTES};
+use super::{CHUNK_BYTES, CHUNK_CHARGE_BYTES, DIRENT_CHARGE_BYTES, EXTENT_BYTES, XATTR_CHARGE_BYTES};
 use crate::idhash::SeededIdHashMap;
 use crate::{FileType, Ino, LendSink, Shared, Time};
 
@@ -61,6 +61,60 @@ pub(crate) struct State {
     /// separately (to the directory's volume) and are not included.
     pub(crate) charged_bytes: u64,
     pub(crate) body: Body,
+    /// Extended attributes (their charge is part of `charged_bytes`).
+    pub(crate) xattrs: Xattrs,
+}
+
+/// Extended attributes of one object, by name (sorted, so a listing cookie
+/// is a position). Boxed: most objects have none and pay one word.
+#[derive(Debug, Default)]
+pub(crate) struct Xattrs {
+    map: Option<Box<XattrMap>>,
+    /// What they charge (included in the object's `charged_bytes`).
+    pub(crate) charged_bytes: u64,
+}
+
+/// Extended attribute values by name.
+type XattrMap = BTreeMap<Box<[u8]>, Box<[u8]>>;
+
+/// What one extended attribute charges: name, value, and its share of the
+/// map node and allocator overhead.
+pub(crate) fn xattr_charge(name: &[u8], value: &[u8]) -> u64 {
+    XATTR_CHARGE_BYTES + name.len() as u64 + value.len() as u64
+}
+
+impl Xattrs {
+    pub(crate) fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        self.map.as_ref()?.get(name).map(|v| &v[..])
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.as_ref().map_or(0, |m| m.len())
+    }
+
+    /// Names from position `skip` on, in order.
+    pub(crate) fn names(&self, skip: usize) -> impl Iterator<Item = &[u8]> {
+        self.map.iter().flat_map(|m| m.keys()).skip(skip).map(|k| &k[..])
+    }
+
+    /// Insert or replace; the caller has charged the difference.
+    pub(crate) fn set(&mut self, name: &[u8], value: &[u8]) {
+        let charge = xattr_charge(name, value);
+        let old = self.map.get_or_insert_with(Default::default).insert(name.into(), value.into());
+        self.charged_bytes = self.charged_bytes + charge - old.map_or(0, |v| xattr_charge(name, &v));
+    }
+
+    /// Remove `name`; the charge released, if it existed.
+    pub(crate) fn remove(&mut self, name: &[u8]) -> Option<u64> {
+        let map = self.map.as_mut()?;
+        let v = map.remove(name)?;
+        if map.is_empty() {
+            self.map = None;
+        }
+        let charge = xattr_charge(name, &v);
+        self.charged_bytes -= charge;
+        Some(charge)
+    }
 }
 
 impl State {
@@ -193,17 +247,222 @@ impl FileData {
                     }
                 }
             }
-            // The extent's last page first: a file filled in order misses it
-            // until the extent is complete.
-            if created && (idx * PAGES..(idx + 1) * PAGES).rev().all(|p| self.pages.contains_key(&p)) {
-                // Every page present: one buffer from now on (a one-time
-                // copy of the extent).
-                let mut whole = Vec::with_capacity(EXTENT_BYTES);
-                for p in idx * PAGES..(idx + 1) * PAGES {
-                    whole.extend_from_slice(&self.pages.remove(&p).expect("present, checked above"));
-                }
-                self.full.insert(idx, Shared::from(whole));
+            if created {
+                self.promote_if_complete(idx);
             }
+        }
+    }
+
+    /// Extent `idx` kept as pages: when every page is present, one buffer
+    /// from now on (a one-time copy of the extent).
+    fn promote_if_complete(&mut self, idx: u64) {
+        // The extent's last page first: a file filled in order misses it
+        // until the extent is complete.
+        if !(idx * PAGES..(idx + 1) * PAGES).rev().all(|p| self.pages.contains_key(&p)) {
+            return;
+        }
+        let mut whole = Vec::with_capacity(EXTENT_BYTES);
+        for p in idx * PAGES..(idx + 1) * PAGES {
+            whole.extend_from_slice(&self.pages.remove(&p).expect("present, checked above"));
+        }
+        self.full.insert(idx, Shared::from(whole));
+    }
+
+    /// Whether the page holding byte `pos` is allocated.
+    fn has_page(&self, pos: u64) -> bool {
+        self.full.contains_key(&(pos / EXTENT)) || self.pages.contains_key(&(pos / PAGE))
+    }
+
+    /// The first allocated byte at or after `offset`, if any (it may lie
+    /// past the size in the last page; the caller clamps). Probes the pages
+    /// that follow `offset` one by one for a while (a short hole costs a
+    /// few lookups), then scans the maps (a long hole costs what the file
+    /// holds, not what it spans).
+    pub(crate) fn next_data(&self, offset: u64) -> Option<u64> {
+        const PROBES_MAX: u64 = 64;
+        let mut pos = offset;
+        for _ in 0..PROBES_MAX {
+            if self.has_page(pos) {
+                return Some(pos);
+            }
+            pos = (pos / PAGE + 1).checked_mul(PAGE)?;
+        }
+        let from_full = self.full.keys().filter(|&&i| (i + 1) * EXTENT > pos).map(|&i| (i * EXTENT).max(pos)).min();
+        let from_pages = self.pages.keys().filter(|&&p| (p + 1) * PAGE > pos).map(|&p| (p * PAGE).max(pos)).min();
+        match (from_full, from_pages) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The first byte at or after `offset` in no allocated page. Walks the
+    /// allocated run from `offset` (a full extent in one step).
+    pub(crate) fn next_hole(&self, offset: u64) -> u64 {
+        let mut pos = offset;
+        loop {
+            if self.full.contains_key(&(pos / EXTENT)) {
+                pos = (pos / EXTENT + 1) * EXTENT;
+            } else if self.pages.contains_key(&(pos / PAGE)) {
+                pos = (pos / PAGE + 1) * PAGE;
+            } else {
+                return pos;
+            }
+        }
+    }
+
+    /// How many pages of `[offset, end)` are missing, without visiting them
+    /// when the range is much larger than the file's allocation: at least
+    /// the range's pages minus every page the file has.
+    pub(crate) fn pages_missing_at_least(&self, offset: u64, end: u64) -> u64 {
+        let span = end.div_ceil(PAGE) - offset / PAGE;
+        span.saturating_sub(self.npages)
+    }
+
+    /// Allocate every missing page of `[offset, end)` as zeros. The caller
+    /// has charged the pages `chunks_missing` reported. The new pages share
+    /// one zero buffer until written (`chunk_mut` copies it then), but are
+    /// charged as allocated: the space is reserved.
+    pub(crate) fn allocate(&mut self, offset: u64, end: u64) {
+        debug_assert!(offset < end);
+        for idx in offset / EXTENT..=(end - 1) / EXTENT {
+            if self.full.contains_key(&idx) {
+                continue;
+            }
+            let first = (idx * EXTENT).max(offset) / PAGE;
+            let last = ((idx + 1) * EXTENT).min(end).div_ceil(PAGE);
+            let mut created = false;
+            for p in first..last {
+                if let std::collections::hash_map::Entry::Vacant(v) = self.pages.entry(p) {
+                    v.insert(zero_chunk().clone());
+                    self.npages += 1;
+                    created = true;
+                }
+            }
+            if created {
+                self.promote_if_complete(idx);
+            }
+        }
+    }
+
+    /// Punch `[offset, end)`: pages wholly inside are freed (a full extent
+    /// partly inside is split into pages first), the bytes of partly
+    /// covered pages are zeroed. Returns the bytes of charge released.
+    pub(crate) fn punch(&mut self, offset: u64, end: u64) -> u64 {
+        debug_assert!(offset < end);
+        let before = self.npages;
+        // Pages wholly inside the range.
+        let (whole_first, whole_end) = (offset.div_ceil(PAGE), end / PAGE);
+        let (ext_first, ext_last) = (offset / EXTENT, (end - 1) / EXTENT);
+        let extents = keys_in(&self.full, ext_first, ext_last);
+        for idx in extents {
+            let (pf, pe) = (idx * PAGES, (idx + 1) * PAGES);
+            let (inside_first, inside_end) = (whole_first.max(pf), whole_end.min(pe));
+            if inside_first >= inside_end {
+                continue; // no whole page inside: zeroed below
+            }
+            let buf = self.full.remove(&idx).expect("listed above");
+            for p in pf..pe {
+                if p < inside_first || p >= inside_end {
+                    let from = ((p - pf) * PAGE) as usize;
+                    self.pages.insert(p, Shared::from(&buf[from..from + CHUNK_BYTES]));
+                }
+            }
+            self.npages -= inside_end - inside_first;
+        }
+        if whole_first < whole_end {
+            for p in keys_in(&self.pages, whole_first, whole_end - 1) {
+                self.pages.remove(&p);
+                self.npages -= 1;
+            }
+        }
+        // The partly covered pages at either edge.
+        if !offset.is_multiple_of(PAGE) {
+            self.zero(offset, end.min((offset / PAGE + 1) * PAGE));
+        }
+        if !end.is_multiple_of(PAGE) {
+            self.zero(offset.max(end / PAGE * PAGE), end);
+        }
+        shrink_if_sparse(&mut self.full);
+        shrink_if_sparse(&mut self.pages);
+        (before - self.npages) * CHUNK_CHARGE_BYTES
+    }
+
+    /// The allocated buffers of `[offset, end)` (`offset` page-aligned) to
+    /// share with a clone, at their offsets from `offset`: a full extent the
+    /// range covers whole as one piece, pages as pages (a page of a full
+    /// extent the range covers only in part is copied out: only whole
+    /// buffers can be shared). Holes are simply absent.
+    pub(crate) fn pieces(&self, offset: u64, end: u64) -> Vec<(u64, Piece)> {
+        debug_assert!(offset < end && offset.is_multiple_of(PAGE));
+        let mut out = Vec::new();
+        for idx in keys_in(&self.full, offset / EXTENT, (end - 1) / EXTENT) {
+            let buf = &self.full[&idx];
+            let (from, to) = (idx * EXTENT, (idx + 1) * EXTENT);
+            if from >= offset && to <= end {
+                out.push((from - offset, Piece::Extent(buf.clone())));
+                continue;
+            }
+            for p in (from.max(offset) / PAGE)..to.min(end).div_ceil(PAGE) {
+                let at = ((p * PAGE) - from) as usize;
+                out.push((p * PAGE - offset, Piece::Page(Shared::from(&buf[at..at + CHUNK_BYTES]))));
+            }
+        }
+        for p in keys_in(&self.pages, offset / PAGE, (end - 1) / PAGE) {
+            out.push((p * PAGE - offset, Piece::Page(self.pages[&p].clone())));
+        }
+        out
+    }
+
+    /// Pages allocated in `[offset, end)`, a page counting when any of it is.
+    pub(crate) fn pages_in(&self, offset: u64, end: u64) -> u64 {
+        let (first, last) = (offset / PAGE, (end - 1) / PAGE);
+        let mut n = 0;
+        for idx in keys_in(&self.full, offset / EXTENT, (end - 1) / EXTENT) {
+            n += last.min((idx + 1) * PAGES - 1) + 1 - first.max(idx * PAGES);
+        }
+        n + keys_in(&self.pages, first, last).len() as u64
+    }
+
+    /// Put `pieces` (from `pieces`) in at `offset` (page-aligned), whose
+    /// range the caller has punched and charged: an extent lands whole
+    /// where it is extent-aligned, else as pages.
+    pub(crate) fn install(&mut self, offset: u64, pieces: Vec<(u64, Piece)>) {
+        debug_assert!(offset.is_multiple_of(PAGE));
+        for (rel, piece) in pieces {
+            let at = offset + rel;
+            match piece {
+                Piece::Extent(buf) if at.is_multiple_of(EXTENT) => {
+                    let idx = at / EXTENT;
+                    debug_assert!(!(idx * PAGES..(idx + 1) * PAGES).any(|p| self.pages.contains_key(&p)));
+                    if self.full.insert(idx, buf).is_none() {
+                        self.npages += PAGES;
+                    }
+                }
+                Piece::Extent(buf) => {
+                    for i in 0..PAGES {
+                        let from = (i * PAGE) as usize;
+                        self.put_page(at / PAGE + i, Shared::from(&buf[from..from + CHUNK_BYTES]));
+                    }
+                }
+                Piece::Page(buf) => self.put_page(at / PAGE, buf),
+            }
+        }
+    }
+
+    fn put_page(&mut self, p: u64, buf: Shared) {
+        debug_assert!(!self.full.contains_key(&(p / PAGES)), "the caller punched the range");
+        if self.pages.insert(p, buf).is_none() {
+            self.npages += 1;
+        }
+    }
+
+    /// Zero `[from, to)`, which lies within one page, where it is allocated.
+    fn zero(&mut self, from: u64, to: u64) {
+        debug_assert!(from < to && from / PAGE == (to - 1) / PAGE);
+        if let Some(buf) = self.full.get_mut(&(from / EXTENT)) {
+            chunk_mut(buf)[(from % EXTENT) as usize..((to - 1) % EXTENT + 1) as usize].fill(0);
+        } else if let Some(page) = self.pages.get_mut(&(from / PAGE)) {
+            chunk_mut(page)[(from % PAGE) as usize..((to - 1) % PAGE + 1) as usize].fill(0);
         }
     }
 
@@ -294,6 +553,22 @@ impl FileData {
 
     pub(crate) fn charged_bytes(&self) -> u64 {
         self.npages * CHUNK_CHARGE_BYTES
+    }
+}
+
+/// A buffer shared by a clone (`FileData::pieces`).
+pub(crate) enum Piece {
+    Extent(Shared),
+    Page(Shared),
+}
+
+/// The keys of `map` in `first..=last`: by probing the range when it is
+/// no larger than the map, else by scanning the map.
+fn keys_in(map: &SeededIdHashMap<u64, Shared>, first: u64, last: u64) -> Vec<u64> {
+    if last - first < map.len() as u64 {
+        (first..=last).filter(|k| map.contains_key(k)).collect()
+    } else {
+        map.keys().copied().filter(|k| (first..=last).contains(k)).collect()
     }
 }
 

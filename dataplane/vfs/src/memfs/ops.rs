@@ -156,7 +156,7 @@ impl Vfs for MemFs {
         }
         let Body::File(f) = &mut st.body else { unreachable!("checked to be a file above") };
         f.write(offset, data);
-        debug_assert_eq!(f.charged_bytes() + INODE_CHARGE_BYTES, st.charged_bytes);
+        debug_assert_eq!(f.charged_bytes() + INODE_CHARGE_BYTES + st.xattrs.charged_bytes, st.charged_bytes);
         st.size = st.size.max(end);
         st.touch_mtime(Time::now());
         Ok((data.len(), Stability::FileSync, self.attr(&inode, &st)))
@@ -172,6 +172,236 @@ impl Vfs for MemFs {
 
     fn write_verifier(&self) -> [u8; 8] {
         self.write_verifier
+    }
+
+    fn seek(&self, fh: &FileHandle, offset: u64, what: Content) -> VfsResult<Option<(bool, u64)>> {
+        let inode = self.get(fh)?;
+        let st = inode.read();
+        live(&st)?;
+        let f = file_of(&st)?;
+        if offset >= st.size {
+            return Ok(None);
+        }
+        let at = match what {
+            Content::Data => f.next_data(offset).unwrap_or(st.size),
+            Content::Hole => f.next_hole(offset),
+        };
+        Ok(Some(if at >= st.size { (true, st.size) } else { (false, at) }))
+    }
+
+    fn allocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        let inode = self.get(fh)?;
+        let mut st = inode.write();
+        live(&st)?;
+        let f = file_of(&st)?;
+        if len == 0 {
+            return Err(VfsError::Inval);
+        }
+        let end = offset.checked_add(len).ok_or(VfsError::FileTooBig)?;
+        if end > FILE_SIZE_MAX_BYTES {
+            return Err(VfsError::FileTooBig);
+        }
+        // A range far larger than the space left fails before its pages
+        // are counted one by one.
+        let at_least = f.pages_missing_at_least(offset, end).saturating_mul(CHUNK_CHARGE_BYTES);
+        if let Some(v) = &st.volume {
+            if at_least > v.space.free_bytes() {
+                return Err(VfsError::QuotaExceeded);
+            }
+        }
+        if at_least > self.space.free_bytes() {
+            return Err(VfsError::NoSpace);
+        }
+        let charge_bytes = f.chunks_missing(offset, len as usize) * CHUNK_CHARGE_BYTES;
+        if charge_bytes > 0 {
+            self.charge(st.volume.as_ref(), charge_bytes)?;
+            st.charged_bytes += charge_bytes;
+        }
+        let Body::File(f) = &mut st.body else { unreachable!("checked to be a file above") };
+        f.allocate(offset, end);
+        debug_assert_eq!(f.charged_bytes() + INODE_CHARGE_BYTES + st.xattrs.charged_bytes, st.charged_bytes);
+        st.size = st.size.max(end);
+        st.touch_mtime(Time::now());
+        Ok(self.attr(&inode, &st))
+    }
+
+    /// Chunk by chunk through a bounded buffer: the source's lock, then the
+    /// destination's, never both at once (see the module comment).
+    fn copy_range(&self, src: &FileHandle, src_offset: u64, dst: &FileHandle, dst_offset: u64, len: u64) -> VfsResult<u64> {
+        const CHUNK: usize = EXTENT_BYTES;
+        file_of(&self.get(src)?.read())?;
+        file_of(&self.get(dst)?.read())?;
+        let end = dst_offset.checked_add(len).ok_or(VfsError::FileTooBig)?;
+        if end > FILE_SIZE_MAX_BYTES {
+            return Err(VfsError::FileTooBig);
+        }
+        let mut buf = vec![0u8; CHUNK.min(len as usize)];
+        let mut copied = 0u64;
+        while copied < len {
+            let want = ((len - copied) as usize).min(CHUNK);
+            let (n, eof) = self.read(src, src_offset + copied, &mut buf[..want])?;
+            if n == 0 {
+                break;
+            }
+            match self.write(dst, dst_offset + copied, &buf[..n], Stability::FileSync) {
+                Ok(_) => copied += n as u64,
+                Err(e) if copied == 0 => return Err(e),
+                Err(_) => break,
+            }
+            if eof {
+                break;
+            }
+        }
+        Ok(copied)
+    }
+
+    fn clone_block_bytes(&self, _fh: &FileHandle) -> u32 {
+        CHUNK_BYTES as u32
+    }
+
+    /// Shares the source's buffers (copy on write: `chunk_mut` copies a
+    /// buffer a reply or another file still holds before writing it).
+    /// The source's buffers are taken under its lock, then installed under
+    /// the destination's: never both at once. The shared pages are charged
+    /// to the destination too (memory is counted as if not shared).
+    fn clone_range(&self, src: &FileHandle, src_offset: u64, dst: &FileHandle, dst_offset: u64, len: u64) -> VfsResult<Attr> {
+        let page = CHUNK_BYTES as u64;
+        if len == 0 || !src_offset.is_multiple_of(page) || !dst_offset.is_multiple_of(page) {
+            return Err(VfsError::Inval);
+        }
+        let (src_end, dst_end) = (src_offset.checked_add(len), dst_offset.checked_add(len));
+        let (Some(src_end), Some(dst_end)) = (src_end, dst_end) else { return Err(VfsError::FileTooBig) };
+        if dst_end > FILE_SIZE_MAX_BYTES {
+            return Err(VfsError::FileTooBig);
+        }
+        let pieces = {
+            let inode = self.get(src)?;
+            let st = inode.read();
+            live(&st)?;
+            let f = file_of(&st)?;
+            if src_end > st.size {
+                return Err(VfsError::Inval);
+            }
+            if !len.is_multiple_of(page) && src_end != st.size {
+                return Err(VfsError::Inval);
+            }
+            f.pieces(src_offset, src_end)
+        };
+        let inode = self.get(dst)?;
+        let mut st = inode.write();
+        live(&st)?;
+        let f = file_of(&st)?;
+        // A tail shorter than a page brings the source's page whole: only
+        // where nothing of the destination follows it.
+        if !len.is_multiple_of(page) && dst_end < st.size {
+            return Err(VfsError::Inval);
+        }
+        let span_end = dst_end.div_ceil(page) * page;
+        let new_pages = pieces.iter().map(|(_, p)| if matches!(p, node::Piece::Extent(_)) { (EXTENT_BYTES / CHUNK_BYTES) as u64 } else { 1 }).sum::<u64>();
+        let old_pages = f.pages_in(dst_offset, span_end);
+        if new_pages > old_pages {
+            self.charge(st.volume.as_ref(), (new_pages - old_pages) * CHUNK_CHARGE_BYTES)?;
+        }
+        let Body::File(f) = &mut st.body else { unreachable!("checked to be a file above") };
+        let freed = f.punch(dst_offset, span_end);
+        debug_assert_eq!(freed, old_pages * CHUNK_CHARGE_BYTES);
+        f.install(dst_offset, pieces);
+        if old_pages > new_pages {
+            self.release(st.volume.as_ref(), (old_pages - new_pages) * CHUNK_CHARGE_BYTES);
+        }
+        st.charged_bytes = st.charged_bytes + new_pages * CHUNK_CHARGE_BYTES - old_pages * CHUNK_CHARGE_BYTES;
+        let Body::File(f) = &st.body else { unreachable!() };
+        debug_assert_eq!(f.charged_bytes() + INODE_CHARGE_BYTES + st.xattrs.charged_bytes, st.charged_bytes);
+        st.size = st.size.max(dst_end);
+        st.touch_mtime(Time::now());
+        Ok(self.attr(&inode, &st))
+    }
+
+    fn xattrs_supported(&self, _fh: &FileHandle) -> bool {
+        true
+    }
+
+    fn getxattr(&self, fh: &FileHandle, name: &[u8]) -> VfsResult<Vec<u8>> {
+        check_xattr_name(name)?;
+        let inode = self.get(fh)?;
+        let st = inode.read();
+        live(&st)?;
+        st.xattrs.get(name).map(<[u8]>::to_vec).ok_or(VfsError::NoEnt)
+    }
+
+    fn setxattr(&self, fh: &FileHandle, name: &[u8], value: &[u8], how: XattrSet) -> VfsResult<Attr> {
+        check_xattr_name(name)?;
+        if value.len() > XATTR_VALUE_BYTES_MAX {
+            return Err(VfsError::FileTooBig);
+        }
+        let inode = self.get(fh)?;
+        let mut st = inode.write();
+        live(&st)?;
+        let old = st.xattrs.get(name).map(|v| xattr_charge(name, v));
+        match (how, old) {
+            (XattrSet::Create, Some(_)) => return Err(VfsError::Exist),
+            (XattrSet::Replace, None) => return Err(VfsError::NoEnt),
+            (_, None) if st.xattrs.len() >= XATTRS_PER_OBJECT_MAX => return Err(VfsError::NoSpace),
+            _ => {}
+        }
+        let (new, old) = (xattr_charge(name, value), old.unwrap_or(0));
+        if new > old {
+            self.charge(st.volume.as_ref(), new - old)?;
+        } else {
+            self.release(st.volume.as_ref(), old - new);
+        }
+        st.charged_bytes = st.charged_bytes + new - old;
+        st.xattrs.set(name, value);
+        st.touch_ctime(Time::now());
+        Ok(self.attr(&inode, &st))
+    }
+
+    fn listxattrs(&self, fh: &FileHandle, cookie: u64, visit: &mut dyn FnMut(&[u8]) -> bool) -> VfsResult<bool> {
+        let inode = self.get(fh)?;
+        let st = inode.read();
+        live(&st)?;
+        let skip = usize::try_from(cookie).unwrap_or(usize::MAX);
+        for name in st.xattrs.names(skip) {
+            if !visit(name) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn removexattr(&self, fh: &FileHandle, name: &[u8]) -> VfsResult<Attr> {
+        check_xattr_name(name)?;
+        let inode = self.get(fh)?;
+        let mut st = inode.write();
+        live(&st)?;
+        let freed = st.xattrs.remove(name).ok_or(VfsError::NoEnt)?;
+        st.charged_bytes -= freed;
+        self.release(st.volume.as_ref(), freed);
+        st.touch_ctime(Time::now());
+        Ok(self.attr(&inode, &st))
+    }
+
+    fn deallocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        let inode = self.get(fh)?;
+        let mut st = inode.write();
+        live(&st)?;
+        file_of(&st)?;
+        if len == 0 {
+            return Err(VfsError::Inval);
+        }
+        // Nothing exists past the size: the range is clamped to it.
+        let end = offset.saturating_add(len).min(st.size);
+        if offset < end {
+            // A range reaching the end of file covers its last page whole
+            // (nothing lives past the size), so that page is freed too.
+            let end = if end == st.size { end.div_ceil(CHUNK_BYTES as u64) * CHUNK_BYTES as u64 } else { end };
+            let Body::File(f) = &mut st.body else { unreachable!("checked to be a file above") };
+            let freed = f.punch(offset, end);
+            st.charged_bytes -= freed;
+            self.release(st.volume.as_ref(), freed);
+        }
+        st.touch_mtime(Time::now());
+        Ok(self.attr(&inode, &st))
     }
 
     fn create(
@@ -232,6 +462,7 @@ impl Vfs for MemFs {
             volume,
             charged_bytes: object_bytes,
             body,
+            xattrs: Default::default(),
         };
         let inode = Arc::new(Inode::new(ino, generation, st));
         let result = (self.handle(&inode), self.attr(&inode, &inode.read()));
@@ -524,6 +755,17 @@ impl Vfs for MemFs {
         }
         Ok(())
     }
+}
+
+/// An extended attribute name: 1 to XATTR_NAME_MAX bytes, no NUL.
+fn check_xattr_name(name: &[u8]) -> VfsResult<()> {
+    if name.is_empty() || name.contains(&0) {
+        return Err(VfsError::Inval);
+    }
+    if name.len() > XATTR_NAME_MAX {
+        return Err(VfsError::NameTooLong);
+    }
+    Ok(())
 }
 
 fn file_of(st: &State) -> VfsResult<&FileData> {

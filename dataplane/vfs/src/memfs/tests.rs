@@ -1384,3 +1384,6 @@ fn pin_unpin_racing_removals_never_leak_or_free_early() {
     assert_eq!(fs.used_bytes(), empty);
     assert_eq!(fs.inode_count(), 1);
 }
+
+mod sparse;
+mod xattr;
