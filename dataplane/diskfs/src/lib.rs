@@ -833,6 +833,158 @@ impl Inner {
         Ok(self.attr(m.st.get(fh.ino, fh.generation)?))
     }
 
+    /// The file's write lock, after checking it is a live regular file.
+    fn file_wlock(&self, fh: &FileHandle) -> VfsResult<Arc<Mutex<()>>> {
+        let m = self.meta();
+        let i = m.st.get(fh.ino, fh.generation)?;
+        match i.rec.ftype {
+            FileType::Regular => Ok(i.wlock.clone()),
+            FileType::Directory => Err(VfsError::IsDir),
+            _ => Err(VfsError::Inval),
+        }
+    }
+
+    /// fallocate mode 0 (NFSv4.2 ALLOCATE): holes in the range get blocks
+    /// written with zeros, made durable, then mapped and logged with the
+    /// new size. All or nothing on space.
+    fn allocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        if len == 0 {
+            return Err(VfsError::Inval);
+        }
+        let end = offset.checked_add(len).filter(|e| *e <= FILE_SIZE_MAX_BYTES).ok_or(VfsError::FileTooBig)?;
+        let wlock = self.file_wlock(fh)?;
+        let _w = lock(&wlock);
+        let (b0, b1) = (offset / BLOCK, (end - 1) / BLOCK);
+        let fresh: Vec<(u64, Phys)> = {
+            let mut m = self.meta();
+            let m = &mut *m;
+            let i = m.st.get(fh.ino, fh.generation)?;
+            let vol = i.rec.volume;
+            let holes: Vec<u64> = (b0..=b1).filter(|f| !i.map.contains_key(f)).collect();
+            if vol != 0 && !holes.is_empty() {
+                let cap = m.st.inodes.get(&vol).map_or(0, |v| v.rec.quota);
+                let used = m.st.vol_used.get(&vol).copied().unwrap_or(0);
+                if used + holes.len() as u64 * BLOCK > cap {
+                    return Err(VfsError::QuotaExceeded);
+                }
+            }
+            let got = if holes.is_empty() { Vec::new() } else { m.alloc.alloc(holes.len() as u64).ok_or(VfsError::NoSpace)? };
+            let phys = got.iter().flat_map(|&(p, n)| (0..n).map(move |k| p + k));
+            let fresh: Vec<(u64, Phys)> = holes.into_iter().zip(phys).collect();
+            for &(f, p) in &fresh {
+                m.st.map_insert(fh.ino, f, Ext { phys: p, logged: false, tag: u64::MAX });
+            }
+            fresh
+        };
+        let e = self.gate.enter();
+        let r = (|| {
+            let zeros = vec![0u8; dev::BUF_BLOCKS * BLOCK as usize];
+            for (_, p, n) in meta::runs(fresh.iter().copied()) {
+                let (d, mut lba) = (meta::phys_dev(p) as usize, meta::phys_lba(p));
+                let mut left = n as usize;
+                while left > 0 {
+                    let k = left.min(dev::BUF_BLOCKS);
+                    self.devs.write(d, lba, &zeros[..k * BLOCK as usize])?;
+                    lba += k as u64;
+                    left -= k;
+                }
+            }
+            self.devs.flush_all()
+        })();
+        self.gate.exit(e);
+        if r.is_err() {
+            // Never logged: give the blocks back through the quarantine.
+            let mut m = self.meta();
+            let freed: Vec<Phys> = fresh.iter().map(|&(_, p)| p).collect();
+            if let Ok(i) = m.st.get_mut(fh.ino, fh.generation) {
+                for (f, _) in &fresh {
+                    i.map.remove(f);
+                }
+            }
+            let next = m.lsn + 1;
+            m.quarantine.extend(freed.into_iter().map(|p| (next, p)));
+            return Err(VfsError::Io);
+        }
+        let lsn = {
+            let mut m = self.meta();
+            let i = m.st.get(fh.ino, fh.generation)?;
+            let mut rec = i.rec.clone();
+            if end > rec.size {
+                rec.size = end;
+            }
+            let t = now();
+            rec.ctime = t;
+            rec.change += 1;
+            for (fblock, phys, count) in meta::runs(fresh.iter().copied()) {
+                put(&mut m, Rec::Map { ino: fh.ino, fblock, phys, count });
+            }
+            put(&mut m, Rec::InodePut(rec));
+            finish(&mut m)
+        };
+        self.sync(lsn)?;
+        let m = self.meta();
+        Ok(self.attr(m.st.get(fh.ino, fh.generation)?))
+    }
+
+    /// fallocate PUNCH_HOLE | KEEP_SIZE (NFSv4.2 DEALLOCATE): whole blocks
+    /// in the range are unmapped (their space returns), partial ones get
+    /// zeros written; the size stays.
+    fn deallocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        if len == 0 {
+            return Err(VfsError::Inval);
+        }
+        let wlock = self.file_wlock(fh)?;
+        let _w = lock(&wlock);
+        let size = self.meta().st.get(fh.ino, fh.generation)?.rec.size;
+        let end = offset.saturating_add(len).min(size);
+        if offset < end {
+            // Partial blocks at the edges: zeros in place, as a write would.
+            let first_whole = offset.div_ceil(BLOCK);
+            let end_whole = end / BLOCK;
+            let edges: Vec<(u64, u64)> = if first_whole > end_whole {
+                // Inside one block.
+                vec![(offset, end)]
+            } else {
+                let mut v = Vec::new();
+                if offset % BLOCK != 0 {
+                    v.push((offset, first_whole * BLOCK));
+                }
+                if end % BLOCK != 0 {
+                    v.push((end_whole * BLOCK, end));
+                }
+                v
+            };
+            for (lo, hi) in edges {
+                let mapped = self.meta().st.get(fh.ino, fh.generation)?.map.contains_key(&(lo / BLOCK));
+                if mapped && hi > lo {
+                    let e = self.gate.enter();
+                    let r = self.write_blocks(fh, lo, &vec![0u8; (hi - lo) as usize]);
+                    self.gate.exit(e);
+                    r?;
+                }
+            }
+            if end_whole > first_whole {
+                let lsn = {
+                    let mut m = self.meta();
+                    let i = m.st.get(fh.ino, fh.generation)?;
+                    let mut rec = i.rec.clone();
+                    let t = now();
+                    rec.mtime = t;
+                    rec.ctime = t;
+                    rec.change += 1;
+                    put(&mut m, Rec::Punch { ino: fh.ino, from: first_whole, count: end_whole - first_whole });
+                    put(&mut m, Rec::InodePut(rec));
+                    finish(&mut m)
+                };
+                self.sync(lsn)?;
+            }
+            // Edge zeros durable like the rest of the call.
+            self.commit_file(fh)?;
+        }
+        let m = self.meta();
+        Ok(self.attr(m.st.get(fh.ino, fh.generation)?))
+    }
+
     fn dir<'a>(&self, m: &'a Meta, fh: &FileHandle) -> VfsResult<&'a Inode> {
         let d = m.st.get(fh.ino, fh.generation)?;
         if d.dir.is_none() {
@@ -1425,6 +1577,46 @@ impl Vfs for DiskFs {
 
     fn client_records(&self) -> Option<Vec<Vec<u8>>> {
         Some(self.inner.meta().st.clients.iter().cloned().collect())
+    }
+
+    fn seek(&self, fh: &FileHandle, offset: u64, what: vfs::Content) -> VfsResult<Option<(bool, u64)>> {
+        self.check(fh)?;
+        let m = self.inner.meta();
+        let i = m.st.get(fh.ino, fh.generation)?;
+        match i.rec.ftype {
+            FileType::Regular => {}
+            FileType::Directory => return Err(VfsError::IsDir),
+            _ => return Err(VfsError::Inval),
+        }
+        let size = i.rec.size;
+        if offset >= size {
+            return Ok(None);
+        }
+        let fb = offset / BLOCK;
+        let pos = match what {
+            vfs::Content::Data => match i.map.range(fb..).next() {
+                Some((f, _)) => (*f * BLOCK).max(offset),
+                None => size,
+            },
+            vfs::Content::Hole => {
+                let mut f = fb;
+                while i.map.contains_key(&f) {
+                    f += 1;
+                }
+                (f * BLOCK).max(offset)
+            }
+        };
+        Ok(Some(if pos >= size { (true, size) } else { (false, pos) }))
+    }
+
+    fn allocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        self.check(fh)?;
+        self.inner.allocate(fh, offset, len).map(|a| self.fix(a))
+    }
+
+    fn deallocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
+        self.check(fh)?;
+        self.inner.deallocate(fh, offset, len).map(|a| self.fix(a))
     }
 
     fn record_client(&self, owner: &[u8], present: bool) {

@@ -71,6 +71,8 @@ pub enum Rec {
     Map { ino: Ino, fblock: u64, phys: Phys, count: u32 },
     /// Unmap every block of the file at or after `from`.
     Trunc { ino: Ino, from: u64 },
+    /// Unmap file blocks `[from, from + count)` (a punched hole).
+    Punch { ino: Ino, from: u64, count: u64 },
     /// An NFSv4 client owner that may reclaim after a restart (`present`),
     /// or no longer (`Vfs::record_client`).
     Client { owner: Vec<u8>, present: bool },
@@ -253,6 +255,21 @@ impl State {
                 }
                 freed.extend(self.unmap_from(*ino, *from));
             }
+            Rec::Punch { ino, from, count } => {
+                let i = self.inodes.get_mut(ino).ok_or_else(|| format!("hole punched in unknown inode {ino}"))?;
+                let end = from.saturating_add(*count);
+                let gone: Vec<u64> = i.map.range(*from..end).map(|(f, _)| *f).collect();
+                if !gone.is_empty() {
+                    i.unmaps += 1;
+                }
+                let vol = i.rec.volume;
+                for f in &gone {
+                    if let Some(e) = i.map.remove(f) {
+                        freed.push(e.phys);
+                    }
+                }
+                self.charge(vol, -(gone.len() as i64));
+            }
             Rec::Client { owner, present } => {
                 if *present {
                     if self.clients.insert(owner.clone()) {
@@ -399,6 +416,12 @@ pub fn encode(r: &Rec, out: &mut Vec<u8>) {
             out.extend_from_slice(&ino.to_le_bytes());
             out.extend_from_slice(&from.to_le_bytes());
         }
+        Rec::Punch { ino, from, count } => {
+            out.push(10);
+            for v in [*ino, *from, *count] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
         Rec::Client { owner, present } => {
             out.push(8);
             out.push(*present as u8);
@@ -481,6 +504,7 @@ pub fn decode_all(b: &[u8]) -> Result<Vec<Rec>, String> {
             }
             6 => Rec::Map { ino: r.u64()?, fblock: r.u64()?, phys: r.u64()?, count: r.u32()? },
             7 => Rec::Trunc { ino: r.u64()?, from: r.u64()? },
+            10 => Rec::Punch { ino: r.u64()?, from: r.u64()?, count: r.u64()? },
             8 => {
                 let present = match r.u8()? {
                     0 => false,

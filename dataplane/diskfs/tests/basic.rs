@@ -396,3 +396,44 @@ fn nfs4_client_records_survive_restarts() {
     let v = fs.view("/mds", 9).unwrap();
     assert_eq!(v.client_records(), Some(vec![b"linux-client-b".to_vec()]), "one set for every mount");
 }
+
+#[test]
+fn seek_allocate_and_punch_holes_survive_restart() {
+    use vfs::Content;
+    let dev = mem(8192);
+    let f;
+    {
+        let fs = DiskFs::open(vec![dev.clone()], &opts()).unwrap();
+        let root = fs.root(EXPORT).unwrap();
+        f = create(&fs, &root, "sparse");
+        // Data at [64K, 72K), then a hole to 1 MiB.
+        fs.write(&f, 65536, &[7u8; 8192], Stability::FileSync).unwrap();
+        fs.setattr(&f, &SetAttr { size: Some(1 << 20), ..Default::default() }, None).unwrap();
+        assert_eq!(fs.seek(&f, 0, Content::Data), Ok(Some((false, 65536))));
+        assert_eq!(fs.seek(&f, 65536, Content::Hole), Ok(Some((false, 73728))));
+        assert_eq!(fs.seek(&f, 80000, Content::Data), Ok(Some((true, 1 << 20))));
+        assert_eq!(fs.seek(&f, 1 << 20, Content::Data), Ok(None));
+        // ALLOCATE past the end grows the file with zeros and charges space.
+        let used = fs.getattr(&f).unwrap().used;
+        let a = fs.allocate(&f, (1 << 20) - 4096, 3 * 4096).unwrap();
+        assert_eq!(a.size, (1 << 20) + 8192);
+        assert_eq!(a.used, used + 3 * 4096);
+        assert_eq!(fs.allocate(&f, 0, 0), Err(VfsError::Inval));
+        assert_eq!(fs.allocate(&f, 0, 1 << 40).unwrap_err(), VfsError::NoSpace);
+        assert_eq!(fs.getattr(&f).unwrap().used, used + 3 * 4096, "a failed ALLOCATE changes nothing");
+        // DEALLOCATE of [66K, 74K+100): block 17 (whole) unmapped, the tail
+        // of block 16 zeroed, block 18 (a hole) untouched.
+        let a = fs.deallocate(&f, 66 * 1024, 2 * 4096 + 100).unwrap();
+        assert_eq!(a.size, (1 << 20) + 8192, "the size stays");
+        assert_eq!(a.used, used + 3 * 4096 - 4096);
+    }
+    fsck_clean(&dev);
+    let fs = DiskFs::open(vec![dev.clone()], &opts()).unwrap();
+    let mut b = vec![0u8; 8192];
+    fs.read(&f, 65536, &mut b).unwrap();
+    let mut want = vec![7u8; 8192];
+    want[2048..].iter_mut().for_each(|x| *x = 0);
+    assert!(b == want, "punched range reads zeros, the rest keeps its data");
+    assert_eq!(fs.getattr(&f).unwrap().size, (1 << 20) + 8192);
+    assert_eq!(fs.seek(&f, (1 << 20) - 4096, Content::Data), Ok(Some((false, (1 << 20) - 4096))));
+}
