@@ -340,6 +340,32 @@ impl DiskFs {
     }
 }
 
+/// Blocks for the holes among file blocks `b0..=b1`: quota checked,
+/// allocated all or nothing, mapped as pending (not yet written). Returns
+/// (file block, address) of each, in file order.
+fn reserve_holes(m: &mut Meta, fh: &FileHandle, b0: u64, b1: u64) -> VfsResult<Vec<(u64, Phys)>> {
+    let i = m.st.get(fh.ino, fh.generation)?;
+    let vol = i.rec.volume;
+    let holes: Vec<u64> = (b0..=b1).filter(|f| !i.map.contains_key(f)).collect();
+    if holes.is_empty() {
+        return Ok(Vec::new());
+    }
+    if vol != 0 {
+        let cap = m.st.inodes.get(&vol).map_or(0, |v| v.rec.quota);
+        let used = m.st.vol_used.get(&vol).copied().unwrap_or(0);
+        if used + holes.len() as u64 * BLOCK > cap {
+            return Err(VfsError::QuotaExceeded);
+        }
+    }
+    let got = m.alloc.alloc(holes.len() as u64).ok_or(VfsError::NoSpace)?;
+    let phys = got.iter().flat_map(|&(p, n)| (0..n).map(move |k| p + k));
+    let fresh: Vec<(u64, Phys)> = holes.into_iter().zip(phys).collect();
+    for &(f, p) in &fresh {
+        m.st.map_insert(fh.ino, f, Ext { phys: p, logged: false, tag: u64::MAX });
+    }
+    Ok(fresh)
+}
+
 /// Apply a record to the state and append it to the pending log.
 fn put(m: &mut Meta, r: Rec) {
     let mut freed = Vec::new();
@@ -663,22 +689,8 @@ impl Inner {
         let plan: Vec<(u64, Phys, bool, bool)> = {
             let mut m = self.meta();
             let m = &mut *m;
-            let i = m.st.get(fh.ino, fh.generation)?;
-            let vol = i.rec.volume;
-            let missing: Vec<u64> = (b0..=b1).filter(|f| !i.map.contains_key(f)).collect();
-            if vol != 0 && !missing.is_empty() {
-                let cap = m.st.inodes.get(&vol).map_or(0, |v| v.rec.quota);
-                let used = m.st.vol_used.get(&vol).copied().unwrap_or(0);
-                if used + missing.len() as u64 * BLOCK > cap {
-                    return Err(VfsError::QuotaExceeded);
-                }
-            }
-            let got = if missing.is_empty() { Vec::new() } else { m.alloc.alloc(missing.len() as u64).ok_or(VfsError::NoSpace)? };
-            let mut fresh = got.iter().flat_map(|&(p, n)| (0..n).map(move |k| p + k));
-            for f in &missing {
-                let p = fresh.next().expect("allocated as many as missing");
-                m.st.map_insert(fh.ino, *f, Ext { phys: p, logged: false, tag: u64::MAX });
-            }
+            let fresh = reserve_holes(m, fh, b0, b1)?;
+            let missing: Vec<u64> = fresh.iter().map(|&(f, _)| f).collect();
             let i = m.st.get_mut(fh.ino, fh.generation)?;
             let plan = (b0..=b1)
                 .map(|f| {
@@ -857,24 +869,7 @@ impl Inner {
         let (b0, b1) = (offset / BLOCK, (end - 1) / BLOCK);
         let fresh: Vec<(u64, Phys)> = {
             let mut m = self.meta();
-            let m = &mut *m;
-            let i = m.st.get(fh.ino, fh.generation)?;
-            let vol = i.rec.volume;
-            let holes: Vec<u64> = (b0..=b1).filter(|f| !i.map.contains_key(f)).collect();
-            if vol != 0 && !holes.is_empty() {
-                let cap = m.st.inodes.get(&vol).map_or(0, |v| v.rec.quota);
-                let used = m.st.vol_used.get(&vol).copied().unwrap_or(0);
-                if used + holes.len() as u64 * BLOCK > cap {
-                    return Err(VfsError::QuotaExceeded);
-                }
-            }
-            let got = if holes.is_empty() { Vec::new() } else { m.alloc.alloc(holes.len() as u64).ok_or(VfsError::NoSpace)? };
-            let phys = got.iter().flat_map(|&(p, n)| (0..n).map(move |k| p + k));
-            let fresh: Vec<(u64, Phys)> = holes.into_iter().zip(phys).collect();
-            for &(f, p) in &fresh {
-                m.st.map_insert(fh.ino, f, Ext { phys: p, logged: false, tag: u64::MAX });
-            }
-            fresh
+            reserve_holes(&mut m, fh, b0, b1)?
         };
         let e = self.gate.enter();
         let r = (|| {
