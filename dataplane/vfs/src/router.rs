@@ -445,6 +445,20 @@ impl Vfs for Router {
             m.backend.record_client(owner, present)
         }
     }
+
+    fn private_get(&self, fh: &FileHandle) -> VfsResult<Option<Vec<u8>>> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::NotSupported),
+            Target::Backend(v) => v.private_get(fh),
+        }
+    }
+
+    fn private_set(&self, fh: &FileHandle, data: Option<&[u8]>) -> VfsResult<()> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::NotSupported),
+            Target::Backend(v) => v.private_set(fh, data),
+        }
+    }
 }
 
 #[cfg(test)]
