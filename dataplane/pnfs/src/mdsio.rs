@@ -32,8 +32,10 @@ impl PnfsVfs {
         &*self.pnfs.vfs
     }
 
-    fn placed(&self, fh: &FileHandle) -> Option<Placement> {
-        self.pnfs.state().files.get(fh).cloned()
+    /// The file's placement, restored from stable storage at its first
+    /// use after a restart; an unreadable stored one is `Io`.
+    fn placed(&self, fh: &FileHandle) -> VfsResult<Option<Placement>> {
+        self.pnfs.placement(fh)
     }
 
     /// Pieces of [offset, offset+len) that stay inside one stripe unit.
@@ -153,7 +155,7 @@ impl PnfsVfs {
     /// removes the file (or leaves it nameless while it is open).
     fn last_link(&self, dir: &FileHandle, name: &[u8]) -> Option<FileHandle> {
         let (fh, a) = self.inner().lookup(dir, name).ok()?;
-        (a.ftype == FileType::Regular && a.nlink <= 1 && self.placed(&fh).is_some()).then_some(fh)
+        (a.ftype == FileType::Regular && a.nlink <= 1 && self.placed(&fh).ok().flatten().is_some()).then_some(fh)
     }
 }
 
@@ -167,8 +169,9 @@ impl Vfs for PnfsVfs {
     }
 
     fn setattr(&self, fh: &FileHandle, set: &SetAttr, guard_ctime: Option<Time>) -> VfsResult<Attr> {
+        let placed = if set.size.is_some() { self.placed(fh)? } else { None };
         let a = self.inner().setattr(fh, set, guard_ctime)?;
-        if let (Some(size), Some(p)) = (set.size, self.placed(fh)) {
+        if let (Some(size), Some(p)) = (set.size, placed) {
             self.resize_placed(&p, size);
             // Clients holding layouts must see the new size before writing
             // again (RFC 8881 §12.5.5.2 leaves this to the server).
@@ -187,7 +190,7 @@ impl Vfs for PnfsVfs {
     }
 
     fn read(&self, fh: &FileHandle, offset: u64, buf: &mut [u8]) -> VfsResult<(usize, bool)> {
-        match self.placed(fh) {
+        match self.placed(fh)? {
             Some(p) => self.read_placed(fh, &p, offset, buf),
             None => self.inner().read(fh, offset, buf),
         }
@@ -195,7 +198,7 @@ impl Vfs for PnfsVfs {
 
     fn read_lent(&self, fh: &FileHandle, offset: u64, count: usize, sink: &mut dyn vfs::LendSink) -> VfsResult<Option<(usize, bool)>> {
         // Data placed on the data servers is fetched, not lent.
-        match self.placed(fh) {
+        match self.placed(fh)? {
             Some(_) => Ok(None),
             None => self.inner().read_lent(fh, offset, count, sink),
         }
@@ -223,7 +226,7 @@ impl Vfs for PnfsVfs {
     }
 
     fn commit(&self, fh: &FileHandle, offset: u64, count: u64) -> VfsResult<()> {
-        match self.placed(fh) {
+        match self.placed(fh)? {
             // Writes through the MDS are FILE_SYNC on every mirror.
             Some(_) => Ok(()),
             None => self.inner().commit(fh, offset, count),
@@ -233,7 +236,7 @@ impl Vfs for PnfsVfs {
     /// A placed file's data comes from its data servers on a `pnfs-io`
     /// worker while the core serves other calls (the call parks).
     fn read_start(&self, fh: &FileHandle, offset: u64, buf: &mut [u8], later: &mut dyn Later) -> VfsResult<Option<(usize, bool)>> {
-        let Some(p) = self.placed(fh) else { return self.inner().read_start(fh, offset, buf, later) };
+        let Some(p) = self.placed(fh)? else { return self.inner().read_start(fh, offset, buf, later) };
         let Some(done) = later.park() else { return self.read_placed(fh, &p, offset, buf).map(Some) };
         let (me, fh, count) = (PnfsVfs::new(self.pnfs.clone()), *fh, buf.len());
         self.pnfs.io.run(Box::new(move || {
@@ -353,7 +356,7 @@ impl Vfs for PnfsVfs {
     /// destroys it in the MDS's backend: its data files go now.
     fn unpin(&self, fh: &FileHandle) {
         self.inner().unpin(fh);
-        if self.placed(fh).is_some() {
+        if self.placed(fh).ok().flatten().is_some() {
             self.forget_if_gone(fh);
         }
     }
@@ -364,5 +367,13 @@ impl Vfs for PnfsVfs {
 
     fn record_client(&self, owner: &[u8], present: bool) {
         self.inner().record_client(owner, present)
+    }
+
+    fn private_get(&self, fh: &FileHandle) -> VfsResult<Option<Vec<u8>>> {
+        self.inner().private_get(fh)
+    }
+
+    fn private_set(&self, fh: &FileHandle, data: Option<&[u8]>) -> VfsResult<()> {
+        self.inner().private_set(fh, data)
     }
 }
