@@ -69,7 +69,7 @@ pub(crate) fn encode(s: &Stored) -> Option<Vec<u8>> {
     (without.len() <= PRIVATE_BYTES_MAX).then_some(without)
 }
 
-fn encode_form(s: &Stored, handles: bool) -> Vec<u8> {
+pub(crate) fn encode_form(s: &Stored, handles: bool) -> Vec<u8> {
     let handles = handles.then_some(s.handles.as_ref()).flatten();
     let mut out = Vec::with_capacity(HEADER_BYTES + s.names.len() * 96);
     out.extend_from_slice(&MAGIC);

@@ -352,3 +352,63 @@ fn a_garbage_stored_placement_fails_only_its_file() {
     assert_eq!(vm.read(&f, 0, &mut buf), Ok((0, true)));
     assert_eq!(pm.metrics.placements_restored.load(Relaxed), 0);
 }
+
+/// Proves the restore path of a placement stored without its data-file
+/// handles (a wide placement's handles do not fit): a new `Pnfs` over the
+/// same DiskFs-backed namespace finds the handle again by LOOKUP on the DS
+/// (the same handle as before) and reads the data written through the MDS;
+/// when the data file is gone from the DS the file fails with Io and the
+/// blob is left as it was. One data server runs in process.
+#[test]
+fn a_placement_stored_without_handles_finds_them_on_the_ds() {
+    use vfs::{CreateMode, Cred, NodeKind, Stability, Vfs, VfsError};
+    let cfg = serde_json::json!({
+        "common": { "log_level": "warn" },
+        "server": { "role": "ds", "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0 },
+        "metrics": { "enabled": false }
+    });
+    let ds = chimerad::serve::start(&chimerad::config::Config::parse(&cfg.to_string()).unwrap()).unwrap();
+    let port = ds.nfs_addr.unwrap().port();
+    let dev: block::Device = Arc::new(block::mem::MemDevice::new("mds", 4096));
+    let fs: Arc<dyn Vfs> = Arc::new(diskfs::DiskFs::open(vec![dev], &diskfs::Options::new(1, true)).unwrap());
+    let specs = vec![spec("solo", "127.0.0.1", port, Netid::Tcp)];
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i % 249) as u8).collect();
+    let strip = |fh: &FileHandle| {
+        let mut s = crate::persist::decode(&fs.private_get(fh).unwrap().unwrap()).unwrap();
+        assert!(s.handles.is_some(), "one DS: the handle fits");
+        s.handles = None;
+        fs.private_set(fh, Some(&crate::persist::encode_form(&s, false))).unwrap();
+    };
+    let (f, g, f_placed) = {
+        let pn = Pnfs::new(PnfsConfig::default(), fs.clone(), specs.clone()).unwrap();
+        let v = crate::mdsio::PnfsVfs::new(pn.clone());
+        let root = v.root(1).unwrap();
+        let mk = |name: &[u8]| v.create(&root, name, NodeKind::File, 0o644, &Cred::ROOT, CreateMode::Guarded).unwrap().0;
+        let (f, g) = (mk(b"f"), mk(b"g"));
+        for fh in [f, g] {
+            assert_eq!(v.write(&fh, 0, &data, Stability::FileSync).unwrap().0, data.len());
+            strip(&fh);
+        }
+        // g's data file leaves the DS.
+        let mut c = crate::client3::Client3::new(&format!("127.0.0.1:{port}"), Duration::from_secs(5));
+        let pseudo = vfs::router::PSEUDO_ROOT.to_bytes().to_vec();
+        let first = c.first_entry(&pseudo).unwrap().unwrap();
+        let dir = c.lookup(&pseudo, &first).unwrap();
+        c.remove(&dir, crate::data_file_name(&g).as_bytes()).unwrap();
+        (f, g, pn.placement_of(&f).unwrap())
+    };
+    // A new MDS instance over the same namespace: nothing in memory.
+    let pn = Pnfs::new(PnfsConfig::default(), fs.clone(), specs).unwrap();
+    let v = crate::mdsio::PnfsVfs::new(pn.clone());
+    let mut buf = vec![0u8; 20_000];
+    assert_eq!(v.read(&f, 0, &mut buf), Ok((data.len(), true)));
+    assert!(buf[..data.len()] == data[..], "read back through the handle found by LOOKUP");
+    assert_eq!(pn.placement_of(&f).unwrap(), f_placed, "the same handle as before");
+    let blob = fs.private_get(&g).unwrap();
+    assert_eq!(v.read(&g, 0, &mut buf), Err(VfsError::Io), "its data file is gone");
+    assert!(pn.placement_of(&g).is_none(), "not restored, tried again at the next use");
+    assert_eq!(fs.private_get(&g).unwrap(), blob, "the stored placement is left as it was");
+    drop(v);
+    drop(pn);
+    ds.shutdown();
+}
