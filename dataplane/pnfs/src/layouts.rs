@@ -129,6 +129,10 @@ impl Pnfs {
                 return Err(nfs4::error::vfs_status(e));
             }
             let mut st = self.state();
+            // Stored now, so a racing first use may have restored it already.
+            if let Some(p) = st.files.get(fh) {
+                return Ok(p.clone());
+            }
             for id in &p.dses {
                 st.ds.file_count(*id, 1);
             }

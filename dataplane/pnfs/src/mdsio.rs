@@ -151,6 +151,38 @@ impl PnfsVfs {
         }
     }
 
+    /// Restore the placement of every regular file under `top` that is not
+    /// in memory (after a restart placements come back at first use), so
+    /// deleting the tree finds them and removes their data files. A
+    /// control-path walk (volume deletion); a stored placement that does
+    /// not decode is skipped (its data files stay on the DSes).
+    fn restore_tree(&self, top: &FileHandle) {
+        let mut dirs = vec![*top];
+        while let Some(d) = dirs.pop() {
+            let mut files = Vec::new();
+            let mut cookie = 0;
+            loop {
+                let mut last = None;
+                let end = self.inner().readdir(&d, cookie, &mut |e| {
+                    match e.attr.ftype {
+                        FileType::Directory => dirs.push(e.fh),
+                        FileType::Regular => files.push(e.fh),
+                        _ => {}
+                    }
+                    last = Some(e.cookie);
+                    true
+                });
+                match (end, last) {
+                    (Ok(false), Some(c)) => cookie = c,
+                    _ => break,
+                }
+            }
+            for fh in files {
+                let _ = self.pnfs.placement(&fh);
+            }
+        }
+    }
+
     /// The regular file `name` in `dir` with one link: removing that name
     /// removes the file (or leaves it nameless while it is open).
     fn last_link(&self, dir: &FileHandle, name: &[u8]) -> Option<FileHandle> {
@@ -332,6 +364,11 @@ impl Vfs for PnfsVfs {
     }
 
     fn remove_tree(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
+        if let Ok((top, a)) = self.inner().lookup(dir, name) {
+            if a.ftype == FileType::Directory {
+                self.restore_tree(&top);
+            }
+        }
         self.inner().remove_tree(dir, name)?;
         // Deleting a volume removes a whole tree at once, so no REMOVE names
         // its files: every placed file of this export that the backend now

@@ -187,8 +187,9 @@ fn port_of_device(pn: &Pnfs, dev: &[u8; 16]) -> u16 {
 /// handles); the restored fenced file's layout names the DS that holds its
 /// data (by the new ids) and the epoch-1 owner; per-DS file counts match
 /// the first run once the files are used; a write after the restart and a
-/// second restart (through a checkpoint) keep everything; removing a file
-/// after a restart removes its data files from the DSes.
+/// second restart (through a checkpoint) keep everything; removing a file,
+/// and deleting a tree, after a restart removes their data files from the
+/// DSes.
 #[test]
 fn placements_survive_mds_restarts_with_the_ds_list_reordered() {
     let dses = start_dses(3);
@@ -211,6 +212,12 @@ fn placements_survive_mds_restarts_with_the_ds_list_reordered() {
         assert_eq!(before[0].as_ref().map(|p| p.len()), Some(3), "striped over all three DSes");
         assert!(before[3].is_none(), "an empty file is never placed");
         let files = m.files();
+        // A tree (an admin-API volume) to delete after the restart; its file
+        // is left out of the counts above.
+        let vol = m.v.create(&m.root(), b"vol", NodeKind::Directory, 0o755, &Cred::ROOT, CreateMode::Guarded).unwrap().0;
+        let sub = m.v.create(&vol, b"sub", NodeKind::Directory, 0o755, &Cred::ROOT, CreateMode::Guarded).unwrap().0;
+        let deep = m.v.create(&sub, b"deep", NodeKind::File, 0o644, &Cred::ROOT, CreateMode::Guarded).unwrap().0;
+        m.write(&deep, 0, b"inside a tree deleted after the restart");
         m.stop();
         (before, files, owner)
     };
@@ -256,6 +263,23 @@ fn placements_survive_mds_restarts_with_the_ds_list_reordered() {
         let (mut c, dir) = dses.dir(i);
         while c.lookup(&dir, data_name.as_bytes()).is_ok() {
             assert!(Instant::now() < deadline, "data file on ds-{i} not removed");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // Deleting a tree (an admin-API volume) whose files were not used since
+    // the restart removes their data files too.
+    let deep = m.v.lookup(&m.v.lookup(&m.lookup("vol"), b"sub").unwrap().0, b"deep").unwrap().0;
+    let deep_name = pnfs::data_file_name(&deep);
+    assert!(m.pn.placement_of(&deep).is_none(), "not used since the restart");
+    for i in 0..3 {
+        let (mut c, dir) = dses.dir(i);
+        c.lookup(&dir, deep_name.as_bytes()).expect("striped over all three DSes");
+    }
+    m.v.remove_tree(&m.root(), b"vol").unwrap();
+    for i in 0..3 {
+        let (mut c, dir) = dses.dir(i);
+        while c.lookup(&dir, deep_name.as_bytes()).is_ok() {
+            assert!(Instant::now() < deadline, "data file of the deleted tree on ds-{i} not removed");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
