@@ -1632,6 +1632,36 @@ impl Vfs for DiskFs {
         }
     }
 
+    fn private_get(&self, fh: &FileHandle) -> VfsResult<Option<Vec<u8>>> {
+        self.check(fh)?;
+        let m = self.inner.meta();
+        let i = m.st.get(fh.ino, fh.generation)?;
+        Ok((!i.private.is_empty()).then(|| i.private.clone()))
+    }
+
+    /// Logged as one `Private` record; durable before it returns.
+    fn private_set(&self, fh: &FileHandle, data: Option<&[u8]>) -> VfsResult<()> {
+        let data = data.unwrap_or_default();
+        if data.len() > vfs::PRIVATE_BYTES_MAX {
+            return Err(VfsError::Inval);
+        }
+        self.check(fh)?;
+        let s = &self.inner;
+        let lsn = {
+            let mut m = s.meta();
+            let i = m.st.get(fh.ino, fh.generation)?;
+            if i.private == data {
+                return Ok(());
+            }
+            if data.len() > i.private.len() {
+                s.ckpt_room(&m)?;
+            }
+            put(&mut m, Rec::Private { ino: fh.ino, data: data.to_vec() });
+            finish(&mut m)
+        };
+        s.sync(lsn)
+    }
+
     fn unpin(&self, fh: &FileHandle) {
         if self.check(fh).is_err() {
             return;

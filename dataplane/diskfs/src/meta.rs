@@ -76,6 +76,9 @@ pub enum Rec {
     /// An NFSv4 client owner that may reclaim after a restart (`present`),
     /// or no longer (`Vfs::record_client`).
     Client { owner: Vec<u8>, present: bool },
+    /// Replace an inode's server-private blob (`Vfs::private_set`);
+    /// empty removes it.
+    Private { ino: Ino, data: Vec<u8> },
 }
 
 /// A file block's place on a device. `logged`: a `Map` record holds it
@@ -107,6 +110,8 @@ pub struct Inode {
     pub unmaps: u64,
     /// Serialises writers of this file (read-modify-write of a block).
     pub wlock: Arc<Mutex<()>>,
+    /// Server-private blob (`Rec::Private`); empty: none.
+    pub private: Vec<u8>,
 }
 
 #[derive(Debug, Default)]
@@ -129,6 +134,16 @@ pub const BLOCK: u64 = 4096;
 /// Longest NFSv4 client owner recorded (RFC 8881: co_ownerid is at most
 /// NFS4_OPAQUE_LIMIT, 1024 bytes).
 pub const CLIENT_OWNER_MAX: usize = 1024;
+/// Checkpoint bytes a private blob costs beyond its data (tag, ino, length).
+const PRIVATE_REC_BYTES: u64 = 11;
+
+fn private_cost(data: &[u8]) -> u64 {
+    if data.is_empty() {
+        0
+    } else {
+        PRIVATE_REC_BYTES + data.len() as u64
+    }
+}
 
 impl State {
     pub fn new() -> State {
@@ -204,7 +219,15 @@ impl State {
                         self.ckpt_bytes += 96 + rec.target.len() as u64;
                         self.inodes.insert(
                             rec.ino,
-                            Inode { rec: rec.clone(), dir, map: BTreeMap::new(), pins: 0, unmaps: 0, wlock: Arc::default() },
+                            Inode {
+                                rec: rec.clone(),
+                                dir,
+                                map: BTreeMap::new(),
+                                pins: 0,
+                                unmaps: 0,
+                                wlock: Arc::default(),
+                                private: Vec::new(),
+                            },
                         );
                     }
                 }
@@ -212,7 +235,7 @@ impl State {
             Rec::InodeFree { ino } => {
                 freed.extend(self.unmap_from(*ino, 0));
                 let i = self.inodes.remove(ino).ok_or_else(|| format!("free of unknown inode {ino}"))?;
-                self.ckpt_bytes = self.ckpt_bytes.saturating_sub(96 + i.rec.target.len() as u64);
+                self.ckpt_bytes = self.ckpt_bytes.saturating_sub(96 + i.rec.target.len() as u64 + private_cost(&i.private));
                 if i.dir.as_ref().is_some_and(|d| !d.by_name.is_empty()) {
                     return Err(format!("free of non-empty directory {ino}"));
                 }
@@ -279,6 +302,14 @@ impl State {
                     self.ckpt_bytes = self.ckpt_bytes.saturating_sub(8 + owner.len() as u64);
                 }
             }
+            Rec::Private { ino, data } => {
+                if data.len() > vfs::PRIVATE_BYTES_MAX {
+                    return Err(format!("private blob of inode {ino} is {} bytes", data.len()));
+                }
+                let i = self.inodes.get_mut(ino).ok_or_else(|| format!("private blob of unknown inode {ino}"))?;
+                let old = std::mem::replace(&mut i.private, data.clone());
+                self.ckpt_bytes = self.ckpt_bytes.saturating_sub(private_cost(&old)) + private_cost(data);
+            }
         }
         Ok(())
     }
@@ -294,7 +325,11 @@ impl State {
         let mut inos: Vec<&Ino> = self.inodes.keys().collect();
         inos.sort();
         for ino in &inos {
-            encode(&Rec::InodePut(self.inodes[ino].rec.clone()), out);
+            let i = &self.inodes[ino];
+            encode(&Rec::InodePut(i.rec.clone()), out);
+            if !i.private.is_empty() {
+                encode(&Rec::Private { ino: **ino, data: i.private.clone() }, out);
+            }
         }
         for ino in inos {
             let i = &self.inodes[ino];
@@ -428,6 +463,12 @@ pub fn encode(r: &Rec, out: &mut Vec<u8>) {
             out.extend_from_slice(&(owner.len() as u16).to_le_bytes());
             out.extend_from_slice(owner);
         }
+        Rec::Private { ino, data } => {
+            out.push(9);
+            out.extend_from_slice(&ino.to_le_bytes());
+            out.extend_from_slice(&(data.len() as u16).to_le_bytes());
+            out.extend_from_slice(data);
+        }
     }
 }
 
@@ -516,6 +557,14 @@ pub fn decode_all(b: &[u8]) -> Result<Vec<Rec>, String> {
                     return Err("client record with a bad owner length".into());
                 }
                 Rec::Client { owner: r.take(n)?.to_vec(), present }
+            }
+            9 => {
+                let ino = r.u64()?;
+                let n = r.u16()? as usize;
+                if n > vfs::PRIVATE_BYTES_MAX {
+                    return Err("private record with a bad length".into());
+                }
+                Rec::Private { ino, data: r.take(n)?.to_vec() }
             }
             t => return Err(format!("unknown record tag {t} at byte {}", r.p - 1)),
         });

@@ -17,7 +17,7 @@
 //! (wrong data read back, found by e2e/pnfs). Files still spread over DSes.
 
 use crate::client3::{CtlError, Sattr};
-use crate::{data_file_name, LayoutState, Placement, Pnfs, State, DATA_FILE_MODE, LAYOUT4_FLEX_FILES};
+use crate::{data_file_name, run_remove, LayoutState, Placement, Pnfs, State, DATA_FILE_MODE, LAYOUT4_FLEX_FILES};
 use nfs4::layout::{Commit, DeviceError, DeviceId, IoMode, Layout, LayoutGetArgs, LayoutServer, Return, LENGTH_TO_EOF};
 use nfs4::state::Stateid;
 use proto::nfs4 as p;
@@ -56,10 +56,16 @@ fn owner(e: &mut Encoder<'_>, id: u32) -> proto::xdr::Result<()> {
 }
 
 impl Pnfs {
-    /// The placement of `fh`, creating its data files on first use.
+    /// The placement of `fh` (restored from stable storage after a
+    /// restart), creating its data files on first use. The new placement
+    /// is stored before anyone can use it; a stored one that is
+    /// unreadable is NFS4ERR_IO and never replaced by a new one (its data
+    /// is on the DSes).
     pub(crate) fn ensure_placed(&self, fh: &FileHandle) -> Result<Placement, i32> {
-        if let Some(p) = self.state().files.get(fh) {
-            return Ok(p.clone());
+        match self.placement(fh) {
+            Ok(Some(p)) => return Ok(p),
+            Ok(None) => {}
+            Err(e) => return Err(nfs4::error::vfs_status(e)),
         }
         let _g = self.place_lock.lock().unwrap_or_else(|e| e.into_inner());
         // Two attempts: a DS that fails its create is marked unhealthy and
@@ -117,7 +123,16 @@ impl Pnfs {
                 epoch: 0,
                 data_fh: fhs,
             };
+            if let Err(e) = self.persist_new(fh, &p) {
+                // Unrecorded data files would be orphans after a restart.
+                run_remove(&crate::RemoveJob { conns, name });
+                return Err(nfs4::error::vfs_status(e));
+            }
             let mut st = self.state();
+            // Stored now, so a racing first use may have restored it already.
+            if let Some(p) = st.files.get(fh) {
+                return Ok(p.clone());
+            }
             for id in &p.dses {
                 st.ds.file_count(*id, 1);
             }
@@ -194,12 +209,17 @@ impl Pnfs {
                 newly_stale.push(i);
             }
         }
-        if !slots.is_empty() {
+        let changed = !slots.is_empty() && !newly_stale.is_empty();
+        if changed {
             if let Some(f) = st.files.get_mut(fh) {
                 for i in newly_stale {
                     f.stale[i] = true;
                 }
             }
+        }
+        drop(st);
+        if changed {
+            self.persist(fh);
         }
         slots
     }
@@ -217,6 +237,7 @@ impl Pnfs {
             }
         }
         if newly {
+            self.persist(fh);
             // Layouts naming the stale copy (READ layouts of other clients)
             // must not be used to read it.
             let target = *fh;

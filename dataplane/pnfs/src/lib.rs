@@ -15,6 +15,7 @@
 pub mod client3;
 mod layouts;
 mod mdsio;
+mod persist;
 mod registry;
 
 pub use mdsio::PnfsVfs;
@@ -144,6 +145,12 @@ pub struct Metrics {
     pub mds_read_bytes: AtomicU64,
     pub mds_write_bytes: AtomicU64,
     pub removals_queued: AtomicU64,
+    /// Placements read back from stable storage (after a restart).
+    pub placements_restored: AtomicU64,
+    /// Stored placements that did not decode (their files fail with Io).
+    pub placements_unreadable: AtomicU64,
+    /// Placement changes that did not reach stable storage.
+    pub placements_unsaved: AtomicU64,
 }
 
 /// Where one regular file's data lives.
@@ -216,6 +223,8 @@ pub struct Pnfs {
     pub(crate) vfs: Arc<dyn Vfs>,
     pub(crate) st: Mutex<State>,
     pub(crate) place_lock: Mutex<()>,
+    /// Serialises writes of stored placements (`persist`).
+    pub(crate) persist_lock: Mutex<()>,
     pub(crate) boot: u32,
     pub(crate) recaller: OnceLock<Arc<dyn LayoutRecaller>>,
     pub metrics: Metrics,
@@ -250,6 +259,7 @@ impl Pnfs {
             cfg,
             vfs,
             place_lock: Mutex::new(()),
+            persist_lock: Mutex::new(()),
             boot,
             recaller: OnceLock::new(),
             metrics: Metrics::default(),
@@ -361,7 +371,7 @@ impl Pnfs {
         let (conns, fhs, epoch) = {
             let mut st = self.state();
             let Some(p) = st.files.get_mut(fh) else { return };
-            p.epoch = p.epoch.wrapping_add(1) % 1_000_000;
+            p.epoch = (p.epoch + 1) % persist::EPOCH_LIMIT;
             let epoch = p.epoch;
             let ids = p.dses.clone();
             let fhs = p.data_fh.clone();
@@ -370,6 +380,8 @@ impl Pnfs {
             (conns, fhs, epoch)
         };
         self.metrics.fences.fetch_add(1, Ordering::Relaxed);
+        // The new epoch is stored before the data files change owner.
+        self.persist(fh);
         let s = Sattr { uid: Some(self.cfg.synthetic_uid + epoch), gid: Some(self.cfg.synthetic_gid + epoch), ..Default::default() };
         for (c, h) in conns.iter().zip(&fhs) {
             if let Some(c) = c {
@@ -434,7 +446,7 @@ pub fn data_file_name(fh: &FileHandle) -> String {
     fh.to_bytes().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn run_remove(job: &RemoveJob) {
+pub(crate) fn run_remove(job: &RemoveJob) {
     for c in &job.conns {
         let mut c = c.lock().unwrap_or_else(|e| e.into_inner());
         if let Ok(root) = c.root() {

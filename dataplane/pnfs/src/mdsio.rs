@@ -32,8 +32,10 @@ impl PnfsVfs {
         &*self.pnfs.vfs
     }
 
-    fn placed(&self, fh: &FileHandle) -> Option<Placement> {
-        self.pnfs.state().files.get(fh).cloned()
+    /// The file's placement, restored from stable storage at its first
+    /// use after a restart; an unreadable stored one is `Io`.
+    fn placed(&self, fh: &FileHandle) -> VfsResult<Option<Placement>> {
+        self.pnfs.placement(fh)
     }
 
     /// Pieces of [offset, offset+len) that stay inside one stripe unit.
@@ -149,11 +151,43 @@ impl PnfsVfs {
         }
     }
 
+    /// Restore the placement of every regular file under `top` that is not
+    /// in memory (after a restart placements come back at first use), so
+    /// deleting the tree finds them and removes their data files. A
+    /// control-path walk (volume deletion); a stored placement that does
+    /// not decode is skipped (its data files stay on the DSes).
+    fn restore_tree(&self, top: &FileHandle) {
+        let mut dirs = vec![*top];
+        while let Some(d) = dirs.pop() {
+            let mut files = Vec::new();
+            let mut cookie = 0;
+            loop {
+                let mut last = None;
+                let end = self.inner().readdir(&d, cookie, &mut |e| {
+                    match e.attr.ftype {
+                        FileType::Directory => dirs.push(e.fh),
+                        FileType::Regular => files.push(e.fh),
+                        _ => {}
+                    }
+                    last = Some(e.cookie);
+                    true
+                });
+                match (end, last) {
+                    (Ok(false), Some(c)) => cookie = c,
+                    _ => break,
+                }
+            }
+            for fh in files {
+                let _ = self.pnfs.placement(&fh);
+            }
+        }
+    }
+
     /// The regular file `name` in `dir` with one link: removing that name
     /// removes the file (or leaves it nameless while it is open).
     fn last_link(&self, dir: &FileHandle, name: &[u8]) -> Option<FileHandle> {
         let (fh, a) = self.inner().lookup(dir, name).ok()?;
-        (a.ftype == FileType::Regular && a.nlink <= 1 && self.placed(&fh).is_some()).then_some(fh)
+        (a.ftype == FileType::Regular && a.nlink <= 1 && self.placed(&fh).ok().flatten().is_some()).then_some(fh)
     }
 }
 
@@ -167,8 +201,9 @@ impl Vfs for PnfsVfs {
     }
 
     fn setattr(&self, fh: &FileHandle, set: &SetAttr, guard_ctime: Option<Time>) -> VfsResult<Attr> {
+        let placed = if set.size.is_some() { self.placed(fh)? } else { None };
         let a = self.inner().setattr(fh, set, guard_ctime)?;
-        if let (Some(size), Some(p)) = (set.size, self.placed(fh)) {
+        if let (Some(size), Some(p)) = (set.size, placed) {
             self.resize_placed(&p, size);
             // Clients holding layouts must see the new size before writing
             // again (RFC 8881 §12.5.5.2 leaves this to the server).
@@ -187,7 +222,7 @@ impl Vfs for PnfsVfs {
     }
 
     fn read(&self, fh: &FileHandle, offset: u64, buf: &mut [u8]) -> VfsResult<(usize, bool)> {
-        match self.placed(fh) {
+        match self.placed(fh)? {
             Some(p) => self.read_placed(fh, &p, offset, buf),
             None => self.inner().read(fh, offset, buf),
         }
@@ -195,7 +230,7 @@ impl Vfs for PnfsVfs {
 
     fn read_lent(&self, fh: &FileHandle, offset: u64, count: usize, sink: &mut dyn vfs::LendSink) -> VfsResult<Option<(usize, bool)>> {
         // Data placed on the data servers is fetched, not lent.
-        match self.placed(fh) {
+        match self.placed(fh)? {
             Some(_) => Ok(None),
             None => self.inner().read_lent(fh, offset, count, sink),
         }
@@ -223,7 +258,7 @@ impl Vfs for PnfsVfs {
     }
 
     fn commit(&self, fh: &FileHandle, offset: u64, count: u64) -> VfsResult<()> {
-        match self.placed(fh) {
+        match self.placed(fh)? {
             // Writes through the MDS are FILE_SYNC on every mirror.
             Some(_) => Ok(()),
             None => self.inner().commit(fh, offset, count),
@@ -233,7 +268,7 @@ impl Vfs for PnfsVfs {
     /// A placed file's data comes from its data servers on a `pnfs-io`
     /// worker while the core serves other calls (the call parks).
     fn read_start(&self, fh: &FileHandle, offset: u64, buf: &mut [u8], later: &mut dyn Later) -> VfsResult<Option<(usize, bool)>> {
-        let Some(p) = self.placed(fh) else { return self.inner().read_start(fh, offset, buf, later) };
+        let Some(p) = self.placed(fh)? else { return self.inner().read_start(fh, offset, buf, later) };
         let Some(done) = later.park() else { return self.read_placed(fh, &p, offset, buf).map(Some) };
         let (me, fh, count) = (PnfsVfs::new(self.pnfs.clone()), *fh, buf.len());
         self.pnfs.io.run(Box::new(move || {
@@ -329,6 +364,11 @@ impl Vfs for PnfsVfs {
     }
 
     fn remove_tree(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
+        if let Ok((top, a)) = self.inner().lookup(dir, name) {
+            if a.ftype == FileType::Directory {
+                self.restore_tree(&top);
+            }
+        }
         self.inner().remove_tree(dir, name)?;
         // Deleting a volume removes a whole tree at once, so no REMOVE names
         // its files: every placed file of this export that the backend now
@@ -353,7 +393,7 @@ impl Vfs for PnfsVfs {
     /// destroys it in the MDS's backend: its data files go now.
     fn unpin(&self, fh: &FileHandle) {
         self.inner().unpin(fh);
-        if self.placed(fh).is_some() {
+        if self.placed(fh).ok().flatten().is_some() {
             self.forget_if_gone(fh);
         }
     }
@@ -373,7 +413,7 @@ impl Vfs for PnfsVfs {
     // then reads the file as data). A file not placed yet is all holes in
     // the backend, which answers SEEK and DEALLOCATE for it.
     fn seek(&self, fh: &FileHandle, offset: u64, what: vfs::Content) -> VfsResult<Option<(bool, u64)>> {
-        match self.placed(fh) {
+        match self.placed(fh)? {
             Some(_) => Err(VfsError::NotSupported),
             None => self.inner().seek(fh, offset, what),
         }
@@ -406,9 +446,17 @@ impl Vfs for PnfsVfs {
     }
 
     fn deallocate(&self, fh: &FileHandle, offset: u64, len: u64) -> VfsResult<Attr> {
-        match self.placed(fh) {
+        match self.placed(fh)? {
             Some(_) => Err(VfsError::NotSupported),
             None => self.inner().deallocate(fh, offset, len),
         }
+    }
+
+    fn private_get(&self, fh: &FileHandle) -> VfsResult<Option<Vec<u8>>> {
+        self.inner().private_get(fh)
+    }
+
+    fn private_set(&self, fh: &FileHandle, data: Option<&[u8]>) -> VfsResult<()> {
+        self.inner().private_set(fh, data)
     }
 }

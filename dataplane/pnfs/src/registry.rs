@@ -211,6 +211,46 @@ impl Registry {
         self.get(id).map(|r| r.conn.clone())
     }
 
+    /// The id of the DS called `name`. A name not known in this run (a
+    /// stored placement names a DS that is no longer listed) gets a record
+    /// that is not present — what a DS that left the list is: never
+    /// active; listing that name again brings it back. `None` when
+    /// `DS_RECORDS_MAX` records exist.
+    pub fn id_for_name(&mut self, name: &str) -> Option<u64> {
+        if let Some(r) = self.recs.iter().find(|r| r.spec.name == name) {
+            return Some(r.id);
+        }
+        if self.recs.len() >= crate::DS_RECORDS_MAX {
+            return None;
+        }
+        let id = self.recs.len() as u64 + 1;
+        // No address: its connection fails at once (Unreachable).
+        let spec = DsSpec {
+            name: name.to_string(),
+            host: String::new(),
+            port: 0,
+            netid: Netid::Tcp,
+            tcp_port: 0,
+            backing_path: None,
+            ready: false,
+            draining: false,
+        };
+        let conn = self.new_conn(id, &spec);
+        self.recs.push(DsRec {
+            id,
+            spec,
+            present: false,
+            healthy: true,
+            unhealthy_since_ms: 0,
+            errors: 0,
+            layouts_granted: 0,
+            files: 0,
+            conn,
+            ip: None,
+        });
+        Some(id)
+    }
+
     pub fn name_of(&self, id: u64) -> String {
         self.get(id).map(|r| r.spec.name.clone()).unwrap_or_default()
     }

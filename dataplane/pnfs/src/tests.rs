@@ -210,3 +210,205 @@ fn an_open_unlinked_placed_file_keeps_its_data_files_until_unpin() {
     assert!(!placed(&new));
     assert_eq!(queued(), 3);
 }
+
+fn stored(width: usize) -> crate::persist::Stored {
+    crate::persist::Stored {
+        names: (0..width).map(|i| format!("ds-{i}")).collect(),
+        stale: (0..width).map(|i| i % 2 == 1).collect(),
+        handles: Some((0..width).map(|i| vec![i as u8 + 1; 32]).collect()),
+        mirrors: 2,
+        stripe_unit_bytes: 1 << 20,
+        epoch: 7,
+    }
+}
+
+/// Proves the stored-placement encoding round-trips (with handles, and
+/// without them once they no longer fit in `PRIVATE_BYTES_MAX`), refuses
+/// what does not fit at all, and names every kind of garbage: each valid
+/// blob turned invalid one field at a time is refused, never accepted as
+/// some other placement.
+#[test]
+fn stored_placements_round_trip_and_garbage_is_refused() {
+    use crate::persist::{decode, encode};
+    let s = stored(3);
+    let b = encode(&s).unwrap();
+    assert_eq!(decode(&b).unwrap(), s);
+    // 120 DSes with 32-byte handles: over 4 KiB, so the handles are left out.
+    let fits = stored(90);
+    assert!(decode(&encode(&fits).unwrap()).unwrap() == fits, "90 DSes fit with their handles");
+    let wide = stored(120);
+    let b120 = encode(&wide).unwrap();
+    assert!(b120.len() <= vfs::PRIVATE_BYTES_MAX);
+    assert!(decode(&b120).unwrap() == crate::persist::Stored { handles: None, ..wide });
+    // Names alone over 4 KiB: nothing to store.
+    let mut huge = stored(40);
+    huge.names = (0..40).map(|i| format!("{i:0>200}")).collect();
+    assert!(encode(&huge).is_none());
+
+    let bad = |f: &dyn Fn(&mut Vec<u8>)| {
+        let mut x = b.clone();
+        f(&mut x);
+        decode(&x).map(|_| ()).unwrap_err()
+    };
+    assert!(bad(&|x| x[0] = b'X').contains("magic"));
+    assert!(bad(&|x| x[4] = 2).contains("version"));
+    assert!(bad(&|x| x[5] = 3).contains("flags"));
+    assert!(bad(&|x| x[6] = 0).contains("mirrors"));
+    assert!(bad(&|x| x[6] = 4).contains("mirrors"));
+    assert!(bad(&|x| x[7] = 1).contains("reserved"));
+    assert!(bad(&|x| x[8..10].copy_from_slice(&1u16.to_be_bytes())).contains("mirrors over 1"));
+    assert!(bad(&|x| x[8..10].copy_from_slice(&4u16.to_be_bytes())).contains("truncated"));
+    assert!(bad(&|x| x[10..18].copy_from_slice(&3000u64.to_be_bytes())).contains("stripe unit"));
+    assert!(bad(&|x| x[10..18].copy_from_slice(&(128u64 << 20).to_be_bytes())).contains("stripe unit"));
+    assert!(bad(&|x| x[18..22].copy_from_slice(&1_000_000u32.to_be_bytes())).contains("epoch"));
+    // First DS entry at byte 22: name length, "ds-0", stale, handle length.
+    assert!(bad(&|x| x[22] = 0).contains("name of 0"));
+    assert!(bad(&|x| x[27] = 2).contains("stale flag"));
+    assert!(bad(&|x| x[28] = 0).contains("handle of 0"));
+    assert!(bad(&|x| x[28] = 65).contains("handle of 65"));
+    assert!(bad(&|x| x[26] = b'1').contains("twice"), "ds-1 named twice");
+    assert!(bad(&|x| x[23] = 0xff).contains("UTF-8"));
+    assert!(bad(&|x| x.push(0)).contains("after the end"));
+    assert!(bad(&|x| {
+        x.pop();
+    })
+    .contains("truncated"));
+    assert!(bad(&|x| x.truncate(3)).contains("truncated"));
+    assert!(decode(&[]).is_err());
+    assert!(decode(&vec![0u8; vfs::PRIVATE_BYTES_MAX + 1]).unwrap_err().contains("more than"));
+}
+
+/// Proves a forged or corrupt stored placement fails only its own file, and
+/// never loses the data it points to: READ, WRITE, COMMIT, truncation and
+/// LAYOUTGET of that file fail with Io / NFS4ERR_IO (the blob is kept, not
+/// replaced by a new placement), while another file of the same DiskFs-
+/// backed MDS is served; a valid blob naming a DS not in the list restores
+/// with that copy unavailable (Io for a single copy, no layout, not in
+/// GETDEVICELIST). A memfs MDS keeps no blobs: nothing is restored.
+#[test]
+fn a_garbage_stored_placement_fails_only_its_file() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use vfs::{CreateMode, Cred, NodeKind, SetAttr, Stability, Vfs, VfsError};
+    let dev: block::Device = Arc::new(block::mem::MemDevice::new("mds", 4096));
+    let fs: Arc<dyn Vfs> = Arc::new(diskfs::DiskFs::open(vec![dev], &diskfs::Options::new(1, true)).unwrap());
+    let pn = Pnfs::new(PnfsConfig::default(), fs.clone(), vec![spec("listed", "127.0.0.1", 9, Netid::Tcp)]).unwrap();
+    let v = crate::mdsio::PnfsVfs::new(pn.clone());
+    let root = v.root(1).unwrap();
+    let mk = |name: &[u8]| v.create(&root, name, NodeKind::File, 0o644, &Cred::ROOT, CreateMode::Guarded).unwrap().0;
+    let (bad, plain, gone) = (mk(b"bad"), mk(b"plain"), mk(b"gone"));
+    v.setattr(&bad, &SetAttr { size: Some(100), ..Default::default() }, None).unwrap();
+    let garbage = b"CHPL\x01\x00\x09garbage".to_vec();
+    fs.private_set(&bad, Some(&garbage)).unwrap();
+    let mut buf = [0u8; 10];
+    assert_eq!(v.read(&bad, 0, &mut buf), Err(VfsError::Io));
+    assert_eq!(v.write(&bad, 0, b"new", Stability::FileSync).map(|x| x.0), Err(VfsError::Io));
+    assert_eq!(v.commit(&bad, 0, 0), Err(VfsError::Io));
+    assert_eq!(v.setattr(&bad, &SetAttr { size: Some(0), ..Default::default() }, None).map(|a| a.size), Err(VfsError::Io));
+    assert_eq!(v.getattr(&bad).unwrap().size, 100, "a refused truncation changed nothing");
+    let a = LayoutGetArgs {
+        clientid: 1,
+        fh: bad,
+        fsid: 1,
+        iomode: IoMode::Rw,
+        offset: 0,
+        length: u64::MAX,
+        minlength: 0,
+        stateid: Stateid { seqid: 1, other: [1; 12] },
+        layout_stateid: false,
+        maxcount: 4096,
+    };
+    assert_eq!(pn.layoutget(&a).unwrap_err(), p::NFS4ERR_IO);
+    assert_eq!(fs.private_get(&bad).unwrap(), Some(garbage), "the stored placement is kept for repair, not replaced");
+    assert!(pn.placement_of(&bad).is_none());
+    assert!(pn.metrics.placements_unreadable.load(Relaxed) >= 5);
+    // Another file is served (never placed: its bytes are the MDS's own).
+    assert_eq!(v.getattr(&plain).unwrap().size, 0);
+    assert_eq!(v.read(&plain, 0, &mut buf), Ok((0, true)));
+    // A valid blob naming a DS that is not listed: restored, copy unavailable.
+    let s = crate::persist::Stored {
+        names: vec!["left".into()],
+        stale: vec![false],
+        handles: Some(vec![vec![7; 16]]),
+        mirrors: 1,
+        stripe_unit_bytes: 1 << 20,
+        epoch: 3,
+    };
+    fs.private_set(&gone, Some(&crate::persist::encode(&s).unwrap())).unwrap();
+    v.setattr(&gone, &SetAttr { size: Some(10), ..Default::default() }, None).unwrap();
+    assert_eq!(v.read(&gone, 0, &mut buf), Err(VfsError::Io), "its only copy is on a DS that is not listed");
+    assert_eq!(pn.placement_of(&gone).unwrap(), [("left".to_string(), vec![7; 16])]);
+    assert_eq!(pn.metrics.placements_restored.load(Relaxed), 1);
+    assert_eq!(pn.layoutget(&LayoutGetArgs { fh: gone, ..a }).unwrap_err(), p::NFS4ERR_LAYOUTUNAVAILABLE);
+    assert_eq!(pn.getdevicelist(), [device_id(1)], "the unlisted DS is known, not listed");
+    assert_eq!(pn.ds_states().len(), 1);
+
+    // memfs keeps no blobs: the wrapper sees no placement, reads the MDS's bytes.
+    let memfs: Arc<dyn Vfs> = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: 16 << 20 }));
+    assert_eq!(memfs.private_get(&memfs.root(1).unwrap()), Err(VfsError::NotSupported));
+    let pm = Pnfs::new(PnfsConfig::default(), memfs, vec![]).unwrap();
+    let vm = crate::mdsio::PnfsVfs::new(pm.clone());
+    let r = vm.root(1).unwrap();
+    let f = vm.create(&r, b"f", NodeKind::File, 0o644, &Cred::ROOT, CreateMode::Guarded).unwrap().0;
+    assert_eq!(vm.read(&f, 0, &mut buf), Ok((0, true)));
+    assert_eq!(pm.metrics.placements_restored.load(Relaxed), 0);
+}
+
+/// Proves the restore path of a placement stored without its data-file
+/// handles (a wide placement's handles do not fit): a new `Pnfs` over the
+/// same DiskFs-backed namespace finds the handle again by LOOKUP on the DS
+/// (the same handle as before) and reads the data written through the MDS;
+/// when the data file is gone from the DS the file fails with Io and the
+/// blob is left as it was. One data server runs in process.
+#[test]
+fn a_placement_stored_without_handles_finds_them_on_the_ds() {
+    use vfs::{CreateMode, Cred, NodeKind, Stability, Vfs, VfsError};
+    let cfg = serde_json::json!({
+        "common": { "log_level": "warn" },
+        "server": { "role": "ds", "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0 },
+        "metrics": { "enabled": false }
+    });
+    let ds = chimerad::serve::start(&chimerad::config::Config::parse(&cfg.to_string()).unwrap()).unwrap();
+    let port = ds.nfs_addr.unwrap().port();
+    let dev: block::Device = Arc::new(block::mem::MemDevice::new("mds", 4096));
+    let fs: Arc<dyn Vfs> = Arc::new(diskfs::DiskFs::open(vec![dev], &diskfs::Options::new(1, true)).unwrap());
+    let specs = vec![spec("solo", "127.0.0.1", port, Netid::Tcp)];
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i % 249) as u8).collect();
+    let strip = |fh: &FileHandle| {
+        let mut s = crate::persist::decode(&fs.private_get(fh).unwrap().unwrap()).unwrap();
+        assert!(s.handles.is_some(), "one DS: the handle fits");
+        s.handles = None;
+        fs.private_set(fh, Some(&crate::persist::encode_form(&s, false))).unwrap();
+    };
+    let (f, g, f_placed) = {
+        let pn = Pnfs::new(PnfsConfig::default(), fs.clone(), specs.clone()).unwrap();
+        let v = crate::mdsio::PnfsVfs::new(pn.clone());
+        let root = v.root(1).unwrap();
+        let mk = |name: &[u8]| v.create(&root, name, NodeKind::File, 0o644, &Cred::ROOT, CreateMode::Guarded).unwrap().0;
+        let (f, g) = (mk(b"f"), mk(b"g"));
+        for fh in [f, g] {
+            assert_eq!(v.write(&fh, 0, &data, Stability::FileSync).unwrap().0, data.len());
+            strip(&fh);
+        }
+        // g's data file leaves the DS.
+        let mut c = crate::client3::Client3::new(&format!("127.0.0.1:{port}"), Duration::from_secs(5));
+        let pseudo = vfs::router::PSEUDO_ROOT.to_bytes().to_vec();
+        let first = c.first_entry(&pseudo).unwrap().unwrap();
+        let dir = c.lookup(&pseudo, &first).unwrap();
+        c.remove(&dir, crate::data_file_name(&g).as_bytes()).unwrap();
+        (f, g, pn.placement_of(&f).unwrap())
+    };
+    // A new MDS instance over the same namespace: nothing in memory.
+    let pn = Pnfs::new(PnfsConfig::default(), fs.clone(), specs).unwrap();
+    let v = crate::mdsio::PnfsVfs::new(pn.clone());
+    let mut buf = vec![0u8; 20_000];
+    assert_eq!(v.read(&f, 0, &mut buf), Ok((data.len(), true)));
+    assert!(buf[..data.len()] == data[..], "read back through the handle found by LOOKUP");
+    assert_eq!(pn.placement_of(&f).unwrap(), f_placed, "the same handle as before");
+    let blob = fs.private_get(&g).unwrap();
+    assert_eq!(v.read(&g, 0, &mut buf), Err(VfsError::Io), "its data file is gone");
+    assert!(pn.placement_of(&g).is_none(), "not restored, tried again at the next use");
+    assert_eq!(fs.private_get(&g).unwrap(), blob, "the stored placement is left as it was");
+    drop(v);
+    drop(pn);
+    ds.shutdown();
+}

@@ -626,6 +626,26 @@ pub trait Vfs: Send + Sync {
         let _ = (fh, name);
         Err(VfsError::NotSupported)
     }
+
+    /// The server-private blob of an object: up to `PRIVATE_BYTES_MAX`
+    /// bytes a layer above the backend keeps with the object (the pNFS
+    /// MDS keeps where a file's data lives). Never visible to NFS clients;
+    /// it goes with the object when the object is destroyed. `Ok(None)`:
+    /// the object has none. A handle naming no live object is `Stale`.
+    /// `NotSupported` (the default): this backend keeps no blobs (nothing
+    /// it holds survives a restart, so callers lose nothing by it).
+    fn private_get(&self, fh: &FileHandle) -> VfsResult<Option<Vec<u8>>> {
+        let _ = fh;
+        Err(VfsError::NotSupported)
+    }
+
+    /// Replace (`Some`) or remove (`None`, or an empty slice) the private
+    /// blob of an object, durably before it returns. More than
+    /// `PRIVATE_BYTES_MAX` bytes is `Inval`; otherwise as `private_get`.
+    fn private_set(&self, fh: &FileHandle, data: Option<&[u8]>) -> VfsResult<()> {
+        let _ = (fh, data);
+        Err(VfsError::NotSupported)
+    }
 }
 
 /// How [`Vfs::setxattr`] treats an existing attribute.
@@ -652,6 +672,9 @@ pub enum Content {
     Data,
     Hole,
 }
+
+/// Largest server-private blob of one object (`Vfs::private_set`).
+pub const PRIVATE_BYTES_MAX: usize = 4096;
 
 /// Eight random bytes for a write verifier (a new one every start, so
 /// clients know to resend uncommitted writes).

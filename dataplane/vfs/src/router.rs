@@ -531,6 +531,20 @@ impl Vfs for Router {
             Target::Backend(v) => v.removexattr(fh, name),
         }
     }
+
+    fn private_get(&self, fh: &FileHandle) -> VfsResult<Option<Vec<u8>>> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::NotSupported),
+            Target::Backend(v) => v.private_get(fh),
+        }
+    }
+
+    fn private_set(&self, fh: &FileHandle, data: Option<&[u8]>) -> VfsResult<()> {
+        match self.target(fh)? {
+            Target::Pseudo => Err(VfsError::NotSupported),
+            Target::Backend(v) => v.private_set(fh, data),
+        }
+    }
 }
 
 #[cfg(test)]
