@@ -73,7 +73,7 @@ func TestChartServiceMonitorSelectsTheOperatorsServices(t *testing.T) {
 		t.Fatalf("want one endpoint, got %d", len(sm.Spec.Endpoints))
 	}
 	ep := sm.Spec.Endpoints[0]
-	ch, err := Build(productionCluster())
+	ch, err := Build(productionCluster(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
