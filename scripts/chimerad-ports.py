@@ -16,6 +16,24 @@ import sys
 import time
 
 
+def logged_ports(log_path, services):
+    """{service: port} of the services `log_path` says are listening so far
+    (a missing log is an empty one; lines that are not JSON are skipped)."""
+    found = {}
+    try:
+        with open(log_path) as f:
+            for line in f:
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(ev, dict) and ev.get("msg") == "listening" and ev.get("service") in services:
+                    found.setdefault(ev["service"], int(str(ev["addr"]).rsplit(":", 1)[1]))
+    except FileNotFoundError:
+        pass
+    return found
+
+
 def main(argv):
     timeout = 20.0
     if "--timeout" in argv:
@@ -28,18 +46,7 @@ def main(argv):
     log, pid, services = argv[0], int(argv[1]), argv[2:]
     deadline = time.monotonic() + timeout
     while True:
-        found = {}
-        try:
-            with open(log) as f:
-                for line in f:
-                    try:
-                        ev = json.loads(line)
-                    except ValueError:
-                        continue
-                    if ev.get("msg") == "listening" and ev.get("service") in services:
-                        found.setdefault(ev["service"], int(str(ev["addr"]).rsplit(":", 1)[1]))
-        except FileNotFoundError:
-            pass
+        found = logged_ports(log, services)
         if all(s in found for s in services):
             print(" ".join(str(found[s]) for s in services))
             return 0

@@ -17,9 +17,16 @@ import signal
 import subprocess
 import time
 import urllib.request
+import importlib.util
 
 import pytest
 import yaml
+
+# The one reader of chimerad's "listening" lines (scripts/chimerad-ports.py).
+_spec = importlib.util.spec_from_file_location(
+    "chimerad_ports", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "chimerad-ports.py"))
+PORTS = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(PORTS)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CHIMERAD = os.environ.get("CHIMERAD", os.path.join(ROOT, "dataplane", "target", "release", "chimerad"))
@@ -87,15 +94,7 @@ def test_metric_names_reads_promql():
 def bound_ports(log_path, services, proc, deadline):
     """Ports from chimerad's {"msg":"listening","service":...,"addr":...} lines."""
     while True:
-        found = {}
-        with open(log_path) as f:
-            for line in f:
-                try:
-                    ev = json.loads(line)
-                except ValueError:
-                    continue
-                if ev.get("msg") == "listening" and ev.get("service") in services:
-                    found.setdefault(ev["service"], int(ev["addr"].rsplit(":", 1)[1]))
+        found = PORTS.logged_ports(log_path, services)
         if set(found) == set(services):
             return found
         assert proc.poll() is None, f"chimerad exited: {open(log_path).read()}"

@@ -12,13 +12,12 @@
 //! - an invalid config exits 1 before listening, naming the bad key.
 
 mod common;
+mod process;
 
 use common::{get, rpc_call, rpc_call_raw, send, xdr_opaque};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "daemon-test-token";
@@ -26,8 +25,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 
 struct Daemon {
-    child: Child,
-    lines: mpsc::Receiver<Value>,
+    proc: process::Proc,
     admin: SocketAddr,
     metrics: SocketAddr,
     nfs: SocketAddr,
@@ -37,8 +35,8 @@ struct Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         // Never leave a server behind when a test fails half-way.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.proc.child.kill();
+        let _ = self.proc.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -68,31 +66,12 @@ fn start_with(name: &str, edit: impl FnOnce(&mut Value)) -> Daemon {
     let mut v = config(&dir);
     edit(&mut v);
     std::fs::write(&cfg, v.to_string()).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_chimerad"))
-        .arg("--config")
-        .arg(&cfg)
-        .env_remove("CHIMERA_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
-            if tx.send(v).is_err() {
-                break;
-            }
-        }
-    });
     let mut addrs = std::collections::HashMap::new();
     let deadline = Instant::now() + START_TIMEOUT;
-    let mut d = Daemon { child, lines: rx, admin: "0.0.0.0:0".parse().unwrap(), metrics: "0.0.0.0:0".parse().unwrap(), nfs: "0.0.0.0:0".parse().unwrap(), dir };
+    let mut d = Daemon { proc: process::spawn(&cfg), admin: "0.0.0.0:0".parse().unwrap(), metrics: "0.0.0.0:0".parse().unwrap(), nfs: "0.0.0.0:0".parse().unwrap(), dir };
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let v = d.lines.recv_timeout(left).expect("chimerad logged 'started' in time");
+        let v = d.proc.lines.recv_timeout(left).expect("chimerad logged 'started' in time");
         assert!(v["ts"].is_string() && v["level"].is_string(), "{v}");
         if v["msg"] == "listening" {
             addrs.insert(v["service"].as_str().unwrap().to_string(), v["addr"].as_str().unwrap().parse::<SocketAddr>().unwrap());
@@ -117,8 +96,8 @@ fn start_with(name: &str, edit: impl FnOnce(&mut Value)) -> Daemon {
 fn wait_exit(d: &mut Daemon) -> (std::process::ExitStatus, Vec<String>) {
     let deadline = Instant::now() + STOP_TIMEOUT;
     loop {
-        if let Some(st) = d.child.try_wait().unwrap() {
-            let msgs = d.lines.try_iter().map(|v| v["msg"].as_str().unwrap_or("").to_string()).collect();
+        if let Some(st) = d.proc.child.try_wait().unwrap() {
+            let msgs = d.proc.lines.try_iter().map(|v| v["msg"].as_str().unwrap_or("").to_string()).collect();
             return (st, msgs);
         }
         assert!(Instant::now() < deadline, "chimerad did not exit within {STOP_TIMEOUT:?}");
@@ -128,7 +107,7 @@ fn wait_exit(d: &mut Daemon) -> (std::process::ExitStatus, Vec<String>) {
 
 fn signal(d: &Daemon, sig: i32) {
     // SAFETY: sending a signal to our own child process.
-    assert_eq!(unsafe { libc::kill(d.child.id() as i32, sig) }, 0);
+    assert_eq!(unsafe { libc::kill(d.proc.child.id() as i32, sig) }, 0);
 }
 
 #[test]

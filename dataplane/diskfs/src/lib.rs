@@ -570,6 +570,9 @@ impl Inner {
     /// Flush data, then log the file's pending extents whose data is now
     /// durable and its attributes, and wait for that.
     fn commit_file(&self, fh: &FileHandle) -> VfsResult<()> {
+        if self.meta().st.get(fh.ino, fh.generation)?.rec.ftype == FileType::Directory {
+            return Err(VfsError::IsDir);
+        }
         self.devs.flush_all().map_err(|_| VfsError::Io)?;
         let flushed = self.devs.flushed();
         let lsn = {
@@ -1067,16 +1070,8 @@ impl Vfs for DiskFs {
     }
 
     fn commit(&self, fh: &FileHandle, _offset: u64, _count: u64) -> VfsResult<()> {
-        let s = &self.inner;
         self.check(fh)?;
-        {
-            let m = s.meta();
-            let i = m.st.get(fh.ino, fh.generation)?;
-            if i.rec.ftype == FileType::Directory {
-                return Err(VfsError::IsDir);
-            }
-        }
-        s.commit_file(fh)
+        self.inner.commit_file(fh)
     }
 
     fn read_start(&self, fh: &FileHandle, offset: u64, buf: &mut [u8], later: &mut dyn Later) -> VfsResult<Option<(usize, bool)>> {
@@ -1108,8 +1103,8 @@ impl Vfs for DiskFs {
     fn commit_start(&self, fh: &FileHandle, offset: u64, count: u64, later: &mut dyn Later) -> VfsResult<Option<()>> {
         self.check(fh)?;
         let Some(done) = later.park() else { return self.commit(fh, offset, count).map(Some) };
-        let (me, fh) = (DiskFs { inner: self.inner.clone(), report: self.report.clone(), view: self.view }, *fh);
-        self.inner.run(Box::new(move || done(me.commit(&fh, offset, count).map(|()| IoDone::Commit))));
+        let (s, fh) = (self.inner.clone(), *fh);
+        self.inner.run(Box::new(move || done(s.commit_file(&fh).map(|()| IoDone::Commit))));
         Ok(None)
     }
 

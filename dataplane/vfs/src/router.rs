@@ -440,8 +440,10 @@ impl Vfs for Router {
         self.mounts.iter().find_map(|m| m.backend.client_records())
     }
 
+    /// Every backend is told; those without records ignore it, and views
+    /// of one diskfs write the change once.
     fn record_client(&self, owner: &[u8], present: bool) {
-        if let Some(m) = self.mounts.iter().find(|m| m.backend.client_records().is_some()) {
+        for m in &self.mounts {
             m.backend.record_client(owner, present)
         }
     }
