@@ -36,6 +36,15 @@ pub enum ErrorKind {
     DirectIoUnsupported { errno: i32 },
     /// A block device whose logical block does not divide 4 KiB.
     BlockSizeUnsupported { logical_bytes: u32 },
+    /// The device answered a command with an error status (NVMe: status
+    /// code type and code, and what the specification calls it).
+    DeviceStatus { sct: u8, sc: u8, what: &'static str },
+    /// The device did not complete the command within the command timeout
+    /// (it was aborted, or failed back by a controller reset).
+    TimedOut { ms: u64 },
+    /// The device cannot be used at all (not bound to the right driver,
+    /// failed, ...): what happened and what to do.
+    Unusable { why: String },
 }
 
 /// An error naming the device (its path), the operation and, where there is
@@ -59,7 +68,8 @@ impl BlockError {
         match self.kind {
             ErrorKind::Io { errno } | ErrorKind::DirectIoUnsupported { errno } => errno,
             ErrorKind::ReadOnly { errno } => errno.unwrap_or(libc::EROFS),
-            ErrorKind::Short { .. } => libc::EIO,
+            ErrorKind::Short { .. } | ErrorKind::DeviceStatus { .. } | ErrorKind::Unusable { .. } => libc::EIO,
+            ErrorKind::TimedOut { .. } => libc::EIO,
             ErrorKind::OutOfRange { .. } | ErrorKind::BadRequest { .. } | ErrorKind::BlockSizeUnsupported { .. } => libc::EINVAL,
             ErrorKind::NotFound => libc::ENOENT,
             ErrorKind::NotFileOrBlockDevice => libc::ENODEV,
@@ -90,6 +100,11 @@ impl fmt::Display for ErrorKind {
             ErrorKind::BlockSizeUnsupported { logical_bytes } => {
                 write!(f, "logical block of {logical_bytes} bytes does not divide 4096")
             }
+            ErrorKind::DeviceStatus { sct, sc, what } => {
+                write!(f, "I/O error: the device answered status type {sct:#x} code {sc:#04x} ({what})")
+            }
+            ErrorKind::TimedOut { ms } => write!(f, "I/O error: no completion within {ms} ms (command aborted or failed by a controller reset)"),
+            ErrorKind::Unusable { why } => write!(f, "{why}"),
         }
     }
 }

@@ -19,6 +19,7 @@
 //!
 //! Knows nothing of files, NFS or the `Vfs` trait.
 
+pub mod conformance;
 pub mod error;
 pub mod fault;
 pub mod mem;

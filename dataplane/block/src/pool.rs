@@ -228,6 +228,12 @@ impl Buf {
         self.index
     }
 
+    /// The region of the pool this buffer belongs to (what a device that
+    /// maps memory for DMA registers; see `BufPool::region`).
+    pub fn pool_region(&self) -> (*const u8, usize) {
+        (self.pool.region.base.as_ptr(), self.pool.region.map_bytes)
+    }
+
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.as_ptr()
     }
