@@ -234,6 +234,12 @@ impl Buf {
         (self.pool.region.base.as_ptr(), self.pool.region.map_bytes)
     }
 
+    /// The pool this buffer belongs to (a device keeps the pool it
+    /// registered for DMA alive).
+    pub fn pool(&self) -> BufPool {
+        BufPool(self.pool.clone())
+    }
+
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.as_ptr()
     }
