@@ -26,6 +26,7 @@ pub mod mem;
 pub mod pool;
 pub mod recording;
 pub mod rng;
+pub mod stats;
 pub mod sync;
 pub mod uring;
 
@@ -171,6 +172,11 @@ pub trait BlockDevice: Send + Sync {
     /// (1..=`DEPTH_MAX`). The queue belongs to the first thread that
     /// submits or polls on it.
     fn queue(&self, core: usize, depth_max: usize) -> Result<Box<dyn BlockQueue>, BlockError>;
+
+    /// The device's counters and latency histogram, if it keeps them.
+    fn stats(&self) -> Option<stats::Snapshot> {
+        None
+    }
 }
 
 /// One core's queue to a device. Never blocks, except `wait` (tools, tests).

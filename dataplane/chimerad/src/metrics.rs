@@ -11,8 +11,66 @@ use crate::http::{Handler, Request, Response};
 use rpc::metrics::Snapshot;
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use vfs::router::Router;
+
+/// The block devices under this server's diskfs (set once at start).
+static DEVICES: Mutex<Vec<block::Device>> = Mutex::new(Vec::new());
+
+pub fn set_devices(devs: Vec<block::Device>) {
+    *DEVICES.lock().unwrap_or_else(|e| e.into_inner()) = devs;
+}
+
+/// Per-device I/O counters and the latency histogram of the devices that
+/// keep them (the userspace NVMe driver).
+pub fn render_devices(out: &mut String, devs: &[block::Device]) {
+    let stats: Vec<(String, block::stats::Snapshot)> =
+        devs.iter().filter_map(|d| Some((d.info().name.to_string(), d.stats()?))).collect();
+    if stats.is_empty() {
+        return;
+    }
+    let n = "chimera_device_ops_total";
+    header(out, n, "counter", "Block-device operations completed, by operation.");
+    for (d, s) in &stats {
+        for (op, v) in [("read", s.reads), ("write", s.writes), ("flush", s.flushes), ("write_zeroes", s.zeroes)] {
+            let _ = writeln!(out, "{n}{{device=\"{}\",op=\"{op}\"}} {v}", esc(d));
+        }
+    }
+    let n = "chimera_device_bytes_total";
+    header(out, n, "counter", "Bytes read and written on the device.");
+    for (d, s) in &stats {
+        let _ = writeln!(out, "{n}{{device=\"{}\",op=\"read\"}} {}", esc(d), s.bytes_read);
+        let _ = writeln!(out, "{n}{{device=\"{}\",op=\"write\"}} {}", esc(d), s.bytes_written);
+    }
+    let per: [(&str, &str, fn(&block::stats::Snapshot) -> u64); 5] = [
+        ("chimera_device_errors_total", "Operations that failed (device status, timeout).", |s| s.errors),
+        ("chimera_device_timeouts_total", "Operations failed back after a command timeout.", |s| s.timeouts),
+        ("chimera_device_aborts_total", "Commands aborted after the command timeout.", |s| s.aborts),
+        ("chimera_device_resets_total", "Controller resets.", |s| s.resets),
+        ("chimera_device_commands_total", "Device commands submitted (large operations take several).", |s| s.commands),
+    ];
+    for (n, help, get) in per {
+        header(out, n, "counter", help);
+        for (d, s) in &stats {
+            let _ = writeln!(out, "{n}{{device=\"{}\"}} {}", esc(d), get(s));
+        }
+    }
+    let n = "chimera_device_latency_seconds";
+    header(out, n, "histogram", "Block-device operation latency, submission to completion.");
+    for (d, s) in &stats {
+        let mut cum = 0u64;
+        for (i, c) in s.latency_buckets.iter().enumerate() {
+            cum += c;
+            let le = match block::stats::LATENCY_BOUNDS_US.get(i) {
+                Some(us) => format!("{}", *us as f64 / 1e6),
+                None => "+Inf".into(),
+            };
+            let _ = writeln!(out, "{n}_bucket{{device=\"{}\",le=\"{le}\"}} {cum}", esc(d));
+        }
+        let _ = writeln!(out, "{n}_sum{{device=\"{}\"}} {}", esc(d), s.latency_sum_s);
+        let _ = writeln!(out, "{n}_count{{device=\"{}\"}} {cum}", esc(d));
+    }
+}
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -202,6 +260,7 @@ pub fn render_with(s: &Snapshot, admin: Option<&Admin>, router: Option<&Router>)
     if let Some(a) = admin {
         render_admin(&mut out, a);
     }
+    render_devices(&mut out, &DEVICES.lock().unwrap_or_else(|e| e.into_inner()));
     out
 }
 

@@ -119,14 +119,27 @@ fn open_diskfs(cfg: &Config, m: &MountConfig) -> Result<diskfs::DiskFs, String> 
                 devices.push(Arc::new(dev));
             }
             DiskfsDevice::Vfio { pci } => {
-                return Err(format!(
-                    "mounts.{}: device {pci} has type \"vfio\": the userspace NVMe driver is not in this build yet; \
-                     use {{\"type\": \"io_uring\", \"path\": \"/dev/nvmeXnY\"}} for this device meanwhile",
-                    m.name
-                ))
+                let opts = nvme::Options::default();
+                let dev = nvme::open_pci(&pci.to_string(), &opts)
+                    .map_err(|e| format!("mounts.{}: server.vfs.diskfs.config.devices: {e}", m.name))?;
+                let id = dev.identity();
+                log::info(
+                    "nvme device",
+                    &[
+                        ("pci", pci.to_string().as_str().into()),
+                        ("model", id.model.as_str().into()),
+                        ("serial", id.serial.as_str().into()),
+                        ("namespace", id.nsid.into()),
+                        ("lba_bytes", id.lba_bytes.into()),
+                        ("bytes", (id.lbas * id.lba_bytes as u64).into()),
+                        ("io_queues", id.io_queues.into()),
+                    ],
+                );
+                devices.push(Arc::new(dev));
             }
         }
     }
+    crate::metrics::set_devices(devices.clone());
     // The whole file system's own view is not served; mounts get views.
     let fs = diskfs::DiskFs::open(devices, &diskfs::Options::new(u32::MAX, dc.initialize)).map_err(|e| format!("mounts.{}: {e}", m.name))?;
     let r = fs.report();

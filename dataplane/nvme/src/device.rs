@@ -14,7 +14,7 @@ use block::{BlockDevice, BlockError, BlockQueue, BufPool, Completion, DeviceInfo
 
 use crate::bus::{Bus, DmaMem, Regs};
 use crate::spec::*;
-use crate::stats::{Snapshot, Stats};
+use block::stats::{Snapshot, Stats};
 
 /// Pages one command may carry: PRP1 plus a 63-entry list in a 512-byte
 /// slot per command (256 KiB), or less when the controller's MDTS says so.
@@ -523,6 +523,10 @@ fn reset(sh: &Shared, why: &str) {
 impl BlockDevice for NvmeDevice {
     fn info(&self) -> &DeviceInfo {
         &self.sh.info
+    }
+
+    fn stats(&self) -> Option<Snapshot> {
+        Some(self.sh.stats.snapshot())
     }
 
     fn queue(&self, _core: usize, depth_max: usize) -> Result<Box<dyn BlockQueue>, BlockError> {

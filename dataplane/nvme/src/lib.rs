@@ -11,7 +11,6 @@
 //!   command in flight back as an I/O error).
 //! - `sim` — a software controller for tests without VFIO.
 //! - `spec` — register offsets, entries, opcodes, statuses.
-//! - `stats` — per-device counters and latency histogram.
 //!
 //! Knows nothing of files or NFS.
 
@@ -19,7 +18,6 @@ pub mod bus;
 pub mod device;
 pub mod sim;
 pub mod spec;
-pub mod stats;
 pub mod vfio;
 
 pub use device::{Identity, NvmeDevice, Options};

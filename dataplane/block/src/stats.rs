@@ -1,5 +1,6 @@
 //! Per-device counters and a latency histogram, shared by every queue of a
-//! device (relaxed atomics: each queue adds, `/metrics` reads).
+//! device (relaxed atomics: each queue adds, `/metrics` reads). A device
+//! that keeps them answers `BlockDevice::stats`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
