@@ -4,9 +4,9 @@
 GUEST := e2e/guest
 
 SETUP_TARGETS += guest-image
-TEST_TARGETS += test-guest test-guest-restart
+TEST_TARGETS += test-guest test-guest-restart test-guest-vfio
 
-.PHONY: guest-image test-guest test-guest-restart test-guest-ganesha test-guest-smoke
+.PHONY: guest-image test-guest test-guest-restart test-guest-vfio build-nvme test-guest-ganesha test-guest-smoke
 guest-image: ## build (or reuse) the QEMU guest: Debian kernel + NFS/RDMA tools initramfs
 	$(GUEST)/build-image.sh
 
@@ -22,3 +22,12 @@ test-guest-ganesha: guest-image ## the same suite against NFS-Ganesha (validates
 
 test-guest-restart: guest-image build-dataplane ## kernel client (v3, v4.1) keeps writing across a kill -9 and restart of chimerad on diskfs
 	$(GUEST)/test-restart.sh $(CHIMERAD)
+
+NVME_CHECK := $(CARGO_TARGET_DIR)/release/chimera-nvme-check
+FSCK := $(CARGO_TARGET_DIR)/release/chimera-fsck
+
+build-nvme: setup-rust ## build the userspace NVMe driver's check tool and chimera-fsck (vfio: devices)
+	cd $(DATAPLANE) && nice -n 10 $(CARGO) build --release --locked -p nvme -p diskfs
+
+test-guest-vfio: guest-image build-dataplane build-nvme ## the userspace NVMe driver on emulated NVMe behind an emulated IOMMU: refusals, identify, 10,000 verified I/Os, diskfs + kernel client (v3, v4.1), kill -9 restart, fsck over vfio and io_uring, QD1/QD32 figures
+	$(GUEST)/test-vfio.sh $(CHIMERAD) $(NVME_CHECK) $(FSCK)

@@ -2,6 +2,10 @@
 //!
 //!     chimera-fsck DEVICE...
 //!
+//! A DEVICE is a file or block device (read through io_uring), or
+//! `vfio:ADDR` for an NVMe controller bound to vfio-pci (read through the
+//! userspace driver; PCI address `0000:01:00.0` or `01:00.0`).
+//!
 //! Checks every invariant FORMAT.md lists and prints each violation with
 //! its device and byte offset (or its inode). Exit 0: clean; 1: violations
 //! found; 2: usage; 3: the devices could not be read.
@@ -17,6 +21,17 @@ fn main() -> ExitCode {
     }
     let mut devs: Vec<block::Device> = Vec::new();
     for p in &paths {
+        if let Some(addr) = p.strip_prefix("vfio:") {
+            let addr = if addr.matches(':').count() == 1 { format!("0000:{addr}") } else { addr.to_string() };
+            match nvme::open_pci(&addr, &nvme::Options::default()) {
+                Ok(d) => devs.push(Arc::new(d)),
+                Err(e) => {
+                    eprintln!("chimera-fsck: {e}");
+                    return ExitCode::from(3);
+                }
+            }
+            continue;
+        }
         let mut o = block::uring::UringOptions::new(p);
         o.read_only = true;
         match block::uring::UringDevice::open(&o) {
