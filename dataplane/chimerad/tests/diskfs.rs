@@ -285,5 +285,14 @@ fn missing_or_foreign_devices_are_start_errors_naming_the_device() {
     assert_eq!(code, Some(1));
     let e = lines.iter().find(|v| v["msg"] == "start-up failed").map(|v| v["error"].to_string()).unwrap_or_default();
     assert!(e.contains("other.img") && e.contains("another file system"), "{e}");
+    // A vfio device that is not on this machine (the userspace NVMe driver
+    // refuses before touching anything; the QEMU guest test shows the rest).
+    v["server"]["vfs"]["diskfs"]["config"]["devices"] = json!([{ "type": "vfio", "path": "7f:1f.7" }]);
+    std::fs::write(&cfg, v.to_string()).unwrap();
+    let mut p = spawn(&cfg);
+    let (code, lines) = until_started_or_exit(&mut p).expect_err("an absent NVMe device cannot start");
+    assert_eq!(code, Some(1));
+    let e = lines.iter().find(|v| v["msg"] == "start-up failed").map(|v| v["error"].to_string()).unwrap_or_default();
+    assert!(e.contains("NVMe device 0000:7f:1f.7") && e.contains("no such PCI device") && e.contains("mounts.ds"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
