@@ -26,8 +26,13 @@ test-guest-restart: guest-image build-dataplane ## kernel client (v3, v4.1) keep
 NVME_CHECK := $(CARGO_TARGET_DIR)/release/chimera-nvme-check
 FSCK := $(CARGO_TARGET_DIR)/release/chimera-fsck
 
-build-nvme: setup-rust ## build the userspace NVMe driver's check tool and chimera-fsck (vfio: devices)
+CRASH_TEST := $(CARGO_TARGET_DIR)/release/diskfs-crash-test
+
+build-nvme: setup-rust ## build the userspace NVMe driver's check tool, chimera-fsck (vfio: devices) and the diskfs crash-state test binary (for the guest)
 	cd $(DATAPLANE) && nice -n 10 $(CARGO) build --release --locked -p nvme -p diskfs
+	cd $(DATAPLANE) && nice -n 10 $(CARGO) test --release --locked -p diskfs --test crash --no-run --message-format=json \
+	  | python3 -c 'import json,sys; exe=[m["executable"] for m in map(json.loads, sys.stdin) if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "crash"]; assert exe, "no crash test executable"; print(exe[-1])' \
+	  | xargs -I{} cp {} $(CRASH_TEST)
 
 test-guest-vfio: guest-image build-dataplane build-nvme ## the userspace NVMe driver on emulated NVMe behind an emulated IOMMU: refusals, identify, 10,000 verified I/Os, diskfs + kernel client (v3, v4.1), kill -9 restart, fsck over vfio and io_uring, QD1/QD32 figures
-	$(GUEST)/test-vfio.sh $(CHIMERAD) $(NVME_CHECK) $(FSCK)
+	$(GUEST)/test-vfio.sh $(CHIMERAD) $(NVME_CHECK) $(FSCK) $(CRASH_TEST)

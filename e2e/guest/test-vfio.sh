@@ -6,7 +6,11 @@
 # chimera-fsck over io_uring: the file system chimerad wrote through vfio
 # reads clean through the kernel's block path too.
 #
-#   test-vfio.sh CHIMERAD CHIMERA_NVME_CHECK CHIMERA_FSCK
+#   test-vfio.sh CHIMERAD CHIMERA_NVME_CHECK CHIMERA_FSCK DISKFS_CRASH_TEST
+#
+# DISKFS_CRASH_TEST is diskfs's crash-state test binary (make build-nvme):
+# the guest runs it on an 8 MiB namespace (controller C) through vfio and
+# through io_uring.
 #
 # NVME_MIB (default 256): size of each namespace. Results (identify,
 # exercise, bench figures, metrics, logs) in $CACHE/guest/results/vfio/.
@@ -18,24 +22,27 @@ NVME_MIB=${NVME_MIB:-256}
 RUN_TIMEOUT_S=1800
 
 die() { echo "guest-vfio: ERROR: $*" >&2; exit 2; }
-[ $# -eq 3 ] || die "usage: test-vfio.sh CHIMERAD CHIMERA_NVME_CHECK CHIMERA_FSCK"
-for b in "$@"; do [ -x "$b" ] || die "binary '$b' is missing: run make build-dataplane build-nvme build-diskfs"; done
+[ $# -eq 4 ] || die "usage: test-vfio.sh CHIMERAD CHIMERA_NVME_CHECK CHIMERA_FSCK DISKFS_CRASH_TEST"
+for b in "$@"; do [ -x "$b" ] || die "binary '$b' is missing: run make build-dataplane build-nvme"; done
 chimerad=$1; check=$2; fsck=$3
 
 "$here/build-image.sh" >/dev/null
 OUT_DIR=$CACHE/guest/results/vfio
 rm -rf "$OUT_DIR"; mkdir -p "$OUT_DIR/bin"
 cp "$chimerad" "$check" "$fsck" "$here/tests/nfs-workload.sh" "$OUT_DIR/bin/"
+cp "$4" "$OUT_DIR/bin/diskfs-crash-test"
 work=$CACHE/guest/vfio-work
 rm -rf "$work"; mkdir -p "$work"
 trap 'rm -rf "$work" "$OUT_DIR/bin"' EXIT
 for n in A B; do truncate -s "${NVME_MIB}M" "$work/nvme$n.img"; done
+truncate -s 8M "$work/nvmeC.img"
 
 rc=0
 GUEST_IOMMU=1 GUEST_MEM_MB=2048 "$here/run.sh" -t $RUN_TIMEOUT_S -o "$OUT_DIR" -e NVME_BYTES=$((NVME_MIB << 20)) \
   "$here/tests/nvme-vfio.sh" \
   -drive "file=$work/nvmeA.img,if=none,format=raw,id=nvA" -device nvme,serial=chimA,drive=nvA \
   -drive "file=$work/nvmeB.img,if=none,format=raw,id=nvB" -device nvme,serial=chimB,drive=nvB \
+  -drive "file=$work/nvmeC.img,if=none,format=raw,id=nvC" -device nvme,serial=chimC,drive=nvC \
   -device nvme,serial=chimE || rc=$?
 if [ $rc -ne 0 ]; then
   echo "guest-vfio: FAIL (guest rc $rc; console $OUT_DIR/console-nvme-vfio.log)"

@@ -8,6 +8,9 @@
 //! one some write to that file put there (or zero where nothing durable
 //! was). `DISKFS_CRASH_SEEDS` sets the random images per flush point
 //! (default 14, over 2,000 images; `make crash` runs more).
+//! `DISKFS_CRASH_DEVICE` checks every image on a real device instead of in
+//! memory (`vfio:ADDR` or a file / block device path; the guest test
+//! `make test-guest-vfio` runs it through the NVMe driver and io_uring).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -359,11 +362,46 @@ fn content_ok(states: &[(Model, usize)], lo: usize, hi: usize, id: u32, got: &[u
     Ok(())
 }
 
+/// `DISKFS_CRASH_DEVICE`: check every image on a real device instead of in
+/// memory (`vfio:ADDR` through the userspace NVMe driver, or a file or block
+/// device through io_uring) — the same states, recovered from a device type's
+/// own I/O path. The device's first `BLOCKS` blocks are overwritten.
+fn real_device() -> Option<&'static (Device, block::BufPool)> {
+    static DEV: std::sync::OnceLock<Option<(Device, block::BufPool)>> = std::sync::OnceLock::new();
+    DEV.get_or_init(|| {
+        let spec = std::env::var("DISKFS_CRASH_DEVICE").ok().filter(|s| !s.is_empty())?;
+        let dev: Device = match spec.strip_prefix("vfio:") {
+            Some(addr) => Arc::new(nvme::open_pci(addr, &nvme::Options::default()).unwrap_or_else(|e| panic!("DISKFS_CRASH_DEVICE: {e}"))),
+            None => Arc::new(
+                block::uring::UringDevice::open(&block::uring::UringOptions::new(&spec)).unwrap_or_else(|e| panic!("DISKFS_CRASH_DEVICE: {e}")),
+            ),
+        };
+        assert!(dev.info().blocks >= BLOCKS, "DISKFS_CRASH_DEVICE {spec}: fewer than {BLOCKS} blocks");
+        let pool = block::BufPool::new(block::PoolConfig { buf_bytes: 4096, bufs_max: 2, hugepages: block::Hugepages::Off }).unwrap();
+        println!("crash states are checked on {spec} ({})", dev.info().name);
+        Some((dev, pool))
+    })
+    .as_ref()
+}
+
+/// The device to recover `img` from: in memory, or the real device with the
+/// image written onto it (zeroed first, then every non-zero block).
+fn image_device(img: &Image) -> Device {
+    let Some((dev, pool)) = real_device() else { return Arc::new(MemDevice::from_image("crash", img.clone())) };
+    let mut q = dev.queue(0, 4).unwrap();
+    block::sync::write_zeroes(&mut *q, 0, BLOCKS).unwrap();
+    for (lba, data) in img.nonzero_blocks() {
+        block::sync::write(&mut *q, pool, lba, data).unwrap();
+    }
+    block::sync::flush(&mut *q).unwrap();
+    dev.clone()
+}
+
 fn check_image(img: Image, states: &[(Model, usize)], k: usize, label: &str) {
-    let dev: Device = Arc::new(MemDevice::from_image("crash", img.clone()));
+    let dev = image_device(&img);
     let rep = diskfs::fsck::check(vec![dev]).unwrap();
     assert!(rep.clean(), "{label}: fsck: {:?}", rep.violations);
-    let dev: Device = Arc::new(MemDevice::from_image("crash", img));
+    let dev = image_device(&img);
     let fs = DiskFs::open(vec![dev], &Options { io_buffers: 4, ..Options::new(EXPORT, false) }).unwrap_or_else(|e| panic!("{label}: recovery: {e}"));
     let (ns, data, links) = walk(&fs);
     // Operations acknowledged durable at flush point k must be there;

@@ -2,9 +2,9 @@
 # The userspace NVMe driver on QEMU's emulated NVMe controllers behind the
 # emulated IOMMU (runs inside the guest; the host side is test-vfio.sh).
 #
-# The guest has three controllers, in PCI order: A (serial chimA) and B
-# (serial chimB) with NVME_BYTES each, and E (serial chimE) with no
-# namespace. Binaries and the kernel-client workload come over the results
+# The guest has four controllers, in PCI order: A (serial chimA) and B
+# (serial chimB) with NVME_BYTES each, C (chimC, 8 MiB) for the crash
+# states, and E (serial chimE) with no namespace. Binaries and the kernel-client workload come over the results
 # share in /results/bin. Steps, each asserted:
 #   refusals   every start-up error the driver can meet here, each naming the
 #              address: not present, not NVMe, unbound, bound to nvme, no
@@ -13,6 +13,9 @@
 #   exercise   10,000 random reads and writes with verification on 2 queue
 #              pairs, flush, write-zeroes, an out-of-range read refused by
 #              the controller (A); a shorter run on B
+#   crash-vfio diskfs's crash-state suite (every flush-point image, CRASH_SEEDS
+#              random ones each; default 0) written to C and recovered through
+#              the driver; crash-uring (at the end) the same through io_uring
 #   bench      4 KiB random reads, QD1 and QD32, through vfio (recorded)
 #   diskfs     chimerad on diskfs over the two vfio devices; the kernel
 #              client workload at vers=3 and vers=4.1 (checksums); both
@@ -57,9 +60,9 @@ for d in /sys/bus/pci/devices/*; do
 done
 # shellcheck disable=SC2086
 set -- $ctrls
-[ $# -eq 3 ] || fail "expected 3 NVMe controllers, found:$ctrls"
-A=$1; B=$2; E=$3
-ok "controllers A=$A B=$B E(no namespace)=$E, a non-NVMe device $netdev"
+[ $# -eq 4 ] || fail "expected 4 NVMe controllers, found:$ctrls"
+A=$1; B=$2; C=$3; E=$4
+ok "controllers A=$A B=$B C(8 MiB)=$C E(no namespace)=$E, a non-NVMe device $netdev"
 echo 64 >/proc/sys/vm/nr_hugepages
 ok "hugepages: $(grep HugePages_Total /proc/meminfo)"
 
@@ -98,8 +101,8 @@ fi
 modprobe nvme || fail "modprobe nvme"
 i=0; until [ -e "/sys/bus/pci/devices/$A/driver" ]; do i=$((i + 1)); [ $i -lt 100 ] || fail "nvme did not bind $A"; sleep 0.1; done
 refused "$A" "is bound to the nvme driver, not vfio-pci" "driver_override"
-for c in $A $B $E; do bind_vfio "$c"; done
-ok "A, B and E bound to vfio-pci (groups $(basename "$(readlink /sys/bus/pci/devices/$A/iommu_group)"), $(basename "$(readlink /sys/bus/pci/devices/$B/iommu_group)"))"
+for c in $A $B $C $E; do bind_vfio "$c"; done
+ok "A, B, C and E bound to vfio-pci (groups $(basename "$(readlink /sys/bus/pci/devices/$A/iommu_group)"), $(basename "$(readlink /sys/bus/pci/devices/$B/iommu_group)"))"
 refused "$E" "no active namespace"
 check identify "$A" --hold 6 >/tmp/hold.out 2>&1 &
 holder=$!
@@ -117,7 +120,8 @@ grep -qx "bytes=$NVME_BYTES" /tmp/id.txt || fail "size: $(grep bytes= /tmp/id.tx
 grep -qx "lba_bytes=512" /tmp/id.txt || fail "LBA format: $(grep lba_bytes /tmp/id.txt), want 512 (QEMU's default)"
 grep -qx "nsid=1" /tmp/id.txt || fail "namespace: $(grep nsid /tmp/id.txt)"
 ok "$(tr '\n' ' ' </tmp/id.txt)"
-check identify "$B" | grep -qx "serial=chimB" || fail "B's serial is not chimB"
+check identify "$B" >/tmp/idb.txt 2>&1 || fail "identify B: $(cat /tmp/idb.txt)"
+grep -qx "serial=chimB" /tmp/idb.txt || fail "B's serial: $(grep serial /tmp/idb.txt), want chimB"
 
 step exercise
 check exercise "$A" --ops "$OPS" --threads 2 >/tmp/ex.txt 2>&1 || fail "exercise A: $(tail -n 5 /tmp/ex.txt)"
@@ -125,6 +129,18 @@ sed 's/^/  /' /tmp/ex.txt; cp /tmp/ex.txt /results/vfio-exercise-A.txt
 grep -q "^PASS exercise" /tmp/ex.txt || fail "no PASS line"
 check exercise "$B" --ops 2000 --threads 2 >/tmp/exb.txt 2>&1 || fail "exercise B: $(tail -n 5 /tmp/exb.txt)"
 ok "B: $(grep '^ok random' /tmp/exb.txt)"
+
+crash() {
+  DISKFS_CRASH_SEEDS=${CRASH_SEEDS:-0} DISKFS_CRASH_DEVICE=$1 "$BIN/diskfs-crash-test" --nocapture --test-threads 1 >/tmp/crash.txt 2>&1
+  rc=$?
+  cp /tmp/crash.txt "/results/vfio-crash-$2.txt"
+  [ $rc -eq 0 ] || fail "crash states on $1: $(grep -E 'panicked|FAILED' /tmp/crash.txt | head -n 3)"
+  grep -q '^test result: ok. 1 passed' /tmp/crash.txt || fail "the crash test did not run on $1"
+  grep '^crash states:' /tmp/crash.txt >"/tmp/crash-$2.sum" || fail "no crash-states summary"
+  ok "$2: $(cat "/tmp/crash-$2.sum")"
+}
+step crash-vfio
+crash "vfio:$C" vfio
 
 step bench-vfio
 : >/results/vfio-bench.txt
@@ -229,4 +245,14 @@ for qd in 1 32; do
   check bench --uring "$dev" --qd $qd --seconds 3 >>/results/vfio-bench.txt 2>&1 || fail "bench io_uring qd$qd: $(tail -n 2 /results/vfio-bench.txt)"
 done
 sed 's/^/  /' /results/vfio-bench.txt
+
+step crash-uring
+bind_nvme "$C"
+i=0; until ls /sys/bus/pci/devices/$C/nvme/*/ 2>/dev/null | grep -q n1; do i=$((i + 1)); [ $i -lt 100 ] || fail "no namespace device for $C"; sleep 0.1; done
+ns=$(ls -d /sys/bus/pci/devices/$C/nvme/nvme*/nvme*n1 | head -n 1)
+cdev=/dev/$(basename "$ns")
+[ -b "$cdev" ] || mknod "$cdev" b "$(cut -d: -f1 "$ns/dev")" "$(cut -d: -f2 "$ns/dev")"
+crash "$cdev" uring
+cmp -s /tmp/crash-vfio.sum /tmp/crash-uring.sum || fail "different crash-state results: vfio '$(cat /tmp/crash-vfio.sum)', io_uring '$(cat /tmp/crash-uring.sum)'"
+ok "the same crash states recover the same way through vfio and io_uring"
 echo "PASS nvme-vfio"
