@@ -70,7 +70,26 @@ conform "$WORK/chart-sc.yaml"
   --set 'networkPolicy.metrics.podSelector.matchLabels.app=prometheus' > "$WORK/chart-netpol.yaml"
 grep -q -- '--network-policy-metrics-pods=' "$WORK/chart-netpol.yaml" || fail "networkPolicy.metrics values do not reach the operator"
 conform "$WORK/chart-netpol.yaml"
-echo "test-chart: kubeconform passed (chart default + cert-manager + StorageClass/webhook-URL + NetworkPolicy-values renders, ${#config_files[@]} files in config/)"
+# The device plugin's ConfigMap: NVMe (vfio-pci accelerators) and RoCE side by side, valid JSON.
+"$HELM" template chimera charts/chimera --namespace chimera-system --set deviceplugin.config.enabled=true \
+  --set 'deviceplugin.config.nvme.vendors={144d,8086}' > "$WORK/chart-deviceplugin.yaml"
+conform "$WORK/chart-deviceplugin.yaml"
+python3 - "$WORK/chart-deviceplugin.yaml" <<'PYCHECK' || fail "the device plugin's config.json is not what the chart promises"
+import json, sys
+docs = open(sys.argv[1]).read().split("\n---")
+cm = [d for d in docs if "name: sriovdp-config" in d]
+assert len(cm) == 1, "no sriovdp-config ConfigMap"
+body = cm[0].split("config.json: |", 1)[1]
+text = "\n".join(l[4:] for l in body.splitlines() if l.strip())
+cfg = json.loads(text)
+nvme, roce = cfg["resourceList"]
+assert nvme["deviceType"] == "accelerator" and nvme["selectors"]["drivers"] == ["vfio-pci"], nvme
+assert nvme["resourcePrefix"] + "/" + nvme["resourceName"] == "chimera.io/nvme", nvme
+assert nvme["selectors"]["vendors"] == ["144d", "8086"], nvme
+assert roce["selectors"]["isRdma"] is True and roce["resourceName"] == "roce_a", roce
+PYCHECK
+! grep -q sriovdp-config "$WORK/chart-default.yaml" || fail "the device plugin's ConfigMap renders by default"
+echo "test-chart: kubeconform passed (chart default + cert-manager + StorageClass/webhook-URL + NetworkPolicy-values + device-plugin renders, ${#config_files[@]} files in config/)"
 
 # 4. kustomizations render and validate
 mapfile -t kdirs < <(find config -name kustomization.yaml -printf '%h\n' | sort)
