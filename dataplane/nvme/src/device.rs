@@ -42,6 +42,9 @@ pub struct Options {
     pub admin_timeout: Duration,
     /// Queue memory from 2 MiB hugepages (falls back to ordinary pages).
     pub hugepages: bool,
+    /// Describe each read/write buffer with one SGL data block when the
+    /// controller supports SGLs (else, or when false, PRP lists).
+    pub sgl: bool,
     /// Driver tests only: let requests past the namespace's end reach the
     /// controller (to see its LBA-out-of-range status come back).
     pub pass_out_of_range: bool,
@@ -55,6 +58,7 @@ impl Default for Options {
             io_timeout: Duration::from_secs(30),
             admin_timeout: Duration::from_secs(10),
             hugepages: false,
+            sgl: true,
             pass_out_of_range: false,
         }
     }
@@ -77,6 +81,7 @@ pub struct Identity {
     pub write_zeroes: bool,
     pub deallocate: bool,
     pub volatile_write_cache: bool,
+    /// The controller supports SGLs for the NVM command set (SGLS).
     pub sgl: bool,
     pub io_queues: u16,
     pub queue_entries: u16,
@@ -170,6 +175,8 @@ struct Shared {
     /// 4 KiB blocks per read/write command, and per write-zeroes command.
     rw_blocks_max: u32,
     wz_blocks_max: u64,
+    /// Reads and writes carry one SGL data block descriptor.
+    use_sgl: bool,
     admin: Mutex<Admin>,
     hw: Mutex<Vec<Arc<Mutex<HwQueue>>>>,
     regions: RwLock<Vec<Region>>,
@@ -411,6 +418,7 @@ impl NvmeDevice {
             queue_entries: entries,
             doorbell_stride: stride,
         };
+        let ident_sgl = ident.sgl;
         let zero_page = DmaMem::new(bus.clone(), PAGE_BYTES, false).map_err(open_err)?;
         zero_page.zero();
         let wz_blocks_max = if ident.write_zeroes { (1u64 << 16) >> shift } else { rw_blocks_max as u64 };
@@ -423,6 +431,7 @@ impl NvmeDevice {
             shift,
             rw_blocks_max,
             wz_blocks_max,
+            use_sgl: opts.sgl && ident_sgl,
             admin: Mutex::new(adm),
             hw: Mutex::new(Vec::new()),
             regions: RwLock::new(Vec::new()),
@@ -441,6 +450,11 @@ impl NvmeDevice {
 
     pub fn stats(&self) -> Snapshot {
         self.sh.stats.snapshot()
+    }
+
+    /// Whether reads and writes go out with SGL descriptors (else PRPs).
+    pub fn uses_sgl(&self) -> bool {
+        self.sh.use_sgl
     }
 
     /// I/O queue pairs created so far.
@@ -677,7 +691,16 @@ impl NvmeQueue {
                         s.cdw11 = (slba >> 32) as u32;
                         s.cdw12 = ((n << sh.shift) - 1) as u32;
                         let iova = p.iova + p.issued * BLOCK_BYTES as u64;
-                        prps(q, cid, &mut s, |i| iova + i as u64 * PAGE_BYTES as u64, n as usize);
+                        if sh.use_sgl {
+                            // PSDT 01b: SGL1 is one data block descriptor
+                            // (address, length, type 0) — the buffer is
+                            // contiguous in IOVA space.
+                            s.cdw0 |= 1 << 14;
+                            s.prp1 = iova;
+                            s.prp2 = n * BLOCK_BYTES as u64;
+                        } else {
+                            prps(q, cid, &mut s, |i| iova + i as u64 * PAGE_BYTES as u64, n as usize);
+                        }
                     }
                     Op::WriteZeroes { lba, .. } => {
                         n = (p.total - p.issued).min(sh.wz_blocks_max);

@@ -41,6 +41,8 @@ pub struct SimConfig {
     pub namespace: bool,
     /// Bytes of metadata per block in the namespace's format.
     pub metadata: u16,
+    /// SGLs supported (SGLS bit 0).
+    pub sgl: bool,
 }
 
 impl SimConfig {
@@ -57,6 +59,7 @@ impl SimConfig {
             write_zeroes: true,
             namespace: true,
             metadata: 0,
+            sgl: true,
         }
     }
 }
@@ -72,6 +75,9 @@ pub struct SimFaults {
     pub status_once: AtomicU16,
     /// Ignore CC.EN (the controller never becomes ready).
     pub dead: AtomicBool,
+    /// Commands seen with SGL (PSDT 01b) and with PRP data pointers.
+    pub sgl_commands: AtomicU32,
+    pub prp_commands: AtomicU32,
 }
 
 struct Queue {
@@ -279,6 +285,9 @@ fn admin(st: &State, ctl: &mut Ctl, s: &Sqe) -> (u32, u16) {
                     let oncs = if cfg.write_zeroes { ONCS_WRITE_ZEROES | ONCS_DSM } else { ONCS_DSM };
                     page[idc::ONCS..idc::ONCS + 2].copy_from_slice(&oncs.to_le_bytes());
                     page[idc::VWC] = 1;
+                    if cfg.sgl {
+                        page[idc::SGLS] = 1;
+                    }
                 }
                 CNS_ACTIVE_NS_LIST => {
                     if cfg.namespace {
@@ -355,8 +364,13 @@ fn admin(st: &State, ctl: &mut Ctl, s: &Sqe) -> (u32, u16) {
     }
 }
 
-/// Copy between the namespace and the pages a command's PRPs name.
+/// Copy between the namespace and the memory a command's data pointer
+/// names: one SGL data block, or PRP entries.
 fn transfer(s: &Sqe, bytes: usize, mut f: impl FnMut(usize, *mut u8, usize)) {
+    if (s.cdw0 >> 14) & 3 == 1 {
+        f(0, s.prp1 as usize as *mut u8, bytes);
+        return;
+    }
     let pages = bytes.div_ceil(PAGE_BYTES);
     let page = |i: usize| -> usize {
         match (i, pages) {
@@ -400,6 +414,19 @@ fn io(st: &State, ctl: &mut Ctl, qid: u16, s: &Sqe) -> (u32, u16) {
                 return (0, status(0, SC_INVALID_FIELD));
             }
             let at = slba as usize * lb;
+            if s.opcode() != IO_WRITE_ZEROES {
+                if (s.cdw0 >> 14) & 3 == 1 {
+                    if !cfg.sgl || s.prp2 >> 56 != 0 {
+                        return (0, status(0, SC_INVALID_FIELD));
+                    }
+                    if s.prp2 as u32 as usize != bytes {
+                        return (0, status(0, 0x0f)); // data SGL length invalid
+                    }
+                    f.sgl_commands.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    f.prp_commands.fetch_add(1, Ordering::Relaxed);
+                }
+            }
             let mut store = st.store.lock().unwrap();
             match s.opcode() {
                 IO_READ => transfer(s, bytes, |off, p, n| {

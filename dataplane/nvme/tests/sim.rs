@@ -24,13 +24,24 @@ fn quick() -> Options {
     Options { io_timeout: Duration::from_millis(300), admin_timeout: Duration::from_secs(2), ..Options::default() }
 }
 
+/// Both formats, with SGL data blocks and with PRP lists (a controller
+/// without SGLs, and the option off).
 #[test]
-fn conformance_512_and_4k_formats() {
-    for lba_bytes in [512u32, 4096] {
+fn conformance_512_and_4k_formats_sgl_and_prp() {
+    for (lba_bytes, ctrl_sgl, opt_sgl) in [(512u32, true, true), (4096, true, true), (512, false, true), (4096, true, false)] {
         let lbas = 1024 * 4096 / lba_bytes as u64;
-        let (_bus, dev) = open(SimConfig::new("sim-conf", lbas, lba_bytes), Options::default());
+        let mut cfg = SimConfig::new("sim-conf", lbas, lba_bytes);
+        cfg.sgl = ctrl_sgl;
+        let (bus, dev) = open(cfg, Options { sgl: opt_sgl, ..Options::default() });
         assert_eq!(dev.info().blocks, 1024);
+        assert_eq!(dev.uses_sgl(), ctrl_sgl && opt_sgl);
         conformance(&dev, "sim-conf");
+        let (sgl, prp) = (bus.faults().sgl_commands.load(Ordering::Relaxed), bus.faults().prp_commands.load(Ordering::Relaxed));
+        if dev.uses_sgl() {
+            assert!(sgl > 480 && prp == 0, "sgl {sgl} prp {prp}");
+        } else {
+            assert!(prp > 480 && sgl == 0, "sgl {sgl} prp {prp}");
+        }
         let s = dev.stats();
         assert!(s.reads >= 240 && s.writes >= 240 && s.flushes >= 3 && s.zeroes >= 1, "{s:?}");
         assert_eq!(s.errors, 0);

@@ -12,7 +12,8 @@
 #   identify   serial, size and LBA format are what QEMU was given
 #   exercise   10,000 random reads and writes with verification on 2 queue
 #              pairs, flush, write-zeroes, an out-of-range read refused by
-#              the controller (A); a shorter run on B
+#              the controller (A, SGL data pointers); a shorter run on B with
+#              PRP lists
 #   crash-vfio diskfs's crash-state suite (every flush-point image, CRASH_SEEDS
 #              random ones each; default 0) written to C and recovered through
 #              the driver; crash-uring (at the end) the same through io_uring
@@ -127,8 +128,10 @@ step exercise
 check exercise "$A" --ops "$OPS" --threads 2 >/tmp/ex.txt 2>&1 || fail "exercise A: $(tail -n 5 /tmp/ex.txt)"
 sed 's/^/  /' /tmp/ex.txt; cp /tmp/ex.txt /results/vfio-exercise-A.txt
 grep -q "^PASS exercise" /tmp/ex.txt || fail "no PASS line"
-check exercise "$B" --ops 2000 --threads 2 >/tmp/exb.txt 2>&1 || fail "exercise B: $(tail -n 5 /tmp/exb.txt)"
-ok "B: $(grep '^ok random' /tmp/exb.txt)"
+grep -qx "data pointers: SGL data blocks" /tmp/ex.txt || fail "A did not use SGLs (QEMU offers them)"
+check exercise "$B" --ops 2000 --threads 2 --data prp >/tmp/exb.txt 2>&1 || fail "exercise B: $(tail -n 5 /tmp/exb.txt)"
+grep -qx "data pointers: PRP lists" /tmp/exb.txt || fail "B did not use PRP lists"
+ok "B (PRP lists): $(grep '^ok random' /tmp/exb.txt)"
 
 crash() {
   DISKFS_CRASH_SEEDS=${CRASH_SEEDS:-0} DISKFS_CRASH_DEVICE=$1 "$BIN/diskfs-crash-test" --nocapture --test-threads 1 >/tmp/crash.txt 2>&1

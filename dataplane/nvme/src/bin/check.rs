@@ -3,7 +3,7 @@
 //!
 //!   chimera-nvme-check open ADDR                 open, print the identity or the refusal
 //!   chimera-nvme-check identify ADDR [--hold S]  identity as key=value lines (hold the device S seconds)
-//!   chimera-nvme-check exercise ADDR [--ops N] [--threads T] [--seed X]
+//!   chimera-nvme-check exercise ADDR [--ops N] [--threads T] [--seed X] [--data sgl|prp]
 //!       N random reads and writes (1..16 blocks) with verification, T threads
 //!       each on its own queue pair; then flush, write-zeroes, an out-of-range
 //!       read that the controller must refuse, and the device counters
@@ -192,8 +192,14 @@ fn exercise(addr: &str, args: &HashMap<String, String>) {
     let ops: u64 = flag(args, "ops", 10_000);
     let threads: u64 = flag(args, "threads", 2);
     let seed: u64 = flag(args, "seed", 1);
-    let opts = nvme::Options { pass_out_of_range: true, io_timeout: Duration::from_secs(30), ..nvme::Options::default() };
+    let sgl = match args.get("data").map(String::as_str) {
+        None | Some("sgl") => true,
+        Some("prp") => false,
+        Some(o) => die(2, format!("--data: expected sgl or prp, got {o:?}")),
+    };
+    let opts = nvme::Options { pass_out_of_range: true, io_timeout: Duration::from_secs(30), sgl, ..nvme::Options::default() };
     let nd = open(addr, &opts);
+    println!("data pointers: {}", if nd.uses_sgl() { "SGL data blocks" } else { "PRP lists" });
     let blocks = nd.info().blocks;
     let dev: Device = Arc::new(nd);
     let span = (blocks / threads).min(8192);
