@@ -180,6 +180,13 @@ impl BufPool {
         self.0.free.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// Whether this handle is the last one: no other `BufPool` clone and no
+    /// `Buf` of the pool exists (a device that registered the pool for DMA
+    /// unmaps it then).
+    pub fn is_last_handle(&self) -> bool {
+        Arc::strong_count(&self.0) == 1
+    }
+
     /// Whether the pool sits on 2 MiB hugepages.
     pub fn hugepages(&self) -> bool {
         self.0.hugepages

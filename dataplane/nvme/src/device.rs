@@ -21,8 +21,8 @@ use block::stats::{Snapshot, Stats};
 const CMD_PAGES_MAX: u32 = 64;
 const PRP_SLOT_BYTES: usize = 512;
 const ADMIN_ENTRIES: u16 = 32;
-/// Buffer pools a device registers for DMA (each stays mapped, and alive,
-/// as long as the device).
+/// Buffer pools a device keeps registered for DMA at once (each stays
+/// mapped, and alive, until no one else holds it).
 const REGIONS_MAX: usize = 64;
 /// Status the driver records for a command failed back by a reset.
 const STATUS_RESET: u16 = 0xffff;
@@ -463,7 +463,8 @@ impl NvmeDevice {
     }
 
     /// Register a buffer pool for DMA now (at start) rather than on its
-    /// first use. The pool stays alive and mapped as long as the device.
+    /// first use. The pool stays mapped (and alive) until the device is the
+    /// only one holding it and another pool is registered.
     pub fn register(&self, pool: &BufPool) -> Result<(), BlockError> {
         let (base, len) = pool.region();
         register(&self.sh, base as usize, len, pool.clone()).map(|_| ())
@@ -486,6 +487,10 @@ fn register(sh: &Shared, base: usize, len: usize, pool: BufPool) -> Result<u64, 
     if let Some(r) = regions.iter().find(|r| r.base == base && r.len == len) {
         return Ok(r.iova);
     }
+    // Pools nobody else holds any more (no handle, no buffer in flight)
+    // are unmapped first: a tool or test that opens pools one after another
+    // never runs out of registrations.
+    regions.retain(|r| !r._pool.is_last_handle());
     if regions.len() >= REGIONS_MAX {
         return Err(sh.err(
             OpKind::Open,

@@ -288,3 +288,19 @@ fn a_dropped_queue_waits_for_its_commands_and_frees_its_pair() {
     }
     assert_eq!(dev.hw_queues(), 1);
 }
+
+/// Pools opened one after another (as a tool or fsck run does) do not use
+/// up the device's registrations: one nobody holds any more is unmapped.
+#[test]
+fn pools_come_and_go_without_exhausting_registrations() {
+    let (_bus, dev) = open(SimConfig::new("sim-pools", 1024, 4096), Options::default());
+    let mut q = dev.queue(0, 2).unwrap();
+    for i in 0..200u64 {
+        let p = pool(BLOCK_BYTES, 1);
+        block::sync::write(&mut *q, &p, i, &pattern_vec(i, i, 1)).unwrap();
+    }
+    let p = pool(BLOCK_BYTES, 1);
+    let mut got = vec![0u8; BLOCK_BYTES];
+    block::sync::read(&mut *q, &p, 199, &mut got).unwrap();
+    assert!(got == pattern_vec(199, 199, 1));
+}
