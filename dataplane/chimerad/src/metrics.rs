@@ -290,6 +290,46 @@ mod tests {
     use super::*;
     use rpc::metrics::OpSnapshot;
 
+    /// Per-device metrics from the NVMe driver (on its simulated
+    /// controller): counts, bytes and a cumulative latency histogram whose
+    /// count is the operations completed; devices without stats are left out.
+    #[test]
+    fn renders_device_metrics() {
+        let bus = Arc::new(nvme::sim::SimBus::new(nvme::sim::SimConfig::new("0000:3b:00.0", 2048, 512)));
+        let dev = nvme::NvmeDevice::open(bus, &nvme::Options::default()).unwrap();
+        let pool = block::conformance::pool(4096, 2);
+        let mut q = block::BlockDevice::queue(&dev, 0, 2).unwrap();
+        block::sync::write(&mut *q, &pool, 3, &[7u8; 8192]).unwrap();
+        block::sync::flush(&mut *q).unwrap();
+        let mut got = [0u8; 4096];
+        block::sync::read(&mut *q, &pool, 3, &mut got).unwrap();
+        drop(q);
+        let mem: block::Device = Arc::new(block::mem::MemDevice::new("mem0", 64));
+        let mut out = String::new();
+        render_devices(&mut out, &[Arc::new(dev), mem]);
+        for want in [
+            "chimera_device_ops_total{device=\"0000:3b:00.0\",op=\"write\"} 2",
+            "chimera_device_ops_total{device=\"0000:3b:00.0\",op=\"read\"} 1",
+            "chimera_device_ops_total{device=\"0000:3b:00.0\",op=\"flush\"} 1",
+            "chimera_device_bytes_total{device=\"0000:3b:00.0\",op=\"write\"} 8192",
+            "chimera_device_bytes_total{device=\"0000:3b:00.0\",op=\"read\"} 4096",
+            "chimera_device_errors_total{device=\"0000:3b:00.0\"} 0",
+            "chimera_device_resets_total{device=\"0000:3b:00.0\"} 0",
+            "chimera_device_latency_seconds_bucket{device=\"0000:3b:00.0\",le=\"+Inf\"} 4",
+            "chimera_device_latency_seconds_count{device=\"0000:3b:00.0\"} 4",
+            "# TYPE chimera_device_latency_seconds histogram",
+        ] {
+            assert!(out.contains(want), "missing {want:?} in:\n{out}");
+        }
+        assert!(!out.contains("mem0"), "a device without stats is left out");
+        let mut prev = 0u64;
+        for l in out.lines().filter(|l| l.starts_with("chimera_device_latency_seconds_bucket")) {
+            let v: u64 = l.rsplit(' ').next().unwrap().parse().unwrap();
+            assert!(v >= prev, "buckets are cumulative: {l}");
+            prev = v;
+        }
+    }
+
     #[test]
     fn renders_known_snapshot() {
         let s = Snapshot {
