@@ -199,7 +199,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *chimerav1.ChimeraCl
 	if rolloutErr != nil {
 		return ctrl.Result{}, rolloutErr
 	}
-	if ro.moving() {
+	if ro.moving() || (ro != nil && ro.st.Failure == "" && obs.RolloutPending && !obs.MDSRestartRefused) {
 		return ctrl.Result{RequeueAfter: RolloutPollInterval}, nil
 	}
 	return ctrl.Result{RequeueAfter: ResyncInterval}, nil

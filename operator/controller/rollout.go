@@ -166,7 +166,7 @@ func (r *Reconciler) planRollout(ctx context.Context, c *chimerav1.ChimeraCluste
 		return nil, err
 	}
 	obs.Rollout = ro.st
-	defer ro.count()
+	defer func() { obs.RolloutPending = ro.count() }()
 
 	if ro.st.Failure != "" {
 		// A pod that failed WaitReady and is ready at the revision now
@@ -190,8 +190,9 @@ func (r *Reconciler) planRollout(ctx context.Context, c *chimerav1.ChimeraCluste
 	return ro, r.step(ctx, c, ro, token)
 }
 
-// count refreshes the progress counters.
-func (ro *rollout) count() {
+// count refreshes the progress counters and reports whether an existing
+// server pod is not at the revision.
+func (ro *rollout) count() bool {
 	ro.st.DataServers = int32(len(ro.ds))
 	ro.st.DataServersUpdated = 0
 	for _, p := range ro.ds {
@@ -200,6 +201,7 @@ func (ro *rollout) count() {
 		}
 	}
 	ro.st.MetadataServerUpdated = atRevision(ro.mds, ro.st.Revision)
+	return ro.st.DataServersUpdated < ro.st.DataServers || (ro.mds != nil && !ro.st.MetadataServerUpdated)
 }
 
 // pickNext chooses the next pod to replace, if any may go now: the first

@@ -131,6 +131,8 @@ type Observed struct {
 	// RolloutWaiting says why the next pod is not replaced yet ("" when it is
 	// or nothing is left).
 	RolloutWaiting string
+	// RolloutPending: some existing server pod does not run the revision.
+	RolloutPending bool
 	// MDSRestartRefused: only the MDS is left to roll and its backend is
 	// memfs without spec.rollout.allowMemfsMetadataServerRestart.
 	MDSRestartRefused bool
@@ -159,7 +161,7 @@ func Status(c *chimerav1.ChimeraCluster, o Observed, now metav1.Time) chimerav1.
 	allReady := o.MDSReady && st.DataServersReady == o.DSDesired && o.DSDesired > 0 && o.DSListInSync
 	usable := o.MDSReady && st.DataServersReady >= mirrors && o.DSListInSync
 
-	rolling := o.Rollout != nil && o.Rollout.Failure == "" && (o.Rollout.Pod != "" || o.RolloutWaiting != "")
+	rolling := o.Rollout != nil && o.Rollout.Failure == "" && !o.MDSRestartRefused && (o.Rollout.Pod != "" || o.RolloutWaiting != "" || o.RolloutPending)
 	switch {
 	case o.ApplyErr != nil:
 		set(chimerav1.ConditionProgressing, metav1.ConditionFalse, "ApplyFailed", o.ApplyErr.Error())
@@ -238,7 +240,7 @@ func upToDate(o Observed) (metav1.ConditionStatus, string, string) {
 		return metav1.ConditionFalse, ReasonMetadataServerRestartRefused, fmt.Sprintf(
 			"data servers run revision %s but the MDS was not restarted: storage.backend memfs keeps every file in the MDS's memory "+
 				"and a restart loses them all; set spec.rollout.allowMemfsMetadataServerRestart: true to restart it anyway", r.Revision)
-	case r.Pod != "" || o.RolloutWaiting != "":
+	case r.Pod != "" || o.RolloutWaiting != "" || o.RolloutPending:
 		return metav1.ConditionFalse, ReasonRollingOut, rolloutMessage(o)
 	}
 	return metav1.ConditionTrue, ReasonAllPodsAtRevision, fmt.Sprintf("every server pod runs revision %s", r.Revision)
@@ -247,6 +249,9 @@ func upToDate(o Observed) (metav1.ConditionStatus, string, string) {
 func rolloutMessage(o Observed) string {
 	r := o.Rollout
 	what := o.RolloutWaiting
+	if what == "" {
+		what = "between pods"
+	}
 	if r.Pod != "" {
 		what = fmt.Sprintf("pod %s: step %s", r.Pod, r.Step)
 	}
