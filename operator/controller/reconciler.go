@@ -390,7 +390,10 @@ func (r *Reconciler) tellAccessChange(c *chimerav1.ChimeraCluster, access []rend
 func (r *Reconciler) writeStatus(ctx context.Context, c *chimerav1.ChimeraCluster, obs render.Observed) error {
 	before := c.Status.Phase
 	st := render.Status(c, obs, metav1.Now())
-	patch := client.MergeFrom(c.DeepCopy())
+	// Optimistic lock: a reconcile that read a stale cluster (the cache
+	// behind our own last write) must not merge its view of status.rollout
+	// into a newer one; it gets a conflict and runs again.
+	patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	c.Status = st
 	if err := r.Client.Status().Patch(ctx, c, patch); err != nil {
 		return err
