@@ -56,14 +56,21 @@ type rollout struct {
 }
 
 // draining names the DS the MDS must treat as draining ("" for none): the
-// pod of a DS step before Undrain, also after a failure (a DS whose drain
-// or restart failed takes no layouts until a human looks).
+// pod of a DS step before Undrain, also after its Restart or WaitReady failed
+// (a DS whose replacement went wrong takes no layouts until a human looks).
+// A failed Drain is undone: the pod was not touched, and a drain the MDS
+// refuses would fail every later push of the list.
 func (ro *rollout) draining() string {
 	if ro == nil || ro.st.Pod == "" || ro.isMDS(ro.st.Pod) {
 		return ""
 	}
 	switch ro.st.Step {
-	case chimerav1.RolloutStepDrain, chimerav1.RolloutStepRestart, chimerav1.RolloutStepWaitReady:
+	case chimerav1.RolloutStepDrain:
+		if ro.st.Failure != "" {
+			return ""
+		}
+		return ro.st.Pod
+	case chimerav1.RolloutStepRestart, chimerav1.RolloutStepWaitReady:
 		return ro.st.Pod
 	}
 	return ""

@@ -10,7 +10,8 @@ package controller_test
 // reported with no layouts held) before its pod is deleted, and undrained
 // only after its replacement is ready; one DS at a time, in ordinal order;
 // the MDS last — never on memfs without the opt-in; a pod that never
-// becomes ready stops the rollout with a condition naming the step and pod.
+// becomes ready, or a drain the MDS refuses, stops the rollout with a
+// condition naming the step and pod.
 
 import (
 	"context"
@@ -78,7 +79,7 @@ type pushedDS struct {
 // draining is reported holding one layout on the first GET /api/v1/cluster
 // and none after (the operator must wait for that); "drained X" is logged
 // when it first reports none.
-func rolloutMDS(t *testing.T, token string, log *rolloutLog) string {
+func rolloutMDS(t *testing.T, token string, log *rolloutLog, refuseDrainOf string) string {
 	var mu sync.Mutex
 	var list []pushedDS
 	draining := map[string]bool{}
@@ -102,6 +103,12 @@ func rolloutMDS(t *testing.T, token string, log *rolloutLog) string {
 			if err := json.Unmarshal(b, &in); err != nil {
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
+			}
+			for _, d := range in.DataServers {
+				if d.Draining && d.Name == refuseDrainOf {
+					http.Error(w, `{"error":"dataServers: draining refused by the test"}`, http.StatusConflict)
+					return
+				}
 			}
 			n := 0
 			for _, d := range in.DataServers {
@@ -226,7 +233,7 @@ func fakeKubelet(ctx context.Context, c *chimerav1.ChimeraCluster, pods map[stri
 // rollingCluster creates a cluster with n DSes, its fake MDS and ready pods
 // at the current revision, waits until it is up to date, and starts the fake
 // kubelet. It returns the cluster and the log.
-func rollingCluster(t *testing.T, name string, n int, mutate func(*chimerav1.ChimeraCluster), neverReady string) (*chimerav1.ChimeraCluster, *rolloutLog) {
+func rollingCluster(t *testing.T, name string, n int, mutate func(*chimerav1.ChimeraCluster), neverReady string, refuseDrainOf ...string) (*chimerav1.ChimeraCluster, *rolloutLog) {
 	t.Helper()
 	ctx := context.Background()
 	ns := namespace(t, name)
@@ -243,7 +250,11 @@ func rollingCluster(t *testing.T, name string, n int, mutate func(*chimerav1.Chi
 		return k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-admin-token"}, sec)
 	})
 	log := &rolloutLog{snapshots: map[string]string{}}
-	adminURL.url.Store(rolloutMDS(t, string(sec.Data["token"]), log))
+	refuse := ""
+	if len(refuseDrainOf) > 0 {
+		refuse = refuseDrainOf[0]
+	}
+	adminURL.url.Store(rolloutMDS(t, string(sec.Data["token"]), log, refuse))
 	pods := map[string]string{name + "-mds-0": "10.0.9.10"}
 	makePod(t, c, name+"-mds-0", render.ComponentMDS, "10.0.9.10", "", true)
 	for i := 0; i < n; i++ {
@@ -450,4 +461,24 @@ func TestRolloutOfAConfigChangeLeavesAMemfsMDSUntilOptedIn(t *testing.T) {
 	})
 	waitCondition(t, c, rolloutTimeout, "AllPodsAtRevision", rev)
 	sameLog(t, log, rolled("cfg", 2, true))
+}
+
+func TestRolloutStopsWhenTheMDSRefusesTheDrain(t *testing.T) {
+	c, log := rollingCluster(t, "refuse", 2, durable, "", "refuse-ds-1")
+	change(t, c, func(c *chimerav1.ChimeraCluster) { c.Spec.Image = "localhost/chimera/chimerad:v3" })
+	cur := waitCondition(t, c, rolloutTimeout, "RolloutFailed", "step Drain of pod refuse-ds-1", "the MDS refused the drain", "HTTP 409")
+	if r := cur.Status.Rollout; r.Pod != "refuse-ds-1" || r.DataServersUpdated != 1 || r.MetadataServerUpdated {
+		t.Fatalf("status.rollout %+v", r)
+	}
+	// Stopped before touching refuse-ds-1 (nor the MDS); the list is pushed
+	// again without the refused drain, so the MDS keeps hearing of the DSes.
+	time.Sleep(3 * time.Second)
+	sameLog(t, log, rolled("refuse", 1, false))
+	eventually(t, "DS list pushed again", func() error {
+		cur := get(t, c)
+		if d := meta.FindStatusCondition(cur.Status.Conditions, chimerav1.ConditionDegraded); d != nil && d.Reason == "DataServerPushFailed" {
+			return fmt.Errorf("Degraded %+v", d)
+		}
+		return nil
+	})
 }
