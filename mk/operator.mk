@@ -43,7 +43,9 @@ test-operator: setup-operator build-dataplane ## unit tests, generated-file stal
 	  echo "test-operator: $$passed top-level tests passed, $$failed failed (full log: $$log)"; \
 	  if [ $$rc -ne 0 ] || [ $$failed -ne 0 ]; then echo "test-operator: FAILED"; exit 1; fi; \
 	  for t in TestGeneratedFilesUpToDate TestRenderedConfigPassesChimerad TestInvalidSpecsAreRejectedNamingTheField TestStorageAddressesReachTheMDSAndConditionsProgress \
-	           TestExportClientsFollowNodes TestStartScript TestAccessInConfigButNotInHash; do \
+	           TestExportClientsFollowNodes TestStartScript TestAccessInConfigButNotInHash \
+	           TestRolloutImageChangeRollsDataServersOneAtATimeThenTheMDS TestRolloutStopsAtADataServerThatNeverBecomesReady \
+	           TestRolloutOfAConfigChangeLeavesAMemfsMDSUntilOptedIn TestRolloutStopsWhenTheMDSRefusesTheDrain TestRevisionFollowsImageAndConfigOnly; do \
 	    grep -q -- "^--- PASS: $$t " $$log || { echo "test-operator: $$t did not run (skipped?)"; exit 1; }; done
 
 test-chart: ## helm lint + kubeconform (strict, offline schemas, our CRD) over the chart, config/ and its kustomize renders

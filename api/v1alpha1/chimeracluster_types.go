@@ -413,6 +413,94 @@ type ChimeraClusterSpec struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +optional
 	Access []AccessRule `json:"access,omitempty"`
+	// Rollout governs how a new revision (spec.image or anything rendered
+	// into chimerad's config) reaches the running servers: the operator
+	// replaces the data servers one at a time (drained through the MDS admin
+	// API first, undrained once the new pod is ready and the MDS sees it
+	// healthy), then the MDS.
+	// +optional
+	// +kubebuilder:default={}
+	Rollout RolloutSpec `json:"rollout,omitempty"`
+}
+
+// RolloutSpec bounds the steps of a rolling update and says whether a memfs
+// MDS may be restarted.
+type RolloutSpec struct {
+	// AllowMemfsMetadataServerRestart lets the rollout restart the MDS when
+	// storage.backend is memfs. A memfs MDS keeps the namespace in memory:
+	// restarting it LOSES EVERY FILE AND VOLUME. Without this, the rollout
+	// stops before the MDS (condition UpToDate=False, reason
+	// MetadataServerRestartRefused) and the MDS keeps its old revision until
+	// a human deletes its pod or sets this. Ignored with backend nvme, whose
+	// MDS keeps the namespace on its metadata volume and is always rolled.
+	// +optional
+	AllowMemfsMetadataServerRestart bool `json:"allowMemfsMetadataServerRestart,omitempty"`
+	// PodReadyTimeoutSeconds bounds how long a replaced pod may take to be
+	// ready (and, for a data server, seen healthy by the MDS). Past it the
+	// rollout stops with UpToDate=False, reason RolloutFailed, naming the
+	// pod and the step.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	// +kubebuilder:default=600
+	// +optional
+	PodReadyTimeoutSeconds int32 `json:"podReadyTimeoutSeconds,omitempty"`
+	// DrainTimeoutSeconds bounds how long a draining data server may still
+	// be named by layouts clients hold (the MDS recalls them when the drain
+	// starts). Past it the rollout stops, the data server left draining.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	// +kubebuilder:default=300
+	// +optional
+	DrainTimeoutSeconds int32 `json:"drainTimeoutSeconds,omitempty"`
+}
+
+// RolloutStep names what the rollout is doing to status.rollout.pod.
+// +kubebuilder:validation:Enum=Drain;Restart;WaitReady;Undrain
+type RolloutStep string
+
+const (
+	// RolloutStepDrain: the DS is marked draining at the MDS; waiting until
+	// no layout names it.
+	RolloutStepDrain RolloutStep = "Drain"
+	// RolloutStepRestart: the pod is being deleted (its StatefulSet or
+	// DaemonSet controller creates it again from the new template).
+	RolloutStepRestart RolloutStep = "Restart"
+	// RolloutStepWaitReady: waiting for the new pod to be ready (and, for a
+	// DS, healthy at the MDS).
+	RolloutStepWaitReady RolloutStep = "WaitReady"
+	// RolloutStepUndrain: telling the MDS the DS may take layouts again.
+	RolloutStepUndrain RolloutStep = "Undrain"
+)
+
+// RolloutStatus is the progress of bringing every server pod to Revision.
+type RolloutStatus struct {
+	// Revision every server pod should run: a hash of spec.image and the
+	// rendered chimerad config (pods carry theirs in the
+	// storage.chimera.io/revision annotation).
+	Revision string `json:"revision"`
+	// Pod being replaced now (empty between pods and when done).
+	// +optional
+	Pod string `json:"pod,omitempty"`
+	// Step of Pod.
+	// +optional
+	Step RolloutStep `json:"step,omitempty"`
+	// StepStartTime is when Step began (its timeout counts from here).
+	// +optional
+	StepStartTime *metav1.Time `json:"stepStartTime,omitempty"`
+	// PodUID of the pod the Restart step deleted: its replacement has another.
+	// +optional
+	PodUID string `json:"podUID,omitempty"`
+	// DataServersUpdated counts data-server pods running Revision.
+	DataServersUpdated int32 `json:"dataServersUpdated"`
+	// DataServers counts data-server pods.
+	DataServers int32 `json:"dataServers"`
+	// MetadataServerUpdated: the MDS pod runs Revision.
+	MetadataServerUpdated bool `json:"metadataServerUpdated"`
+	// Failure says which step of which pod failed and why; the rollout
+	// stays stopped until the revision changes (or the failed pod becomes
+	// ready at Revision by itself).
+	// +optional
+	Failure string `json:"failure,omitempty"`
 }
 
 // DataServerStatus reports one data server as the MDS is told about it.
@@ -447,6 +535,10 @@ const (
 	ConditionAvailable   = "Available"
 	ConditionProgressing = "Progressing"
 	ConditionDegraded    = "Degraded"
+	// ConditionUpToDate: every server pod runs status.rollout.revision.
+	// False while rolling (RollingOut), when a step failed (RolloutFailed)
+	// and when only a memfs MDS is left (MetadataServerRestartRefused).
+	ConditionUpToDate = "UpToDate"
 )
 
 // ChimeraClusterStatus is the observed state.
@@ -457,7 +549,7 @@ type ChimeraClusterStatus struct {
 	// Phase summarises the conditions.
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
-	// Conditions: Available, Progressing, Degraded.
+	// Conditions: Available, Progressing, Degraded, UpToDate.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -475,6 +567,9 @@ type ChimeraClusterStatus struct {
 	// +kubebuilder:validation:MaxItems=256
 	// +optional
 	DataServers []DataServerStatus `json:"dataServers,omitempty"`
+	// Rollout is the progress of the rolling update to the current revision.
+	// +optional
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
 }
 
 // ChimeraCluster is a Chimera pNFS storage cluster: one MDS and its DSes.
@@ -486,6 +581,8 @@ type ChimeraClusterStatus struct {
 // +kubebuilder:printcolumn:name="Ready DS",type=integer,JSONPath=`.status.dataServersReady`
 // +kubebuilder:printcolumn:name="Desired DS",type=integer,JSONPath=`.status.dataServersDesired`
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.metadataServerEndpoint`
+// +kubebuilder:printcolumn:name="Updated DS",type=integer,JSONPath=`.status.rollout.dataServersUpdated`,priority=1
+// +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.status.conditions[?(@.type=="UpToDate")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Transport",type=string,JSONPath=`.spec.network.transport`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 40",message="metadata.name must be at most 40 characters (child object names add suffixes)"

@@ -464,8 +464,9 @@ func makePod(t *testing.T, c *chimerav1.ChimeraCluster, name, component, podIP, 
 	t.Helper()
 	ctx := context.Background()
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name, Labels: render.Labels(c, component), Annotations: map[string]string{}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "chimerad", Image: c.Spec.Image}}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name, Labels: render.Labels(c, component),
+			Annotations: map[string]string{render.AnnotationRevision: templateRevision(t, c, component)}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "chimerad", Image: c.Spec.Image}}},
 	}
 	if storageIP != "" {
 		p.Annotations[render.AnnotationNetworkStatus] = fmt.Sprintf(`[{"name":"kindnet","interface":"eth0","ips":[%q],"default":true},{"name":"%s/storage-net","interface":"net1","ips":[%q]}]`, podIP, c.Namespace, storageIP)
@@ -474,6 +475,35 @@ func makePod(t *testing.T, c *chimerav1.ChimeraCluster, name, component, podIP, 
 		t.Fatal(err)
 	}
 	setPodStatus(t, p, podIP, ready)
+}
+
+// templateRevision waits for the component's StatefulSet and returns the
+// revision its pod template carries (what its controller stamps on pods).
+func templateRevision(t *testing.T, c *chimerav1.ChimeraCluster, component string) string {
+	t.Helper()
+	var rev string
+	eventually(t, "the "+component+" StatefulSet's revision", func() error {
+		var err error
+		rev, err = stsRevision(context.Background(), c, component)
+		return err
+	})
+	return rev
+}
+
+func stsRevision(ctx context.Context, c *chimerav1.ChimeraCluster, component string) (string, error) {
+	name := render.DSName(c)
+	if component == render.ComponentMDS {
+		name = render.MDSName(c)
+	}
+	sts := &appsv1.StatefulSet{}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, sts); err != nil {
+		return "", err
+	}
+	rev := sts.Spec.Template.Annotations[render.AnnotationRevision]
+	if rev == "" {
+		return "", fmt.Errorf("StatefulSet %s has no %s annotation", name, render.AnnotationRevision)
+	}
+	return rev, nil
 }
 
 func setPodStatus(t *testing.T, p *corev1.Pod, podIP string, ready bool) {

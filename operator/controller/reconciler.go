@@ -74,7 +74,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=storage.chimera.io,resources=chimeraclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups=apps,resources=statefulsets;daemonsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;configmaps;secrets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
@@ -167,9 +167,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *chimerav1.ChimeraCl
 	}
 	var obs render.Observed
 	var access []render.AccessRule
+	var revision string
 	token, err := r.ensureAdminSecret(ctx, c)
 	if err == nil {
-		access, err = r.applyChildren(ctx, c)
+		access, revision, err = r.applyChildren(ctx, c)
 	}
 	if err != nil {
 		obs.ApplyErr = err
@@ -178,14 +179,28 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *chimerav1.ChimeraCl
 	if err := r.observe(ctx, c, &obs); err != nil {
 		return ctrl.Result{}, err
 	}
+	var ro *rollout
+	var rolloutErr error
 	if obs.ApplyErr == nil {
-		r.pushToMDS(ctx, c, token, access, &obs)
+		// Only with the templates applied: a pod deleted now comes back
+		// at the new revision.
+		ro, rolloutErr = r.planRollout(ctx, c, revision, token, &obs)
+		if ro != nil { // else the pods could not be read: pushing now could undrain a draining DS
+			r.pushToMDS(ctx, c, token, access, ro.draining(), &obs)
+			ro.finishRollout(&obs)
+		}
 	}
 	if err := r.writeStatus(ctx, c, obs); err != nil {
 		return ctrl.Result{}, err
 	}
 	if obs.ApplyErr != nil {
 		return ctrl.Result{}, obs.ApplyErr // retried with backoff
+	}
+	if rolloutErr != nil {
+		return ctrl.Result{}, rolloutErr
+	}
+	if ro.moving() || (ro != nil && ro.st.Failure == "" && obs.RolloutPending && !obs.MDSRestartRefused) {
+		return ctrl.Result{RequeueAfter: RolloutPollInterval}, nil
 	}
 	return ctrl.Result{RequeueAfter: ResyncInterval}, nil
 }
@@ -223,27 +238,28 @@ func (r *Reconciler) ensureAdminSecret(ctx context.Context, c *chimerav1.Chimera
 
 // applyChildren applies every child and returns the export client rules it
 // rendered (the MDS's config carries them; pushToMDS sends them live).
-func (r *Reconciler) applyChildren(ctx context.Context, c *chimerav1.ChimeraCluster) ([]render.AccessRule, error) {
+// The revision the pods should run comes with them.
+func (r *Reconciler) applyChildren(ctx context.Context, c *chimerav1.ChimeraCluster) ([]render.AccessRule, string, error) {
 	nodes := &corev1.NodeList{}
 	if err := r.Client.List(ctx, nodes); err != nil {
-		return nil, fmt.Errorf("list nodes for the export client rules: %w", err)
+		return nil, "", fmt.Errorf("list nodes for the export client rules: %w", err)
 	}
 	nodeAddrs := render.NodeAddresses(nodes.Items)
 	access, err := render.ExportAccess(c, render.NodeClients(nodes.Items))
 	if err != nil {
-		return nil, fmt.Errorf("export client rules: %w", err)
+		return nil, "", fmt.Errorf("export client rules: %w", err)
 	}
 	ch, err := render.Build(c, access)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	for _, o := range ch.Objects() {
 		if err := r.apply(ctx, c, o); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
 	if err := r.applyNetworkPolicy(ctx, c, nodeAddrs); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	// A mode switch leaves the other DS workload behind: remove it.
 	var stale client.Object = &appsv1.DaemonSet{}
@@ -253,9 +269,9 @@ func (r *Reconciler) applyChildren(ctx context.Context, c *chimerav1.ChimeraClus
 	stale.SetNamespace(c.Namespace)
 	stale.SetName(render.DSName(c))
 	if err := r.Client.Delete(ctx, stale); err != nil && !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("delete DS workload of the previous mode: %w", err)
+		return nil, "", fmt.Errorf("delete DS workload of the previous mode: %w", err)
 	}
-	return access, nil
+	return access, ch.Revision, nil
 }
 
 // applyNetworkPolicy renders the servers' policy from the current nodes, or
@@ -327,7 +343,8 @@ func (r *Reconciler) observe(ctx context.Context, c *chimerav1.ChimeraCluster, o
 // resync), so an MDS that restarted learns them again. Failures are reported
 // in status (Degraded) and retried on the next resync, not returned: the rest
 // of the reconcile is still right.
-func (r *Reconciler) pushToMDS(ctx context.Context, c *chimerav1.ChimeraCluster, token string, access []render.AccessRule, obs *render.Observed) {
+// draining names the DS the rollout drains ("" for none).
+func (r *Reconciler) pushToMDS(ctx context.Context, c *chimerav1.ChimeraCluster, token string, access []render.AccessRule, draining string, obs *render.Observed) {
 	mds := &corev1.Pod{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: render.MDSName(c) + "-0"}, mds); err != nil {
 		return // no MDS yet: nothing to push to
@@ -336,7 +353,7 @@ func (r *Reconciler) pushToMDS(ctx context.Context, c *chimerav1.ChimeraCluster,
 		return
 	}
 	st, _ := render.DataServerStatuses(c, obs.DSPods)
-	list := render.DSList(c, st)
+	list := render.DSList(c, st, draining)
 	url := r.AdminURL(c, mds)
 	if err := r.Admin.PutDataServers(ctx, url, token, list); err != nil {
 		obs.PushErr = err
@@ -373,7 +390,10 @@ func (r *Reconciler) tellAccessChange(c *chimerav1.ChimeraCluster, access []rend
 func (r *Reconciler) writeStatus(ctx context.Context, c *chimerav1.ChimeraCluster, obs render.Observed) error {
 	before := c.Status.Phase
 	st := render.Status(c, obs, metav1.Now())
-	patch := client.MergeFrom(c.DeepCopy())
+	// Optimistic lock: a reconcile that read a stale cluster (the cache
+	// behind our own last write) must not merge its view of status.rollout
+	// into a newer one; it gets a conflict and runs again.
+	patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	c.Status = st
 	if err := r.Client.Status().Patch(ctx, c, patch); err != nil {
 		return err

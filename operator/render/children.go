@@ -24,6 +24,9 @@ type Children struct {
 	DSDaemonSet   *appsv1.DaemonSet
 	MDSBudget     *policyv1.PodDisruptionBudget
 	DSBudget      *policyv1.PodDisruptionBudget
+	// Revision is what every server pod should run (Revision()); the pod
+	// templates carry it as AnnotationRevision.
+	Revision string
 }
 
 // Objects lists the children in apply order (config before the pods using it).
@@ -68,7 +71,8 @@ func Build(c *chimerav1.ChimeraCluster, access []AccessRule) (*Children, error) 
 		hashed = append(hashed, []byte(StartScript))
 	}
 	hash := ConfigHash(hashed...)
-	mds := statefulSet(c, MDSName(c), ComponentMDS, 1, podTemplate(c, ComponentMDS, hash))
+	rev := Revision(c.Spec.Image, hash)
+	mds := statefulSet(c, MDSName(c), ComponentMDS, 1, podTemplate(c, ComponentMDS, hash, rev))
 	if usesStartScript(c) { // backend nvme: the namespace lives on the metadata claim
 		mds.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{metadataClaim(c, c.Spec.MetadataServer.Storage)}
 		// Deleting the cluster (or scaling) must not delete the namespace.
@@ -87,16 +91,18 @@ func Build(c *chimerav1.ChimeraCluster, access []AccessRule) (*Children, error) 
 		MDS:        mds,
 		MDSBudget:  budget(c, MDSName(c), ComponentMDS, false),
 		DSBudget:   budget(c, DSName(c), ComponentDS, true),
+		Revision:   rev,
 	}
-	dsPod := podTemplate(c, ComponentDS, hash)
+	dsPod := podTemplate(c, ComponentDS, hash, rev)
 	if c.Spec.DataServers.Mode == chimerav1.DataServerModeDaemonSet {
 		ch.DSDaemonSet = &appsv1.DaemonSet{
 			ObjectMeta: objectMeta(c, DSName(c), ComponentDS),
 			Spec: appsv1.DaemonSetSpec{
 				Selector: &metav1.LabelSelector{MatchLabels: SelectorLabels(c, ComponentDS)},
 				Template: dsPod,
-				// One DS at a time: each restart fences its layouts.
-				UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType},
+				// The operator replaces the pods itself, one at a time,
+				// each drained at the MDS first (controller/rollout.go).
+				UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType},
 			},
 		}
 	} else {
@@ -183,7 +189,10 @@ func statefulSet(c *chimerav1.ChimeraCluster, name, component string, replicas i
 			Template:    tpl,
 			// Servers are independent: start them together, not one by one.
 			PodManagementPolicy: appsv1.ParallelPodManagement,
-			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType},
+			// A template change restarts nothing by itself: the operator
+			// deletes the pods in order, draining each DS at the MDS
+			// first and the MDS last (controller/rollout.go).
+			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
 		},
 	}
 }
@@ -216,9 +225,9 @@ func placementFor(c *chimerav1.ChimeraCluster, component string) (chimerav1.Plac
 	return c.Spec.DataServers.Placement, c.Spec.DataServers.Resources
 }
 
-func podTemplate(c *chimerav1.ChimeraCluster, component, configHash string) corev1.PodTemplateSpec {
+func podTemplate(c *chimerav1.ChimeraCluster, component, configHash, revision string) corev1.PodTemplateSpec {
 	placement, res := placementFor(c, component)
-	annotations := map[string]string{AnnotationConfigHash: configHash}
+	annotations := map[string]string{AnnotationConfigHash: configHash, AnnotationRevision: revision}
 	if nad := c.Spec.Network.NetworkAttachment; nad != "" {
 		annotations[AnnotationNetworks] = nad
 	}

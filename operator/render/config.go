@@ -235,6 +235,15 @@ func ConfigHash(parts ...[]byte) string {
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
+// Revision names what a server pod runs: the image and the config hash
+// (ConfigHash of the rendered configs, export client rules left out). Pods
+// whose AnnotationRevision differs are replaced by the rollout. Other pod
+// template changes (resources, placement) reach a pod when it is next
+// replaced.
+func Revision(image, configHash string) string {
+	return ConfigHash([]byte(image), []byte(configHash))
+}
+
 func orDefault64(v, d int64) int64 {
 	if v == 0 {
 		return d

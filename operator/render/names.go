@@ -41,6 +41,10 @@ const (
 	AnnotationNetworkStatus = "k8s.v1.cni.cncf.io/network-status"
 	// AnnotationConfigHash rolls the pods when the rendered config changes.
 	AnnotationConfigHash = "storage.chimera.io/config-hash"
+	// AnnotationRevision is the revision (image + rendered config) a server
+	// pod was created from; the rollout replaces pods whose revision is not
+	// the current one.
+	AnnotationRevision = "storage.chimera.io/revision"
 
 	// ConfigKeyMDS / ConfigKeyDS are the ConfigMap keys of the two configs.
 	ConfigKeyMDS = "mds.json"

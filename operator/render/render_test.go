@@ -353,7 +353,7 @@ func TestStatusProgression(t *testing.T) {
 		cond(st, "Available").Status != metav1.ConditionTrue {
 		t.Fatalf("access push failure: phase %s conditions %+v", st.Phase, st.Conditions)
 	}
-	list := DSList(c, Status(c, Observed{MDSReady: true, DSPods: pods, DSDesired: 2, DSListInSync: true}, now).DataServers)
+	list := DSList(c, Status(c, Observed{MDSReady: true, DSPods: pods, DSDesired: 2, DSListInSync: true}, now).DataServers, "")
 	if len(list) != 2 || list[0].Name != "small-ds-0" || list[0].Address != "10.0.0.1" || list[0].Port != 2049 || list[0].Transport != "tcp" {
 		t.Errorf("DS list %+v", list)
 	}

@@ -98,16 +98,20 @@ type DSListEntry struct {
 	Transport string `json:"transport"`
 	Ready     bool   `json:"ready"`
 	Node      string `json:"node,omitempty"`
+	// Draining: the MDS recalls the layouts naming the DS and grants none.
+	Draining bool `json:"draining,omitempty"`
 }
 
-// DSList is the body pushed to the MDS: every DS that has a storage address.
-func DSList(c *chimerav1.ChimeraCluster, ds []chimerav1.DataServerStatus) []DSListEntry {
+// DSList is the body pushed to the MDS: every DS that has a storage address;
+// the one named draining (the rollout's, "" for none) is marked so.
+func DSList(c *chimerav1.ChimeraCluster, ds []chimerav1.DataServerStatus, draining string) []DSListEntry {
 	out := []DSListEntry{}
 	for _, d := range ds {
 		if d.StorageAddress == "" {
 			continue
 		}
-		out = append(out, DSListEntry{Name: d.Pod, Address: d.StorageAddress, Port: ClientPort(c), Transport: string(Transport(c)), Ready: d.Ready, Node: d.Node})
+		out = append(out, DSListEntry{Name: d.Pod, Address: d.StorageAddress, Port: ClientPort(c), Transport: string(Transport(c)),
+			Ready: d.Ready, Node: d.Node, Draining: draining != "" && d.Pod == draining})
 	}
 	return out
 }
@@ -121,6 +125,17 @@ type Observed struct {
 	AccessErr    error // last PUT /api/v1/access/<mount> error, nil when pushed
 	ApplyErr     error
 	DSListInSync bool
+	// Rollout is the rolling update's progress (nil: not computed, status
+	// keeps what it had).
+	Rollout *chimerav1.RolloutStatus
+	// RolloutWaiting says why the next pod is not replaced yet ("" when it is
+	// or nothing is left).
+	RolloutWaiting string
+	// RolloutPending: some existing server pod does not run the revision.
+	RolloutPending bool
+	// MDSRestartRefused: only the MDS is left to roll and its backend is
+	// memfs without spec.rollout.allowMemfsMetadataServerRestart.
+	MDSRestartRefused bool
 }
 
 // Status computes the status from what was observed. now is passed in so
@@ -146,9 +161,14 @@ func Status(c *chimerav1.ChimeraCluster, o Observed, now metav1.Time) chimerav1.
 	allReady := o.MDSReady && st.DataServersReady == o.DSDesired && o.DSDesired > 0 && o.DSListInSync
 	usable := o.MDSReady && st.DataServersReady >= mirrors && o.DSListInSync
 
+	rolling := o.Rollout != nil && o.Rollout.Failure == "" && !o.MDSRestartRefused && (o.Rollout.Pod != "" || o.RolloutWaiting != "" || o.RolloutPending)
 	switch {
 	case o.ApplyErr != nil:
 		set(chimerav1.ConditionProgressing, metav1.ConditionFalse, "ApplyFailed", o.ApplyErr.Error())
+	case o.Rollout != nil && o.Rollout.Failure != "":
+		set(chimerav1.ConditionProgressing, metav1.ConditionFalse, ReasonRolloutFailed, truncate(o.Rollout.Failure, 1024))
+	case rolling:
+		set(chimerav1.ConditionProgressing, metav1.ConditionTrue, ReasonRollingOut, rolloutMessage(o))
 	case !allReady:
 		set(chimerav1.ConditionProgressing, metav1.ConditionTrue, "WaitingForPods", waitingMessage(o, st))
 	default:
@@ -179,6 +199,12 @@ func Status(c *chimerav1.ChimeraCluster, o Observed, now metav1.Time) chimerav1.
 		set(chimerav1.ConditionDegraded, metav1.ConditionFalse, "AsExpected", "no problems observed")
 	}
 
+	if o.Rollout != nil {
+		st.Rollout = o.Rollout.DeepCopy()
+		status, reason, msg := upToDate(o)
+		set(chimerav1.ConditionUpToDate, status, reason, msg)
+	}
+
 	switch {
 	case c.DeletionTimestamp != nil:
 		st.Phase = chimerav1.PhaseDeleting
@@ -194,6 +220,43 @@ func Status(c *chimerav1.ChimeraCluster, o Observed, now metav1.Time) chimerav1.
 		st.Phase = chimerav1.PhaseProgressing
 	}
 	return st
+}
+
+// Reasons of the UpToDate condition (and of Progressing while rolling).
+const (
+	ReasonAllPodsAtRevision            = "AllPodsAtRevision"
+	ReasonRollingOut                   = "RollingOut"
+	ReasonRolloutFailed                = "RolloutFailed"
+	ReasonMetadataServerRestartRefused = "MetadataServerRestartRefused"
+)
+
+// upToDate is the UpToDate condition for an observed rollout.
+func upToDate(o Observed) (metav1.ConditionStatus, string, string) {
+	r := o.Rollout
+	switch {
+	case r.Failure != "":
+		return metav1.ConditionFalse, ReasonRolloutFailed, truncate(r.Failure, 1024)
+	case o.MDSRestartRefused:
+		return metav1.ConditionFalse, ReasonMetadataServerRestartRefused, fmt.Sprintf(
+			"data servers run revision %s but the MDS was not restarted: storage.backend memfs keeps every file in the MDS's memory "+
+				"and a restart loses them all; set spec.rollout.allowMemfsMetadataServerRestart: true to restart it anyway", r.Revision)
+	case r.Pod != "" || o.RolloutWaiting != "" || o.RolloutPending:
+		return metav1.ConditionFalse, ReasonRollingOut, rolloutMessage(o)
+	}
+	return metav1.ConditionTrue, ReasonAllPodsAtRevision, fmt.Sprintf("every server pod runs revision %s", r.Revision)
+}
+
+func rolloutMessage(o Observed) string {
+	r := o.Rollout
+	what := o.RolloutWaiting
+	if what == "" {
+		what = "between pods"
+	}
+	if r.Pod != "" {
+		what = fmt.Sprintf("pod %s: step %s", r.Pod, r.Step)
+	}
+	return fmt.Sprintf("rolling to revision %s: %s (%d/%d data servers updated, MDS updated: %t)",
+		r.Revision, what, r.DataServersUpdated, r.DataServers, r.MetadataServerUpdated)
 }
 
 func waitingMessage(o Observed, st chimerav1.ChimeraClusterStatus) string {

@@ -239,6 +239,16 @@ func TestUpdateRulesAndWarnings(t *testing.T) {
 	if w, _ := (Validator{}).ValidateCreate(context.Background(), o); len(w) != 0 {
 		t.Errorf("a squashed wildcard is no warning: %v", w)
 	}
+	// Opting in to restart a memfs MDS (it loses every file) is said at admission.
+	o.Spec.Rollout.AllowMemfsMetadataServerRestart = true
+	if w, _ := (Validator{}).ValidateCreate(context.Background(), o); len(w) != 1 || !strings.Contains(w[0], "spec.rollout.allowMemfsMetadataServerRestart") {
+		t.Errorf("memfs MDS restart opt-in: warnings %v", w)
+	}
+	d.Spec.Rollout.AllowMemfsMetadataServerRestart = true // ignored with nvme: no warning
+	if w, _ := (Validator{}).ValidateCreate(context.Background(), d); len(w) != 0 {
+		t.Errorf("opt-in on a durable cluster: warnings %v", w)
+	}
+	d.Spec.Rollout.AllowMemfsMetadataServerRestart = false
 	d.Spec.Storage.Diskfs.Initialize = false
 	if w, err := (Validator{}).ValidateCreate(context.Background(), d); err != nil || len(w) != 0 {
 		t.Errorf("durable cluster without initialize: warnings %v err %v", w, err)

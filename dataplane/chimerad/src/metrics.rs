@@ -230,11 +230,12 @@ pub fn render_pnfs(out: &mut String, p: &pnfs::Pnfs) {
     let _ = writeln!(out, "{n}{{op=\"read\"}} {}", ld(&m.mds_read_bytes));
     let _ = writeln!(out, "{n}{{op=\"write\"}} {}", ld(&m.mds_write_bytes));
     let ds = p.ds_states();
-    let per: [(&str, &str, &str, fn(&pnfs::DsState) -> u64); 5] = [
+    let per: [(&str, &str, &str, fn(&pnfs::DsState) -> u64); 6] = [
         ("chimera_pnfs_ds_healthy", "gauge", "1 while the DS is considered reachable.", |d| d.healthy as u64),
         ("chimera_pnfs_ds_draining", "gauge", "1 while the DS is draining.", |d| d.draining as u64),
         ("chimera_pnfs_ds_errors_total", "counter", "Errors reported for the DS (clients, control calls).", |d| d.errors),
         ("chimera_pnfs_ds_layouts_granted_total", "counter", "Layout segments naming the DS.", |d| d.layouts_granted),
+        ("chimera_pnfs_ds_layouts_held", "gauge", "Layout states held now that name the DS (0: drained).", |d| d.layouts_held),
         ("chimera_pnfs_ds_files", "gauge", "Data files placed on the DS.", |d| d.files),
     ];
     for (name, kind, help, get) in per {

@@ -337,6 +337,14 @@ fn membership_add_and_drain() {
     let a0 = v.ds_of(&l0.mirrors[0].deviceid);
     ds_client(a0, l0.mirrors[0].uid, l0.mirrors[0].gid).write(&l0.mirrors[0].fh, 0, &data, 2).unwrap();
     assert_eq!(v.layoutcommit(&f2, &l0.stateid, 4095), Ok(Some(4096)));
+    let held = |c: &Cluster, i: usize| -> u64 {
+        let (st, body) = admin(c, "GET", "/api/v1/cluster", None);
+        assert_eq!(st, 200, "{body}");
+        let ds = body["pnfs"]["dataServers"].as_array().expect("pnfs.dataServers");
+        let d = ds.iter().find(|d| d["name"] == format!("ds{i}")).expect("listed");
+        d["layoutsHeld"].as_u64().expect("layoutsHeld is a number")
+    };
+    assert!(held(&c, drained) >= 1, "the layout just granted is held and names ds{drained}");
     let list: Vec<_> = (0..3).map(|i| entry(i, i == drained)).collect();
     let (st, body) = admin(&c, "PUT", "/api/v1/dataservers", Some(&json!({ "dataServers": list })));
     assert_eq!(st, 200, "{body}");
@@ -344,6 +352,10 @@ fn membership_add_and_drain() {
     let m = metrics(&c);
     assert!(metric(&m, "chimera_pnfs_layouts_recalled_total").unwrap() >= 1.0, "layouts naming the drained DS recalled");
     assert_eq!(metric(&m, &format!("chimera_pnfs_ds_draining{{ds=\"ds{drained}\"}}")), Some(1.0));
+    // Drained: no layout state names it any more (recalled, here fenced),
+    // which is what the operator's rolling update waits for.
+    assert_eq!(held(&c, drained), 0, "layouts naming the draining DS are gone");
+    assert_eq!(metric(&m, &format!("chimera_pnfs_ds_layouts_held{{ds=\"ds{drained}\"}}")), Some(0.0));
     assert_eq!(
         ds_client(a0, l0.mirrors[0].uid, l0.mirrors[0].gid).write(&l0.mirrors[0].fh, 0, b"late", 2).unwrap_err(),
         pnfs::client3::CtlError::Status(NFS3ERR_ACCES),

@@ -309,7 +309,22 @@ impl Pnfs {
     /// Admin/metrics view of every current DS.
     pub fn ds_states(&self) -> Vec<DsState> {
         let st = self.state();
-        st.ds.states()
+        let mut out = st.ds.states();
+        // One walk over the layout states (bounded by layouts_max) per call:
+        // the admin API's rate, never the data path's.
+        let mut held_by_id: HashMap<u64, u64> = HashMap::new();
+        for l in st.layouts.values() {
+            for (i, id) in l.dses.iter().enumerate() {
+                if !l.dses[..i].contains(id) {
+                    *held_by_id.entry(*id).or_default() += 1;
+                }
+            }
+        }
+        let held: HashMap<String, u64> = held_by_id.into_iter().map(|(id, n)| (st.ds.name_of(id), n)).collect();
+        for d in &mut out {
+            d.layouts_held = held.get(&d.name).copied().unwrap_or(0);
+        }
+        out
     }
 
     pub fn layouts_active(&self) -> usize {

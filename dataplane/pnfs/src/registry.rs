@@ -41,6 +41,9 @@ pub struct DsState {
     pub healthy: bool,
     pub errors: u64,
     pub layouts_granted: u64,
+    /// Layout states held now (granted, not yet returned, recalled away or
+    /// fenced) that name the DS: a drain is done when this is 0.
+    pub layouts_held: u64,
     pub files: u64,
 }
 
@@ -304,6 +307,7 @@ impl Registry {
                 healthy: r.healthy,
                 errors: r.errors,
                 layouts_granted: r.layouts_granted,
+                layouts_held: 0, // filled by Pnfs::ds_states, which sees the layouts
                 files: r.files,
             })
             .collect()

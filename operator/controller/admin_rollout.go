@@ -1,0 +1,84 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// The rollout's admin API calls. They live apart from admin.go (the PUTs
+// every reconcile sends) and only add methods to AdminClient.
+
+const (
+	adminClusterPath = "/api/v1/cluster"
+	// adminClusterBytesMax bounds GET /api/v1/cluster's answer: ~300 bytes
+	// per data server, 256 of them at most, plus the rest.
+	adminClusterBytesMax = 1 << 20
+)
+
+// MDSDataServer is one data server as the MDS reports it in
+// GET /api/v1/cluster (pnfs.dataServers).
+type MDSDataServer struct {
+	Name     string `json:"name"`
+	Ready    bool   `json:"ready"`
+	Draining bool   `json:"draining"`
+	Healthy  bool   `json:"healthy"`
+	// LayoutsHeld counts the layout states clients hold that name the DS;
+	// nil from a chimerad that predates the field (an MDS not yet rolled).
+	LayoutsHeld *uint64 `json:"layoutsHeld"`
+}
+
+// DataServerStates reads the MDS's view of every listed data server.
+func (a *AdminClient) DataServerStates(ctx context.Context, baseURL, token string) (map[string]MDSDataServer, error) {
+	var doc struct {
+		PNFS *struct {
+			DataServers []MDSDataServer `json:"dataServers"`
+		} `json:"pnfs"`
+	}
+	if err := a.getJSON(ctx, baseURL, adminClusterPath, token, &doc); err != nil {
+		return nil, err
+	}
+	if doc.PNFS == nil {
+		return nil, fmt.Errorf("GET %s%s: no pnfs section (is the MDS's pNFS enabled?)", baseURL, adminClusterPath)
+	}
+	out := make(map[string]MDSDataServer, len(doc.PNFS.DataServers))
+	for _, d := range doc.PNFS.DataServers {
+		out[d.Name] = d
+	}
+	return out, nil
+}
+
+func (a *AdminClient) getJSON(ctx context.Context, baseURL, path, token string, into any) error {
+	ctx, cancel := context.WithTimeout(ctx, AdminCallTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+path, nil)
+	if err != nil {
+		return fmt.Errorf("admin API %s: %w", baseURL, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := a.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s%s: %w", baseURL, path, err)
+	}
+	defer resp.Body.Close()
+	reply, err := io.ReadAll(io.LimitReader(resp.Body, adminClusterBytesMax+1))
+	if err != nil {
+		return fmt.Errorf("GET %s%s: read answer: %w", baseURL, path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		if len(reply) > adminErrorBodyBytesMax {
+			reply = reply[:adminErrorBodyBytesMax]
+		}
+		return fmt.Errorf("GET %s%s: HTTP %d: %s", baseURL, path, resp.StatusCode, bytes.TrimSpace(reply))
+	}
+	if len(reply) > adminClusterBytesMax {
+		return fmt.Errorf("GET %s%s: answer larger than %d bytes", baseURL, path, adminClusterBytesMax)
+	}
+	if err := json.Unmarshal(reply, into); err != nil {
+		return fmt.Errorf("GET %s%s: answer is not the expected JSON: %w", baseURL, path, err)
+	}
+	return nil
+}
