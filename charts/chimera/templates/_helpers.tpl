@@ -12,12 +12,6 @@
 {{- printf "%s-validating-webhook" .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* The admin API's CA: a Secret (ca.crt, ca.key) and a ConfigMap (ca.crt)
-     the operator fills; the CSI controller mounts the ConfigMap. */}}
-{{- define "chimera.adminCA" -}}
-{{- printf "%s-admin-ca" .Release.Name | trunc 63 | trimSuffix "-" -}}
-{{- end -}}
-
 {{- define "chimera.webhook.certSecret" -}}
 {{- printf "%s-webhook-cert" .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
