@@ -241,9 +241,9 @@ func (r *Reconciler) ensureAdminSecret(ctx context.Context, c *chimerav1.Chimera
 // ensureAdminTLS keeps the MDS's admin server certificate Secret valid:
 // issued by the admin CA for render.AdminTLSNames, reissued when the CA
 // changed, a name is missing, it is damaged or within
-// pki.ServerRenewBefore of expiry. chimerad reads it at start, so a
-// reissued certificate is served from the MDS's next start; the renewal
-// margin covers that.
+// pki.ServerRenewBefore of expiry. chimerad watches the mounted files and
+// serves a reissued certificate without a restart (once the kubelet has
+// updated the Secret volume).
 func (r *Reconciler) ensureAdminTLS(ctx context.Context, c *chimerav1.ChimeraCluster) error {
 	names := render.AdminTLSNames(c)
 	now := r.Now()

@@ -190,3 +190,39 @@ fn chimerad_serves_https_from_its_config_and_refuses_a_mismatched_key() {
     assert!(all.contains("admin.tls.key_file") && all.contains("is not the private key of the certificate"), "{all}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A renewed certificate (the operator rewrites the Secret, the kubelet
+/// swaps the files) is served without a restart; a pair that does not load
+/// (here: a key of another certificate) leaves the one in use serving.
+#[test]
+fn a_renewed_certificate_is_served_without_a_restart() {
+    chimerad::log::init(chimerad::config::LogLevel::Warn, chimerad::config::LogFormat::Json);
+    let dir = scratch("reload");
+    let (old_ca, new_ca) = (Ca::new("old CA"), Ca::new("new CA"));
+    let (cert, key) = old_ca.server_files(&dir, &[NAME]);
+    let every = Duration::from_millis(100);
+    let tls = chimerad::tls::server_config_checked_every("admin.tls.cert_file", &cert, "admin.tls.key_file", &key, every).unwrap();
+    let h: chimerad::http::Handler = Arc::new(|_r: &chimerad::http::Request| chimerad::http::Response::new(200, "text/plain", "ok"));
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let cfg = ServerConfig { name: "admin", conns_max: 4, body_bytes_max: 1024, request_timeout: chimerad::http::IO_TIMEOUT, tls: Some(tls) };
+    let server = Server::start(l, cfg, h).unwrap();
+    let addr = server.local_addr();
+    assert_eq!(get_tls(addr, NAME, &old_ca.pem(), "/", None).unwrap().status, 200);
+
+    // A broken pair: the old certificate keeps being served.
+    let (_, stray_key) = new_ca.server(&[NAME]);
+    std::fs::write(&key, stray_key).unwrap();
+    std::thread::sleep(every * 2);
+    assert_eq!(get_tls(addr, NAME, &old_ca.pem(), "/", None).unwrap().status, 200);
+
+    // The renewed pair from the new CA: served at the next check.
+    let (new_cert, new_key) = new_ca.server(&[NAME]);
+    std::fs::write(&key, new_key).unwrap();
+    std::fs::write(&cert, new_cert).unwrap();
+    std::thread::sleep(every * 2);
+    let r = get_tls(addr, NAME, &new_ca.pem(), "/", None);
+    assert_eq!(r.map(|r| r.status), Ok(200));
+    assert!(get_tls(addr, NAME, &old_ca.pem(), "/", None).is_err(), "the old CA's clients no longer match");
+    server.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
