@@ -109,7 +109,8 @@ pub struct ServerConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
-/// A running listener. Dropping it does not stop it; call `shutdown`.
+/// A running listener. `shutdown` stops it and waits for requests in
+/// progress; dropping it stops it too, without waiting.
 pub struct Server {
     addr: SocketAddr,
     stop: watch::Sender<bool>,
