@@ -694,7 +694,7 @@ func TestDeletionTearsDownDataServersFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "children", func() error {
-		if n := len(children(t, ns, "bye")); n != 9 {
+		if n := len(children(t, ns, "bye")); n != 10 { // every child, the admin TLS Secret included
 			return fmt.Errorf("%d children", n)
 		}
 		return nil
