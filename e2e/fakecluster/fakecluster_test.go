@@ -1003,6 +1003,15 @@ func startChimerad(t *testing.T, ctx context.Context, k8s client.Client, dir, na
 		_, err := adminGet(admin.URL()+"/healthz", "")
 		return err
 	})
+	// A client that does not trust the operator's CA gets no answer, the
+	// token it would send never leaves it; plain HTTP gets none either.
+	if _, err := (&http.Client{Timeout: 5 * time.Second}).Get(admin.URL() + "/healthz"); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("%s: a client without the operator's CA must fail the handshake, got %v", name, err)
+	}
+	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + strings.TrimPrefix(admin.URL(), "https://") + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("%s: plain HTTP on the admin port answered HTTP %d", name, resp.StatusCode)
+	}
 	return p
 }
 
