@@ -176,7 +176,7 @@ CHIMERAD_TEST_CONFIG='{"server": {"role": "both", "bind": "127.0.0.1", "threads"
    "nfs_port": 12049, "mount_port": 12048, "portmap_port": 12111},
  "mounts": {"memfs": {"module": "memfs", "path": "/", "capacity_bytes": "64M"}},
  "exports": {"/memfs": {"path": "/memfs"}},
- "admin": {"bind": "127.0.0.1", "port": 18080, "token": "image-test"},
+ "admin": {"bind": "127.0.0.1", "port": 18080, "token": "image-test", "tls": false},
  "metrics": {"bind": "127.0.0.1", "port": 19000}}'
 CHIMERAD_TEST_PORTS="12049 12048 12111 18080 19000"
 CHIMERAD_LISTEN_S_MAX=20

@@ -50,7 +50,7 @@ run: build-dataplane ## start a local chimerad (memfs; BACKEND=diskfs for the du
 	@printf '%s\n' '{' \
 	  '  "server":  { "bind": "$(RUN_BIND)", "nfs_port": $(RUN_NFS_PORT), "mount_port": $(RUN_MOUNT_PORT), "portmap_port": 0 $(RUN_VFS) },' \
 	  $(RUN_MOUNT) \
-	  '  "admin":   { "bind": "$(RUN_BIND)", "port": 8080, "token_file": "$(RUN_DIR)/admin-token" },' \
+	  '  "admin":   { "bind": "$(RUN_BIND)", "port": 8080, "token_file": "$(RUN_DIR)/admin-token", "tls": false },' \
 	  '  "metrics": { "bind": "$(RUN_BIND)", "port": 9000 }' \
 	  '}' > $(RUN_DIR)/chimerad.json
 	@$(CHIMERAD) --check-config --config $(RUN_DIR)/chimerad.json >/dev/null

@@ -54,6 +54,8 @@ package fakecluster
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -337,7 +339,11 @@ func TestFakeCluster(t *testing.T) {
 		return k8s.Get(ctx, types.NamespacedName{Namespace: sampleNS, Name: clusterName + "-admin-token"}, sec)
 	})
 	mdsToken := string(sec.Data["token"])
-	mdsProc := startChimerad(t, dir, "chimerad", chimerad, admin, mdsToken)
+	sampleCluster := &chimerav1.ChimeraCluster{}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: sampleNS, Name: clusterName}, sampleCluster); err != nil {
+		t.Fatal(err)
+	}
+	mdsProc := startChimerad(t, ctx, k8s, dir, "chimerad", chimerad, admin, sampleCluster, mdsToken)
 	multus := playMultus(t, k8s)
 
 	c := &chimerav1.ChimeraCluster{}
@@ -950,12 +956,25 @@ func (m *multus) stop() {
 
 // startChimerad runs the real chimerad as the MDS: admin API on 127.0.0.1
 // with the cluster's token, pNFS on, a memfs for CSI volumes.
-func startChimerad(t *testing.T, dir, name, bin string, admin *adminProxy, token string) *proc {
+func startChimerad(t *testing.T, ctx context.Context, k8s client.Client, dir, name, bin string, admin *adminProxy, c *chimerav1.ChimeraCluster, token string) *proc {
 	t.Helper()
 	tokenFile := filepath.Join(dir, name+"-token")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The admin certificate the operator issued for this cluster, as the MDS
+	// pod mounts it; clients verify it against the operator's CA bundle.
+	tlsSec := &corev1.Secret{}
+	eventually(t, name+" admin TLS Secret", func() error {
+		return k8s.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: render.AdminTLSSecretName(c)}, tlsSec)
+	})
+	certFile, keyFile := filepath.Join(dir, name+"-tls.crt"), filepath.Join(dir, name+"-tls.key")
+	for f, data := range map[string][]byte{certFile: tlsSec.Data[corev1.TLSCertKey], keyFile: tlsSec.Data[corev1.TLSPrivateKeyKey]} {
+		if err := os.WriteFile(f, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	useAdminCA(t, ctx, k8s, render.MDSAdminServerName(c))
 	cfg := map[string]any{
 		"common": map[string]any{"log_level": "info"},
 		"server": map[string]any{
@@ -964,7 +983,8 @@ func startChimerad(t *testing.T, dir, name, bin string, admin *adminProxy, token
 		},
 		"mounts":  map[string]any{"data": map[string]any{"module": "memfs", "path": "/", "capacity_bytes": memfsCapacity}},
 		"exports": map[string]any{"/data": map[string]any{"path": "/data"}},
-		"admin":   map[string]any{"bind": "127.0.0.1", "port": 0, "token_file": tokenFile},
+		"admin": map[string]any{"bind": "127.0.0.1", "port": 0, "token_file": tokenFile,
+			"tls": map[string]any{"cert_file": certFile, "key_file": keyFile}},
 		"metrics": map[string]any{"enabled": false},
 	}
 	b, _ := json.MarshalIndent(cfg, "", "  ")
@@ -979,8 +999,52 @@ func startChimerad(t *testing.T, dir, name, bin string, admin *adminProxy, token
 		t.Fatalf("%s: %v\n%s", name, err, tail(filepath.Join(dir, name+".log"), 2000))
 	}
 	admin.point(ports["admin"])
-	eventually(t, name+" /healthz", func() error { return httpOK(admin.URL() + "/healthz") })
+	eventually(t, name+" /healthz", func() error {
+		_, err := adminGet(admin.URL()+"/healthz", "")
+		return err
+	})
+	// A client that does not trust the operator's CA gets no answer, the
+	// token it would send never leaves it; plain HTTP gets none either.
+	if _, err := (&http.Client{Timeout: 5 * time.Second}).Get(admin.URL() + "/healthz"); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("%s: a client without the operator's CA must fail the handshake, got %v", name, err)
+	}
+	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + strings.TrimPrefix(admin.URL(), "https://") + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("%s: plain HTTP on the admin port answered HTTP %d", name, resp.StatusCode)
+	}
 	return p
+}
+
+// adminClient is the test's own admin API client: it trusts only the CA
+// bundle the operator published (ConfigMap chimera-admin-ca, what the
+// chart mounts into the CSI controller) and checks the certificate against
+// the MDS Service name of the cluster whose chimerad the proxy reaches.
+var adminClient atomic.Pointer[http.Client]
+
+// adminCABundle is that ConfigMap's ca.crt, also given to the CSI controller.
+var adminCABundle atomic.Pointer[[]byte]
+
+func useAdminCA(t *testing.T, ctx context.Context, k8s client.Client, serverName string) {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	eventually(t, "admin CA bundle ConfigMap", func() error {
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: releaseNS, Name: "chimera-admin-ca"}, cm); err != nil {
+			return err
+		}
+		if cm.Data["ca.crt"] == "" {
+			return fmt.Errorf("ConfigMap chimera-admin-ca has no ca.crt yet")
+		}
+		return nil
+	})
+	pem := []byte(cm.Data["ca.crt"])
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		t.Fatalf("ConfigMap chimera-admin-ca: ca.crt holds no certificate")
+	}
+	adminCABundle.Store(&pem)
+	adminClient.Store(&http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12},
+	}})
 }
 
 // adminProxy is the one address the operator, the chart's StorageClass and
@@ -1006,7 +1070,9 @@ func newAdminProxy(t *testing.T) *adminProxy {
 	return p
 }
 
-func (p *adminProxy) URL() string { return "http://" + p.l.Addr().String() }
+// URL is https: the proxy forwards TCP, so TLS runs end to end between
+// each client and chimerad.
+func (p *adminProxy) URL() string { return "https://" + p.l.Addr().String() }
 
 func (p *adminProxy) point(port int) { p.target.Store(int64(port)) }
 
@@ -1051,8 +1117,14 @@ func httpOK(url string) error {
 
 func adminGet(url, token string) (string, error) {
 	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	c := adminClient.Load()
+	if c == nil {
+		return "", fmt.Errorf("no admin CA loaded yet")
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return "", err
 	}
@@ -1152,7 +1224,11 @@ func podIPCluster(t *testing.T, ctx context.Context, k8s client.Client, dir, kc,
 	})
 	token := string(sec.Data["token"])
 	adminURL := admin.URL()
-	startChimerad(t, dir, "chimerad-tcp", chimerad, admin, token)
+	tcp := &chimerav1.ChimeraCluster{}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, tcp); err != nil {
+		t.Fatal(err)
+	}
+	startChimerad(t, ctx, k8s, dir, "chimerad-tcp", chimerad, admin, tcp, token)
 	eventually(t, "TCP cluster Available with the DS pod IPs at the MDS", func() error {
 		pods := &corev1.PodList{}
 		if err := k8s.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{render.LabelCluster: name, render.LabelComponent: render.ComponentDS}); err != nil {
@@ -1189,7 +1265,14 @@ func podIPCluster(t *testing.T, ctx context.Context, k8s client.Client, dir, kc,
 func provisionThroughCSI(t *testing.T, ctx context.Context, k8s, prov client.Client, dir, csiBin, adminURL, token string) {
 	t.Helper()
 	sock := filepath.Join(dir, "csi.sock")
-	startProcess(t, dir, "chimera-csi", csiBin, "--mode=controller", "--endpoint=unix://"+sock)
+	// The CA bundle as the chart mounts it; the StorageClass's endpoint is the
+	// proxy on 127.0.0.1, so the certificate is checked for the MDS's name.
+	caFile := filepath.Join(dir, "admin-ca.crt")
+	if err := os.WriteFile(caFile, *adminCABundle.Load(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startProcess(t, dir, "chimera-csi", csiBin, "--mode=controller", "--endpoint=unix://"+sock,
+		"--admin-ca-file="+caFile, "--admin-tls-server-name="+clusterName+"-mds."+sampleNS+".svc")
 	var conn *grpc.ClientConn
 	eventually(t, "CSI controller socket", func() error {
 		if _, err := os.Stat(sock); err != nil {

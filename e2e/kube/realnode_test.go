@@ -255,7 +255,15 @@ func (e *env) nodeGet(url, token string) (int, string, error) {
 		return 0, "", err
 	}
 	args := []string{"exec", "-n", releaseNS, pods[0].Name, "-c", "liveness-probe", "--", "/chimera-e2e-sidecar", "httpget", url}
-	if token != "" {
+	if strings.HasPrefix(url, "https://") {
+		// The admin API: verified as the operator and the CSI controller
+		// do, against the operator's published CA, for the MDS's name.
+		cm := &corev1.ConfigMap{}
+		if err := e.k8s.Get(e.ctx, client.ObjectKey{Namespace: releaseNS, Name: releaseName + "-admin-ca"}, cm); err != nil {
+			return 0, "", fmt.Errorf("admin CA bundle: %w", err)
+		}
+		args = append(args, token, cm.Data["ca.crt"], clusterName+"-mds."+clusterNS+".svc")
+	} else if token != "" {
 		args = append(args, token)
 	}
 	out, err := e.tool(e.kubectl, args...)
@@ -533,7 +541,7 @@ func TestRealNode(t *testing.T) {
 		}
 		var body string
 		err := eventually(e.ctx, 30*time.Second, func() error {
-			code, b, err := e.nodeGet(fmt.Sprintf("http://%s:%d/api/v1/dataservers", mdsIP, render.PortAdmin), token)
+			code, b, err := e.nodeGet(fmt.Sprintf("https://%s:%d/api/v1/dataservers", mdsIP, render.PortAdmin), token)
 			if err != nil {
 				return err
 			}
@@ -550,7 +558,7 @@ func TestRealNode(t *testing.T) {
 		})
 		// An unauthenticated call must be refused.
 		if err == nil {
-			if code, _, err2 := e.nodeGet(fmt.Sprintf("http://%s:%d/api/v1/dataservers", mdsIP, render.PortAdmin), ""); err2 != nil || code != 401 {
+			if code, _, err2 := e.nodeGet(fmt.Sprintf("https://%s:%d/api/v1/dataservers", mdsIP, render.PortAdmin), ""); err2 != nil || code != 401 {
 				err = fmt.Errorf("admin API without a token: HTTP %d (%v), want 401", code, err2)
 			}
 		}
@@ -571,7 +579,7 @@ func TestRealNode(t *testing.T) {
 		sc.Name = scName
 		delete(sc.Parameters, "clusterName")
 		delete(sc.Parameters, "clusterNamespace")
-		sc.Parameters["adminEndpoint"] = fmt.Sprintf("http://%s:%d", mdsIP, render.PortAdmin)
+		sc.Parameters["adminEndpoint"] = fmt.Sprintf("https://%s:%d", mdsIP, render.PortAdmin)
 		if err := e.k8s.Create(e.ctx, sc); err != nil {
 			return "", err
 		}
@@ -603,7 +611,7 @@ func TestRealNode(t *testing.T) {
 		}
 		parts := strings.Split(pv.Spec.CSI.VolumeHandle, "#")
 		serverVolID = parts[len(parts)-1]
-		code, body, err := e.nodeGet(fmt.Sprintf("http://%s:%d/api/v1/volumes/%s", mdsIP, render.PortAdmin, serverVolID), token)
+		code, body, err := e.nodeGet(fmt.Sprintf("https://%s:%d/api/v1/volumes/%s", mdsIP, render.PortAdmin, serverVolID), token)
 		if err != nil || code != 200 {
 			return "", fmt.Errorf("the server does not know volume %s: HTTP %d %s (%v)", serverVolID, code, body, err)
 		}
@@ -927,7 +935,7 @@ echo "@@sha256-begin"; (cd "$DIRECTORY" && sha256sum *); echo "@@sha256-end"
 			if !apierrors.IsNotFound(err) {
 				return err
 			}
-			code, body, err := e.nodeGet(fmt.Sprintf("http://%s:%d/api/v1/volumes/%s", mdsIP, render.PortAdmin, serverVolID), token)
+			code, body, err := e.nodeGet(fmt.Sprintf("https://%s:%d/api/v1/volumes/%s", mdsIP, render.PortAdmin, serverVolID), token)
 			if err != nil {
 				return err
 			}

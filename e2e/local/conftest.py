@@ -55,7 +55,7 @@ class Server:
             "server": server,
             "mounts": {"memfs": {"module": "memfs", "capacity_bytes": capacity}},
             "exports": {"/memfs": {"path": "/memfs"}},
-            "admin": {"bind": "127.0.0.1", "port": 0, "token": TOKEN},
+            "admin": {"bind": "127.0.0.1", "port": 0, "token": TOKEN, "tls": False},
             "metrics": {"bind": "127.0.0.1", "port": 0},
         }
         self.dir = tmp

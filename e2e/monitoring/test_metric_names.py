@@ -143,7 +143,7 @@ def scrapes(tmp_path_factory):
                        "pnfs": {"enabled": True, "data_servers": [{"name": "ds-0", "uaddr": f"127.0.0.1:{ds.ports['nfs']}"}]}},
             "mounts": {"memfs": {"module": "memfs", "capacity_bytes": "64M"}},
             "exports": {"/memfs": {"path": "/memfs"}},
-            "admin": {"bind": "127.0.0.1", "port": 0, "token": TOKEN},
+            "admin": {"bind": "127.0.0.1", "port": 0, "token": TOKEN, "tls": False},
             "metrics": {"bind": "127.0.0.1", "port": 0},
         }, ("nfs", "admin", "metrics"))
         servers.append(mds)

@@ -143,7 +143,7 @@ write_configs() {  # $1: case dir, $2: pnfs enabled (true/false), $3: mirrors, $
                          "data_servers": [ $dss ] } },
   "mounts":  { "memfs": { "module": "memfs", "path": "/", "capacity_bytes": $MDS_CAPACITY_BYTES } },
   "exports": { "/memfs": { "path": "/memfs" } },
-  "admin":   { "bind": "${ADDR[mds]}", "port": $ADMIN_PORT, "token_file": "$d/admin-token" },
+  "admin":   { "bind": "${ADDR[mds]}", "port": $ADMIN_PORT, "token_file": "$d/admin-token", "tls": false },
   "metrics": { "bind": "${ADDR[mds]}", "port": $METRICS_PORT }
 }
 EOF

@@ -71,11 +71,11 @@ func TestExportClientsFollowNodes(t *testing.T) {
 		return k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "clients-admin-token"}, sec)
 	})
 	token := string(sec.Data["token"])
-	url := startChimerad(t, token)
+	url := startChimerad(t, c, token)
 	read := func() (accessDoc, error) {
 		req, _ := http.NewRequest(http.MethodGet, url+"/api/v1/access/data", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := adminTestClient(c).Do(req)
 		if err != nil {
 			return accessDoc{}, err
 		}
@@ -90,7 +90,7 @@ func TestExportClientsFollowNodes(t *testing.T) {
 	if url == "" {
 		t.Log("CHIMERAD not set: using a fake admin endpoint")
 		var last func() string
-		url, _, last = fakeMDS(t, token)
+		url, _, last = fakeMDS(t, c, token)
 		read = func() (accessDoc, error) {
 			var d accessDoc
 			err := json.Unmarshal([]byte(last()), &d)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 )
 
 // The rollout's admin API calls. They live apart from admin.go (the PUTs
@@ -32,13 +33,14 @@ type MDSDataServer struct {
 }
 
 // DataServerStates reads the MDS's view of every listed data server.
-func (a *AdminClient) DataServerStates(ctx context.Context, baseURL, token string) (map[string]MDSDataServer, error) {
+func (a *AdminClient) DataServerStates(ctx context.Context, s AdminServer) (map[string]MDSDataServer, error) {
+	baseURL := s.URL
 	var doc struct {
 		PNFS *struct {
 			DataServers []MDSDataServer `json:"dataServers"`
 		} `json:"pnfs"`
 	}
-	if err := a.getJSON(ctx, baseURL, adminClusterPath, token, &doc); err != nil {
+	if err := a.getJSON(ctx, s, adminClusterPath, &doc); err != nil {
 		return nil, err
 	}
 	if doc.PNFS == nil {
@@ -51,7 +53,12 @@ func (a *AdminClient) DataServerStates(ctx context.Context, baseURL, token strin
 	return out, nil
 }
 
-func (a *AdminClient) getJSON(ctx context.Context, baseURL, path, token string, into any) error {
+func (a *AdminClient) getJSON(ctx context.Context, s AdminServer, path string, into any) error {
+	baseURL, token := s.URL, s.Token
+	if !strings.HasPrefix(baseURL, "https://") {
+		// The bearer token never crosses the network in clear.
+		return fmt.Errorf("admin API %s: not https; the operator speaks only TLS to the MDS", baseURL)
+	}
 	ctx, cancel := context.WithTimeout(ctx, AdminCallTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+path, nil)
@@ -59,9 +66,9 @@ func (a *AdminClient) getJSON(ctx context.Context, baseURL, path, token string, 
 		return fmt.Errorf("admin API %s: %w", baseURL, err)
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := a.HTTP.Do(req)
+	resp, err := a.client(s.Name).Do(req)
 	if err != nil {
-		return fmt.Errorf("GET %s%s: %w", baseURL, path, err)
+		return fmt.Errorf("GET %s%s (certificate checked for %s): %w", baseURL, path, s.Name, err)
 	}
 	defer resp.Body.Close()
 	reply, err := io.ReadAll(io.LimitReader(resp.Body, adminClusterBytesMax+1))

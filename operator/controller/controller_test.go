@@ -10,6 +10,7 @@ package controller_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -259,7 +260,7 @@ func TestReconcileCreatesExactlyTheChildren(t *testing.T) {
 	if err := k8s.Create(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	want := "ConfigMap/kids-config NetworkPolicy/kids-servers PodDisruptionBudget/kids-ds PodDisruptionBudget/kids-mds Secret/kids-admin-token Service/kids-ds Service/kids-mds StatefulSet/kids-ds StatefulSet/kids-mds"
+	want := "ConfigMap/kids-config NetworkPolicy/kids-servers PodDisruptionBudget/kids-ds PodDisruptionBudget/kids-mds Secret/kids-admin-tls Secret/kids-admin-token Service/kids-ds Service/kids-mds StatefulSet/kids-ds StatefulSet/kids-mds"
 	eventually(t, "children", func() error {
 		if got := strings.Join(children(t, ns, "kids"), " "); got != want {
 			return fmt.Errorf("children %q, want %q", got, want)
@@ -330,7 +331,7 @@ func TestReconcileCreatesExactlyTheChildren(t *testing.T) {
 // startChimerad runs the real chimerad as an MDS with only its admin API on
 // 127.0.0.1, and returns the admin base URL. It returns "" when $CHIMERAD is
 // not set (the caller then uses a strict fake).
-func startChimerad(t *testing.T, token string) string {
+func startChimerad(t *testing.T, c *chimerav1.ChimeraCluster, token string) string {
 	bin := os.Getenv("CHIMERAD")
 	if bin == "" {
 		if os.Getenv("CHIMERA_REQUIRE_CHIMERAD") != "" {
@@ -343,6 +344,8 @@ func startChimerad(t *testing.T, token string) string {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The certificate the operator issued, as the MDS pod mounts it.
+	certFile, keyFile := adminTLSFiles(t, c, dir)
 	// Every listener binds port 0; the ports are read back from the log
 	// (testutil.ChimeradPorts), so none is guessed and none can be taken first.
 	cfg := fmt.Sprintf(`{
@@ -351,9 +354,9 @@ func startChimerad(t *testing.T, token string) string {
              "pnfs": {"enabled": true, "mirrors": 1}},
   "mounts": {"data": {"module": "memfs", "path": "/", "capacity_bytes": "16M"}},
   "exports": {"/data": {"path": "/data"}},
-  "admin": {"bind": "127.0.0.1", "port": 0, "token_file": %q},
+  "admin": {"bind": "127.0.0.1", "port": 0, "token_file": %q, "tls": {"cert_file": %q, "key_file": %q}},
   "metrics": {"bind": "127.0.0.1", "port": 0}
-}`, tokenFile)
+}`, tokenFile, certFile, keyFile)
 	cfgFile := filepath.Join(dir, "mds.json")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -380,9 +383,9 @@ func startChimerad(t *testing.T, token string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := fmt.Sprintf("http://127.0.0.1:%d", ports["admin"])
+	url := fmt.Sprintf("https://127.0.0.1:%d", ports["admin"])
 	eventually(t, "chimerad /healthz", func() error {
-		resp, err := http.Get(url + "/healthz")
+		resp, err := adminTestClient(c).Get(url + "/healthz")
 		if err != nil {
 			return err
 		}
@@ -395,7 +398,7 @@ func startChimerad(t *testing.T, token string) string {
 // fakeMDS is used only without $CHIMERAD: it checks the token and keeps the
 // last data-server list and the last access rules of mount "data" (answered
 // on GET /api/v1/access/data as chimerad does), nothing more.
-func fakeMDS(t *testing.T, token string) (string, func() string, func() string) {
+func fakeMDS(t *testing.T, c *chimerav1.ChimeraCluster, token string) (string, func() string, func() string) {
 	var last, access atomicString
 	access.Store(`{"mount": "data", "access": null}`)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -453,9 +456,46 @@ func fakeMDS(t *testing.T, token string) (string, func() string, func() string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = srv.Serve(l) }()
+	// Served with a certificate from the operator's CA for the cluster's
+	// names, as the real MDS is.
+	certPEM, keyPEM, err := suiteCA.IssueServer(render.AdminTLSNames(c), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{pair}}
+	go func() { _ = srv.ServeTLS(l, "", "") }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return "http://" + l.Addr().String(), last.Load, access.Load
+	return "https://" + l.Addr().String(), last.Load, access.Load
+}
+
+// adminTLSFiles writes the cluster's admin TLS Secret (issued by the
+// operator) to dir as tls.crt and tls.key.
+func adminTLSFiles(t *testing.T, c *chimerav1.ChimeraCluster, dir string) (string, string) {
+	t.Helper()
+	sec := &corev1.Secret{}
+	eventually(t, "admin TLS Secret", func() error {
+		return k8s.Get(context.Background(), types.NamespacedName{Namespace: c.Namespace, Name: render.AdminTLSSecretName(c)}, sec)
+	})
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, sec.Data[corev1.TLSCertKey], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, sec.Data[corev1.TLSPrivateKeyKey], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// adminTestClient trusts only the operator's CA and checks the MDS's
+// certificate against the cluster's admin server name, as the operator does.
+func adminTestClient(c *chimerav1.ChimeraCluster) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: suiteCA.Pool(), ServerName: render.MDSAdminServerName(c), MinVersion: tls.VersionTLS12},
+	}}
 }
 
 // makePod creates a pod as the StatefulSet controller and kubelet would
@@ -563,11 +603,11 @@ func TestStorageAddressesReachTheMDSAndConditionsProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	token := string(sec.Data["token"])
-	url := startChimerad(t, token)
+	url := startChimerad(t, c, token)
 	read := func() (dsList, error) {
 		req, _ := http.NewRequest(http.MethodGet, url+"/api/v1/dataservers", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := adminTestClient(c).Do(req)
 		if err != nil {
 			return dsList{}, err
 		}
@@ -579,7 +619,7 @@ func TestStorageAddressesReachTheMDSAndConditionsProgress(t *testing.T) {
 	if url == "" {
 		t.Log("CHIMERAD not set: using a fake admin endpoint")
 		var last func() string
-		url, last, _ = fakeMDS(t, token)
+		url, last, _ = fakeMDS(t, c, token)
 		read = func() (dsList, error) {
 			var l dsList
 			err := json.Unmarshal([]byte(last()), &l)
@@ -684,7 +724,7 @@ func TestDeletionTearsDownDataServersFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "children", func() error {
-		if n := len(children(t, ns, "bye")); n != 9 {
+		if n := len(children(t, ns, "bye")); n != 10 { // every child, the admin TLS Secret included
 			return fmt.Errorf("%d children", n)
 		}
 		return nil

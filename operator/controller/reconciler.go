@@ -14,6 +14,7 @@ import (
 	"time"
 
 	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
+	"github.com/chimera-k8s/chimera/operator/pki"
 	"github.com/chimera-k8s/chimera/operator/render"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -62,6 +63,11 @@ type Reconciler struct {
 	AdminURL func(c *chimerav1.ChimeraCluster, mds *corev1.Pod) string
 	// NetworkPolicy: whether and how each cluster's servers are isolated.
 	NetworkPolicy render.NetworkPolicyOptions
+	// AdminCA signs each cluster's admin server certificate; the admin
+	// client trusts only it. Required.
+	AdminCA *pki.CA
+	// Now is the clock certificates are issued and checked against.
+	Now func() time.Time
 
 	// accessPushed remembers, per cluster (namespace/name), the export rules
 	// last pushed, so a change is told once as an event. In memory only: a
@@ -83,12 +89,20 @@ type Reconciler struct {
 
 // SetupWithManager registers the reconciler and its watches.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.AdminCA == nil {
+		return errors.New("reconciler: AdminCA is required (the admin API's certificates come from it)")
+	}
+	if r.Now == nil {
+		r.Now = time.Now
+	}
 	if r.Admin == nil {
-		r.Admin = NewAdminClient()
+		r.Admin = NewAdminClient(r.AdminCA.Pool())
 	}
 	if r.AdminURL == nil {
+		// The pod IP (no cluster DNS needed); the certificate is checked
+		// against the MDS Service's name (AdminClient).
 		r.AdminURL = func(_ *chimerav1.ChimeraCluster, mds *corev1.Pod) string {
-			return fmt.Sprintf("http://%s:%d", mds.Status.PodIP, render.PortAdmin)
+			return fmt.Sprintf("https://%s:%d", mds.Status.PodIP, render.PortAdmin)
 		}
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
@@ -170,6 +184,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *chimerav1.ChimeraCl
 	var revision string
 	token, err := r.ensureAdminSecret(ctx, c)
 	if err == nil {
+		err = r.ensureAdminTLS(ctx, c)
+	}
+	if err == nil {
 		access, revision, err = r.applyChildren(ctx, c)
 	}
 	if err != nil {
@@ -234,6 +251,48 @@ func (r *Reconciler) ensureAdminSecret(ctx context.Context, c *chimerav1.Chimera
 	}
 	r.Recorder.Eventf(c, corev1.EventTypeNormal, "AdminTokenCreated", "created admin-token Secret %s", s.Name)
 	return tok, nil
+}
+
+// ensureAdminTLS keeps the MDS's admin server certificate Secret valid:
+// issued by the admin CA for render.AdminTLSNames, reissued when the CA
+// changed, a name is missing, it is damaged or within
+// pki.ServerRenewBefore of expiry. chimerad watches the mounted files and
+// serves a reissued certificate without a restart (once the kubelet has
+// updated the Secret volume).
+func (r *Reconciler) ensureAdminTLS(ctx context.Context, c *chimerav1.ChimeraCluster) error {
+	names := render.AdminTLSNames(c)
+	now := r.Now()
+	s := &corev1.Secret{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: render.AdminTLSSecretName(c)}, s)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	exists := err == nil
+	if exists && r.AdminCA.ServerValid(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], names, now) &&
+		string(s.Data[render.SecretKeyCA]) == string(r.AdminCA.CertPEM) {
+		return nil
+	}
+	certPEM, keyPEM, err := r.AdminCA.IssueServer(names, now)
+	if err != nil {
+		return fmt.Errorf("issue admin certificate: %w", err)
+	}
+	want := render.AdminTLSSecret(c, certPEM, keyPEM, r.AdminCA.CertPEM)
+	if err := controllerutil.SetControllerReference(c, want, r.Scheme); err != nil {
+		return err
+	}
+	if !exists {
+		if err := r.Client.Create(ctx, want); err != nil {
+			return fmt.Errorf("create admin TLS secret: %w", err)
+		}
+		r.Recorder.Eventf(c, corev1.EventTypeNormal, "AdminCertificateIssued", "issued the admin API certificate in Secret %s", want.Name)
+		return nil
+	}
+	s.Data, s.Type = want.Data, want.Type
+	if err := r.Client.Update(ctx, s); err != nil {
+		return fmt.Errorf("renew admin TLS secret: %w", err)
+	}
+	r.Recorder.Eventf(c, corev1.EventTypeNormal, "AdminCertificateRenewed", "reissued the admin API certificate in Secret %s", s.Name)
+	return nil
 }
 
 // applyChildren applies every child and returns the export client rules it
@@ -355,12 +414,13 @@ func (r *Reconciler) pushToMDS(ctx context.Context, c *chimerav1.ChimeraCluster,
 	st, _ := render.DataServerStatuses(c, obs.DSPods)
 	list := render.DSList(c, st, draining)
 	url := r.AdminURL(c, mds)
-	if err := r.Admin.PutDataServers(ctx, url, token, list); err != nil {
+	server := AdminServer{URL: url, Name: render.MDSAdminServerName(c), Token: token}
+	if err := r.Admin.PutDataServers(ctx, server, list); err != nil {
 		obs.PushErr = err
 	} else {
 		obs.DSListInSync = true
 	}
-	if err := r.Admin.PutAccess(ctx, url, token, render.MountName, access); err != nil {
+	if err := r.Admin.PutAccess(ctx, server, render.MountName, access); err != nil {
 		obs.AccessErr = err
 		return
 	}
@@ -442,7 +502,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, c *chimerav1.ChimeraCl
 		{
 			meta(&corev1.Service{}, render.DSName(c)), meta(&corev1.Service{}, render.MDSName(c)),
 			meta(&policyv1.PodDisruptionBudget{}, render.DSName(c)), meta(&policyv1.PodDisruptionBudget{}, render.MDSName(c)),
-			meta(&corev1.ConfigMap{}, render.ConfigMapName(c)), meta(&corev1.Secret{}, render.AdminSecretName(c)),
+			meta(&corev1.ConfigMap{}, render.ConfigMapName(c)), meta(&corev1.Secret{}, render.AdminSecretName(c)), meta(&corev1.Secret{}, render.AdminTLSSecretName(c)),
 			meta(&networkingv1.NetworkPolicy{}, render.NetworkPolicyName(c)),
 		},
 	}

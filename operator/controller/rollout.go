@@ -321,7 +321,7 @@ func (r *Reconciler) drained(ctx context.Context, c *chimerav1.ChimeraCluster, r
 	if ro.mds == nil || ro.mds.Status.PodIP == "" {
 		return false, "no MDS pod to ask"
 	}
-	states, err := r.Admin.DataServerStates(ctx, r.AdminURL(c, ro.mds), token)
+	states, err := r.Admin.DataServerStates(ctx, AdminServer{URL: r.AdminURL(c, ro.mds), Name: render.MDSAdminServerName(c), Token: token})
 	if err != nil {
 		return false, err.Error()
 	}
@@ -356,7 +356,7 @@ func (r *Reconciler) replaced(ctx context.Context, c *chimerav1.ChimeraCluster, 
 	if ro.mds == nil || ro.mds.Status.PodIP == "" {
 		return false, "no MDS pod to ask"
 	}
-	states, err := r.Admin.DataServerStates(ctx, r.AdminURL(c, ro.mds), token)
+	states, err := r.Admin.DataServerStates(ctx, AdminServer{URL: r.AdminURL(c, ro.mds), Name: render.MDSAdminServerName(c), Token: token})
 	if err != nil {
 		return false, "the MDS admin API: " + err.Error()
 	}

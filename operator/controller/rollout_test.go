@@ -15,6 +15,7 @@ package controller_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -79,7 +80,7 @@ type pushedDS struct {
 // draining is reported holding one layout on the first GET /api/v1/cluster
 // and none after (the operator must wait for that); "drained X" is logged
 // when it first reports none.
-func rolloutMDS(t *testing.T, token string, log *rolloutLog, refuseDrainOf string) string {
+func rolloutMDS(t *testing.T, c *chimerav1.ChimeraCluster, token string, log *rolloutLog, refuseDrainOf string) string {
 	var mu sync.Mutex
 	var list []pushedDS
 	draining := map[string]bool{}
@@ -156,9 +157,20 @@ func rolloutMDS(t *testing.T, token string, log *rolloutLog, refuseDrainOf strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = srv.Serve(l) }()
+	// Served with a certificate from the operator's CA for the cluster's
+	// names, as the real MDS is.
+	certPEM, keyPEM, err := suiteCA.IssueServer(render.AdminTLSNames(c), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{pair}}
+	go func() { _ = srv.ServeTLS(l, "", "") }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return "http://" + l.Addr().String()
+	return "https://" + l.Addr().String()
 }
 
 // createPod makes a pod as its StatefulSet controller would from the
@@ -254,7 +266,7 @@ func rollingCluster(t *testing.T, name string, n int, mutate func(*chimerav1.Chi
 	if len(refuseDrainOf) > 0 {
 		refuse = refuseDrainOf[0]
 	}
-	adminURL.url.Store(rolloutMDS(t, string(sec.Data["token"]), log, refuse))
+	adminURL.url.Store(rolloutMDS(t, c, string(sec.Data["token"]), log, refuse))
 	pods := map[string]string{name + "-mds-0": "10.0.9.10"}
 	makePod(t, c, name+"-mds-0", render.ComponentMDS, "10.0.9.10", "", true)
 	for i := 0; i < n; i++ {

@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -142,5 +143,60 @@ func TestChartAdminClientsAndPolicies(t *testing.T) {
 	op = decode[appsv1.Deployment](t, off, "Deployment/chimera-operator")
 	if args := strings.Join(op.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--network-policy=false") {
 		t.Errorf("operator args %q lack --network-policy=false", args)
+	}
+}
+
+// TestChartAdminCA: the chart and the operator agree on the admin API's CA.
+// The chart creates the (empty) CA Secret and bundle ConfigMap the operator
+// is told to fill (--admin-ca), and the CSI controller mounts that ConfigMap
+// where its --admin-ca-file points, so it verifies every MDS the operator
+// issued a certificate for; --admin-tls-server-name appears only when set.
+func TestChartAdminCA(t *testing.T) {
+	objs := renderChart(t)
+	op := decode[appsv1.Deployment](t, objs, "Deployment/chimera-operator")
+	csi := decode[appsv1.Deployment](t, objs, "Deployment/chimera-csi-controller")
+	var caName string
+	for _, a := range op.Spec.Template.Spec.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, "--admin-ca="); ok {
+			caName = v
+		}
+	}
+	if caName == "" {
+		t.Fatalf("operator args %v lack --admin-ca", op.Spec.Template.Spec.Containers[0].Args)
+	}
+	sec := decode[corev1.Secret](t, objs, "Secret/"+caName)
+	cm := decode[corev1.ConfigMap](t, objs, "ConfigMap/"+caName)
+	if len(sec.Data)+len(sec.StringData) != 0 || len(cm.Data) != 0 || sec.Namespace != "chimera-system" || cm.Namespace != "chimera-system" {
+		t.Errorf("the chart must create the CA objects empty in the release namespace (upgrades keep what the operator wrote): %+v %+v", sec, cm)
+	}
+	c := csi.Spec.Template.Spec.Containers[0]
+	var caFile string
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--admin-ca-file="); ok {
+			caFile = v
+		}
+		if strings.HasPrefix(a, "--admin-tls-server-name") {
+			t.Errorf("CSI args carry %s without adminTLSServerName set", a)
+		}
+	}
+	var vol string
+	for _, m := range c.VolumeMounts {
+		if caFile != "" && filepath.Dir(caFile) == m.MountPath {
+			vol = m.Name
+		}
+	}
+	mounted := false
+	for _, v := range csi.Spec.Template.Spec.Volumes {
+		if v.Name == vol && v.ConfigMap != nil && v.ConfigMap.Name == caName {
+			mounted = filepath.Base(caFile) == "ca.crt"
+		}
+	}
+	if !mounted {
+		t.Errorf("CSI controller: --admin-ca-file=%q must be ca.crt of ConfigMap %s, mounted (volume %q)", caFile, caName, vol)
+	}
+	set := renderChart(t, "--set", "csi.adminTLSServerName=chimera-mds.storage.svc")
+	csi = decode[appsv1.Deployment](t, set, "Deployment/chimera-csi-controller")
+	if args := strings.Join(csi.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--admin-tls-server-name=chimera-mds.storage.svc") {
+		t.Errorf("csi.adminTLSServerName does not reach the CSI controller: %s", args)
 	}
 }

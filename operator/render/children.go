@@ -126,6 +126,16 @@ func metadataClaim(c *chimerav1.ChimeraCluster, st *chimerav1.MetadataStorageSpe
 	}
 }
 
+// AdminTLSSecret holds the MDS's admin server certificate and key (issued
+// for AdminTLSNames) and the CA that signed it, mounted at AdminTLSDir.
+func AdminTLSSecret(c *chimerav1.ChimeraCluster, certPEM, keyPEM, caPEM []byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: objectMeta(c, AdminTLSSecretName(c), ""),
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, SecretKeyCA: caPEM},
+	}
+}
+
 // AdminSecret holds the bearer token of the MDS admin API.
 func AdminSecret(c *chimerav1.ChimeraCluster, token string) *corev1.Secret {
 	return &corev1.Secret{
@@ -245,6 +255,8 @@ func podTemplate(c *chimerav1.ChimeraCluster, component, configHash, revision st
 	if component == ComponentMDS {
 		volumes = append(volumes, corev1.Volume{Name: "admin-token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: AdminSecretName(c)}}})
 		mounts = append(mounts, corev1.VolumeMount{Name: "admin-token", MountPath: AdminTokenDir, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: "admin-tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: AdminTLSSecretName(c)}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "admin-tls", MountPath: AdminTLSDir, ReadOnly: true})
 	}
 	if medium := hugePageMedium(c, res); medium != "" {
 		volumes = append(volumes, corev1.Volume{Name: "hugepages", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: medium}}})
@@ -318,11 +330,13 @@ func podTemplate(c *chimerav1.ChimeraCluster, component, configHash, revision st
 }
 
 func probe(component, path string, periodS int32) *corev1.Probe {
-	port := "admin"
+	// The MDS's admin port speaks HTTPS (the kubelet does not verify
+	// probe certificates).
+	port, scheme := "admin", corev1.URISchemeHTTPS
 	if component == ComponentDS {
-		port = "metrics" // the DS answers /healthz on its metrics port
+		port, scheme = "metrics", corev1.URISchemeHTTP // the DS answers /healthz on its metrics port
 	}
-	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString(port)}}, PeriodSeconds: periodS}
+	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString(port), Scheme: scheme}}, PeriodSeconds: periodS}
 }
 
 // securityContext grants only what the data path needs: IPC_LOCK to pin

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // The chimerad config schema (dataplane/chimerad/CONFIG.md), as far as the
@@ -95,9 +96,15 @@ type volumesSection struct {
 }
 
 type adminSection struct {
-	Bind      string `json:"bind"`
-	Port      int32  `json:"port"`
-	TokenFile string `json:"token_file"`
+	Bind      string           `json:"bind"`
+	Port      int32            `json:"port"`
+	TokenFile string           `json:"token_file"`
+	TLS       *adminTLSSection `json:"tls"`
+}
+
+type adminTLSSection struct {
+	CertFile string `json:"cert_file"`
+	KeyFile  string `json:"key_file"`
 }
 
 type metricsSection struct {
@@ -162,7 +169,10 @@ func RenderConfig(c *chimerav1.ChimeraCluster, role string, access []AccessRule)
 			DataServers:     []interface{}{},
 		}
 		cfg.Volumes = &volumesSection{Path: "/" + MountName + "/volumes"}
-		cfg.Admin = &adminSection{Bind: "0.0.0.0", Port: PortAdmin, TokenFile: AdminTokenDir + "/" + SecretKeyToken}
+		cfg.Admin = &adminSection{
+			Bind: "0.0.0.0", Port: PortAdmin, TokenFile: AdminTokenDir + "/" + SecretKeyToken,
+			TLS: &adminTLSSection{CertFile: AdminTLSDir + "/" + corev1.TLSCertKey, KeyFile: AdminTLSDir + "/" + corev1.TLSPrivateKeyKey},
+		}
 		if access != nil {
 			cfg.Exports[ExportPath] = exportSection{Path: "/" + MountName, Access: &access}
 		}

@@ -16,8 +16,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
+	"github.com/chimera-k8s/chimera/operator/pki"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -333,13 +335,35 @@ func checkConfig(t *testing.T, dir, name string, cfg []byte) {
 	if bin == "" {
 		return
 	}
-	tokenFile := filepath.Join(dir, "token")
-	_ = os.WriteFile(tokenFile, []byte("c2VjcmV0LXRva2Vu\n"), 0o600)
-	cfg = []byte(strings.ReplaceAll(string(cfg), AdminTokenDir+"/"+SecretKeyToken, tokenFile))
+	cfg = withTestSecrets(t, dir, cfg)
 	f := filepath.Join(dir, name+".json")
 	_ = os.WriteFile(f, cfg, 0o600)
 	out, err := exec.Command(bin, "--check-config", "--config", f).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "OK") {
 		t.Errorf("%s: chimerad rejected the config: %v\n%s\n%s", name, err, out, cfg)
 	}
+}
+
+// withTestSecrets points a rendered config's Secret paths (admin token,
+// admin TLS certificate and key) at files in dir holding what the operator
+// would have put in those Secrets: a token, and a certificate from a fresh
+// admin CA.
+func withTestSecrets(t *testing.T, dir string, cfg []byte) []byte {
+	t.Helper()
+	tokenFile := filepath.Join(dir, "token")
+	_ = os.WriteFile(tokenFile, []byte("c2VjcmV0LXRva2Vu\n"), 0o600)
+	tlsDir := filepath.Join(dir, "admin-tls")
+	ca, err := pki.NewCA(pki.CACommonName, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.IssueServer([]string{"small-mds.storage.svc"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.MkdirAll(tlsDir, 0o700)
+	_ = os.WriteFile(filepath.Join(tlsDir, corev1.TLSCertKey), certPEM, 0o600)
+	_ = os.WriteFile(filepath.Join(tlsDir, corev1.TLSPrivateKeyKey), keyPEM, 0o600)
+	s := strings.ReplaceAll(string(cfg), AdminTokenDir+"/"+SecretKeyToken, tokenFile)
+	return []byte(strings.ReplaceAll(s, AdminTLSDir, tlsDir))
 }

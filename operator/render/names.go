@@ -51,23 +51,52 @@ const (
 	ConfigKeyDS  = "ds.json"
 	// SecretKeyToken is the admin-token Secret's key.
 	SecretKeyToken = "token"
+	// SecretKeyCA is the CA certificate's key in the admin TLS Secret.
+	SecretKeyCA = "ca.crt"
 
 	// Mount paths inside the server pods.
 	ConfigDir     = "/etc/chimera/config"
 	AdminTokenDir = "/etc/chimera/admin"
-	HugePagesDir  = "/dev/hugepages"
-	VFIODir       = "/dev/vfio"
+	// AdminTLSDir holds the MDS's admin server certificate (tls.crt,
+	// tls.key, ca.crt: the AdminTLSSecret).
+	AdminTLSDir  = "/etc/chimera/admin-tls"
+	HugePagesDir = "/dev/hugepages"
+	VFIODir      = "/dev/vfio"
 )
 
 // Names of the children of one cluster.
 func ConfigMapName(c *chimerav1.ChimeraCluster) string   { return c.Name + "-config" }
 func AdminSecretName(c *chimerav1.ChimeraCluster) string { return c.Name + "-admin-token" }
-func MDSName(c *chimerav1.ChimeraCluster) string         { return c.Name + "-mds" }
-func DSName(c *chimerav1.ChimeraCluster) string          { return c.Name + "-ds" }
+
+// AdminTLSSecretName is the Secret (kubernetes.io/tls) with the MDS's admin
+// server certificate, issued by the operator's admin CA.
+func AdminTLSSecretName(c *chimerav1.ChimeraCluster) string { return c.Name + "-admin-tls" }
+func MDSName(c *chimerav1.ChimeraCluster) string            { return c.Name + "-mds" }
+func DSName(c *chimerav1.ChimeraCluster) string             { return c.Name + "-ds" }
 
 // MDSAdminURL is the in-cluster admin API base URL of the MDS.
 func MDSAdminURL(c *chimerav1.ChimeraCluster) string {
-	return fmt.Sprintf("http://%s-0.%s.%s.svc:%d", MDSName(c), MDSName(c), c.Namespace, PortAdmin)
+	return fmt.Sprintf("https://%s-0.%s.%s.svc:%d", MDSName(c), MDSName(c), c.Namespace, PortAdmin)
+}
+
+// MDSAdminServerName is the name admin clients verify the MDS's certificate
+// against, whatever address they dial (the operator dials the pod IP): the
+// MDS Service's DNS name, which is also what the CSI driver dials for a
+// StorageClass naming the cluster.
+func MDSAdminServerName(c *chimerav1.ChimeraCluster) string {
+	return fmt.Sprintf("%s.%s.svc", MDSName(c), c.Namespace)
+}
+
+// AdminTLSNames are the names the MDS's admin certificate carries: its
+// Service and its pod (StatefulSet ordinal 0) in every form a client in the
+// cluster may use.
+func AdminTLSNames(c *chimerav1.ChimeraCluster) []string {
+	svc, pod := MDSName(c), MDSName(c)+"-0"
+	return []string{
+		MDSAdminServerName(c),
+		svc, svc + "." + c.Namespace, svc + "." + c.Namespace + ".svc.cluster.local",
+		pod + "." + svc + "." + c.Namespace + ".svc", pod + "." + svc + "." + c.Namespace + ".svc.cluster.local",
+	}
 }
 
 // MDSEndpoint is host:port clients mount.

@@ -247,7 +247,7 @@ func TestRenderedConfigPassesChimerad(t *testing.T) {
 			}
 			// In the pod the admin Secret is mounted at the token path; here
 			// a temp file stands in for it (chimerad reads it at check time).
-			cfg = []byte(strings.ReplaceAll(string(cfg), AdminTokenDir+"/"+SecretKeyToken, tokenFile))
+			cfg = withTestSecrets(t, dir, cfg)
 			f := filepath.Join(dir, name+"-"+role+".json")
 			if err := os.WriteFile(f, cfg, 0o600); err != nil {
 				t.Fatal(err)

@@ -25,8 +25,10 @@ func main() {
 	flag.StringVar(&cfg.NodeID, "nodeid", "", "this node's id (required in node and all modes)")
 	flag.StringVar(&mode, "mode", "all", "services to serve: controller, node or all")
 	flag.StringVar(&cfg.Name, "drivername", driver.DriverName, "CSI driver name")
-	flag.StringVar(&cfg.AdminEndpoint, "admin-endpoint", "", "default chimerad admin API (http://host:port) for ListVolumes, GetCapacity and classes naming no cluster")
+	flag.StringVar(&cfg.AdminEndpoint, "admin-endpoint", "", "default chimerad admin API (https://host:port; http only for a server configured without TLS) for ListVolumes, GetCapacity and classes naming no cluster")
 	flag.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the admin token used when a request carries no CSI secret")
+	flag.StringVar(&cfg.AdminCAFile, "admin-ca-file", "", "PEM CA bundle https admin endpoints are verified against (the operator's admin CA ConfigMap, mounted); empty: the system's roots")
+	flag.StringVar(&cfg.AdminTLSServerName, "admin-tls-server-name", "", "name every admin server's certificate must carry instead of the endpoint's host (endpoints reached through a proxy; tests only)")
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
 	if *showVersion {

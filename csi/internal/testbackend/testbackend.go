@@ -97,7 +97,7 @@ func startChimerad(t testing.TB, bin string) *Backend {
 		},
 		"mounts":  map[string]any{"memfs": map[string]any{"module": "memfs", "path": "/", "capacity_bytes": memfsCapacity}},
 		"exports": map[string]any{"/memfs": map[string]any{"path": "/memfs"}},
-		"admin":   map[string]any{"bind": "127.0.0.1", "port": 0, "token": Token},
+		"admin":   map[string]any{"bind": "127.0.0.1", "port": 0, "token": Token, "tls": false},
 		"metrics": map[string]any{"enabled": false},
 	}
 	b, _ := json.MarshalIndent(cfg, "", "  ")

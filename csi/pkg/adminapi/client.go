@@ -7,12 +7,15 @@ package adminapi
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 )
@@ -65,14 +68,48 @@ type Client struct {
 	http  *http.Client
 }
 
+// TLS says how an https endpoint's certificate is verified.
+type TLS struct {
+	// RootCAs: the CAs trusted (the operator's admin CA bundle); nil means
+	// the system's roots.
+	RootCAs *x509.CertPool
+	// ServerName the certificate must carry; empty means the endpoint's
+	// host.
+	ServerName string
+}
+
 // New validates endpoint (http or https URL with a host, no path beyond "/")
-// and returns a client that authenticates with token.
-func New(endpoint, token string) (*Client, error) {
+// and returns a client that authenticates with token. An https endpoint's
+// certificate is verified as t says (nil: system roots, endpoint host).
+func New(endpoint, token string, t *TLS) (*Client, error) {
 	u, err := ParseEndpoint(endpoint)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{base: u, token: token, http: &http.Client{Timeout: RequestTimeoutDefault}}, nil
+	hc := &http.Client{Timeout: RequestTimeoutDefault}
+	if u.Scheme == "https" && t != nil {
+		hc.Transport = &http.Transport{
+			TLSClientConfig:     &tls.Config{RootCAs: t.RootCAs, ServerName: t.ServerName, MinVersion: tls.VersionTLS12},
+			TLSHandshakeTimeout: RequestTimeoutDefault,
+			// A client lives for one CSI call: keep no idle connections.
+			DisableKeepAlives: true,
+		}
+	}
+	return &Client{base: u, token: token, http: hc}, nil
+}
+
+// LoadCABundle reads a PEM CA bundle (the operator's admin CA, mounted from
+// its ConfigMap) into a pool; the error names the file and the problem.
+func LoadCABundle(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("admin CA bundle: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("admin CA bundle %s: no PEM certificate in it", path)
+	}
+	return pool, nil
 }
 
 // ParseEndpoint checks an admin endpoint URL and names what is wrong with it.

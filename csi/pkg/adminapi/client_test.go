@@ -16,7 +16,7 @@ import (
 func serve(t *testing.T, h http.HandlerFunc) *Client {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	c, err := New(srv.URL, "tok")
+	c, err := New(srv.URL, "tok", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,18 @@ func (s *controllerServer) client(endpoint string, secrets map[string]string) (*
 	if err != nil {
 		return nil, err
 	}
-	c, err := adminapi.New(endpoint, token)
+	var t *adminapi.TLS
+	if strings.HasPrefix(endpoint, "https://") {
+		t = &adminapi.TLS{ServerName: s.d.cfg.AdminTLSServerName}
+		if f := s.d.cfg.AdminCAFile; f != "" {
+			// Read per call: the operator may publish a new CA, and the
+			// kubelet updates the mounted ConfigMap in place.
+			if t.RootCAs, err = adminapi.LoadCABundle(f); err != nil {
+				return nil, status.Errorf(codes.Unavailable, "%v (the operator publishes it in its admin CA ConfigMap)", err)
+			}
+		}
+	}
+	c, err := adminapi.New(endpoint, token, t)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "admin endpoint: %v", err)
 	}

@@ -53,6 +53,13 @@ type Config struct {
 	AdminEndpoint string
 	// AdminTokenFile holds the token used when a request carries no secret.
 	AdminTokenFile string
+	// AdminCAFile is the PEM bundle https admin endpoints are verified
+	// against (the operator's admin CA); empty: the system's roots.
+	AdminCAFile string
+	// AdminTLSServerName, when set, is the name every admin server's
+	// certificate must carry instead of the endpoint's host (an endpoint
+	// reached through a tunnel or proxy; tests).
+	AdminTLSServerName string
 	// Mounter performs mounts; tests pass mount.FakeMounter.
 	Mounter mount.Interface
 	// Statfs reads filesystem usage; tests replace it.

@@ -164,7 +164,9 @@ func parseParameters(params map[string]string, defaultEndpoint string) (*volumeP
 		}
 		// The operator names the MDS Service <cluster>-mds (see operator/).
 		serverHost = fmt.Sprintf("%s-mds.%s.svc", name, ns)
-		p.adminEndpoint = "http://" + net.JoinHostPort(serverHost, strconv.Itoa(adminPort))
+		// The operator's MDS serves its admin API over TLS with a
+		// certificate for this Service name.
+		p.adminEndpoint = "https://" + net.JoinHostPort(serverHost, strconv.Itoa(adminPort))
 	case defaultEndpoint != "":
 		u, err := adminapi.ParseEndpoint(defaultEndpoint)
 		if err != nil {

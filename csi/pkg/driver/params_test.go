@@ -38,7 +38,7 @@ func TestParseParametersValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.adminEndpoint != "http://prod-mds.storage.svc:8080" || p.server != "prod-mds.storage.svc" {
+	if p.adminEndpoint != "https://prod-mds.storage.svc:8080" || p.server != "prod-mds.storage.svc" {
 		t.Fatalf("endpoint %q server %q", p.adminEndpoint, p.server)
 	}
 	if p.transport != TransportRDMA || p.port != NFSPortRDMADefault || p.nconnect != 8 {

@@ -44,7 +44,7 @@ cat > "$work/chimerad.json" <<JSON
              "mount_port": 0, "portmap_port": 0, "grace_time_s": 0},
   "mounts": {"memfs": {"module": "memfs", "path": "/", "capacity_bytes": "256M"}},
   "exports": {"/memfs": {"path": "/memfs"}},
-  "admin": {"bind": "127.0.0.1", "port": 0, "token": "$TOKEN"},
+  "admin": {"bind": "127.0.0.1", "port": 0, "token": "$TOKEN", "tls": false},
   "metrics": {"enabled": false}
 }
 JSON

@@ -433,6 +433,43 @@ pub struct AdminConfig {
     pub generated_token_file: Option<std::path::PathBuf>,
     pub body_bytes_max: u32,
     pub conns_max: u32,
+    /// HTTPS or plain HTTP; always said explicitly when the API is enabled.
+    pub tls: AdminTls,
+}
+
+/// How the admin API is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminTls {
+    /// Plain HTTP: `admin.tls: false`, or the reference format's
+    /// `server.rest_http_port` without its TLS keys. Also the value when
+    /// the admin API is disabled.
+    Off,
+    /// HTTPS with this certificate chain and key (PEM files), checked when
+    /// the config is parsed and loaded again at start. `cert_key` /
+    /// `key_key` are the config keys they came from, for error messages.
+    On { cert_file: std::path::PathBuf, key_file: std::path::PathBuf, cert_key: &'static str, key_key: &'static str },
+}
+
+impl AdminTls {
+    /// The rustls server config, or an error naming the key and the file.
+    pub fn server_config(&self) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, ConfigError> {
+        match self {
+            AdminTls::Off => Ok(None),
+            AdminTls::On { cert_file, key_file, cert_key, key_key } => {
+                crate::tls::server_config(cert_key, cert_file, key_key, key_file).map(Some)
+            }
+        }
+    }
+}
+
+/// The reference format's REST keys under `server`, which configure our
+/// `admin` section.
+#[derive(Debug, Default)]
+struct RestRef<'a> {
+    http_port: Option<u16>,
+    https_port: Option<u16>,
+    ssl_cert: Option<&'a str>,
+    ssl_key: Option<&'a str>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -505,9 +542,6 @@ const FOREIGN_SERVER: &[&str] = &[
     "s3_port",
     "nfs_server_scope",
     "state_dir",
-    "rest_https_port",
-    "rest_ssl_cert",
-    "rest_ssl_key",
     "rest_debug_fsops",
     "soft_fail_bad_req",
     "tcp_flavor",
@@ -808,9 +842,14 @@ impl Config {
         };
         // Reference-format aliases living under `server` for the services we
         // configure in our own sections.
-        let rest_http_port = match server_obj.as_mut() {
-            Some(o) => o.port("rest_http_port", true)?,
-            None => None,
+        let rest = match server_obj.as_mut() {
+            Some(o) => RestRef {
+                http_port: o.port("rest_http_port", true)?,
+                https_port: o.port("rest_https_port", true)?,
+                ssl_cert: o.str("rest_ssl_cert")?,
+                ssl_key: o.str("rest_ssl_key")?,
+            },
+            None => RestRef::default(),
         };
         let metrics_port_alias = match server_obj.as_mut() {
             Some(o) => o.port("metrics_port", true)?,
@@ -836,7 +875,7 @@ impl Config {
             None => Vec::new(),
         };
         let volumes_path = parse_volumes(top.get("volumes"), &mounts, &exports)?;
-        let admin = parse_admin(top.get("admin"), rest_http_port, server.role)?;
+        let admin = parse_admin(top.get("admin"), &rest, server.role)?;
         let metrics = parse_metrics(top.get("metrics"), metrics_port_alias)?;
         top.finish(FOREIGN_TOP, &mut warnings)?;
 
@@ -1630,17 +1669,27 @@ fn parse_volumes(v: Option<&Value>, mounts: &[MountConfig], exports: &[ExportCon
     }
 }
 
-fn parse_admin(v: Option<&Value>, rest_http_port: Option<u16>, role: Role) -> Result<AdminConfig, ConfigError> {
+fn parse_admin(v: Option<&Value>, rest: &RestRef, role: Role) -> Result<AdminConfig, ConfigError> {
+    if rest.http_port.is_some() && rest.https_port.is_some() {
+        return err(
+            "server.rest_https_port",
+            "this server has one admin listener: set server.rest_http_port (plain HTTP) or server.rest_https_port (TLS), not both",
+        );
+    }
+    let rest_port = rest.http_port.or(rest.https_port);
+    let rest_port_key = if rest.http_port.is_some() { "server.rest_http_port" } else { "server.rest_https_port" };
     let mut a = AdminConfig {
         enabled: role.runs_mds(),
         bind: IpAddr::from([0, 0, 0, 0]),
-        port: rest_http_port.unwrap_or(8080),
+        port: rest_port.unwrap_or(8080),
         token: String::new(),
         body_bytes_max: ADMIN_BODY_BYTES_DEFAULT as u32,
         conns_max: ADMIN_CONNS_DEFAULT as u32,
         token_generate: false,
         generated_token_file: None,
+        tls: AdminTls::Off,
     };
+    let mut tls = None;
     let mut token_file = None;
     if let Some(v) = v {
         let mut o = Obj::new("admin", v)?;
@@ -1651,7 +1700,7 @@ fn parse_admin(v: Option<&Value>, rest_http_port: Option<u16>, role: Role) -> Re
             a.bind = ip;
         }
         let port = o.port("port", true)?;
-        if let Some(p) = pick_alias("admin.port", port.map(u64::from), "server.rest_http_port", rest_http_port.map(u64::from))? {
+        if let Some(p) = pick_alias("admin.port", port.map(u64::from), rest_port_key, rest_port.map(u64::from))? {
             a.port = p as u16;
         }
         if let Some(t) = o.str("token")? {
@@ -1661,6 +1710,9 @@ fn parse_admin(v: Option<&Value>, rest_http_port: Option<u16>, role: Role) -> Re
             a.token = t.to_string();
         }
         token_file = o.str("token_file")?;
+        if let Some(t) = o.get("tls") {
+            tls = Some(parse_admin_tls(t)?);
+        }
         if let Some(n) = o.size_in("body_bytes_max", ADMIN_BODY_BYTES_MIN, ADMIN_BODY_BYTES_MAX)? {
             a.body_bytes_max = n as u32;
         }
@@ -1675,7 +1727,10 @@ fn parse_admin(v: Option<&Value>, rest_http_port: Option<u16>, role: Role) -> Re
         }
         a.token = read_token_file("admin.token_file", Path::new(f))?;
     }
+    a.tls = admin_tls(tls, rest, a.enabled)?;
     if a.enabled {
+        // Unusable files are a config error, not a failure at start.
+        a.tls.server_config()?;
         if a.token.is_empty() {
             // The reference format has no admin token: rather than refuse
             // its configs, start-up generates one (`provide_admin_token`).
@@ -1685,6 +1740,74 @@ fn parse_admin(v: Option<&Value>, rest_http_port: Option<u16>, role: Role) -> Re
         }
     }
     Ok(a)
+}
+
+/// `admin.tls`: `false` (plain HTTP) or `{"cert_file", "key_file"}`.
+fn parse_admin_tls(v: &Value) -> Result<AdminTls, ConfigError> {
+    const KEY: &str = "admin.tls";
+    match v {
+        Value::Bool(false) => Ok(AdminTls::Off),
+        Value::Bool(true) => err(KEY, "true says nothing about the certificate: give {\"cert_file\": ..., \"key_file\": ...} (PEM files)"),
+        Value::Object(_) => {
+            let mut o = Obj::new(KEY, v)?;
+            let mut file = |key: &'static str| -> Result<std::path::PathBuf, ConfigError> {
+                let p = o.key_path(key);
+                match o.str(key)? {
+                    None => err(&p, "required (a PEM file)"),
+                    Some("") => err(&p, "must not be empty"),
+                    Some(f) => Ok(std::path::PathBuf::from(f)),
+                }
+            };
+            let cert_file = file("cert_file")?;
+            let key_file = file("key_file")?;
+            o.finish(&[], &mut Vec::new())?;
+            Ok(AdminTls::On { cert_file, key_file, cert_key: "admin.tls.cert_file", key_key: "admin.tls.key_file" })
+        }
+        other => err(KEY, format!("expected false (plain HTTP) or an object {{\"cert_file\", \"key_file\"}}, got {}", kind(other))),
+    }
+}
+
+/// How the admin API is served, from `admin.tls` and the reference
+/// format's REST keys. Plain HTTP only when said: `admin.tls: false`, or
+/// the reference's `server.rest_http_port` (its plain-HTTP REST port).
+fn admin_tls(ours: Option<AdminTls>, rest: &RestRef, enabled: bool) -> Result<AdminTls, ConfigError> {
+    let theirs = match (rest.ssl_cert, rest.ssl_key) {
+        (None, None) => None,
+        (Some(c), Some(k)) if !c.is_empty() && !k.is_empty() => Some(AdminTls::On {
+            cert_file: c.into(),
+            key_file: k.into(),
+            cert_key: "server.rest_ssl_cert",
+            key_key: "server.rest_ssl_key",
+        }),
+        (Some(""), _) => return err("server.rest_ssl_cert", "must not be empty"),
+        (_, Some(_)) if rest.ssl_key == Some("") => return err("server.rest_ssl_key", "must not be empty"),
+        (Some(_), Some(_)) => unreachable!("both set and non-empty is the first arm"),
+        (Some(_), None) => return err("server.rest_ssl_key", "required with server.rest_ssl_cert (the certificate's private key, PEM)"),
+        (None, Some(_)) => return err("server.rest_ssl_cert", "required with server.rest_ssl_key (the certificate chain, PEM)"),
+    };
+    let tls = match (ours, theirs) {
+        (Some(_), Some(_)) => return err("server.rest_ssl_cert", "set either admin.tls or server.rest_ssl_cert / rest_ssl_key, not both"),
+        (Some(t), None) | (None, Some(t)) => Some(t),
+        (None, None) => None,
+    };
+    match tls {
+        Some(AdminTls::On { .. }) if rest.http_port.is_some() => err(
+            "server.rest_http_port",
+            "is the plain-HTTP port, but the admin API is configured for TLS: give the port as admin.port or server.rest_https_port",
+        ),
+        Some(AdminTls::Off) if rest.https_port.is_some() => {
+            err("server.rest_https_port", "is the TLS port, but admin.tls is false: give the port as admin.port")
+        }
+        Some(t) => Ok(t),
+        None if rest.https_port.is_some() => {
+            err("server.rest_https_port", "needs server.rest_ssl_cert and server.rest_ssl_key (or admin.tls)")
+        }
+        None if rest.http_port.is_some() || !enabled => Ok(AdminTls::Off),
+        None => err(
+            "admin.tls",
+            "required when the admin API is enabled: {\"cert_file\": ..., \"key_file\": ...} (PEM files) for HTTPS, or false for plain HTTP (local runs and tests only: the bearer token crosses the network in clear)",
+        ),
+    }
 }
 
 fn read_token_file(key: &str, f: &Path) -> Result<String, ConfigError> {

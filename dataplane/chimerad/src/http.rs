@@ -1,30 +1,54 @@
-//! A small HTTP/1.1 server for the control path (admin API, `/metrics`).
+//! The control path's HTTP/1.1 server (admin API, `/metrics`), optionally
+//! over TLS: hyper 1.x on a current-thread tokio runtime, rustls (ring
+//! provider) for TLS.
 //!
-//! Runs on its own threads, never on the data-path cores: one acceptor thread
-//! per listener and one thread per connection, at most `conns_max` at once
-//! (more are answered 503 and closed). Everything a peer sends is bounded:
-//! the request head (`HEAD_BYTES_MAX`, `HEADERS_MAX`), the body
-//! (`body_bytes_max`, else 413), the time to send a request (`IO_TIMEOUT`),
-//! and requests per connection (`REQUESTS_PER_CONN_MAX`). Only
-//! `Content-Length` bodies are accepted; chunked uploads get 411, since none
-//! of our clients send them.
+//! Runs on its own threads, never on the data-path cores: one runtime thread
+//! per listener drives accepts, TLS handshakes and HTTP framing; handlers are
+//! synchronous and run on the runtime's blocking pool (at most `conns_max`
+//! at once), so a slow handler never holds up another connection. Every
+//! bound of the earlier hand-written server stays:
+//! - the request head: at most `HEAD_BYTES_MAX` bytes and `HEADERS_MAX`
+//!   headers (hyper answers 431);
+//! - the body: `body_bytes_max` (413, checked on Content-Length before
+//!   anything is read, and again while reading); chunked uploads get 411,
+//!   since none of our clients send them;
+//! - time: the whole head within `request_timeout` (also how long an idle
+//!   keep-alive connection lives; the connection is then closed), the body
+//!   within `request_timeout` of its head (408), the TLS handshake and every
+//!   write within `IO_TIMEOUT`;
+//! - `REQUESTS_PER_CONN_MAX` requests per connection (the last answer says
+//!   `Connection: close`);
+//! - `conns_max` connections at once; more are answered 503 and closed (over
+//!   TLS after a handshake bounded by `REFUSE_TIMEOUT`; at most `conns_max`
+//!   such refusals at once, beyond that the connection is just closed).
 
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::watch;
 
 /// Request line plus headers.
 pub const HEAD_BYTES_MAX: usize = 16 << 10;
 pub const HEADERS_MAX: usize = 64;
-/// Per read/write deadline; also how long an idle keep-alive connection lives.
+/// Per write (and TLS handshake) deadline; also how long the server waits
+/// at shutdown for requests in progress.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 pub const REQUESTS_PER_CONN_MAX: usize = 1000;
-/// How often the acceptor checks the stop flag while idle.
-const ACCEPT_POLL_MS: i32 = 100;
+/// A connection over `conns_max` gets this long to finish its TLS
+/// handshake and receive its 503.
+const REFUSE_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct Request {
@@ -76,321 +100,352 @@ pub struct ServerConfig {
     pub name: &'static str,
     pub conns_max: usize,
     pub body_bytes_max: usize,
-    /// Whole-request deadline (head and body), so a client trickling bytes
-    /// cannot hold a connection slot indefinitely; 408 when exceeded.
+    /// Deadline for a request's head (from the moment the server waits for
+    /// it, so also the idle keep-alive time) and, from then on, its body;
+    /// so a client trickling bytes cannot hold a connection slot.
     pub request_timeout: Duration,
+    /// Serve HTTPS with this certificate (`crate::tls::server_config`);
+    /// `None`: plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
-/// A running listener. Dropping it does not stop it; call `shutdown`.
+/// A running listener. `shutdown` stops it and waits for requests in
+/// progress; dropping it stops it too, without waiting.
 pub struct Server {
     addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    acceptor: Option<JoinHandle<()>>,
-    active: Arc<AtomicUsize>,
+    stop: watch::Sender<bool>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl Server {
     pub fn start(listener: TcpListener, cfg: ServerConfig, handler: Handler) -> io::Result<Server> {
         assert!(cfg.conns_max >= 1 && cfg.body_bytes_max >= 1);
         let addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let active = Arc::new(AtomicUsize::new(0));
-        let (stop2, active2) = (stop.clone(), active.clone());
-        let acceptor = std::thread::Builder::new()
-            .name(format!("{}-accept", cfg.name))
-            .spawn(move || accept_loop(listener, cfg, handler, stop2, active2))?;
-        Ok(Server { addr, stop, acceptor: Some(acceptor), active })
+        listener.set_nonblocking(true)?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .max_blocking_threads(cfg.conns_max + 1)
+            .thread_name(format!("{}-http", cfg.name))
+            .build()?;
+        let (stop, stop_rx) = watch::channel(false);
+        let thread = std::thread::Builder::new().name(format!("{}-http", cfg.name)).spawn(move || {
+            rt.block_on(async move {
+                match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => accept_loop(l, Arc::new(Shared { cfg, handler }), stop_rx).await,
+                    Err(e) => crate::log::error("http listener", &[("error", e.to_string().as_str().into())]),
+                }
+            });
+            // Handlers still running past the shutdown deadline are left to
+            // finish on their own; nothing waits for them.
+            rt.shutdown_timeout(Duration::from_millis(100));
+        })?;
+        Ok(Server { addr, stop, thread: Some(thread) })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// Stop accepting, then wait (bounded by `IO_TIMEOUT` plus a margin) for
-    /// connections in progress to finish their current request.
+    /// Stop accepting, close idle keep-alive connections, then wait (bounded
+    /// by `IO_TIMEOUT` plus a margin) for requests in progress to finish.
     pub fn shutdown(mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(h) = self.acceptor.take() {
-            let _ = h.join();
-        }
-        let deadline = std::time::Instant::now() + IO_TIMEOUT + Duration::from_secs(1);
-        while self.active.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
+        let _ = self.stop.send(true);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }
 
-fn accept_loop(listener: TcpListener, cfg: ServerConfig, handler: Handler, stop: Arc<AtomicBool>, active: Arc<AtomicUsize>) {
-    let cfg = Arc::new(cfg);
-    while !stop.load(Ordering::SeqCst) {
-        // Wait for a connection with a timeout so the stop flag is honoured
-        // without a self-connect trick.
-        let mut pfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd for the duration of the call.
-        let n = unsafe { libc::poll(&mut pfd, 1, ACCEPT_POLL_MS) };
-        if n <= 0 {
-            continue;
+struct Shared {
+    cfg: ServerConfig,
+    handler: Handler,
+}
+
+/// One taken place in a counter, given back when dropped (also when the
+/// task holding it is cancelled).
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+        if count.fetch_add(1, Ordering::SeqCst) >= max {
+            count.fetch_sub(1, Ordering::SeqCst);
+            return None;
         }
-        let (stream, peer) = match listener.accept() {
-            Ok(x) => x,
-            Err(_) => continue,
+        Some(Slot(count.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+async fn accept_loop(listener: tokio::net::TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let active = Arc::new(AtomicUsize::new(0));
+    let refusing = Arc::new(AtomicUsize::new(0));
+    let conns_max = shared.cfg.conns_max;
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = stopped(&mut stop) => break,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(_) => {
+                    // Out of descriptors or a connection reset before accept:
+                    // back off briefly rather than spin.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
         };
-        if active.fetch_add(1, Ordering::SeqCst) >= cfg.conns_max {
-            active.fetch_sub(1, Ordering::SeqCst);
-            let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-            let mut s = stream;
-            let _ = write_response(&mut s, &Response::error(503, "too many connections"), false);
-            continue;
-        }
-        let (cfg2, handler, stop2, active2) = (cfg.clone(), handler.clone(), stop.clone(), active.clone());
-        let spawned = std::thread::Builder::new().name(format!("{}-conn", cfg.name)).spawn(move || {
-            serve_conn(stream, peer, &cfg2, &*handler, &stop2);
-            active2.fetch_sub(1, Ordering::SeqCst);
-        });
-        if spawned.is_err() {
-            // The closure was dropped without running: release its slot here.
-            active.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-}
-
-fn serve_conn(stream: TcpStream, peer: SocketAddr, cfg: &ServerConfig, handler: &(dyn Fn(&Request) -> Response + Send + Sync), stop: &AtomicBool) {
-    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
-    let _ = stream.set_nodelay(true);
-    let mut writer = match stream.try_clone() {
-        Ok(w) => w,
-        Err(_) => return,
-    };
-    let mut reader = BufReader::with_capacity(8 << 10, stream);
-    for served in 0..REQUESTS_PER_CONN_MAX {
-        if reader.buffer().is_empty() && !wait_for_request(reader.get_ref(), stop) {
-            return;
-        }
-        let deadline = std::time::Instant::now() + cfg.request_timeout;
-        let (resp, keep_alive) = match read_request(&mut reader, peer, cfg.body_bytes_max, deadline) {
-            Ok(None) => return,
-            Ok(Some(req)) => {
-                let keep = wants_keep_alive(&req) && served + 1 < REQUESTS_PER_CONN_MAX && !stop.load(Ordering::SeqCst);
-                (handler(&req), keep)
+        let _ = tcp.set_nodelay(true);
+        match Slot::take(&active, conns_max) {
+            Some(slot) => {
+                let (shared, stop) = (shared.clone(), stop.clone());
+                tokio::spawn(async move {
+                    serve_conn(tcp, peer, &shared, stop).await;
+                    drop(slot);
+                });
             }
-            Err(ReqError::Io) => return,
-            Err(ReqError::Bad(status, msg)) => (Response::error(status, msg), false),
-        };
-        if write_response(&mut writer, &resp, keep_alive).is_err() || !keep_alive {
-            let _ = writer.shutdown(std::net::Shutdown::Write);
-            // Drain briefly so the peer sees our response rather than a reset.
-            let _ = writer.set_read_timeout(Some(Duration::from_millis(200)));
-            let _ = io::copy(&mut reader.take(64 << 10), &mut io::sink());
-            return;
+            None => {
+                if let Some(slot) = Slot::take(&refusing, conns_max) {
+                    let tls = shared.cfg.tls.clone();
+                    tokio::spawn(async move {
+                        let _ = tokio::time::timeout(REFUSE_TIMEOUT, refuse(tcp, tls)).await;
+                        drop(slot);
+                    });
+                }
+            }
+        }
+    }
+    drop(listener);
+    let deadline = tokio::time::Instant::now() + IO_TIMEOUT + Duration::from_secs(1);
+    while active.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Resolves once the server is stopping (or its `Server` is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Answer 503 to a connection over `conns_max` and close it.
+async fn refuse(tcp: tokio::net::TcpStream, tls: Option<Arc<rustls::ServerConfig>>) {
+    let resp = Response::error(503, "too many connections");
+    let mut raw = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        resp.content_type,
+        resp.body.len()
+    )
+    .into_bytes();
+    raw.extend_from_slice(&resp.body);
+    match tls {
+        None => {
+            let mut tcp = tcp;
+            let _ = tcp.write_all(&raw).await;
+            let _ = tcp.shutdown().await;
+        }
+        Some(cfg) => {
+            if let Ok(mut s) = tokio_rustls::TlsAcceptor::from(cfg).accept(tcp).await {
+                let _ = s.write_all(&raw).await;
+                let _ = s.shutdown().await;
+            }
         }
     }
 }
 
-/// Wait until the next request starts arriving. An idle keep-alive
-/// connection is closed after `IO_TIMEOUT`, or at once when the server is
-/// stopping, so shutdown never waits on clients that merely keep a
-/// connection open.
-fn wait_for_request(stream: &TcpStream, stop: &AtomicBool) -> bool {
-    let deadline = std::time::Instant::now() + IO_TIMEOUT;
-    while std::time::Instant::now() < deadline {
-        if stop.load(Ordering::SeqCst) {
-            return false;
-        }
-        let mut pfd = libc::pollfd { fd: stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd for the duration of the call.
-        let n = unsafe { libc::poll(&mut pfd, 1, ACCEPT_POLL_MS) };
-        if n > 0 {
-            return true;
-        }
-        if n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return false;
+async fn serve_conn(tcp: tokio::net::TcpStream, peer: SocketAddr, shared: &Arc<Shared>, stop: watch::Receiver<bool>) {
+    let io = WriteDeadline::new(tcp, IO_TIMEOUT);
+    match &shared.cfg.tls {
+        None => serve_http(TokioIo::new(io), peer, shared, stop).await,
+        Some(cfg) => {
+            let acceptor = tokio_rustls::TlsAcceptor::from(cfg.clone());
+            match tokio::time::timeout(IO_TIMEOUT, acceptor.accept(io)).await {
+                Ok(Ok(s)) => serve_http(TokioIo::new(s), peer, shared, stop).await,
+                // A client that does not trust our certificate, speaks
+                // plain HTTP or stalls: nothing to answer.
+                _ => {}
+            }
         }
     }
-    false
 }
 
-fn wants_keep_alive(req: &Request) -> bool {
-    !matches!(req.header("connection"), Some(v) if v.eq_ignore_ascii_case("close"))
+async fn serve_http<I>(io: I, peer: SocketAddr, shared: &Arc<Shared>, mut stop: watch::Receiver<bool>)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let served = Arc::new(AtomicUsize::new(0));
+    let (sh, st) = (shared.clone(), stop.clone());
+    let svc = hyper::service::service_fn(move |req| {
+        let (sh, st, served) = (sh.clone(), st.clone(), served.clone());
+        async move { Ok::<_, Infallible>(handle(req, peer, &sh, &st, &served).await) }
+    });
+    let mut b = hyper::server::conn::http1::Builder::new();
+    b.timer(TokioTimer::new())
+        .header_read_timeout(shared.cfg.request_timeout)
+        .max_headers(HEADERS_MAX)
+        .max_header_size(HEAD_BYTES_MAX)
+        .keep_alive(true);
+    let conn = b.serve_connection(io, svc);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = stopped(&mut stop) => {
+            // Idle: closes now; in a request: answers it, then closes.
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
 }
 
-enum ReqError {
-    /// Connection closed or timed out: nothing to answer.
-    Io,
-    /// Answer with this status and message, then close.
-    Bad(u16, String),
-}
-
-/// Read one request. `Ok(None)` on a clean end of stream before a request.
-fn read_request(
-    r: &mut BufReader<TcpStream>,
+async fn handle(
+    req: hyper::Request<Incoming>,
     peer: SocketAddr,
-    body_bytes_max: usize,
-    deadline: std::time::Instant,
-) -> Result<Option<Request>, ReqError> {
-    let mut head_bytes = 0usize;
-    let mut line = Vec::with_capacity(256);
-    let n = read_line(r, &mut line, HEAD_BYTES_MAX, deadline)?;
-    if n == 0 {
-        return Ok(None);
-    }
-    head_bytes += n;
-    let request_line = String::from_utf8(line.clone()).map_err(|_| ReqError::Bad(400, "request line is not UTF-8".into()))?;
-    let mut parts = request_line.split(' ');
-    let (method, target, version) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some(m), Some(t), Some(v), None) if !m.is_empty() && t.starts_with('/') => (m, t, v),
-        _ => return Err(ReqError::Bad(400, "malformed request line".into())),
+    shared: &Arc<Shared>,
+    stop: &watch::Receiver<bool>,
+    served: &AtomicUsize,
+) -> hyper::Response<Full<Bytes>> {
+    let n = served.fetch_add(1, Ordering::SeqCst) + 1;
+    let mut close = n >= REQUESTS_PER_CONN_MAX || *stop.borrow();
+    let resp = match read_request(req, peer, &shared.cfg).await {
+        Ok(r) => {
+            let h = shared.handler.clone();
+            tokio::task::spawn_blocking(move || h(&r))
+                .await
+                .unwrap_or_else(|_| Response::error(500, "the request handler failed"))
+        }
+        Err(r) => {
+            close = true;
+            r
+        }
     };
-    if version != "HTTP/1.1" && version != "HTTP/1.0" {
-        return Err(ReqError::Bad(505, format!("unsupported HTTP version {version:?}")));
-    }
-    let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p.to_string(), q.to_string()),
-        None => (target.to_string(), String::new()),
-    };
-    let mut headers = Vec::new();
-    loop {
-        line.clear();
-        let n = read_line(r, &mut line, HEAD_BYTES_MAX - head_bytes, deadline)?;
-        if n == 0 {
-            return Err(ReqError::Io);
-        }
-        head_bytes += n;
-        if line.is_empty() {
-            break;
-        }
-        if headers.len() == HEADERS_MAX {
-            return Err(ReqError::Bad(431, format!("more than {HEADERS_MAX} headers")));
-        }
-        let text = std::str::from_utf8(&line).map_err(|_| ReqError::Bad(400, "header is not UTF-8".into()))?;
-        let (k, v) = text.split_once(':').ok_or_else(|| ReqError::Bad(400, "header line without ':'".into()))?;
-        if k.is_empty() || k.bytes().any(|c| c.is_ascii_whitespace()) {
-            return Err(ReqError::Bad(400, "malformed header name".into()));
-        }
-        headers.push((k.to_ascii_lowercase(), v.trim().to_string()));
-    }
-    let find = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
-    if find("transfer-encoding").is_some() {
-        return Err(ReqError::Bad(411, "chunked bodies are not accepted; send Content-Length".into()));
-    }
-    let len = match find("content-length") {
-        None => 0,
-        Some(v) => v.parse::<usize>().map_err(|_| ReqError::Bad(400, format!("invalid Content-Length {v:?}")))?,
-    };
-    if headers.iter().filter(|(k, _)| k == "content-length").count() > 1 {
-        return Err(ReqError::Bad(400, "duplicate Content-Length".into()));
-    }
-    if len > body_bytes_max {
-        return Err(ReqError::Bad(413, format!("body of {len} bytes exceeds the limit of {body_bytes_max}")));
-    }
-    let mut body = vec![0u8; len];
-    let mut got = 0;
-    while got < len {
-        set_deadline(r.get_ref(), deadline)?;
-        match r.read(&mut body[got..]) {
-            Ok(0) => return Err(ReqError::Io),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return Err(timed_out(deadline)),
-        }
-    }
-    Ok(Some(Request { method: method.to_string(), path, query, headers, body, peer }))
+    to_hyper(resp, close)
 }
 
-/// Read one CRLF- (or LF-) terminated line of at most `max` bytes into `out`
-/// without the terminator. Returns bytes consumed (0 = end of stream).
-fn read_line(r: &mut BufReader<TcpStream>, out: &mut Vec<u8>, max: usize, deadline: std::time::Instant) -> Result<usize, ReqError> {
-    let mut consumed = 0;
-    loop {
-        if r.buffer().is_empty() {
-            set_deadline(r.get_ref(), deadline)?;
-        }
-        let buf = match r.fill_buf() {
-            Ok(b) => b,
-            Err(_) if consumed == 0 && out.is_empty() => return Err(ReqError::Io),
-            Err(_) => return Err(timed_out(deadline)),
-        };
-        if buf.is_empty() {
-            return if consumed == 0 { Ok(0) } else { Err(ReqError::Io) };
-        }
-        let (take, done) = match buf.iter().position(|&c| c == b'\n') {
-            Some(i) => (i + 1, true),
-            None => (buf.len(), false),
-        };
-        if consumed + take > max {
-            return Err(ReqError::Bad(431, format!("request head larger than {HEAD_BYTES_MAX} bytes")));
-        }
-        out.extend_from_slice(&buf[..take]);
-        r.consume(take);
-        consumed += take;
-        if done {
-            out.pop();
-            if out.last() == Some(&b'\r') {
-                out.pop();
-            }
-            return Ok(consumed);
+/// The request as handlers see it; an error answer (then the connection
+/// closes) when it breaks a bound.
+async fn read_request(req: hyper::Request<Incoming>, peer: SocketAddr, cfg: &ServerConfig) -> Result<Request, Response> {
+    let (parts, body) = req.into_parts();
+    let mut headers = Vec::with_capacity(parts.headers.len());
+    for (k, v) in &parts.headers {
+        let v = v.to_str().map_err(|_| Response::error(400, format!("header {k} is not ASCII text")))?;
+        headers.push((k.as_str().to_string(), v.trim().to_string()));
+    }
+    if parts.headers.contains_key(hyper::header::TRANSFER_ENCODING) {
+        return Err(Response::error(411, "chunked bodies are not accepted; send Content-Length"));
+    }
+    let max = cfg.body_bytes_max;
+    if let Some(v) = parts.headers.get(hyper::header::CONTENT_LENGTH) {
+        // hyper has checked it is one decimal number.
+        let len: u64 = v.to_str().ok().and_then(|s| s.parse().ok()).unwrap_or(u64::MAX);
+        if len > max as u64 {
+            return Err(Response::error(413, format!("body of {len} bytes exceeds the limit of {max}")));
         }
     }
+    let body = match tokio::time::timeout(cfg.request_timeout, Limited::new(body, max).collect()).await {
+        Err(_) => return Err(Response::error(408, "request not received in time")),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            return Err(Response::error(413, format!("body exceeds the limit of {max} bytes")))
+        }
+        Ok(Err(e)) => return Err(Response::error(400, format!("body: {e}"))),
+        Ok(Ok(c)) => c.to_bytes().to_vec(),
+    };
+    Ok(Request {
+        method: parts.method.as_str().to_string(),
+        path: parts.uri.path().to_string(),
+        query: parts.uri.query().unwrap_or("").to_string(),
+        headers,
+        body,
+        peer,
+    })
 }
 
-/// Bound the next read by what is left of the request's deadline.
-fn set_deadline(s: &TcpStream, deadline: std::time::Instant) -> Result<(), ReqError> {
-    let left = deadline.saturating_duration_since(std::time::Instant::now());
-    if left.is_zero() {
-        return Err(ReqError::Bad(408, "request not received in time".into()));
-    }
-    s.set_read_timeout(Some(left)).map_err(|_| ReqError::Io)
-}
-
-/// A failed read mid-request: 408 if the deadline passed, else the peer went away.
-fn timed_out(deadline: std::time::Instant) -> ReqError {
-    if std::time::Instant::now() >= deadline {
-        ReqError::Bad(408, "request not received in time".into())
+fn to_hyper(resp: Response, close: bool) -> hyper::Response<Full<Bytes>> {
+    let mut b = hyper::Response::builder().status(resp.status);
+    // 204 carries no body and no Content-Type (RFC 9110 §8.6, §15.3.5).
+    let body = if resp.status == 204 {
+        Bytes::new()
     } else {
-        ReqError::Io
-    }
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        201 => "Created",
-        204 => "No Content",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        404 => "Not Found",
-        408 => "Request Timeout",
-        405 => "Method Not Allowed",
-        409 => "Conflict",
-        411 => "Length Required",
-        413 => "Payload Too Large",
-        415 => "Unsupported Media Type",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        501 => "Not Implemented",
-        503 => "Service Unavailable",
-        505 => "HTTP Version Not Supported",
-        507 => "Insufficient Storage",
-        _ => "Status",
-    }
-}
-
-fn write_response(w: &mut TcpStream, resp: &Response, keep_alive: bool) -> io::Result<()> {
-    let mut head = format!("HTTP/1.1 {} {}\r\n", resp.status, reason(resp.status));
-    // 204 carries no body and no Content-Length/Type (RFC 9110 §8.6).
-    if resp.status != 204 {
-        head.push_str(&format!("Content-Type: {}\r\nContent-Length: {}\r\n", resp.content_type, resp.body.len()));
-    }
+        b = b.header(hyper::header::CONTENT_TYPE, resp.content_type);
+        Bytes::from(resp.body)
+    };
     for (k, v) in &resp.headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
+        b = b.header(*k, v.as_str());
     }
-    head.push_str(if keep_alive { "Connection: keep-alive\r\n\r\n" } else { "Connection: close\r\n\r\n" });
-    let mut out = head.into_bytes();
-    if resp.status != 204 {
-        out.extend_from_slice(&resp.body);
+    if close {
+        b = b.header(hyper::header::CONNECTION, "close");
     }
-    w.write_all(&out)?;
-    w.flush()
+    b.body(Full::new(body)).unwrap_or_else(|_| {
+        let mut r = hyper::Response::new(Full::new(Bytes::from_static(b"{\"error\":\"invalid response header\"}\n")));
+        *r.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+        r
+    })
+}
+
+/// A socket whose writes (and flushes) fail with `TimedOut` when the peer
+/// takes no bytes for `limit`: a client that stops reading cannot hold a
+/// connection slot (reads are bounded by hyper's head timeout and the body
+/// deadline).
+struct WriteDeadline<S> {
+    inner: S,
+    limit: Duration,
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> WriteDeadline<S> {
+    fn new(inner: S, limit: Duration) -> Self {
+        WriteDeadline { inner, limit, stalled: None }
+    }
+
+    /// The write did not progress: start (or check) the clock.
+    fn pending<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        let limit = self.limit;
+        let sleep = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "peer took no bytes in time"))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn progress<T>(&mut self, p: Poll<io::Result<T>>, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        match p {
+            Poll::Pending => self.pending(cx),
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for WriteDeadline<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let p = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.progress(p, cx)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let p = Pin::new(&mut self.inner).poll_flush(cx);
+        self.progress(p, cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let p = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.progress(p, cx)
+    }
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        let p = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.progress(p, cx)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
 }
 
 #[cfg(test)]
@@ -400,6 +455,8 @@ mod tests {
     //! requests get 400, keep-alive serves several requests on one
     //! connection, and connections beyond `conns_max` get 503.
     use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
 
     fn echo_server(conns_max: usize) -> Server {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -409,7 +466,7 @@ mod tests {
             }
             Response::new(200, "text/plain", format!("{} {} {}", r.method, r.path, r.body.len()))
         });
-        let cfg = ServerConfig { name: "test", conns_max, body_bytes_max: 100, request_timeout: Duration::from_millis(800) };
+        let cfg = ServerConfig { name: "test", conns_max, body_bytes_max: 100, request_timeout: Duration::from_millis(800), tls: None };
         Server::start(l, cfg, h).unwrap()
     }
 
@@ -441,20 +498,28 @@ mod tests {
         head.extend(std::iter::repeat_n(b'a', HEAD_BYTES_MAX));
         let huge = roundtrip(a, &head);
         assert!(huge.starts_with("HTTP/1.1 431 "), "{huge}");
+        // HTTP/1.x only (hyper's parser refuses any other version).
         let ver = roundtrip(a, b"GET / HTTP/2.0\r\n\r\n");
-        assert!(ver.starts_with("HTTP/1.1 505 "), "{ver}");
+        assert!(ver.starts_with("HTTP/1.1 400 "), "{ver}");
+        let mut many = b"GET / HTTP/1.1\r\n".to_vec();
+        for i in 0..=HEADERS_MAX {
+            many.extend_from_slice(format!("X-{i}: y\r\n").as_bytes());
+        }
+        many.extend_from_slice(b"\r\n");
+        let many = roundtrip(a, &many);
+        assert!(many.starts_with("HTTP/1.1 431 "), "{many}");
         srv.shutdown();
     }
 
     #[test]
-    fn trickling_client_gets_408_at_the_request_deadline() {
+    fn trickling_client_is_cut_off_at_the_request_deadline() {
         let srv = echo_server(4);
         let mut c = TcpStream::connect(srv.local_addr()).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let t0 = std::time::Instant::now();
-        // Each byte arrives well within the per-read timeout; the whole
-        // head never completes.
-        for b in b"GET /slowloris HTTP/1.1\r\nX: aaaaaaaaaaaaaaaa" {
+        // Each byte arrives well within any per-read timeout; the whole
+        // head never completes, so the connection is closed unanswered.
+        for b in b"GET /slowloris HTTP/1.1\r\nX: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" {
             if c.write_all(&[*b]).is_err() {
                 break;
             }
@@ -462,8 +527,41 @@ mod tests {
         }
         let mut out = String::new();
         let _ = c.read_to_string(&mut out);
+        assert!(!out.contains("200 OK"), "{out}");
+        assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+        srv.shutdown();
+    }
+
+    #[test]
+    fn a_body_not_sent_in_time_gets_408() {
+        let srv = echo_server(4);
+        let mut c = TcpStream::connect(srv.local_addr()).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let t0 = std::time::Instant::now();
+        c.write_all(b"POST /x HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc").unwrap();
+        let mut out = String::new();
+        let _ = c.read_to_string(&mut out);
         assert!(out.starts_with("HTTP/1.1 408 "), "{out}");
         assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+        srv.shutdown();
+    }
+
+    #[test]
+    fn requests_per_connection_are_bounded() {
+        let srv = echo_server(4);
+        let mut c = TcpStream::connect(srv.local_addr()).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let reqs = b"GET /a HTTP/1.1\r\n\r\n".repeat(REQUESTS_PER_CONN_MAX + 5);
+        // Written from another thread: the server answers while we send.
+        let mut w = c.try_clone().unwrap();
+        let writer = std::thread::spawn(move || {
+            let _ = w.write_all(&reqs);
+        });
+        let mut out = String::new();
+        let _ = c.read_to_string(&mut out);
+        writer.join().unwrap();
+        assert_eq!(out.matches("HTTP/1.1 200 OK").count(), REQUESTS_PER_CONN_MAX);
+        assert_eq!(out.matches("connection: close").count(), 1, "only the last answer closes");
         srv.shutdown();
     }
 

@@ -9,3 +9,4 @@ pub mod log;
 pub mod metrics;
 pub mod volumes;
 pub mod serve;
+pub mod tls;

@@ -476,7 +476,17 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
 
         if let Some(admin) = &run.admin {
             let l = bind("admin.port", cfg.admin.bind, cfg.admin.port)?;
-            let hcfg = http::ServerConfig { name: "admin", conns_max: cfg.admin.conns_max as usize, body_bytes_max: cfg.admin.body_bytes_max as usize, request_timeout: http::IO_TIMEOUT };
+            let tls = cfg.admin.tls.server_config().map_err(|e| e.to_string())?;
+            if tls.is_none() {
+                log::warn("admin API over plain HTTP (admin.tls is false): the bearer token crosses the network in clear", &[]);
+            }
+            let hcfg = http::ServerConfig {
+                name: "admin",
+                conns_max: cfg.admin.conns_max as usize,
+                body_bytes_max: cfg.admin.body_bytes_max as usize,
+                request_timeout: http::IO_TIMEOUT,
+                tls,
+            };
             let s = http::Server::start(l, hcfg, admin.handler()).map_err(|e| format!("admin: {e}"))?;
             run.admin_addr = Some(s.local_addr());
             run.admin_http = Some(s);
@@ -484,7 +494,7 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
         }
         if cfg.metrics.enabled {
             let l = bind("metrics.port", cfg.metrics.bind, cfg.metrics.port)?;
-            let hcfg = http::ServerConfig { name: "metrics", conns_max: 8, body_bytes_max: 1024, request_timeout: http::IO_TIMEOUT };
+            let hcfg = http::ServerConfig { name: "metrics", conns_max: 8, body_bytes_max: 1024, request_timeout: http::IO_TIMEOUT, tls: None };
             let s = http::Server::start(l, hcfg, crate::metrics::handler_with(run.admin.clone(), Some(router.clone()))).map_err(|e| format!("metrics: {e}"))?;
             run.metrics_addr = Some(s.local_addr());
             run.metrics_http = Some(s);
@@ -535,7 +545,7 @@ mod tests {
                 "server": server,
                 "mounts": { "m": { "module": "memfs" } },
                 "exports": exports,
-                "admin": { "token": "t" }
+                "admin": { "token": "t", "tls": false }
             })
             .to_string(),
         )
@@ -569,7 +579,7 @@ mod tests {
             &serde_json::json!({
                 "server": { "bind": "127.0.0.1", "nfs_port": 0, "mount_port": 0, "portmap_port": 0 },
                 "mounts": { "m": { "module": "memfs" } },
-                "admin": { "bind": "127.0.0.1", "port": 0 },
+                "admin": { "bind": "127.0.0.1", "port": 0, "tls": false },
                 "metrics": { "enabled": false }
             })
             .to_string(),

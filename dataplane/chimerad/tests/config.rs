@@ -8,8 +8,13 @@
 //!   are errors naming the field and the problem;
 //! - the `chimerad --check-config` binary prints OK / the error and sets the
 //!   exit code accordingly.
+//! - `admin.tls`: HTTPS from PEM files or an explicit `false`; nothing said
+//!   is an error; missing files, bad PEM and a key that is not the
+//!   certificate's are errors naming the key and the file.
 
-use chimerad::config::{Config, LogLevel, Module, Netid, Role};
+mod common;
+
+use chimerad::config::{AdminTls, Config, LogLevel, Module, Netid, Role};
 use serde_json::{json, Value};
 use std::process::Command;
 
@@ -113,7 +118,7 @@ fn array_forms_of_mounts_and_exports_are_accepted() {
         "mounts": [ { "name": "share", "module": "memfs", "path": "/", "capacity_bytes": "64M" } ],
         "exports": [ { "name": "/share", "path": "/share" } ],
         "volumes": { "path": "/share/vols" },
-        "admin": { "token": "t0k3n", "bind": "127.0.0.1", "port": 0 },
+        "admin": { "token": "t0k3n", "bind": "127.0.0.1", "port": 0, "tls": false },
         "metrics": { "bind": "127.0.0.1", "port": 0 }
     }))
     .unwrap();
@@ -296,6 +301,8 @@ fn operator_and_csi_rendered_configs_are_accepted() {
     std::fs::create_dir_all(&dir).unwrap();
     let token = dir.join("token");
     std::fs::write(&token, "b64+token/=\n").unwrap();
+    // The operator's admin TLS Secret, as mounted (tls.crt, tls.key).
+    let (cert, key) = common::certs::Ca::new("operator CA").server_files(&dir.join("admin-tls"), &["c-mds.ns.svc"]);
     let mds = json!({
         "common": { "log_level": "info", "log_format": "json", "huge_pages": true, "huge_page_size": "2M", "slab_size": 2097152 },
         "server": { "role": "mds", "bind": "0.0.0.0", "cores": 2, "nfs_port": 2049, "mount_port": 20048, "portmap_port": 0,
@@ -304,10 +311,12 @@ fn operator_and_csi_rendered_configs_are_accepted() {
         "mounts": { "memfs": { "module": "memfs", "path": "/", "capacity_bytes": 1073741824 } },
         "exports": { "/memfs": { "path": "/memfs" } },
         "volumes": { "path": "/memfs/volumes" },
-        "admin": { "bind": "0.0.0.0", "port": 8080, "token_file": token.to_str().unwrap() },
+        "admin": { "bind": "0.0.0.0", "port": 8080, "token_file": token.to_str().unwrap(),
+                   "tls": { "cert_file": cert.to_str().unwrap(), "key_file": key.to_str().unwrap() } },
         "metrics": { "bind": "0.0.0.0", "port": 9000 }
     });
     let cfg = parse(&mds).unwrap();
+    assert!(matches!(cfg.admin.tls, chimerad::config::AdminTls::On { .. }));
     assert_eq!(cfg.server.role, Role::Mds);
     assert_eq!(cfg.admin.token, "b64+token/=");
     assert!(cfg.server.rdma);
@@ -329,7 +338,7 @@ fn operator_and_csi_rendered_configs_are_accepted() {
         "server": { "role": "both", "bind": "127.0.0.1", "cores": 1, "nfs_port": 40001, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0 },
         "mounts": { "memfs": { "module": "memfs", "path": "/", "capacity_bytes": 268435456 } },
         "exports": { "/memfs": { "path": "/memfs" } },
-        "admin": { "bind": "127.0.0.1", "port": 40002, "token": "sanity-token-0123456789" },
+        "admin": { "bind": "127.0.0.1", "port": 40002, "token": "sanity-token-0123456789", "tls": false },
         "metrics": { "enabled": false }
     });
     assert!(parse(&csi).unwrap().warnings.is_empty());
@@ -701,4 +710,122 @@ fn export_access_rules_parse_and_errors_name_the_key() {
     assert!(error_of(&with(p, Value::Array(many))).1.contains("more than 256"));
     let clients: Vec<String> = (0..257).map(|i| format!("10.0.{}.{}", i / 256, i % 256)).collect();
     assert!(error_of(&with(p, json!([{ "clients": clients }]))).1.contains("more than 256"));
+}
+
+/// The smallest MDS config whose admin section is `admin`.
+fn with_admin(admin: Value) -> Value {
+    json!({
+        "server": { "role": "mds" },
+        "mounts": { "m": { "module": "memfs" } },
+        "admin": admin
+    })
+}
+
+#[test]
+fn admin_tls_is_https_from_pem_files_or_an_explicit_false() {
+    let dir = std::env::temp_dir().join(format!("chimerad-cfg-tls-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let ca = common::certs::Ca::new("config test CA");
+    let (cert, key) = ca.server_files(&dir.join("a"), &["chimera-mds.ns.svc"]);
+    let (_, other_key) = ca.server_files(&dir.join("b"), &["chimera-mds.ns.svc"]);
+    let (c, k) = (cert.to_str().unwrap(), key.to_str().unwrap());
+
+    let cfg = parse(&with_admin(json!({ "token": "t", "tls": { "cert_file": c, "key_file": k } }))).unwrap();
+    assert!(matches!(&cfg.admin.tls, AdminTls::On { cert_file, .. } if cert_file == &cert), "{:?}", cfg.admin.tls);
+    assert!(cfg.admin.tls.server_config().unwrap().is_some());
+    assert_eq!(parse(&with_admin(json!({ "token": "t", "tls": false }))).unwrap().admin.tls, AdminTls::Off);
+    // Plain HTTP is never a default: an enabled admin API must say which.
+    for admin in [json!({ "token": "t" }), json!({ "token": "t", "tls": null })] {
+        let (p, msg) = error_of(&with_admin(admin));
+        assert_eq!(p, "admin.tls");
+        assert!(msg.starts_with("required when the admin API is enabled") && msg.contains("false for plain HTTP"), "{msg}");
+    }
+    // A disabled admin API (a data server) needs nothing.
+    assert_eq!(parse(&json!({ "server": { "role": "ds" } })).unwrap().admin.tls, AdminTls::Off);
+
+    let bad = |tls: Value| error_of(&with_admin(json!({ "token": "t", "tls": tls })));
+    let (p, msg) = bad(json!(true));
+    assert_eq!(p, "admin.tls");
+    assert!(msg.contains("cert_file"), "{msg}");
+    assert_eq!(bad(json!("yes")).0, "admin.tls");
+    assert_eq!(bad(json!({ "cert_file": c })), ("admin.tls.key_file".to_string(), "required (a PEM file)".to_string()));
+    assert_eq!(bad(json!({ "key_file": k })).0, "admin.tls.cert_file");
+    assert_eq!(bad(json!({ "cert_file": c, "key_file": k, "ca_file": c })), ("admin.tls.ca_file".to_string(), "unknown key".to_string()));
+    assert_eq!(bad(json!({ "cert_file": "", "key_file": k })).0, "admin.tls.cert_file");
+
+    // Hostile files: each error names the key and the file.
+    let missing = dir.join("missing.crt");
+    let (p, msg) = bad(json!({ "cert_file": missing.to_str().unwrap(), "key_file": k }));
+    assert_eq!(p, "admin.tls.cert_file");
+    assert!(msg.contains("cannot read") && msg.contains("missing.crt"), "{msg}");
+    let (p, msg) = bad(json!({ "cert_file": c, "key_file": dir.join("missing.key").to_str().unwrap() }));
+    assert_eq!(p, "admin.tls.key_file");
+    assert!(msg.contains("missing.key"), "{msg}");
+    let junk = dir.join("junk.pem");
+    std::fs::write(&junk, "not a certificate\n").unwrap();
+    let (p, msg) = bad(json!({ "cert_file": junk.to_str().unwrap(), "key_file": k }));
+    assert_eq!(p, "admin.tls.cert_file");
+    assert!(msg.contains("junk.pem") && msg.contains("no PEM certificate"), "{msg}");
+    let (p, msg) = bad(json!({ "cert_file": c, "key_file": junk.to_str().unwrap() }));
+    assert_eq!(p, "admin.tls.key_file");
+    assert!(msg.contains("junk.pem") && msg.contains("no PEM private key"), "{msg}");
+    // A key file holding the certificate (swapped paths).
+    let (p, msg) = bad(json!({ "cert_file": k, "key_file": c }));
+    assert!(p.starts_with("admin.tls."), "{p}: {msg}");
+    // A broken PEM body.
+    let broken = dir.join("broken.crt");
+    std::fs::write(&broken, "-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n").unwrap();
+    let (p, msg) = bad(json!({ "cert_file": broken.to_str().unwrap(), "key_file": k }));
+    assert_eq!(p, "admin.tls.cert_file");
+    assert!(msg.contains("broken.crt") && msg.contains("bad PEM"), "{msg}");
+    let truncated = dir.join("truncated.crt");
+    std::fs::write(&truncated, &std::fs::read_to_string(&cert).unwrap()[..60]).unwrap();
+    let (p, msg) = bad(json!({ "cert_file": truncated.to_str().unwrap(), "key_file": k }));
+    assert_eq!(p, "admin.tls.cert_file");
+    assert!(msg.contains("truncated.crt"), "{msg}");
+    // Another certificate's key.
+    let (p, msg) = bad(json!({ "cert_file": c, "key_file": other_key.to_str().unwrap() }));
+    assert_eq!(p, "admin.tls.key_file");
+    assert!(msg.contains("is not the private key of the certificate") && msg.contains("tls.crt") && msg.contains("/b/tls.key"), "{msg}");
+    // A directory is not a PEM file.
+    let (p, msg) = bad(json!({ "cert_file": dir.to_str().unwrap(), "key_file": k }));
+    assert_eq!(p, "admin.tls.cert_file");
+    assert!(msg.contains("not a regular file"), "{msg}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn reference_rest_keys_configure_admin_tls() {
+    let dir = std::env::temp_dir().join(format!("chimerad-cfg-rest-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let ca = common::certs::Ca::new("config test CA");
+    let (cert, key) = ca.server_files(&dir, &["mds"]);
+    let (c, k) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    // The reference's plain REST port says plain HTTP (its own shape).
+    let cfg = parse(&reference_shaped()).unwrap();
+    assert_eq!(cfg.admin.tls, AdminTls::Off);
+    // Its TLS port and files say HTTPS, with errors on the reference's names.
+    let mut v = reference_shaped();
+    v["server"].as_object_mut().unwrap().remove("rest_http_port");
+    v["server"]["rest_https_port"] = json!(18443);
+    v["server"]["rest_ssl_cert"] = json!(c);
+    v["server"]["rest_ssl_key"] = json!(k);
+    let cfg = parse(&v).unwrap();
+    assert_eq!(cfg.admin.port, 18443);
+    assert!(matches!(cfg.admin.tls, AdminTls::On { key_key: "server.rest_ssl_key", .. }), "{:?}", cfg.admin.tls);
+    assert!(!cfg.warnings.iter().any(|w| w.starts_with("server.rest_")), "{:?}", cfg.warnings);
+    v["server"]["rest_ssl_key"] = json!(dir.join("nope").to_str().unwrap());
+    assert_eq!(error_of(&v).0, "server.rest_ssl_key");
+    v["server"].as_object_mut().unwrap().remove("rest_ssl_key");
+    assert_eq!(error_of(&v).0, "server.rest_ssl_key");
+    v["server"].as_object_mut().unwrap().remove("rest_ssl_cert");
+    assert_eq!(error_of(&v).0, "server.rest_https_port");
+    // Both REST ports, or the plain port with TLS files: one listener, said twice.
+    let mut v = reference_shaped();
+    v["server"]["rest_https_port"] = json!(18443);
+    assert_eq!(error_of(&v).0, "server.rest_https_port");
+    let mut v = reference_shaped();
+    v["admin"]["tls"] = json!({ "cert_file": c, "key_file": k });
+    assert_eq!(error_of(&v).0, "server.rest_http_port");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -50,7 +50,7 @@ fn config(dir: &std::path::Path) -> Value {
                     "grace_time_s": 0, "delegation_threads": 2 },
         "mounts": { "memfs": { "module": "memfs", "path": "/", "capacity_bytes": "64M" } },
         "exports": { "/memfs": { "path": "/memfs" } },
-        "admin": { "bind": "127.0.0.1", "port": 0, "token_file": token_file.to_str().unwrap() },
+        "admin": { "bind": "127.0.0.1", "port": 0, "token_file": token_file.to_str().unwrap(), "tls": false },
         "metrics": { "bind": "127.0.0.1", "port": 0 }
     })
 }

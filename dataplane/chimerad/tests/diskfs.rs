@@ -41,7 +41,7 @@ fn config(dir: &Path) -> PathBuf {
                     "vfs": { "diskfs": { "config": { "initialize": true, "devices": [{ "type": "io_uring", "path": img.to_str().unwrap() }] } } } },
         "mounts": { "ds": { "module": "diskfs", "path": "/" } },
         "exports": { "/ds": { "path": "/ds" } },
-        "admin": { "bind": "127.0.0.1", "port": 0, "token": "diskfs-test-token" },
+        "admin": { "bind": "127.0.0.1", "port": 0, "token": "diskfs-test-token", "tls": false },
         "metrics": { "enabled": false }
     });
     let cfg = dir.join("chimera.json");

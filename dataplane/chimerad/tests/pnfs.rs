@@ -561,7 +561,7 @@ fn pnfs_config_keys_are_checked() {
             &json!({
                 "server": { "role": "mds", "pnfs": pnfs },
                 "mounts": { "m": { "module": "memfs" } },
-                "admin": { "token": "t" }
+                "admin": { "token": "t", "tls": false }
             })
             .to_string(),
         )

@@ -24,7 +24,7 @@ fn start_mds(img: &std::path::Path, ds: &[Running], order: &[usize]) -> Running 
                     "pnfs": { "enabled": true, "stripe_unit_bytes": "64K", "data_servers": list, "ds_timeout_ms": 1000 } },
         "mounts": { "m": { "module": "diskfs", "path": "/" } },
         "exports": { "/m": { "path": "/m" } },
-        "admin": { "bind": "127.0.0.1", "port": 0, "token": TOKEN },
+        "admin": { "bind": "127.0.0.1", "port": 0, "token": TOKEN, "tls": false },
         "metrics": { "enabled": false }
     });
     serve::start(&Config::parse(&v.to_string()).unwrap()).expect("start MDS")

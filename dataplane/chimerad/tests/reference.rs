@@ -211,7 +211,7 @@ fn nfs_mount_fails_at_start_with_a_clear_error() {
         "mounts": { "memfs": { "module": "memfs", "path": "/", "capacity_bytes": "64M" },
                     "remote": { "module": "nfs", "path": "10.0.0.9:/ds" } },
         "exports": { "/memfs": { "path": "/memfs" } },
-        "admin": { "bind": "127.0.0.1", "port": 0, "token": "nfs-mount-test" },
+        "admin": { "bind": "127.0.0.1", "port": 0, "token": "nfs-mount-test", "tls": false },
         "metrics": { "bind": "127.0.0.1", "port": 0 }
     });
     std::fs::write(&cfg, v.to_string()).unwrap();

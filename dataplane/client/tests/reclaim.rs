@@ -33,7 +33,7 @@ fn start_diskfs(img: &Path, port: u16) -> Running {
                     "vfs": { "diskfs": { "config": { "initialize": true, "devices": [{ "type": "io_uring", "path": img.to_str().unwrap() }] } } } },
         "mounts": { "d": { "module": "diskfs", "path": "/" } },
         "exports": { "/d": { "path": "/d" } },
-        "admin": { "bind": "127.0.0.1", "port": 0, "token": "client-test-token" },
+        "admin": { "bind": "127.0.0.1", "port": 0, "token": "client-test-token", "tls": false },
         "metrics": { "enabled": false }
     });
     serve::start(&Config::parse(&v.to_string()).unwrap()).expect("start chimerad on diskfs")

@@ -17,7 +17,7 @@
 //   - livenessprobe: /healthz on --health-port answers the driver's Probe.
 //   - resizer:     idles (expansion is not part of this e2e).
 //
-// `chimera-e2e-sidecar httpget URL [TOKEN]` is the test's curl inside the
+// `chimera-e2e-sidecar httpget URL [TOKEN [CA_PEM SERVER_NAME]]` is the test's curl inside the
 // node (run with kubectl exec in the node plugin's pod, on the node's
 // network, where pod IPs are reachable and the host's are not): it prints
 // "HTTP <code>" and the body.
@@ -29,6 +29,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -176,8 +178,8 @@ func runLivenessProbe(ctx context.Context, address string, port int, timeout tim
 
 // httpGet prints the status line and body of one GET (bearer TOKEN if given).
 func httpGet(args []string) int {
-	if len(args) < 1 || len(args) > 2 {
-		fmt.Fprintln(os.Stderr, "usage: chimera-e2e-sidecar httpget URL [TOKEN]")
+	if len(args) < 1 || len(args) > 4 || len(args) == 3 {
+		fmt.Fprintln(os.Stderr, "usage: chimera-e2e-sidecar httpget URL [TOKEN [CA_PEM SERVER_NAME]]")
 		return 2
 	}
 	req, err := http.NewRequest(http.MethodGet, args[0], nil)
@@ -185,10 +187,20 @@ func httpGet(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	if len(args) == 2 {
+	if len(args) >= 2 && args[1] != "" {
 		req.Header.Set("Authorization", "Bearer "+args[1])
 	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	client := &http.Client{Timeout: 10 * time.Second}
+	if len(args) == 4 {
+		// An https admin API: verified against the given CA, for the name.
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM([]byte(args[2])) {
+			fmt.Fprintln(os.Stderr, "CA_PEM holds no certificate")
+			return 2
+		}
+		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: args[3], MinVersion: tls.VersionTLS12}}
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

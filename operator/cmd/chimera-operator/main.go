@@ -14,6 +14,7 @@ import (
 
 	chimerav1 "github.com/chimera-k8s/chimera/api/v1alpha1"
 	"github.com/chimera-k8s/chimera/operator/controller"
+	"github.com/chimera-k8s/chimera/operator/pki"
 	"github.com/chimera-k8s/chimera/operator/render"
 	"github.com/chimera-k8s/chimera/operator/webhook"
 	corev1 "k8s.io/api/core/v1"
@@ -42,6 +43,7 @@ func main() {
 		webhookHost                           string
 		netpol                                bool
 		nfsCIDRs, metricsNS, metricsPods      string
+		adminCA                               string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "metrics endpoint address (0 disables)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "/healthz and /readyz address")
@@ -54,11 +56,12 @@ func main() {
 	flag.StringVar(&certSecret, "webhook-cert-secret", "chimera-webhook-cert", "Secret holding the self-managed CA and serving certificate")
 	flag.StringVar(&webhookService, "webhook-service", "chimera-webhook", "Service in front of the webhook (certificate DNS name)")
 	flag.StringVar(&vwcName, "webhook-config-name", "chimera-validating-webhook", "ValidatingWebhookConfiguration whose caBundle the operator sets")
+	flag.StringVar(&adminCA, "admin-ca", "chimera-admin-ca", "Secret (ca.crt, ca.key) and ConfigMap (ca.crt, for the CSI driver) in --namespace holding the CA that issues every cluster's admin API certificate; created when missing")
 	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace the operator runs in (default $POD_NAMESPACE)")
 	// Out-of-cluster runs only (development, the fake-cluster e2e): there the
 	// operator cannot reach MDS pod IPs, and the apiserver reaches the webhook
 	// by URL instead of through its Service.
-	flag.StringVar(&mdsAdminURL, "mds-admin-url", "", "admin API base URL used for every cluster's MDS instead of http://<MDS pod IP>:8080 (out-of-cluster runs and tests only)")
+	flag.StringVar(&mdsAdminURL, "mds-admin-url", "", "admin API base URL (https://host:port) used for every cluster's MDS instead of https://<MDS pod IP>:8080; the certificate is still checked against the cluster's MDS Service name (out-of-cluster runs and tests only)")
 	flag.StringVar(&extraSANs, "webhook-cert-extra-sans", "", "comma-separated extra DNS names / IPs for the self-managed webhook certificate (a webhook reached by URL)")
 	flag.BoolVar(&netpol, "network-policy", true, "render a NetworkPolicy per ChimeraCluster (admin API from admin-client pods of --namespace, NFS from the nodes, metrics from the scrapers)")
 	flag.StringVar(&nfsCIDRs, "network-policy-nfs-cidrs", "", "comma-separated CIDRs allowed on the NFS ports besides the nodes' addresses")
@@ -74,7 +77,7 @@ func main() {
 		metricsAddr: metricsAddr, probeAddr: probeAddr, certDir: certDir, webhookPort: webhookPort,
 		leaderElect: leaderElect, enableWebhook: enableWebhook, selfCerts: selfCerts,
 		certSecret: certSecret, webhookService: webhookService, vwcName: vwcName, namespace: namespace,
-		mdsAdminURL: strings.TrimRight(mdsAdminURL, "/"), webhookHost: webhookHost,
+		mdsAdminURL: strings.TrimRight(mdsAdminURL, "/"), webhookHost: webhookHost, adminCA: adminCA,
 	}
 	for _, s := range strings.Split(extraSANs, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -102,6 +105,7 @@ type options struct {
 	leaderElect, enableWebhook, selfCerts bool
 	certSecret, webhookService, vwcName   string
 	namespace, mdsAdminURL, webhookHost   string
+	adminCA                               string
 	extraSANs                             []string
 	netpol                                render.NetworkPolicyOptions
 }
@@ -175,6 +179,22 @@ func run(o options) error {
 		}
 	}
 
+	// The admin API's CA: loaded (or created) before anything reconciles,
+	// so every cluster's certificate and every admin call use it.
+	if namespace == "" {
+		return fmt.Errorf("--namespace (or $POD_NAMESPACE) is required: the admin API's CA (--admin-ca) lives there")
+	}
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	caCtx, caCancel := context.WithTimeout(context.Background(), certSetupTimeout)
+	defer caCancel()
+	ca, err := pki.EnsureCA(caCtx, direct, namespace, o.adminCA, time.Now())
+	if err != nil {
+		return fmt.Errorf("admin API CA: %w", err)
+	}
+
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   controller.CacheOptions(),
@@ -192,7 +212,7 @@ func run(o options) error {
 	}
 	r := &controller.Reconciler{
 		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorderFor("chimera-operator"),
-		NetworkPolicy: o.netpol,
+		NetworkPolicy: o.netpol, AdminCA: ca,
 	}
 	if o.mdsAdminURL != "" {
 		r.AdminURL = func(*chimerav1.ChimeraCluster, *corev1.Pod) string { return o.mdsAdminURL }

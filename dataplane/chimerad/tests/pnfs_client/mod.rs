@@ -70,7 +70,7 @@ pub fn cluster(n: usize, listed: usize, pnfs: Value) -> Cluster {
                     "grace_time_s": 0, "pnfs": pn },
         "mounts": { "m": { "module": "memfs", "capacity_bytes": "256M" } },
         "exports": { "/m": { "path": "/m" } },
-        "admin": { "bind": "127.0.0.1", "port": 0, "token": TOKEN },
+        "admin": { "bind": "127.0.0.1", "port": 0, "token": TOKEN, "tls": false },
         "metrics": { "bind": "127.0.0.1", "port": 0 }
     });
     let mds = serve::start(&Config::parse(&v.to_string()).unwrap()).expect("start MDS");

@@ -19,7 +19,7 @@ pub fn start_on(port: u16) -> Running {
         "server": { "bind": "127.0.0.1", "threads": 1, "nfs_port": port, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0 },
         "mounts": { "m": { "module": "memfs", "capacity_bytes": "64M" } },
         "exports": { "/m": { "path": "/m" } },
-        "admin": { "bind": "127.0.0.1", "port": 0, "token": "client-test-token" },
+        "admin": { "bind": "127.0.0.1", "port": 0, "token": "client-test-token", "tls": false },
         "metrics": { "enabled": false }
     });
     serve::start(&Config::parse(&v.to_string()).unwrap()).expect("start chimerad")
