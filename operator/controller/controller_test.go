@@ -452,6 +452,14 @@ func fakeMDS(t *testing.T, c *chimerav1.ChimeraCluster, token string) (string, f
 		}
 		_, _ = w.Write([]byte(last.Load()))
 	})}
+	return serveAdminTLS(t, c, srv), last.Load, access.Load
+}
+
+// serveAdminTLS serves srv on 127.0.0.1 (a port the kernel picks) with a
+// certificate from the operator's CA for the cluster's names, as the real
+// MDS is served, and returns its https base URL.
+func serveAdminTLS(t *testing.T, c *chimerav1.ChimeraCluster, srv *http.Server) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -469,7 +477,7 @@ func fakeMDS(t *testing.T, c *chimerav1.ChimeraCluster, token string) (string, f
 	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{pair}}
 	go func() { _ = srv.ServeTLS(l, "", "") }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return "https://" + l.Addr().String(), last.Load, access.Load
+	return "https://" + l.Addr().String()
 }
 
 // adminTLSFiles writes the cluster's admin TLS Secret (issued by the

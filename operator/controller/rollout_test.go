@@ -15,11 +15,9 @@ package controller_test
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -153,24 +151,7 @@ func rolloutMDS(t *testing.T, c *chimerav1.ChimeraCluster, token string, log *ro
 			http.Error(w, `{"error":"not found"}`, http.StatusNotFound)
 		}
 	})}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Served with a certificate from the operator's CA for the cluster's
-	// names, as the real MDS is.
-	certPEM, keyPEM, err := suiteCA.IssueServer(render.AdminTLSNames(c), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{pair}}
-	go func() { _ = srv.ServeTLS(l, "", "") }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return "https://" + l.Addr().String()
+	return serveAdminTLS(t, c, srv)
 }
 
 // createPod makes a pod as its StatefulSet controller would from the

@@ -24,6 +24,16 @@ pub use device::{Identity, NvmeDevice, Options};
 
 use std::sync::Arc;
 
+/// The sysfs name of a PCI address given as the reference config's short
+/// form (`01:00.0` means domain 0: `0000:01:00.0`); full forms unchanged.
+pub fn sysfs_address(addr: &str) -> String {
+    if addr.matches(':').count() == 1 {
+        format!("0000:{addr}")
+    } else {
+        addr.to_string()
+    }
+}
+
 /// Open the NVMe controller at PCI address `pci` (`DDDD:BB:DD.F`) through
 /// VFIO and bring it up.
 pub fn open_pci(pci: &str, opts: &Options) -> Result<NvmeDevice, block::BlockError> {

@@ -90,6 +90,15 @@ bind_nvme() {
   echo >"$d/driver_override"
   echo "$1" >/sys/bus/pci/drivers_probe || fail "probe $1"
 }
+# Give controller $1 back to the kernel's nvme driver; KDEV is its first
+# namespace's block device (made here: no udev in the guest).
+kernel_blockdev() {
+  bind_nvme "$1"
+  i=0; until ls /sys/bus/pci/devices/$1/nvme/*/ 2>/dev/null | grep -q n1; do i=$((i + 1)); [ $i -lt 100 ] || fail "no namespace device for $1"; sleep 0.1; done
+  ns=$(ls -d /sys/bus/pci/devices/$1/nvme/nvme*/nvme*n1 | head -n 1)
+  KDEV=/dev/$(basename "$ns")
+  [ -b "$KDEV" ] || mknod "$KDEV" b "$(cut -d: -f1 "$ns/dev")" "$(cut -d: -f2 "$ns/dev")"
+}
 
 step refusals
 refused 0000:00:1e.7 "no such PCI device"
@@ -239,23 +248,16 @@ step fsck-vfio
 ok "$(tail -n 1 /results/vfio-fsck.txt)"
 
 step bench-uring
-bind_nvme "$A"
-i=0; until ls /sys/bus/pci/devices/$A/nvme/*/ 2>/dev/null | grep -q n1; do i=$((i + 1)); [ $i -lt 100 ] || fail "no namespace device for $A"; sleep 0.1; done
-ns=$(ls -d /sys/bus/pci/devices/$A/nvme/nvme*/nvme*n1 | head -n 1)
-dev=/dev/$(basename "$ns")
-[ -b "$dev" ] || mknod "$dev" b "$(cut -d: -f1 "$ns/dev")" "$(cut -d: -f2 "$ns/dev")"
+kernel_blockdev "$A"
+dev=$KDEV
 for qd in 1 32; do
   check bench --uring "$dev" --qd $qd --seconds 3 >>/results/vfio-bench.txt 2>&1 || fail "bench io_uring qd$qd: $(tail -n 2 /results/vfio-bench.txt)"
 done
 sed 's/^/  /' /results/vfio-bench.txt
 
 step crash-uring
-bind_nvme "$C"
-i=0; until ls /sys/bus/pci/devices/$C/nvme/*/ 2>/dev/null | grep -q n1; do i=$((i + 1)); [ $i -lt 100 ] || fail "no namespace device for $C"; sleep 0.1; done
-ns=$(ls -d /sys/bus/pci/devices/$C/nvme/nvme*/nvme*n1 | head -n 1)
-cdev=/dev/$(basename "$ns")
-[ -b "$cdev" ] || mknod "$cdev" b "$(cut -d: -f1 "$ns/dev")" "$(cut -d: -f2 "$ns/dev")"
-crash "$cdev" uring
+kernel_blockdev "$C"
+crash "$KDEV" uring
 cmp -s /tmp/crash-vfio.sum /tmp/crash-uring.sum || fail "different crash-state results: vfio '$(cat /tmp/crash-vfio.sum)', io_uring '$(cat /tmp/crash-uring.sum)'"
 ok "the same crash states recover the same way through vfio and io_uring"
 echo "PASS nvme-vfio"

@@ -22,8 +22,7 @@ fn main() -> ExitCode {
     let mut devs: Vec<block::Device> = Vec::new();
     for p in &paths {
         if let Some(addr) = p.strip_prefix("vfio:") {
-            let addr = if addr.matches(':').count() == 1 { format!("0000:{addr}") } else { addr.to_string() };
-            match nvme::open_pci(&addr, &nvme::Options::default()) {
+            match nvme::open_pci(&nvme::sysfs_address(addr), &nvme::Options::default()) {
                 Ok(d) => devs.push(Arc::new(d)),
                 Err(e) => {
                     eprintln!("chimera-fsck: {e}");

@@ -27,15 +27,6 @@ fn die(code: i32, msg: impl std::fmt::Display) -> ! {
     exit(code)
 }
 
-fn canonical(addr: &str) -> String {
-    // The reference config's short form "01:00.0" means domain 0.
-    if addr.matches(':').count() == 1 {
-        format!("0000:{addr}")
-    } else {
-        addr.to_string()
-    }
-}
-
 fn flag<T: std::str::FromStr>(args: &HashMap<String, String>, k: &str, default: T) -> T {
     match args.get(k) {
         None => default,
@@ -44,7 +35,7 @@ fn flag<T: std::str::FromStr>(args: &HashMap<String, String>, k: &str, default: 
 }
 
 fn open(addr: &str, opts: &nvme::Options) -> nvme::NvmeDevice {
-    nvme::open_pci(&canonical(addr), opts).unwrap_or_else(|e| die(1, e))
+    nvme::open_pci(&nvme::sysfs_address(addr), opts).unwrap_or_else(|e| die(1, e))
 }
 
 fn main() {
