@@ -101,7 +101,7 @@ find_in_stage() {
   return 1
 }
 bins=(dash mount umount mount.nfs kmod ip rdma ibv_devices ibv_devinfo ibv_rc_pingpong rping ucmatose
-  ib_send_lat ib_send_bw ib_write_bw flock unshare nsenter lspci setpci nfsstat fallocate)
+  ib_send_lat ib_read_lat ib_send_bw ib_write_bw flock unshare nsenter lspci setpci nfsstat fallocate)
 bin_paths=()
 for b in "${bins[@]}"; do
   p=$(find_in_stage "$b") || die "tool $b not found in the staged packages"

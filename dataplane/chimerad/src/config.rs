@@ -281,6 +281,13 @@ pub struct ServerConfig {
     pub portmap_port: u16,
     pub rdma: bool,
     pub rdma_port: u16,
+    /// The RDMA listener's address (`server.rdma_hostname`, an IP; default
+    /// `server.bind`).
+    pub rdma_addr: Option<IpAddr>,
+    /// IP type of service of RDMA connections (`common.rdmacm_tos`).
+    pub rdma_tos: Option<u8>,
+    /// Credits granted to each RDMA client (calls in flight).
+    pub rdma_credits: u32,
     pub record_bytes_max: u32,
     pub inflight_per_conn_max: u32,
     pub conns_max: u32,
@@ -514,7 +521,6 @@ const FOREIGN_COMMON: &[&str] = &[
     "async_delegation_threads",
     "preallocate_slabs",
     "preallocate_threads",
-    "rdmacm_tos",
 ];
 const FOREIGN_SERVER: &[&str] = &[
     "delegation_threads",
@@ -537,7 +543,6 @@ const FOREIGN_SERVER: &[&str] = &[
     "external_portmap",
     "portmap_hostname",
     "kv_module",
-    "rdma_hostname",
     "lockmgr_port",
     "s3_port",
     "nfs_server_scope",
@@ -668,8 +673,7 @@ fn check_foreign(path: &str, key: &str, v: &Value) -> Result<(), ConfigError> {
             parse_u64_in(path, v, 0, u32::MAX as u64).map(|_| ())
         }
         // An IP TOS byte.
-        "rdmacm_tos" => parse_u64_in(path, v, 0, 255).map(|_| ()),
-        "tcp_flavor" | "rdma_hostname" | "portmap_hostname" | "nfs_server_scope" | "kv_module" | "metrics_file" => match v {
+        "tcp_flavor" | "portmap_hostname" | "nfs_server_scope" | "kv_module" | "metrics_file" => match v {
             Value::String(_) => Ok(()),
             other => err(path, format!("expected a string, got {}", kind(other))),
         },
@@ -823,9 +827,9 @@ impl Config {
         let mut warnings = Vec::new();
         let mut top = Obj::new("", &root)?;
 
-        let (log_level, log_format) = match top.get("common") {
+        let (log_level, log_format, rdma_tos) = match top.get("common") {
             Some(v) => parse_common(v, &mut warnings)?,
-            None => (LogLevel::Info, LogFormat::Json),
+            None => (LogLevel::Info, LogFormat::Json, None),
         };
         let mounts = match top.get("mounts") {
             Some(v) => parse_mounts(v, &mut warnings)?,
@@ -835,7 +839,8 @@ impl Config {
             Some(v) => Some(Obj::new("server", v)?),
             None => None,
         };
-        let server = parse_server(server_obj.as_mut(), &mut warnings)?;
+        let mut server = parse_server(server_obj.as_mut(), &mut warnings)?;
+        server.rdma_tos = rdma_tos;
         let diskfs = match server_obj.as_mut().and_then(|o| o.get("vfs")) {
             Some(v) => parse_vfs(v, &mut warnings)?,
             None => None,
@@ -944,7 +949,7 @@ impl Config {
     }
 }
 
-fn parse_common(v: &Value, warnings: &mut Vec<String>) -> Result<(LogLevel, LogFormat), ConfigError> {
+fn parse_common(v: &Value, warnings: &mut Vec<String>) -> Result<(LogLevel, LogFormat, Option<u8>), ConfigError> {
     let mut o = Obj::new("common", v)?;
     let level = match o.str("log_level")? {
         None => LogLevel::Info,
@@ -958,9 +963,16 @@ fn parse_common(v: &Value, warnings: &mut Vec<String>) -> Result<(LogLevel, LogF
         Some("kv") | Some("text") => LogFormat::KeyValue,
         Some(s) => return err("common.log_format", format!("expected \"json\" or \"kv\", got {s:?}")),
     };
+    // The reference's RoCE traffic class (an IP TOS byte), for RDMA connections.
+    let tos = o.u64_in("rdmacm_tos", 0, 255)?.map(|t| t as u8);
     o.finish(FOREIGN_COMMON, warnings)?;
-    Ok((level, format))
+    Ok((level, format, tos))
 }
+
+/// Credits per RDMA connection: the Linux client asks for 128; 32 calls in
+/// flight keep one connection's pipe full at 1 MiB I/O.
+pub const RDMA_CREDITS_DEFAULT: u32 = 32;
+pub const RDMA_CREDITS_MAX: u32 = 1024;
 
 fn default_cores() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(CORES_MAX as usize)
@@ -976,6 +988,9 @@ fn parse_server(o: Option<&mut Obj<'_>>, warnings: &mut Vec<String>) -> Result<S
         portmap_port: 111,
         rdma: false,
         rdma_port: 20049,
+        rdma_addr: None,
+        rdma_tos: None,
+        rdma_credits: RDMA_CREDITS_DEFAULT,
         record_bytes_max: RECORD_BYTES_DEFAULT as u32,
         inflight_per_conn_max: INFLIGHT_PER_CONN_DEFAULT as u32,
         conns_max: CONNS_DEFAULT as u32,
@@ -1048,17 +1063,18 @@ fn parse_server(o: Option<&mut Obj<'_>>, warnings: &mut Vec<String>) -> Result<S
     }
     if let Some(b) = o.bool("rdma")? {
         s.rdma = b;
-        if b {
-            // Said at check time too: the reference deployment's clients
-            // mount over RDMA, and they would find nothing on rdma_port.
-            warnings.push(
-                "server.rdma: RPC-over-RDMA is not implemented yet; nothing listens on server.rdma_port, NFS is served over TCP only"
-                    .to_string(),
-            );
-        }
     }
     if let Some(p) = o.port("rdma_port", true)? {
         s.rdma_port = p;
+    }
+    if let Some(h) = o.str("rdma_hostname")? {
+        s.rdma_addr = Some(h.parse().map_err(|_| ConfigError {
+            path: "server.rdma_hostname".into(),
+            msg: format!("expected an IP address (the RDMA interface's), got {h:?}"),
+        })?);
+    }
+    if let Some(n) = o.u64_in("rdma_credits", 1, RDMA_CREDITS_MAX as u64)? {
+        s.rdma_credits = n as u32;
     }
     if let Some(n) = o.size_in("record_bytes_max", RECORD_BYTES_MIN, RECORD_BYTES_MAX)? {
         s.record_bytes_max = n as u32;

@@ -262,7 +262,21 @@ pub fn render_with(s: &Snapshot, admin: Option<&Admin>, router: Option<&Router>)
         render_admin(&mut out, a);
     }
     render_devices(&mut out, &DEVICES.lock().unwrap_or_else(|e| e.into_inner()));
+    if rdma::server::STARTED.load(std::sync::atomic::Ordering::Relaxed) {
+        render_rdma(&mut out);
+    }
     out
+}
+
+/// The RPC-over-RDMA transport's counters (`server.rdma`).
+pub fn render_rdma(out: &mut String) {
+    header(out, "chimera_rdma_connections_open", "gauge", "RDMA connections open");
+    let _ = writeln!(out, "chimera_rdma_connections_open {}", rdma::server::CONNS_OPEN.load(std::sync::atomic::Ordering::Relaxed));
+    for (name, help, v) in rdma::server::STATS.rows() {
+        let n = format!("chimera_rdma_{name}");
+        header(out, &n, "counter", help);
+        let _ = writeln!(out, "{n} {v}");
+    }
 }
 
 /// `GET /metrics` (and `/healthz` for probes of the metrics port), without

@@ -30,10 +30,13 @@ pub struct Running {
     pub router: Arc<Router>,
     pub admin: Option<Arc<Admin>>,
     nfs: Option<runtime::Server>,
+    rdma: Option<rdma::server::Server>,
     admin_http: Option<http::Server>,
     metrics_http: Option<http::Server>,
     /// Bound addresses (port 0 resolved), for logs and tests.
     pub nfs_addr: Option<SocketAddr>,
+    /// The RPC-over-RDMA listener (`server.rdma`).
+    pub rdma_addr: Option<SocketAddr>,
     pub admin_addr: Option<SocketAddr>,
     pub metrics_addr: Option<SocketAddr>,
     /// The pNFS MDS (role mds/both with `server.pnfs.enabled`).
@@ -413,9 +416,11 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
         router: router.clone(),
         admin: None,
         nfs: None,
+        rdma: None,
         admin_http: None,
         metrics_http: None,
         nfs_addr: None,
+        rdma_addr: None,
         admin_addr: None,
         metrics_addr: None,
         pnfs: pnfs.clone(),
@@ -458,11 +463,32 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
             ..Default::default()
         };
         let (d, callbacks) = dispatcher(cfg, &router, pnfs.as_ref(), &access);
-        let nfs = runtime::Server::start(rt, Arc::new(d))
+        let d = Arc::new(d);
+        let nfs = runtime::Server::start(rt, d.clone())
             .map_err(|e| format!("server.nfs_port: cannot start the data path on {}:{}: {e}", cfg.server.bind, cfg.server.nfs_port))?;
+        let rdma = if cfg.server.rdma {
+            let addr = SocketAddr::new(cfg.server.rdma_addr.unwrap_or(cfg.server.bind), cfg.server.rdma_port);
+            let rc = rdma::server::Config {
+                addr,
+                tos: cfg.server.rdma_tos,
+                credits: cfg.server.rdma_credits,
+                metrics_core: cfg.server.cores.min(rpc::metrics::CORES_MAX - 1),
+                ..Default::default()
+            };
+            let r = rdma::server::Server::start(rc, d.clone()).map_err(|e| format!("server.rdma: {e}"))?;
+            log::info("listening", &[("service", "nfs-rdma".into()), ("addr", r.local_addr().to_string().as_str().into())]);
+            run.rdma_addr = Some(r.local_addr());
+            Some(r)
+        } else {
+            None
+        };
         if let Some(cb) = callbacks {
-            cb.attach(nfs.sender());
+            cb.attach(match &rdma {
+                Some(r) => Arc::new(ByTransport { tcp: nfs.sender(), rdma: r.sender() }),
+                None => nfs.sender(),
+            });
         }
+        run.rdma = rdma;
         run.nfs_addr = nfs.local_addrs().first().copied();
         for (i, a) in nfs.local_addrs().iter().enumerate() {
             let service = match (i, a.port()) {
@@ -516,12 +542,31 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
     }
 }
 
+/// Back-channel calls go out on the transport their connection uses.
+struct ByTransport {
+    tcp: Arc<dyn rpc::backchannel::CallSender>,
+    rdma: Arc<dyn rpc::backchannel::CallSender>,
+}
+
+impl rpc::backchannel::CallSender for ByTransport {
+    fn send(&self, conn_id: u64, record: Vec<u8>) -> Result<(), rpc::backchannel::SendError> {
+        if conn_id & rdma::server::CONN_ID_BIT != 0 {
+            self.rdma.send(conn_id, record)
+        } else {
+            self.tcp.send(conn_id, record)
+        }
+    }
+}
+
 impl Running {
     pub fn shutdown(mut self) {
         if let Some(a) = &self.admin {
             a.ready.store(false, Ordering::SeqCst);
         }
         if let Some(s) = self.admin_http.take() {
+            s.shutdown();
+        }
+        if let Some(s) = self.rdma.take() {
             s.shutdown();
         }
         if let Some(s) = self.nfs.take() {

@@ -320,9 +320,8 @@ fn operator_and_csi_rendered_configs_are_accepted() {
     assert_eq!(cfg.server.role, Role::Mds);
     assert_eq!(cfg.admin.token, "b64+token/=");
     assert!(cfg.server.rdma);
-    // huge_pages, huge_page_size, slab_size, and rdma (not implemented yet).
-    assert_eq!(cfg.warnings.len(), 4, "{:?}", cfg.warnings);
-    assert!(cfg.warnings.iter().any(|w| w.starts_with("server.rdma: RPC-over-RDMA is not implemented")), "{:?}", cfg.warnings);
+    // huge_pages, huge_page_size, slab_size.
+    assert_eq!(cfg.warnings.len(), 3, "{:?}", cfg.warnings);
     let ds = json!({
         "common": { "log_level": "info", "log_format": "json" },
         "server": { "role": "ds", "bind": "0.0.0.0", "nfs_port": 2049, "mount_port": 20048, "portmap_port": 0, "rdma": false },
@@ -562,13 +561,12 @@ fn reference_tuning_keys_are_warnings_with_checked_types() {
     v["server"]["nfs4_session_slots"] = json!(4096);
     v["server"]["threads"] = json!(80);
     let cfg = parse(&v).unwrap();
+    assert_eq!((cfg.server.rdma_tos, cfg.server.rdma_addr), (Some(104), Some("0.0.0.0".parse().unwrap())));
     for key in [
-        "common.rdmacm_tos",
         "common.preallocate_slabs",
         "common.preallocate_threads",
         "common.huge_page_size",
         "server.tcp_flavor",
-        "server.rdma_hostname",
         "server.nfs4_session_slots",
     ] {
         assert!(cfg.warnings.iter().any(|w| w.starts_with(&format!("{key}: key of the reference"))), "{key}: {:?}", cfg.warnings);
@@ -584,6 +582,8 @@ fn reference_tuning_keys_are_warnings_with_checked_types() {
 
     let cases: Vec<(&str, Value, &str)> = vec![
         ("common.rdmacm_tos", json!(256), "out of range 0..=255"),
+        ("server.rdma_hostname", json!("rdma-0.example"), "expected an IP address"),
+        ("server.rdma_credits", json!(0), "out of range 1..=1024"),
         ("common.preallocate_slabs", json!(-1), "expected a non-negative integer"),
         ("common.huge_pages", json!("yes"), "expected true or false"),
         ("common.huge_page_size", json!("huge"), "expected a size"),

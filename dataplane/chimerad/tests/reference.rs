@@ -46,11 +46,8 @@ const COMMON_WARNED: &[&str] = &[
     "common.huge_pages",
     "common.preallocate_slabs",
     "common.preallocate_threads",
-    "common.rdmacm_tos",
     "common.slab_size",
     "common.sync_delegation",
-    "server.rdma",
-    "server.rdma_hostname",
     "server.tcp_flavor",
     "server.vfs.diskfs.path",
 ];
@@ -140,15 +137,17 @@ fn start_error(lines: &[Value]) -> String {
 }
 
 /// The reference config with this machine's device (a file) instead of
-/// its NVMe controllers, and its fixed ports moved to loopback port 0 (tests
-/// never bind fixed ports).
+/// its NVMe controllers, its fixed ports moved to loopback port 0 (tests
+/// never bind fixed ports), and RDMA off: this host has no RDMA device (the
+/// guest suite, e2e/guest/test-rdma.sh, serves `rdma: true`; a start with it
+/// here fails naming `server.rdma`, see below).
 fn with_device_edits(dir: &Path, name: &str) -> PathBuf {
     let mut v: Value = serde_json::from_str(&std::fs::read_to_string(fixture(name)).unwrap()).unwrap();
     let img = dir.join(format!("{name}.img"));
     std::fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
     v["server"]["vfs"]["diskfs"]["config"]["devices"] = json!([{ "type": "io_uring", "path": img.to_str().unwrap() }]);
     for (k, val) in [("bind", json!("127.0.0.1")), ("nfs_port", json!(0)), ("mount_port", json!(0)), ("portmap_port", json!(0)),
-                     ("rest_http_port", json!(0)), ("metrics_port", json!(0)), ("grace_time_s", json!(0))] {
+                     ("rest_http_port", json!(0)), ("metrics_port", json!(0)), ("grace_time_s", json!(0)), ("rdma", json!(false))] {
         v["server"][k] = val;
     }
     v["admin"] = json!({ "bind": "127.0.0.1" });
@@ -181,6 +180,28 @@ fn reference_ds_config_runs_on_diskfs_with_device_edits_and_restarts() {
     assert_eq!(m["formatted"], false, "{m}");
     assert_eq!(m["cluster"].as_str().unwrap(), cluster);
     drop(p);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `server.rdma: true` on an address without an RDMA device (loopback; on
+/// this host there is no connection manager at all): exit 1
+/// with an error naming `server.rdma` and what is missing, before any
+/// client could find a half-served port.
+#[test]
+fn rdma_without_an_rdma_device_fails_at_start_naming_server_rdma() {
+    let dir = scratch("rdma-off-host");
+    let cfg = with_device_edits(&dir, "chimera.json");
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+    v["server"]["rdma"] = json!(true);
+    v["server"]["rdma_hostname"] = json!("127.0.0.1");
+    v["server"]["rdma_port"] = json!(0);
+    std::fs::write(&cfg, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    let mut p = spawn(&cfg);
+    let (code, lines) = until_started_or_exit(&mut p).expect_err("no RDMA here");
+    assert_eq!(code, Some(1), "{lines:?}");
+    let e = start_error(&lines);
+    assert!(e.starts_with("server.rdma: ") || e.contains("server.rdma: "), "{e:?}");
+    assert!(e.contains("rdma_ucm") || e.contains("libibverbs") || e.contains("librdmacm") || e.contains("RDMA device"), "names what is missing: {e:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -324,7 +324,7 @@ impl Nfs3Program {
                         return Err(CallError::SystemErr);
                     }
                     spare[..data.len()].copy_from_slice(data);
-                    read_ok(e, words_at, data.len(), *eof);
+                    read_ok(e, words_at, data.len(), *eof, None);
                     Ok(())
                 }
                 Ok(_) => {
@@ -364,7 +364,7 @@ impl Nfs3Program {
             // Parked: the reply comes when the call resumes.
             Ok(None) => Ok(()),
             Ok(Some((n, eof))) => {
-                read_ok(e, words_at, n, eof);
+                read_ok(e, words_at, n, eof, lend);
                 Ok(())
             }
             Err(err) => {
@@ -806,7 +806,12 @@ impl vfs::Later for Park3<'_> {
 
 /// A READ3resok whose `n` data bytes are already in place after the
 /// reserved count/eof/length words at `words_at`: pad them and fill the words.
-fn read_ok(e: &mut Encoder<'_>, words_at: usize, n: usize, eof: bool) {
+/// A READ3resok whose `n` data bytes are in place after the reserved
+/// count/eof/length words at `words_at`; marks the data for RDMA (`lend`).
+fn read_ok(e: &mut Encoder<'_>, words_at: usize, n: usize, eof: bool, lend: Option<&Lender>) {
+    if let Some(l) = lend {
+        l.mark_ddp(words_at + 12, n);
+    }
     let pad = proto::xdr::pad(n);
     e.spare()[n..n + pad].fill(0);
     e.advance(n + pad);

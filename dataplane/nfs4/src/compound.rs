@@ -94,6 +94,8 @@ pub(crate) struct Compound<'p> {
     /// evaluated (for its park state), and the completion a resumed
     /// COMPOUND hands to the operation it parked at.
     pub park: Option<&'p rpc::park::Parking<'p>>,
+    /// Where READ marks its data for an RDMA transport (`rpc::lend`).
+    pub lend: Option<&'p rpc::lend::Lender>,
     pub op_at: Option<OpAt>,
     pub resumed: Option<rpc::park::Resumed<'p>>,
 }
@@ -150,6 +152,7 @@ impl<'p> Compound<'p> {
             request_bytes,
             reply_start,
             park: ctx.park,
+            lend: ctx.lend,
             op_at: None,
             resumed: None,
         }

@@ -7,6 +7,11 @@
 //! handled; the transport takes them with the reply ([`Lender::take`]) and
 //! hands the emptied list back ([`Lender::recycle`]), so lending allocates
 //! nothing per call once warm.
+//!
+//! A reply that copies its bulk data instead (a READ too small to lend, a
+//! backend that cannot) marks where that data sits ([`Lender::mark_ddp`]):
+//! RPC-over-RDMA moves exactly that item with RDMA Writes (RFC 8267's
+//! DDP-eligible items: READ and READLINK data); TCP ignores the mark.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -37,6 +42,7 @@ pub struct Lender {
     cur: RefCell<Lent>,
     open: Cell<bool>,
     spare: RefCell<Vec<Vec<Piece>>>,
+    ddp: Cell<Option<(usize, usize)>>,
 }
 
 impl Lender {
@@ -96,6 +102,18 @@ impl Lender {
         Some(lent)
     }
 
+    /// The reply being written holds its DDP-eligible data item (the bytes
+    /// of a READ's or READLINK's opaque data, without the length word or the
+    /// XDR pad) at `pos..pos + len` of the reply record.
+    pub fn mark_ddp(&self, pos: usize, len: usize) {
+        self.ddp.set(Some((pos, len)));
+    }
+
+    /// The transport takes the mark of the call just handled, if any.
+    pub fn take_ddp(&self) -> Option<(usize, usize)> {
+        self.ddp.take()
+    }
+
     /// Give back a list taken with `take` once its reply was sent.
     pub fn recycle(&self, mut pieces: Vec<Piece>) {
         pieces.clear();
@@ -131,6 +149,9 @@ mod tests {
         l.discard();
         assert!(l.take().is_none());
         assert_eq!(Arc::strong_count(&a), 1);
+        assert_eq!(l.take_ddp(), None);
+        l.mark_ddp(120, 4096);
+        assert_eq!((l.take_ddp(), l.take_ddp()), (Some((120, 4096)), None));
     }
 
     #[test]

@@ -16,6 +16,8 @@
 # naming itself. /proc/self/mountstats is saved to /results.
 #
 # Variables (from run.sh -e): NFS_VERS, NFS_PORT, NFS_MOUNT_PORT (v3 only),
+# NFS_PROTO (tcp, the default, or rdma: NFS over RPC-over-RDMA; v3's MOUNT
+# stays on TCP),
 # NFS_SERVER (default 10.0.2.2), NFS_EXPORT (default /export),
 # NFS_DATA_MIB (default 64), NFS_SECOND_CLIENT (eth1, the default: a second
 # client in a network namespace on eth1 for the 4.x lock check; none: a
@@ -27,6 +29,7 @@ PORT=${NFS_PORT:?NFS_PORT must name the server port}
 SERVER=${NFS_SERVER:-10.0.2.2}
 EXPORT=${NFS_EXPORT:-/export}
 DATA_MIB=${NFS_DATA_MIB:-64}
+PROTO=${NFS_PROTO:-tcp}
 DIR_ENTRIES=1000
 MNT=/mnt/nfs
 STEP=setup
@@ -53,9 +56,9 @@ drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches || fail "cannot drop cach
 
 case "$VERS" in
   3) NFS_MOUNT_PORT=${NFS_MOUNT_PORT:?NFS_MOUNT_PORT is needed for v3}
-     OPTS="vers=3,proto=tcp,port=$PORT,mountport=$NFS_MOUNT_PORT,mountproto=tcp,nolock" ;;
-  4.1|4.2) OPTS="vers=$VERS,proto=tcp,port=$PORT" ;;
-  auto) OPTS="proto=tcp,port=$PORT" ;;
+     OPTS="vers=3,proto=$PROTO,port=$PORT,mountport=$NFS_MOUNT_PORT,mountproto=tcp,nolock" ;;
+  4.1|4.2) OPTS="vers=$VERS,proto=$PROTO,port=$PORT" ;;
+  auto) OPTS="proto=$PROTO,port=$PORT" ;;
   *) STEP=setup; fail "NFS_VERS must be 3, 4.1, 4.2 or auto, got '$VERS'" ;;
 esac
 # soft + bounded retries: a dead server turns into EIO and a FAIL line, not a

@@ -57,6 +57,9 @@ impl Compound<'_> {
         };
         assert!(n <= count, "backend read more than asked");
         read_ok(e, head, n, eof);
+        if let Some(l) = self.lend {
+            l.mark_ddp(head + 8, n);
+        }
         Ok(())
     }
 

@@ -1,0 +1,11 @@
+//! NFS over RDMA: RPC-over-RDMA version 1 (RFC 8166) with the NFS upper
+//! layer binding (RFC 8267) and the NFSv4.1 back channel on the same
+//! connection (RFC 8167), over rdma-core loaded at run time.
+//!
+//! - [`wire`]: transport headers, chunk lists, RFC 8797 private data (pure).
+//! - [`verbs`]: our thin dlopen binding of libibverbs and librdmacm.
+//! - [`server`]: the listener and event loop that feeds `rpc::Dispatcher`.
+
+pub mod server;
+pub mod verbs;
+pub mod wire;

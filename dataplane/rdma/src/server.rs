@@ -1,0 +1,1275 @@
+//! The RPC-over-RDMA v1 server: one event loop ("chimera-rdma") owns the
+//! connection manager's listener, every RDMA connection, and one completion
+//! queue per RDMA device; it polls them while busy and sleeps in epoll on
+//! the completion channels when idle.
+//!
+//! Memory is registered once per device or connection, never per call:
+//! - per device, `large_buffers` buffers of the record limit (+64 KiB),
+//!   registered at the device's first connection: a call's reply is built
+//!   in one (READ data goes out of it with RDMA Writes), and a call whose
+//!   payload arrives in a Read chunk is assembled in another (the payload
+//!   lands there with RDMA Reads, already in place);
+//! - per connection, `credits + BACKCHANNEL_RECVS` receive buffers and
+//!   `2 * credits + BACKCHANNEL_RECVS` send buffers of the inline threshold.
+//! A call that finds no free buffer waits in its connection's queue (the
+//! receive buffer stays taken, so the client runs out of credits rather
+//! than the server out of memory).
+//!
+//! Calls run inline on this loop (no parking: a backend that waits blocks
+//! RDMA calls, never TCP ones).
+
+use crate::verbs::{self, ibv_recv_wr, ibv_send_wr, ibv_sge, ibv_wc, rdma_cm_event, rdma_cm_id, rdma_conn_param};
+use crate::wire::{self, Header, Layout, Message, Private, Refused, Segment};
+use rpc::backchannel::{CallSender, SendError};
+use rpc::lend::Lender;
+use rpc::{ConnInfo, Dispatcher, Outcome};
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_void;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Connection ids of RDMA connections carry this bit (TCP ones never do),
+/// so a back-channel record finds its transport.
+pub const CONN_ID_BIT: u64 = 1 << 62;
+/// Receives posted beyond the credits granted: NFSv4.1 back-channel
+/// replies arrive on them.
+pub const BACKCHANNEL_RECVS: u32 = 4;
+/// Back-channel records waiting for the loop.
+pub const OUTBOX_MAX: usize = 1024;
+/// Completion queue entries per device (clamped to what the device allows).
+const CQ_ENTRIES: i32 = 32767;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where the connection manager listens (port 0: any; see `local_addr`).
+    pub addr: SocketAddr,
+    /// IP type of service of the connections (`common.rdmacm_tos`).
+    pub tos: Option<u8>,
+    /// Credits granted per connection (calls a client may have in flight).
+    pub credits: u32,
+    /// Inline threshold both ways (RFC 8797): receive buffer size, and the
+    /// largest inline reply (also capped by what the client can receive).
+    pub inline_bytes: u32,
+    /// Open RDMA connections; more are rejected.
+    pub conns_max: usize,
+    /// Large (record-sized) registered buffers per device.
+    pub large_buffers: usize,
+    /// The metrics shard this loop records into (`rpc::metrics::set_core`).
+    pub metrics_core: usize,
+    /// How long the loop keeps polling after its last event before sleeping.
+    pub poll_spin_us: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            addr: "0.0.0.0:20049".parse().unwrap(),
+            tos: None,
+            credits: 32,
+            inline_bytes: 4096,
+            conns_max: 64,
+            large_buffers: 16,
+            metrics_core: 0,
+            poll_spin_us: 20,
+        }
+    }
+}
+
+/// Transport counters (process-wide; `/metrics` renders them).
+#[derive(Default)]
+pub struct Stats {
+    pub conns_accepted: AtomicU64,
+    pub conns_rejected: AtomicU64,
+    pub conns_closed: AtomicU64,
+    pub calls: AtomicU64,
+    pub recv_bytes: AtomicU64,
+    pub send_bytes: AtomicU64,
+    pub rdma_reads: AtomicU64,
+    pub rdma_read_bytes: AtomicU64,
+    pub rdma_writes: AtomicU64,
+    pub rdma_write_bytes: AtomicU64,
+    pub reply_chunks: AtomicU64,
+    pub errors_sent: AtomicU64,
+    pub protocol_errors: AtomicU64,
+    pub completion_errors: AtomicU64,
+    pub backchannel_calls: AtomicU64,
+}
+
+pub static STATS: Stats = Stats {
+    conns_accepted: AtomicU64::new(0),
+    conns_rejected: AtomicU64::new(0),
+    conns_closed: AtomicU64::new(0),
+    calls: AtomicU64::new(0),
+    recv_bytes: AtomicU64::new(0),
+    send_bytes: AtomicU64::new(0),
+    rdma_reads: AtomicU64::new(0),
+    rdma_read_bytes: AtomicU64::new(0),
+    rdma_writes: AtomicU64::new(0),
+    rdma_write_bytes: AtomicU64::new(0),
+    reply_chunks: AtomicU64::new(0),
+    errors_sent: AtomicU64::new(0),
+    protocol_errors: AtomicU64::new(0),
+    completion_errors: AtomicU64::new(0),
+    backchannel_calls: AtomicU64::new(0),
+};
+
+impl Stats {
+    /// (metric suffix, help, value) for every counter.
+    pub fn rows(&self) -> Vec<(&'static str, &'static str, u64)> {
+        let v = |a: &AtomicU64| a.load(Relaxed);
+        vec![
+            ("connections_accepted_total", "RDMA connections accepted", v(&self.conns_accepted)),
+            ("connections_rejected_total", "RDMA connection requests rejected (limit or no resources)", v(&self.conns_rejected)),
+            ("connections_closed_total", "RDMA connections closed", v(&self.conns_closed)),
+            ("calls_total", "RPC calls received over RDMA", v(&self.calls)),
+            ("receive_bytes_total", "bytes received in RDMA Sends (headers and inline messages)", v(&self.recv_bytes)),
+            ("send_bytes_total", "bytes sent in RDMA Sends (headers and inline replies)", v(&self.send_bytes)),
+            ("rdma_reads_total", "RDMA Reads issued (Read chunk segments pulled)", v(&self.rdma_reads)),
+            ("rdma_read_bytes_total", "bytes pulled with RDMA Read", v(&self.rdma_read_bytes)),
+            ("rdma_writes_total", "RDMA Writes issued (Write and Reply chunk segments)", v(&self.rdma_writes)),
+            ("rdma_write_bytes_total", "bytes pushed with RDMA Write", v(&self.rdma_write_bytes)),
+            ("reply_chunks_total", "replies sent through the client's Reply chunk (RDMA_NOMSG)", v(&self.reply_chunks)),
+            ("errors_sent_total", "RDMA_ERROR replies sent (ERR_VERS, ERR_CHUNK)", v(&self.errors_sent)),
+            ("protocol_errors_total", "connections closed for a protocol violation", v(&self.protocol_errors)),
+            ("completion_errors_total", "work completions with an error status", v(&self.completion_errors)),
+            ("backchannel_calls_total", "server-initiated calls sent over RDMA", v(&self.backchannel_calls)),
+        ]
+    }
+}
+
+/// Set once a server has started (`/metrics` renders the counters then).
+pub static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Open RDMA connections now.
+pub static CONNS_OPEN: AtomicU64 = AtomicU64::new(0);
+
+/// mmap'd memory registered with one protection domain.
+struct Region {
+    ptr: *mut u8,
+    len: usize,
+    mr: *mut c_void,
+    lkey: u32,
+}
+
+impl Region {
+    fn new(pd: *mut c_void, len: usize) -> Result<Region, String> {
+        let l = verbs::lib()?;
+        let ptr = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(format!("cannot map {len} bytes: {}", std::io::Error::last_os_error()));
+        }
+        let mr = unsafe { (l.reg_mr)(pd, ptr, len, verbs::IBV_ACCESS_LOCAL_WRITE) };
+        if mr.is_null() {
+            let e = std::io::Error::last_os_error();
+            unsafe { libc::munmap(ptr, len) };
+            return Err(format!("cannot register {len} bytes with the RDMA device: {e} (raise the memlock limit: ulimit -l / IPC_LOCK)"));
+        }
+        let (lkey, _) = unsafe { verbs::mr_keys(mr) };
+        Ok(Region { ptr: ptr as *mut u8, len, mr, lkey })
+    }
+
+    /// `len` bytes at `at`. Not tied to a borrow of the region: the loop
+    /// hands each slot to one user at a time (free lists), and the region
+    /// outlives every use (it is dropped only after its queue pair).
+    #[allow(clippy::mut_from_ref)]
+    fn slice<'a>(&self, at: usize, len: usize) -> &'a mut [u8] {
+        assert!(at + len <= self.len);
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), len) }
+    }
+
+    fn addr(&self, at: usize) -> u64 {
+        self.ptr as u64 + at as u64
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if let Ok(l) = verbs::lib() {
+            unsafe { (l.dereg_mr)(self.mr) };
+        }
+        unsafe { libc::munmap(self.ptr as *mut c_void, self.len) };
+    }
+}
+
+/// One RDMA device's protection domain, completion queue and large buffers.
+struct Device {
+    verbs: *mut c_void,
+    pd: *mut c_void,
+    channel: *mut c_void,
+    cq: *mut c_void,
+    large: Region,
+    large_size: usize,
+    large_free: Vec<u32>,
+}
+
+/// A call whose Read chunk is being pulled.
+struct Pending {
+    h: Header,
+    input: u32,
+    out: u32,
+    send: u32,
+    len: usize,
+}
+
+struct Conn {
+    id: *mut rdma_cm_id,
+    qp: *mut c_void,
+    dev: usize,
+    gen: u16,
+    info: ConnInfo,
+    small: Region,
+    buf_bytes: usize,
+    send_free: Vec<u32>,
+    /// Per send buffer: the large buffer its RDMA Writes read from.
+    send_hold: Vec<Option<u32>>,
+    credits: u32,
+    send_inline_max: usize,
+    /// Received messages waiting for buffers: (receive buffer, length).
+    waiting: VecDeque<(u32, u32)>,
+    reading: Vec<Pending>,
+    /// Calls received whose replies are not posted yet.
+    outstanding: u32,
+    closing: bool,
+}
+
+const KIND_RECV: u64 = 1;
+const KIND_SEND: u64 = 2;
+const KIND_READ: u64 = 3;
+
+fn wr_id(gen: u16, slot: usize, kind: u64, idx: u32) -> u64 {
+    (gen as u64) << 48 | (slot as u64 & 0xffff) << 32 | kind << 24 | (idx as u64 & 0xff_ffff)
+}
+
+fn wr_parts(id: u64) -> (u16, usize, u64, u32) {
+    ((id >> 48) as u16, (id >> 32 & 0xffff) as usize, id >> 24 & 0xff, (id & 0xff_ffff) as u32)
+}
+
+struct Outbox {
+    queue: Mutex<VecDeque<(u64, Vec<u8>)>>,
+    efd: libc::c_int,
+    stop: AtomicBool,
+    record_max: usize,
+}
+
+impl CallSender for Outbox {
+    fn send(&self, conn_id: u64, record: Vec<u8>) -> Result<(), SendError> {
+        if self.stop.load(Relaxed) {
+            return Err(SendError::Stopped);
+        }
+        if conn_id & CONN_ID_BIT == 0 {
+            return Err(SendError::NoConnection);
+        }
+        if record.len() > self.record_max {
+            return Err(SendError::TooLarge);
+        }
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.len() >= OUTBOX_MAX {
+            return Err(SendError::QueueFull);
+        }
+        q.push_back((conn_id, record));
+        drop(q);
+        let one: u64 = 1;
+        unsafe { libc::write(self.efd, &one as *const u64 as *const c_void, 8) };
+        Ok(())
+    }
+}
+
+/// A running RDMA server.
+pub struct Server {
+    thread: Option<std::thread::JoinHandle<()>>,
+    addr: SocketAddr,
+    outbox: Arc<Outbox>,
+}
+
+struct SendPtr<T>(T);
+unsafe impl<T> Send for SendPtr<T> {}
+
+impl Server {
+    /// Open the connection manager, bind and listen on `cfg.addr`, and start
+    /// the loop. Errors name what is missing (rdma-core, an RDMA device on
+    /// the address).
+    pub fn start(cfg: Config, dispatcher: Arc<Dispatcher>) -> Result<Server, String> {
+        let l = verbs::lib()?;
+        if cfg.credits == 0 || cfg.credits > 1024 || cfg.inline_bytes < 1024 || cfg.large_buffers == 0 || cfg.conns_max == 0 {
+            return Err("rdma: credits must be 1..=1024, inline_bytes >= 1024, large_buffers and conns_max >= 1".into());
+        }
+        let ch = unsafe { (l.create_event_channel)() };
+        if ch.is_null() {
+            return Err(format!(
+                "cannot open the RDMA connection manager: {} (load rdma_ucm and give the pod /dev/infiniband)",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let mut id: *mut rdma_cm_id = std::ptr::null_mut();
+        let fail = |what: &str, id: *mut rdma_cm_id| {
+            let e = std::io::Error::last_os_error();
+            unsafe {
+                if !id.is_null() {
+                    (l.destroy_id)(id);
+                }
+                (l.destroy_event_channel)(ch);
+            }
+            format!("{what} {}: {e}", cfg.addr)
+        };
+        if unsafe { (l.create_id)(ch, &mut id, std::ptr::null_mut(), verbs::RDMA_PS_TCP) } != 0 {
+            return Err(fail("cannot create an RDMA CM id for", std::ptr::null_mut()));
+        }
+        if let Some(tos) = cfg.tos {
+            let mut t = tos;
+            if unsafe { (l.set_option)(id, verbs::RDMA_OPTION_ID, verbs::RDMA_OPTION_ID_TOS, &mut t as *mut u8 as *mut c_void, 1) } != 0 {
+                return Err(fail("cannot set the type of service on", id));
+            }
+        }
+        let (sa, _) = verbs::sockaddr(&cfg.addr);
+        if unsafe { (l.bind_addr)(id, &sa as *const _ as *const libc::sockaddr) } != 0 {
+            return Err(fail("cannot bind RDMA (is an RDMA device configured on this address?)", id));
+        }
+        if unsafe { (l.listen)(id, 128) } != 0 {
+            return Err(fail("cannot listen for RDMA connections on", id));
+        }
+        let port = u16::from_be(unsafe { (l.get_src_port)(id) });
+        let addr = SocketAddr::new(cfg.addr.ip(), port);
+        STARTED.store(true, Relaxed);
+        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        let limits = dispatcher.limits;
+        let outbox = Arc::new(Outbox {
+            queue: Mutex::new(VecDeque::new()),
+            efd,
+            stop: AtomicBool::new(false),
+            record_max: limits.reply_bytes_max,
+        });
+        let ob = outbox.clone();
+        let raw = SendPtr((ch, id));
+        let thread = std::thread::Builder::new()
+            .name("chimera-rdma".into())
+            .spawn(move || {
+                let raw = raw;
+                let (ch, id) = raw.0;
+                rpc::metrics::set_core(cfg.metrics_core);
+                let large_size = (limits.record_bytes_max.max(limits.reply_bytes_max) + (64 << 10) + 4095) & !4095;
+                match Loop::new(cfg, dispatcher, ch, id, ob, large_size) {
+                    Ok(mut lp) => lp.run(),
+                    Err(e) => eprintln!("chimera-rdma: {e}"),
+                }
+            })
+            .map_err(|e| format!("cannot start the RDMA loop: {e}"))?;
+        Ok(Server { thread: Some(thread), addr, outbox })
+    }
+
+    /// The address actually listened on (port 0 resolved).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Back-channel calls on RDMA connections (conn ids with `CONN_ID_BIT`).
+    pub fn sender(&self) -> Arc<dyn CallSender> {
+        self.outbox.clone()
+    }
+
+    /// Close every connection and join the loop.
+    pub fn shutdown(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        self.outbox.stop.store(true, Relaxed);
+        let one: u64 = 1;
+        unsafe { libc::write(self.outbox.efd, &one as *const u64 as *const c_void, 8) };
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+struct Loop {
+    cfg: Config,
+    d: Arc<Dispatcher>,
+    lender: Lender,
+    ch: *mut verbs::rdma_event_channel,
+    listen_id: *mut rdma_cm_id,
+    outbox: Arc<Outbox>,
+    epfd: libc::c_int,
+    devices: Vec<Device>,
+    conns: Vec<Option<Conn>>,
+    gens: Vec<u16>,
+    by_id: HashMap<usize, usize>,
+    by_conn_id: HashMap<u64, usize>,
+    next_conn: u64,
+    large_size: usize,
+    wc: Vec<ibv_wc>,
+    log_budget: u32,
+}
+
+fn nonblock(fd: libc::c_int) {
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+    }
+}
+
+fn epoll_add(epfd: libc::c_int, fd: libc::c_int) {
+    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+    unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+}
+
+impl Loop {
+    fn new(
+        cfg: Config,
+        d: Arc<Dispatcher>,
+        ch: *mut verbs::rdma_event_channel,
+        listen_id: *mut rdma_cm_id,
+        outbox: Arc<Outbox>,
+        large_size: usize,
+    ) -> Result<Loop, String> {
+        let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if epfd < 0 {
+            return Err(format!("epoll: {}", std::io::Error::last_os_error()));
+        }
+        let cm_fd = unsafe { (*ch).fd };
+        nonblock(cm_fd);
+        epoll_add(epfd, cm_fd);
+        epoll_add(epfd, outbox.efd);
+        Ok(Loop {
+            cfg,
+            d,
+            lender: Lender::new(),
+            ch,
+            listen_id,
+            outbox,
+            epfd,
+            devices: Vec::new(),
+            conns: Vec::new(),
+            gens: Vec::new(),
+            by_id: HashMap::new(),
+            by_conn_id: HashMap::new(),
+            next_conn: 1,
+            large_size,
+            wc: vec![ibv_wc::default(); 64],
+            log_budget: 100,
+        })
+    }
+
+    fn log(&mut self, msg: String) {
+        if self.log_budget > 0 {
+            self.log_budget -= 1;
+            eprintln!("chimera-rdma: {msg}");
+        }
+    }
+
+    fn run(&mut self) {
+        let spin = Duration::from_micros(self.cfg.poll_spin_us);
+        let mut busy_at = Instant::now();
+        loop {
+            if self.outbox.stop.load(Relaxed) {
+                break;
+            }
+            let mut did = self.cm_events();
+            did |= self.poll_cqs();
+            did |= self.drain_outbox();
+            did |= self.retry_waiting();
+            if did {
+                busy_at = Instant::now();
+                continue;
+            }
+            if busy_at.elapsed() < spin {
+                continue;
+            }
+            let l = verbs::lib().expect("loaded at start");
+            for dv in &self.devices {
+                unsafe { verbs::req_notify_cq(dv.cq) };
+            }
+            if self.poll_cqs() {
+                busy_at = Instant::now();
+                continue;
+            }
+            let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 8];
+            unsafe { libc::epoll_wait(self.epfd, evs.as_mut_ptr(), 8, 100) };
+            for dv in &self.devices {
+                let mut n = 0;
+                loop {
+                    let mut cq = std::ptr::null_mut();
+                    let mut ctx = std::ptr::null_mut();
+                    if unsafe { (l.get_cq_event)(dv.channel, &mut cq, &mut ctx) } != 0 {
+                        break;
+                    }
+                    n += 1;
+                }
+                if n > 0 {
+                    unsafe { (l.ack_cq_events)(dv.cq, n) };
+                }
+            }
+            let mut v = 0u64;
+            unsafe { libc::read(self.outbox.efd, &mut v as *mut u64 as *mut c_void, 8) };
+            busy_at = Instant::now();
+        }
+        self.teardown();
+    }
+
+    fn teardown(&mut self) {
+        let l = verbs::lib().expect("loaded");
+        for s in 0..self.conns.len() {
+            if self.conns[s].is_some() {
+                unsafe { (l.disconnect)(self.conns[s].as_ref().unwrap().id) };
+                self.close(s);
+            }
+        }
+        unsafe {
+            (l.destroy_id)(self.listen_id);
+            (l.destroy_event_channel)(self.ch);
+        }
+        for dv in self.devices.drain(..) {
+            let Device { pd, channel, cq, large, .. } = dv;
+            drop(large);
+            unsafe {
+                (l.destroy_cq)(cq);
+                (l.destroy_comp_channel)(channel);
+                (l.dealloc_pd)(pd);
+            }
+        }
+        unsafe {
+            libc::close(self.epfd);
+        }
+    }
+
+    // ---- connection management ----
+
+    fn cm_events(&mut self) -> bool {
+        let l = verbs::lib().expect("loaded");
+        let mut did = false;
+        loop {
+            let mut ev: *mut rdma_cm_event = std::ptr::null_mut();
+            if unsafe { (l.get_cm_event)(self.ch, &mut ev) } != 0 {
+                return did;
+            }
+            did = true;
+            let (kind, id) = unsafe { ((*ev).event, (*ev).id) };
+            match kind {
+                verbs::CM_CONNECT_REQUEST => {
+                    let accepted = self.accept(id, unsafe { &(*ev).conn });
+                    unsafe { (l.ack_cm_event)(ev) };
+                    if let Err(e) = accepted {
+                        STATS.conns_rejected.fetch_add(1, Relaxed);
+                        self.log(format!("connection refused: {e}"));
+                        unsafe { (l.destroy_id)(id) };
+                    }
+                }
+                verbs::CM_ESTABLISHED => {
+                    unsafe { (l.ack_cm_event)(ev) };
+                }
+                _ => {
+                    // DISCONNECTED, errors, device removal, time-wait exit.
+                    unsafe { (l.ack_cm_event)(ev) };
+                    if let Some(&s) = self.by_id.get(&(id as usize)) {
+                        self.close(s);
+                    }
+                }
+            }
+        }
+    }
+
+    fn device(&mut self, v: *mut c_void) -> Result<usize, String> {
+        if let Some(i) = self.devices.iter().position(|d| d.verbs == v) {
+            return Ok(i);
+        }
+        let l = verbs::lib()?;
+        let pd = unsafe { (l.alloc_pd)(v) };
+        if pd.is_null() {
+            return Err(format!("cannot allocate a protection domain: {}", std::io::Error::last_os_error()));
+        }
+        let channel = unsafe { (l.create_comp_channel)(v) };
+        if channel.is_null() {
+            unsafe { (l.dealloc_pd)(pd) };
+            return Err(format!("cannot create a completion channel: {}", std::io::Error::last_os_error()));
+        }
+        let mut cq = std::ptr::null_mut();
+        for n in [CQ_ENTRIES, 8191, 2047] {
+            cq = unsafe { (l.create_cq)(v, n, std::ptr::null_mut(), channel, 0) };
+            if !cq.is_null() {
+                break;
+            }
+        }
+        if cq.is_null() {
+            unsafe {
+                (l.destroy_comp_channel)(channel);
+                (l.dealloc_pd)(pd);
+            }
+            return Err(format!("cannot create a completion queue: {}", std::io::Error::last_os_error()));
+        }
+        let large = match Region::new(pd, self.large_size * self.cfg.large_buffers) {
+            Ok(r) => r,
+            Err(e) => {
+                unsafe {
+                    (l.destroy_cq)(cq);
+                    (l.destroy_comp_channel)(channel);
+                    (l.dealloc_pd)(pd);
+                }
+                return Err(e);
+            }
+        };
+        let fd = unsafe { verbs::comp_channel_fd(channel) };
+        nonblock(fd);
+        epoll_add(self.epfd, fd);
+        self.devices.push(Device {
+            verbs: v,
+            pd,
+            channel,
+            cq,
+            large,
+            large_size: self.large_size,
+            large_free: (0..self.cfg.large_buffers as u32).rev().collect(),
+        });
+        Ok(self.devices.len() - 1)
+    }
+
+    fn accept(&mut self, id: *mut rdma_cm_id, req: &rdma_conn_param) -> Result<(), String> {
+        let l = verbs::lib()?;
+        let open = self.conns.iter().filter(|c| c.is_some()).count();
+        if open >= self.cfg.conns_max {
+            unsafe { (l.reject)(id, std::ptr::null(), 0) };
+            return Err(format!("{open} RDMA connections open (the limit)"));
+        }
+        let dev = self.device(unsafe { (*id).verbs })?;
+        let theirs = if req.private_data.is_null() {
+            None
+        } else {
+            Private::decode(unsafe { std::slice::from_raw_parts(req.private_data as *const u8, req.private_data_len as usize) })
+        };
+        let inline = self.cfg.inline_bytes as usize;
+        let client_recv = theirs.map_or(wire::INLINE_DEFAULT, |p| p.recv) as usize;
+        let credits = self.cfg.credits;
+        let nrecv = credits + BACKCHANNEL_RECVS;
+        let nsend = 2 * credits + BACKCHANNEL_RECVS;
+        let small = Region::new(self.devices[dev].pd, (nrecv + nsend) as usize * inline)?;
+        let cq = self.devices[dev].cq;
+        let mut attr = verbs::ibv_qp_init_attr {
+            qp_context: std::ptr::null_mut(),
+            send_cq: cq,
+            recv_cq: cq,
+            srq: std::ptr::null_mut(),
+            max_send_wr: nsend * (1 + wire::SEGMENTS_MAX as u32) + credits * wire::SEGMENTS_MAX as u32,
+            max_recv_wr: nrecv,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+            qp_type: verbs::IBV_QPT_RC,
+            sq_sig_all: 0,
+        };
+        if let Some(tos) = self.cfg.tos {
+            let mut t = tos;
+            unsafe { (l.set_option)(id, verbs::RDMA_OPTION_ID, verbs::RDMA_OPTION_ID_TOS, &mut t as *mut u8 as *mut c_void, 1) };
+        }
+        if unsafe { (l.create_qp)(id, self.devices[dev].pd, &mut attr) } != 0 {
+            unsafe { (l.reject)(id, std::ptr::null(), 0) };
+            return Err(format!("cannot create a queue pair: {}", std::io::Error::last_os_error()));
+        }
+        let qp = unsafe { (*id).qp };
+        let slot = match self.conns.iter().position(|c| c.is_none()) {
+            Some(s) => s,
+            None => {
+                self.conns.push(None);
+                self.gens.push(0);
+                self.conns.len() - 1
+            }
+        };
+        self.gens[slot] = self.gens[slot].wrapping_add(1);
+        let gen = self.gens[slot];
+        let conn_id = CONN_ID_BIT | self.next_conn;
+        self.next_conn += 1;
+        let peer = verbs::from_sockaddr(unsafe { &(*id).dst_addr });
+        let c = Conn {
+            id,
+            qp,
+            dev,
+            gen,
+            info: ConnInfo { conn_id, peer, core: self.cfg.metrics_core },
+            small,
+            buf_bytes: inline,
+            send_free: (nrecv..nrecv + nsend).rev().collect(),
+            send_hold: vec![None; (nrecv + nsend) as usize],
+            credits,
+            send_inline_max: client_recv.min(inline),
+            waiting: VecDeque::new(),
+            reading: Vec::new(),
+            outstanding: 0,
+            closing: false,
+        };
+        self.conns[slot] = Some(c);
+        self.by_id.insert(id as usize, slot);
+        self.by_conn_id.insert(conn_id, slot);
+        for b in 0..nrecv {
+            if let Err(e) = self.post_recv(slot, b) {
+                self.detach(slot);
+                return Err(e);
+            }
+        }
+        let ours = Private { send: inline as u32, recv: inline as u32, remote_invalidate: false }.encode();
+        let mut p = rdma_conn_param {
+            private_data: ours.as_ptr() as *const c_void,
+            private_data_len: ours.len() as u8,
+            // The request's fields are from our side already: how many
+            // RDMA Reads we may have in flight to the client (we pull Read
+            // chunks) and how many it may have to us (none: it never reads).
+            responder_resources: req.responder_resources.min(16),
+            initiator_depth: req.initiator_depth.min(16),
+            flow_control: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: 0,
+            qp_num: 0,
+        };
+        if unsafe { (l.accept)(id, &mut p) } != 0 {
+            let e = std::io::Error::last_os_error();
+            self.detach(slot);
+            return Err(format!("accept: {e}"));
+        }
+        STATS.conns_accepted.fetch_add(1, Relaxed);
+        CONNS_OPEN.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// Free a connection's resources (its queue pair first: nothing more
+    /// lands in its buffers) and tell the dispatcher.
+    fn close(&mut self, s: usize) {
+        if self.conns[s].is_none() {
+            return;
+        }
+        self.close_quiet(s);
+        CONNS_OPEN.fetch_sub(1, Relaxed);
+        STATS.conns_closed.fetch_add(1, Relaxed);
+    }
+
+    fn close_quiet(&mut self, s: usize) {
+        if let Some(id) = self.detach(s) {
+            let l = verbs::lib().expect("loaded");
+            unsafe { (l.destroy_id)(id) };
+        }
+    }
+
+    /// Everything of `close_quiet` but destroying the CM id (returned).
+    fn detach(&mut self, s: usize) -> Option<*mut rdma_cm_id> {
+        let c = self.conns[s].take()?;
+        let l = verbs::lib().expect("loaded");
+        unsafe { (l.destroy_qp)(c.id) };
+        self.d.conn_closed(&c.info);
+        let dv = &mut self.devices[c.dev];
+        for b in c.send_hold.iter().flatten() {
+            dv.large_free.push(*b);
+        }
+        for p in &c.reading {
+            dv.large_free.push(p.input);
+            dv.large_free.push(p.out);
+        }
+        self.by_id.remove(&(c.id as usize));
+        self.by_conn_id.remove(&c.info.conn_id);
+        drop(c.small);
+        Some(c.id)
+    }
+
+    /// Ask the peer to go; the DISCONNECTED event frees the connection.
+    fn disconnect(&mut self, s: usize, why: &str) {
+        let Some(c) = self.conns[s].as_mut() else { return };
+        if c.closing {
+            return;
+        }
+        c.closing = true;
+        let (id, peer) = (c.id, c.info.peer);
+        STATS.protocol_errors.fetch_add(1, Relaxed);
+        self.log(format!("closing the RDMA connection from {peer}: {why}"));
+        let l = verbs::lib().expect("loaded");
+        unsafe { (l.disconnect)(id) };
+    }
+
+    // ---- completions ----
+
+    fn poll_cqs(&mut self) -> bool {
+        let mut did = false;
+        for dv in 0..self.devices.len() {
+            loop {
+                let cq = self.devices[dv].cq;
+                let n = unsafe { verbs::poll_cq(cq, &mut self.wc) };
+                if n <= 0 {
+                    break;
+                }
+                did = true;
+                for i in 0..n as usize {
+                    let wc = self.wc[i];
+                    self.completion(&wc);
+                }
+            }
+        }
+        did
+    }
+
+    fn completion(&mut self, wc: &ibv_wc) {
+        let (gen, s, kind, idx) = wr_parts(wc.wr_id);
+        let live = self.conns.get(s).and_then(|c| c.as_ref()).is_some_and(|c| c.gen == gen);
+        if !live {
+            return;
+        }
+        if wc.status != verbs::IBV_WC_SUCCESS {
+            if wc.status != verbs::IBV_WC_WR_FLUSH_ERR {
+                STATS.completion_errors.fetch_add(1, Relaxed);
+                let why = format!("work completion failed: {} (vendor error {})", verbs::wc_status(wc.status), wc.vendor_err);
+                if kind == KIND_SEND {
+                    self.send_done(s, idx);
+                }
+                self.disconnect(s, &why);
+            } else if kind == KIND_SEND {
+                self.send_done(s, idx);
+            }
+            return;
+        }
+        match kind {
+            KIND_RECV => {
+                STATS.recv_bytes.fetch_add(wc.byte_len as u64, Relaxed);
+                self.on_recv(s, idx, wc.byte_len);
+            }
+            KIND_SEND => self.send_done(s, idx),
+            KIND_READ => self.read_done(s, idx),
+            _ => {}
+        }
+    }
+
+    fn send_done(&mut self, s: usize, b: u32) {
+        let Some(c) = self.conns[s].as_mut() else { return };
+        if let Some(big) = c.send_hold[b as usize].take() {
+            self.devices[c.dev].large_free.push(big);
+        }
+        c.send_free.push(b);
+    }
+
+    fn post_recv(&mut self, s: usize, b: u32) -> Result<(), String> {
+        let c = self.conns[s].as_ref().expect("live");
+        let mut sge = ibv_sge { addr: c.small.addr(b as usize * c.buf_bytes), length: c.buf_bytes as u32, lkey: c.small.lkey };
+        let mut wr = ibv_recv_wr { wr_id: wr_id(c.gen, s, KIND_RECV, b), next: std::ptr::null_mut(), sg_list: &mut sge, num_sge: 1 };
+        let rc = unsafe { verbs::post_recv(c.qp, &mut wr) };
+        if rc != 0 {
+            return Err(format!("cannot post a receive: {}", std::io::Error::from_raw_os_error(rc)));
+        }
+        Ok(())
+    }
+
+    fn repost(&mut self, s: usize, b: u32) {
+        if let Err(e) = self.post_recv(s, b) {
+            self.disconnect(s, &e);
+        }
+    }
+
+    // ---- calls ----
+
+    fn on_recv(&mut self, s: usize, b: u32, len: u32) {
+        let c = self.conns[s].as_mut().expect("live");
+        if c.closing {
+            return;
+        }
+        if !c.waiting.is_empty() || !self.try_message(s, b, len) {
+            self.conns[s].as_mut().expect("live").waiting.push_back((b, len));
+        }
+    }
+
+    fn retry_waiting(&mut self) -> bool {
+        let mut did = false;
+        for s in 0..self.conns.len() {
+            while let Some(&(b, len)) = self.conns[s].as_ref().and_then(|c| c.waiting.front()) {
+                if !self.try_message(s, b, len) {
+                    break;
+                }
+                self.conns[s].as_mut().expect("live").waiting.pop_front();
+                did = true;
+            }
+        }
+        did
+    }
+
+    /// Handle one received message; false when buffers are short (retry).
+    fn try_message(&mut self, s: usize, b: u32, len: u32) -> bool {
+        let c = self.conns[s].as_ref().expect("live");
+        if c.closing {
+            return true;
+        }
+        let dev = c.dev;
+        let msg = c.small.slice(b as usize * c.buf_bytes, len as usize);
+        let parsed = wire::parse(msg);
+        let h = match parsed {
+            Ok(Message::Call(h)) => h,
+            Ok(Message::Done) => {
+                self.repost(s, b);
+                return true;
+            }
+            Err(Refused::Garbage) => {
+                self.disconnect(s, "a message too short for an RPC-over-RDMA header");
+                return true;
+            }
+            Err(Refused::PeerError { xid }) => {
+                self.disconnect(s, &format!("the client sent RDMA_ERROR (xid {xid:#x})"));
+                return true;
+            }
+            Err(Refused::Version { xid }) => return self.send_error(s, b, xid, wire::ERR_VERS, "RPC-over-RDMA version is not 1"),
+            Err(Refused::Chunk { xid, why }) => return self.send_error(s, b, xid, wire::ERR_CHUNK, why),
+        };
+        let inline = &msg[h.len..];
+        let layout = match wire::layout(&h, inline.len(), self.d.limits.record_bytes_max) {
+            Ok(l) => l,
+            Err(why) => return self.send_error(s, b, h.xid, wire::ERR_CHUNK, why),
+        };
+        // A REPLY (to a back-channel call) is not a call: no credit, no reply.
+        let is_reply = layout == Layout::Inline && inline.len() >= 8 && inline[4..8] == [0, 0, 0, 1];
+        let need_large = if matches!(layout, Layout::Inline) { 1 } else { 2 };
+        let c = self.conns[s].as_ref().expect("live");
+        if c.send_free.is_empty() || self.devices[dev].large_free.len() < need_large {
+            return false;
+        }
+        if !is_reply {
+            let c = self.conns[s].as_mut().expect("live");
+            c.outstanding += 1;
+            if c.outstanding > c.credits {
+                self.disconnect(s, "more calls in flight than the credits granted");
+                return true;
+            }
+            STATS.calls.fetch_add(1, Relaxed);
+        }
+        let c = self.conns[s].as_mut().expect("live");
+        let send = c.send_free.pop().expect("checked");
+        let out = self.devices[dev].large_free.pop().expect("checked");
+        match layout {
+            Layout::Inline => {
+                // Run from the receive buffer, then give it back.
+                let record: &[u8] = unsafe { std::slice::from_raw_parts(inline.as_ptr(), inline.len()) };
+                self.run_call(s, &h, record, out, send, is_reply);
+                if self.conns[s].is_some() {
+                    self.repost(s, b);
+                }
+            }
+            Layout::Whole { len } | Layout::Spliced { len, .. } => {
+                let input = self.devices[dev].large_free.pop().expect("checked");
+                let dv = &self.devices[dev];
+                let base = input as usize * dv.large_size;
+                let (at, total) = match layout {
+                    Layout::Spliced { position, total, .. } => {
+                        let buf = dv.large.slice(base, total);
+                        buf[..position].copy_from_slice(&inline[..position]);
+                        let after = position + len + wire::pad(len);
+                        buf[position + len..after].fill(0);
+                        buf[after..].copy_from_slice(&inline[position..]);
+                        (position, total)
+                    }
+                    _ => (0, len),
+                };
+                // Pull the chunk into place; only the last Read is signaled
+                // (an RC queue completes in order).
+                let c = self.conns[s].as_ref().expect("live");
+                let segs = h.reads.as_slice();
+                let mut sges = [ibv_sge::default(); wire::SEGMENTS_MAX];
+                let mut wrs: Vec<ibv_send_wr> = Vec::with_capacity(segs.len());
+                let mut off = at;
+                for (i, sg) in segs.iter().enumerate() {
+                    sges[i] = ibv_sge { addr: dv.large.addr(base + off), length: sg.length, lkey: dv.large.lkey };
+                    let last = i + 1 == segs.len();
+                    wrs.push(ibv_send_wr::new(
+                        wr_id(c.gen, s, KIND_READ, input),
+                        &mut sges[i],
+                        verbs::IBV_WR_RDMA_READ,
+                        if last { verbs::IBV_SEND_SIGNALED } else { 0 },
+                        sg.offset,
+                        sg.handle,
+                    ));
+                    off += sg.length as usize;
+                }
+                link(&mut wrs);
+                let qp = c.qp;
+                let rc = unsafe { verbs::post_send(qp, wrs.as_mut_ptr()) };
+                STATS.rdma_reads.fetch_add(segs.len() as u64, Relaxed);
+                STATS.rdma_read_bytes.fetch_add(len as u64, Relaxed);
+                let c = self.conns[s].as_mut().expect("live");
+                c.reading.push(Pending { h, input, out, send, len: total });
+                self.repost(s, b);
+                if rc != 0 {
+                    self.disconnect(s, &format!("cannot post RDMA Reads: {}", std::io::Error::from_raw_os_error(rc)));
+                }
+            }
+        }
+        true
+    }
+
+    fn read_done(&mut self, s: usize, input: u32) {
+        let c = self.conns[s].as_mut().expect("live");
+        let Some(i) = c.reading.iter().position(|p| p.input == input) else { return };
+        let p = c.reading.swap_remove(i);
+        let dv = &self.devices[c.dev];
+        let record: &[u8] = dv.large.slice(input as usize * dv.large_size, p.len);
+        let record: &[u8] = unsafe { std::slice::from_raw_parts(record.as_ptr(), record.len()) };
+        self.run_call(s, &p.h, record, p.out, p.send, false);
+        if let Some(c) = self.conns[s].as_ref() {
+            self.devices[c.dev].large_free.push(input);
+        } else {
+            // Closed during the call: close() already freed nothing of this
+            // call (it was no longer in `reading`).
+        }
+    }
+
+    /// A call's reply is on its way (or there is none): its credit is back.
+    fn call_over(&mut self, s: usize, is_reply: bool) {
+        if let (Some(c), false) = (self.conns[s].as_mut(), is_reply) {
+            c.outstanding = c.outstanding.saturating_sub(1);
+        }
+    }
+
+    fn release(&mut self, s: usize, out: u32, send: u32) {
+        if let Some(c) = self.conns[s].as_mut() {
+            self.devices[c.dev].large_free.push(out);
+            c.send_free.push(send);
+        }
+    }
+
+    /// Dispatch one RPC message and send its reply.
+    fn run_call(&mut self, s: usize, h: &Header, record: &[u8], out: u32, send: u32, is_reply: bool) {
+        let c = self.conns[s].as_ref().expect("live");
+        let info = c.info;
+        let dv = &self.devices[c.dev];
+        let obuf = dv.large.slice(out as usize * dv.large_size, dv.large_size);
+        // The dispatcher writes a TCP record mark first; it is dropped here.
+        let outcome = self.d.handle_lending(&info, record, obuf, Some(&self.lender));
+        match outcome {
+            Outcome::Reply(n) => {
+                self.call_over(s, is_reply);
+                self.reply(s, h, obuf, n, out, send);
+            }
+            Outcome::Nothing => {
+                let _ = self.lender.take_ddp();
+                self.release(s, out, send);
+                self.call_over(s, is_reply);
+            }
+            Outcome::Parked | Outcome::Close => {
+                let _ = self.lender.take_ddp();
+                self.call_over(s, is_reply);
+                self.release(s, out, send);
+                self.disconnect(s, "an RPC message that cannot be answered");
+            }
+        }
+    }
+
+    fn reply(&mut self, s: usize, h: &Header, obuf: &mut [u8], mut n: usize, out: u32, send: u32) {
+        let mut ddp = self.lender.take_ddp();
+        if let Some(lent) = self.lender.take() {
+            // Put the lent pieces back in line (they are written from here).
+            if n + lent.len > obuf.len() {
+                self.lender.recycle(lent.pieces);
+                self.release(s, out, send);
+                self.disconnect(s, "a reply larger than its buffer");
+                return;
+            }
+            obuf.copy_within(lent.pos..n, lent.pos + lent.len);
+            let mut at = lent.pos;
+            for p in &lent.pieces {
+                obuf[at..at + p.len].copy_from_slice(&p.buf[p.at..p.at + p.len]);
+                at += p.len;
+            }
+            n += lent.len;
+            ddp = Some((lent.pos, lent.len));
+            self.lender.recycle(lent.pieces);
+        }
+        let c = self.conns[s].as_ref().expect("live");
+        let dv = &self.devices[c.dev];
+        let base = out as usize * dv.large_size;
+        // The data item moves by RDMA Write when the client gave a Write
+        // chunk that holds it; its XDR pad is not conveyed (RFC 8166 §3.5.3).
+        let write_chunk = (h.write_chunks > 0).then(|| h.write.as_slice());
+        let moved = match (ddp, write_chunk) {
+            (Some((pos, len)), Some(w)) if len > 0 && pos >= 4 && pos + len + wire::pad(len) <= n && w.iter().map(|s| s.length as u64).sum::<u64>() >= len as u64 => {
+                Some((pos, len))
+            }
+            _ => None,
+        };
+        let inline_len = match moved {
+            Some((pos, len)) => (pos - 4) + (n - pos - len - wire::pad(len)),
+            None => n - 4,
+        };
+        let hdr_len = wire::reply_header_len(write_chunk, None);
+        let mut writes: Vec<(u64, u32, Segment)> = Vec::new(); // (local addr, len, remote)
+        let nomsg;
+        let sbuf = c.small.slice(send as usize * c.buf_bytes, c.buf_bytes);
+        let sent;
+        if hdr_len + inline_len <= c.send_inline_max {
+            nomsg = false;
+            let hl = wire::encode_reply(sbuf, h.xid, c.credits, false, write_chunk.map(|w| (w, moved.map_or(0, |m| m.1 as u64))), None);
+            match moved {
+                Some((pos, len)) => {
+                    let tail = pos + len + wire::pad(len);
+                    sbuf[hl..hl + pos - 4].copy_from_slice(&obuf[4..pos]);
+                    sbuf[hl + pos - 4..hl + inline_len].copy_from_slice(&obuf[tail..n]);
+                    spread(&mut writes, dv.large.addr(base + pos), len, write_chunk.unwrap());
+                }
+                None => sbuf[hl..hl + inline_len].copy_from_slice(&obuf[4..n]),
+            }
+            sent = hl + inline_len;
+        } else if let Some(rc) = h.reply.filter(|r| moved.is_none() && r.capacity() >= (n - 4) as u64) {
+            nomsg = true;
+            let hl = wire::encode_reply(sbuf, h.xid, c.credits, true, write_chunk.map(|w| (w, 0)), Some((rc.as_slice(), (n - 4) as u64)));
+            spread(&mut writes, dv.large.addr(base + 4), n - 4, rc.as_slice());
+            sent = hl;
+        } else {
+            let xid = h.xid;
+            self.release(s, out, send);
+            self.count_error(s, xid, wire::ERR_CHUNK, "the reply does not fit inline and the call gave no chunk to hold it");
+            return;
+        }
+        let mut sges = vec![ibv_sge::default(); writes.len() + 1];
+        let mut wrs: Vec<ibv_send_wr> = Vec::with_capacity(writes.len() + 1);
+        for (i, (addr, len, seg)) in writes.iter().enumerate() {
+            sges[i] = ibv_sge { addr: *addr, length: *len, lkey: dv.large.lkey };
+            wrs.push(ibv_send_wr::new(0, &mut sges[i], verbs::IBV_WR_RDMA_WRITE, 0, seg.offset, seg.handle));
+            STATS.rdma_writes.fetch_add(1, Relaxed);
+            STATS.rdma_write_bytes.fetch_add(*len as u64, Relaxed);
+        }
+        let k = writes.len();
+        sges[k] = ibv_sge { addr: c.small.addr(send as usize * c.buf_bytes), length: sent as u32, lkey: c.small.lkey };
+        wrs.push(ibv_send_wr::new(wr_id(c.gen, s, KIND_SEND, send), &mut sges[k], verbs::IBV_WR_SEND, verbs::IBV_SEND_SIGNALED, 0, 0));
+        link(&mut wrs);
+        if nomsg {
+            STATS.reply_chunks.fetch_add(1, Relaxed);
+        }
+        STATS.send_bytes.fetch_add(sent as u64, Relaxed);
+        let qp = c.qp;
+        let hold = !writes.is_empty();
+        let c = self.conns[s].as_mut().expect("live");
+        if hold {
+            c.send_hold[send as usize] = Some(out);
+        } else {
+            self.devices[c.dev].large_free.push(out);
+        }
+        let rc = unsafe { verbs::post_send(qp, wrs.as_mut_ptr()) };
+        if rc != 0 {
+            self.send_done(s, send);
+            self.disconnect(s, &format!("cannot post a reply: {}", std::io::Error::from_raw_os_error(rc)));
+        }
+    }
+
+    /// Answer a refused message with RDMA_ERROR (its receive buffer goes
+    /// back first). False when no send buffer is free (retry).
+    fn send_error(&mut self, s: usize, b: u32, xid: u32, err: u32, why: &str) -> bool {
+        if self.conns[s].as_ref().expect("live").send_free.is_empty() {
+            return false;
+        }
+        self.repost(s, b);
+        self.count_error(s, xid, err, why);
+        true
+    }
+
+    fn count_error(&mut self, s: usize, xid: u32, err: u32, why: &str) {
+        let Some(c) = self.conns[s].as_mut() else { return };
+        let Some(send) = c.send_free.pop() else {
+            self.disconnect(s, why);
+            return;
+        };
+        STATS.errors_sent.fetch_add(1, Relaxed);
+        let mut e = [0u8; 28];
+        let n = wire::encode_error(&mut e, xid, c.credits, err);
+        let sbuf = c.small.slice(send as usize * c.buf_bytes, c.buf_bytes);
+        sbuf[..n].copy_from_slice(&e[..n]);
+        let mut sge = ibv_sge { addr: c.small.addr(send as usize * c.buf_bytes), length: n as u32, lkey: c.small.lkey };
+        let mut wr = ibv_send_wr::new(wr_id(c.gen, s, KIND_SEND, send), &mut sge, verbs::IBV_WR_SEND, verbs::IBV_SEND_SIGNALED, 0, 0);
+        let (qp, peer) = (c.qp, c.info.peer);
+        let rc = unsafe { verbs::post_send(qp, &mut wr) };
+        let name = if err == wire::ERR_VERS { "ERR_VERS" } else { "ERR_CHUNK" };
+        self.log(format!("RDMA_ERROR {name} to {peer} (xid {xid:#x}): {why}"));
+        if rc != 0 {
+            self.send_done(s, send);
+            self.disconnect(s, "cannot post RDMA_ERROR");
+        }
+    }
+
+    // ---- back channel ----
+
+    fn drain_outbox(&mut self) -> bool {
+        let mut q = self.outbox.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.is_empty() {
+            return false;
+        }
+        let mut later = VecDeque::new();
+        let items: Vec<_> = q.drain(..).collect();
+        drop(q);
+        for (conn_id, record) in items {
+            let Some(&s) = self.by_conn_id.get(&conn_id) else { continue };
+            let c = self.conns[s].as_mut().expect("live");
+            // Without the TCP record mark: xid first.
+            let msg = record.get(4..).unwrap_or(&[]);
+            if msg.len() < 4 || wire::HEADER_MIN + msg.len() > c.send_inline_max {
+                continue;
+            }
+            let Some(send) = c.send_free.pop() else {
+                later.push_back((conn_id, record));
+                continue;
+            };
+            let xid = u32::from_be_bytes([msg[0], msg[1], msg[2], msg[3]]);
+            let sbuf = c.small.slice(send as usize * c.buf_bytes, c.buf_bytes);
+            let hl = wire::encode_reply(sbuf, xid, c.credits, false, None, None);
+            sbuf[hl..hl + msg.len()].copy_from_slice(msg);
+            let mut sge = ibv_sge { addr: c.small.addr(send as usize * c.buf_bytes), length: (hl + msg.len()) as u32, lkey: c.small.lkey };
+            let mut wr = ibv_send_wr::new(wr_id(c.gen, s, KIND_SEND, send), &mut sge, verbs::IBV_WR_SEND, verbs::IBV_SEND_SIGNALED, 0, 0);
+            let rc = unsafe { verbs::post_send(c.qp, &mut wr) };
+            STATS.backchannel_calls.fetch_add(1, Relaxed);
+            if rc != 0 {
+                self.send_done(s, send);
+                self.disconnect(s, "cannot post a back-channel call");
+            }
+        }
+        if !later.is_empty() {
+            let mut q = self.outbox.queue.lock().unwrap_or_else(|e| e.into_inner());
+            for x in later.into_iter().rev() {
+                q.push_front(x);
+            }
+        }
+        true
+    }
+}
+
+/// Spread `len` bytes from `addr` over the remote segments, in order.
+fn spread(writes: &mut Vec<(u64, u32, Segment)>, addr: u64, len: usize, segs: &[Segment]) {
+    let mut left = len as u64;
+    let mut at = addr;
+    for sg in segs {
+        if left == 0 {
+            break;
+        }
+        let n = left.min(sg.length as u64);
+        writes.push((at, n as u32, *sg));
+        at += n;
+        left -= n;
+    }
+}
+
+fn link(wrs: &mut [ibv_send_wr]) {
+    for i in 1..wrs.len() {
+        let next: *mut ibv_send_wr = &mut wrs[i];
+        wrs[i - 1].next = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wr_ids_round_trip() {
+        let id = wr_id(0xbeef, 513, KIND_READ, 0x12_3456);
+        assert_eq!(wr_parts(id), (0xbeef, 513, KIND_READ, 0x12_3456));
+    }
+
+    #[test]
+    fn spread_over_segments() {
+        let segs = [Segment { handle: 1, length: 4096, offset: 100 }, Segment { handle: 2, length: 8192, offset: 200 }];
+        let mut w = Vec::new();
+        spread(&mut w, 1000, 5000, &segs);
+        assert_eq!(w, vec![(1000, 4096, segs[0]), (5096, 904, segs[1])]);
+    }
+}
