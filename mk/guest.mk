@@ -6,7 +6,7 @@ GUEST := e2e/guest
 SETUP_TARGETS += guest-image
 TEST_TARGETS += test-guest test-guest-restart test-guest-vfio test-guest-rdma
 
-.PHONY: guest-image test-guest test-guest-restart test-guest-vfio test-guest-rdma build-nvme test-guest-ganesha test-guest-smoke
+.PHONY: guest-image test-guest test-guest-restart test-guest-vfio test-guest-rdma build-rdma build-nvme test-guest-ganesha test-guest-smoke
 guest-image: ## build (or reuse) the QEMU guest: Debian kernel + NFS/RDMA tools initramfs
 	$(GUEST)/build-image.sh
 
@@ -37,5 +37,10 @@ build-nvme: setup-rust ## build the userspace NVMe driver's check tool, chimera-
 test-guest-vfio: guest-image build-dataplane build-nvme ## the userspace NVMe driver on emulated NVMe behind an emulated IOMMU: refusals, identify, 10,000 verified I/Os, diskfs + kernel client (v3, v4.1), kill -9 restart, fsck over vfio and io_uring, QD1/QD32 figures
 	$(GUEST)/test-vfio.sh $(CHIMERAD) $(NVME_CHECK) $(FSCK) $(CRASH_TEST)
 
-test-guest-rdma: guest-image build-dataplane ## NFS over RDMA: chimerad on soft RoCE (rxe) in the guest; the kernel client mounts proto=rdma at v3 and v4.1 and passes the whole file workload; mountstats and chimerad's RDMA Read/Write counters agree; RDMA vs TCP 4 KiB QD1 figures
-	$(GUEST)/test-rdma.sh $(CHIMERAD)
+RDMA_PROBE := $(CARGO_TARGET_DIR)/release/chimera-rdma-probe
+
+build-rdma: setup-rust ## build chimera-rdma-probe (the raw RPC-over-RDMA client of the guest's hostile-input suite)
+	cd $(DATAPLANE) && nice -n 10 $(CARGO) build --release --locked -p rdma --bin chimera-rdma-probe
+
+test-guest-rdma: guest-image build-dataplane build-rdma ## NFS over RDMA: chimerad on soft RoCE (rxe) in the guest; the kernel client mounts proto=rdma at v3 and v4.1 and passes the whole file workload; mountstats and chimerad's RDMA Read/Write counters agree; RDMA vs TCP 4 KiB QD1 figures
+	$(GUEST)/test-rdma.sh $(CHIMERAD) $(RDMA_PROBE)

@@ -3,7 +3,7 @@
 # on soft RoCE (rdma_rxe), the kernel client mounts it with proto=rdma; the
 # guest side is tests/nfs-rdma.sh.
 #
-#   test-rdma.sh CHIMERAD
+#   test-rdma.sh CHIMERAD CHIMERA_RDMA_PROBE
 #
 # NFS_DATA_MIB (default 64): the workload's data set. Results (mountstats,
 # metrics, figures, logs) in $CACHE/guest/results/rdma/.
@@ -14,13 +14,13 @@ CACHE=${CACHE:-$HOME/.cache/chimera-test}
 RUN_TIMEOUT_S=1500
 
 die() { echo "guest-rdma: ERROR: $*" >&2; exit 2; }
-[ $# -eq 1 ] || die "usage: test-rdma.sh CHIMERAD"
-[ -x "$1" ] || die "chimerad '$1' is missing: run make build-dataplane"
+[ $# -eq 2 ] || die "usage: test-rdma.sh CHIMERAD CHIMERA_RDMA_PROBE"
+for b in "$@"; do [ -x "$b" ] || die "'$b' is missing: run make build-dataplane build-rdma"; done
 
 "$here/build-image.sh" >/dev/null
 OUT_DIR=$CACHE/guest/results/rdma
 rm -rf "$OUT_DIR"; mkdir -p "$OUT_DIR/bin"
-cp "$1" "$here/tests/nfs-workload.sh" "$OUT_DIR/bin/"
+cp "$1" "$2" "$here/tests/nfs-workload.sh" "$OUT_DIR/bin/"
 trap 'rm -rf "$OUT_DIR/bin"' EXIT
 
 rc=0

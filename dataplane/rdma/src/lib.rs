@@ -6,6 +6,8 @@
 //! - [`verbs`]: our thin dlopen binding of libibverbs and librdmacm.
 //! - [`server`]: the listener and event loop that feeds `rpc::Dispatcher`.
 
+pub mod client;
+mod mem;
 pub mod server;
 pub mod verbs;
 pub mod wire;

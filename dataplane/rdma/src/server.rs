@@ -18,6 +18,7 @@
 //! Calls run inline on this loop (no parking: a backend that waits blocks
 //! RDMA calls, never TCP ones).
 
+use crate::mem::Region;
 use crate::verbs::{self, ibv_recv_wr, ibv_send_wr, ibv_sge, ibv_wc, rdma_cm_event, rdma_cm_id, rdma_conn_param};
 use crate::wire::{self, Header, Layout, Message, Private, Refused, Segment};
 use rpc::backchannel::{CallSender, SendError};
@@ -144,56 +145,6 @@ pub static STARTED: AtomicBool = AtomicBool::new(false);
 
 /// Open RDMA connections now.
 pub static CONNS_OPEN: AtomicU64 = AtomicU64::new(0);
-
-/// mmap'd memory registered with one protection domain.
-struct Region {
-    ptr: *mut u8,
-    len: usize,
-    mr: *mut c_void,
-    lkey: u32,
-}
-
-impl Region {
-    fn new(pd: *mut c_void, len: usize) -> Result<Region, String> {
-        let l = verbs::lib()?;
-        let ptr = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(format!("cannot map {len} bytes: {}", std::io::Error::last_os_error()));
-        }
-        let mr = unsafe { (l.reg_mr)(pd, ptr, len, verbs::IBV_ACCESS_LOCAL_WRITE) };
-        if mr.is_null() {
-            let e = std::io::Error::last_os_error();
-            unsafe { libc::munmap(ptr, len) };
-            return Err(format!("cannot register {len} bytes with the RDMA device: {e} (raise the memlock limit: ulimit -l / IPC_LOCK)"));
-        }
-        let (lkey, _) = unsafe { verbs::mr_keys(mr) };
-        Ok(Region { ptr: ptr as *mut u8, len, mr, lkey })
-    }
-
-    /// `len` bytes at `at`. Not tied to a borrow of the region: the loop
-    /// hands each slot to one user at a time (free lists), and the region
-    /// outlives every use (it is dropped only after its queue pair).
-    #[allow(clippy::mut_from_ref)]
-    fn slice<'a>(&self, at: usize, len: usize) -> &'a mut [u8] {
-        assert!(at + len <= self.len);
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), len) }
-    }
-
-    fn addr(&self, at: usize) -> u64 {
-        self.ptr as u64 + at as u64
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        if let Ok(l) = verbs::lib() {
-            unsafe { (l.dereg_mr)(self.mr) };
-        }
-        unsafe { libc::munmap(self.ptr as *mut c_void, self.len) };
-    }
-}
 
 /// One RDMA device's protection domain, completion queue and large buffers.
 struct Device {
@@ -605,7 +556,7 @@ impl Loop {
             }
             return Err(format!("cannot create a completion queue: {}", std::io::Error::last_os_error()));
         }
-        let large = match Region::new(pd, self.large_size * self.cfg.large_buffers) {
+        let large = match Region::new(pd, self.large_size * self.cfg.large_buffers, verbs::IBV_ACCESS_LOCAL_WRITE) {
             Ok(r) => r,
             Err(e) => {
                 unsafe {
@@ -649,7 +600,7 @@ impl Loop {
         let credits = self.cfg.credits;
         let nrecv = credits + BACKCHANNEL_RECVS;
         let nsend = 2 * credits + BACKCHANNEL_RECVS;
-        let small = Region::new(self.devices[dev].pd, (nrecv + nsend) as usize * inline)?;
+        let small = Region::new(self.devices[dev].pd, (nrecv + nsend) as usize * inline, verbs::IBV_ACCESS_LOCAL_WRITE)?;
         let cq = self.devices[dev].cq;
         let mut attr = verbs::ibv_qp_init_attr {
             qp_context: std::ptr::null_mut(),
@@ -872,6 +823,16 @@ impl Loop {
         if c.closing {
             return;
         }
+        // A call holds one of the client's credits from its arrival until
+        // its reply (or RDMA_ERROR) is posted, waiting for buffers or not.
+        if counts_as_call(c.small.slice(b as usize * c.buf_bytes, len as usize)) {
+            c.outstanding += 1;
+            if c.outstanding > c.credits {
+                let (credits, n) = (c.credits, c.outstanding);
+                self.disconnect(s, &format!("{n} calls in flight, more than the {credits} credits granted"));
+                return;
+            }
+        }
         if !c.waiting.is_empty() || !self.try_message(s, b, len) {
             self.conns[s].as_mut().expect("live").waiting.push_back((b, len));
         }
@@ -930,12 +891,6 @@ impl Loop {
             return false;
         }
         if !is_reply {
-            let c = self.conns[s].as_mut().expect("live");
-            c.outstanding += 1;
-            if c.outstanding > c.credits {
-                self.disconnect(s, "more calls in flight than the credits granted");
-                return true;
-            }
             STATS.calls.fetch_add(1, Relaxed);
         }
         let c = self.conns[s].as_mut().expect("live");
@@ -1162,6 +1117,7 @@ impl Loop {
         }
         self.repost(s, b);
         self.count_error(s, xid, err, why);
+        self.call_over(s, false);
         true
     }
 
@@ -1230,6 +1186,20 @@ impl Loop {
             }
         }
         true
+    }
+}
+
+/// Whether a received message is a call that takes a credit: anything but
+/// a back-channel REPLY carried inline, RDMA_DONE and RDMA_ERROR (an
+/// unusable header is answered, so it counts).
+fn counts_as_call(msg: &[u8]) -> bool {
+    match wire::parse(msg) {
+        Ok(Message::Call(h)) => {
+            let body = &msg[h.len..];
+            !(h.reads.n == 0 && body.len() >= 8 && body[4..8] == [0, 0, 0, 1])
+        }
+        Ok(Message::Done) | Err(Refused::PeerError { .. }) | Err(Refused::Garbage) => false,
+        Err(_) => true,
     }
 }
 

@@ -8,9 +8,17 @@
 #              rsize/wsize; chimerad's metrics count calls, RDMA Reads (WRITE
 #              payloads pulled from Read chunks) and RDMA Writes (READ data
 #              pushed into Write chunks)
-#   figures    4 KiB QD1 reads over RDMA and over TCP against the same server
-#              (dd O_DIRECT, recorded, not gated) next to ib_send_lat /
-#              ib_read_lat, the transport's floor
+#   hostile    chimera-rdma-probe (our raw verbs client) sends a wrong
+#              version, a Read chunk outside its registered memory, more
+#              segments than allowed, a Read chunk over the record limit, more
+#              calls than its credits, garbage, and disconnects in the middle
+#              of an RDMA Read: each gets RDMA_ERROR or a closed connection, a
+#              second well-behaved client's NULL succeeds after each, and
+#              chimerad's RSS grows by less than 64 MiB over the suite
+#   figures    NULL round trips over RDMA and TCP (chimera-rdma-probe), 4 KiB
+#              QD1 reads over RDMA and over TCP against the same server (fio),
+#              recorded, not gated, next to ib_send_lat / ib_read_lat, the
+#              transport's floor
 # Results: /results/rdma-*.txt.
 set -u
 BIN=/results/bin
@@ -84,14 +92,29 @@ for v in 3 4.1; do
 done
 grep '^chimera_rdma' /tmp/metrics.txt >/results/rdma-metrics.txt
 
+step hostile
+rss() { awk '/^VmRSS:/ { print $2 }' /proc/$pid/status; }
+rss0=$(rss)
+"$BIN/chimera-rdma-probe" hostile $ADDR:$RPORT >/results/rdma-hostile.txt 2>&1
+rc=$?
+sed 's/^/  /' /results/rdma-hostile.txt
+[ $rc -eq 0 ] || fail "the hostile-input suite failed (rc $rc)"
+kill -0 $pid 2>/dev/null || fail "chimerad died during the hostile-input suite"
+rss1=$(rss)
+[ $((rss1 - rss0)) -lt 65536 ] || fail "chimerad's RSS grew from $rss0 KiB to $rss1 KiB over the hostile suite"
+scrape
+ok "every hostile message refused or closed; RSS $rss0 -> $rss1 KiB; $(metric chimera_rdma_errors_sent_total) RDMA_ERRORs sent, $(metric chimera_rdma_protocol_errors_total) connections closed for protocol errors, $(metric chimera_rdma_connections_open) open"
+[ "$(metric chimera_rdma_errors_sent_total)" -ge 3 ] || fail "fewer than 3 RDMA_ERRORs counted"
+
 step figures
+"$BIN/chimera-rdma-probe" null $ADDR:$RPORT --count 2000 --tcp $ADDR:$PORT >/tmp/null.txt 2>&1 || fail "NULL round trips: $(cat /tmp/null.txt)"
 # 4 KiB O_DIRECT random reads at QD1 from one file, over RDMA and over TCP
 # (fio, psync); the p50 completion latency of each, side by side.
 mkdir -p /mnt/r /mnt/t
 mount -t nfs -o vers=4.1,proto=rdma,port=$RPORT $ADDR:/export /mnt/r || fail "mount rdma"
 mount -t nfs -o vers=4.1,proto=tcp,port=$PORT $ADDR:/export /mnt/t || fail "mount tcp"
 dd if=/dev/urandom of=/mnt/r/lat bs=1M count=8 2>/dev/null && sync || fail "write the latency file"
-: >/results/rdma-figures.txt
+cp /tmp/null.txt /results/rdma-figures.txt
 p50() { grep -o '"50.000000" : [0-9]*' "$1" | head -n 1 | awk '{ printf "%.1f", $3 / 1000 }'; }
 mean() { tr -d '\n ' <"$1" | grep -o '"clat_ns":{"min":[0-9]*,"max":[0-9]*,"mean":[0-9.]*' | head -n 1 | sed 's/.*"mean"://' | awk '{ printf "%.1f", $1 / 1000 }'; }
 for p in r t; do
