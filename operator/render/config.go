@@ -32,6 +32,9 @@ type commonSection struct {
 	HugePages    *bool  `json:"huge_pages,omitempty"`
 	HugePageSize string `json:"huge_page_size,omitempty"`
 	SlabSize     int64  `json:"slab_size,omitempty"`
+	// RDMACMTOS is the IP TOS (RoCE traffic class) of RDMA connections,
+	// spec.network.tos; only rendered with transport rdma.
+	RDMACMTOS *int32 `json:"rdmacm_tos,omitempty"`
 }
 
 type serverSection struct {
@@ -152,8 +155,17 @@ func RenderConfig(c *chimerav1.ChimeraCluster, role string, access []AccessRule)
 		Metrics: metricsSection{Bind: "0.0.0.0", Port: PortMetrics},
 	}
 	if Transport(c) == chimerav1.TransportRDMA {
+		// chimerad serves RPC-over-RDMA v1 on rdma_port and NFS over TCP on
+		// nfs_port beside it (the TCP fallback). rdma_hostname stays unset:
+		// it defaults to server.bind, 0.0.0.0, which listens on every RDMA
+		// device, the Multus RoCE interface included. The config is one per
+		// role, rendered before any pod has its Multus address.
 		cfg.Server.RDMA = true
 		cfg.Server.RDMAPort = ClientPort(c)
+		if tos := c.Spec.Network.TOS; tos != nil {
+			v := *tos
+			cfg.Common.RDMACMTOS = &v
+		}
 	}
 	if hp := c.Spec.Tuning.HugePageSize; hp != "" {
 		t := true

@@ -203,6 +203,57 @@ func TestConfigRendering(t *testing.T) {
 	}
 }
 
+// TestConfigRDMAKeys: transport rdma renders server.rdma, server.rdma_port
+// (the client port, beside nfs_port 2049, the TCP fallback) and
+// common.rdmacm_tos from spec.network.tos, in both roles; rdma_hostname is
+// left to chimerad's default (server.bind, every RDMA device). Transport tcp
+// renders rdma false and neither rdma_port nor rdmacm_tos.
+func TestConfigRDMAKeys(t *testing.T) {
+	noTOS := productionCluster()
+	noTOS.Spec.Network.TOS = nil
+	defPort := productionCluster()
+	defPort.Spec.Network.Port = 0
+	cases := map[string]struct {
+		c        *chimerav1.ChimeraCluster
+		rdma     bool
+		rdmaPort any // nil: absent
+		tos      any // nil: absent
+	}{
+		"rdma with tos":     {productionCluster(), true, 20049.0, 104.0},
+		"rdma without tos":  {noTOS, true, 20049.0, nil},
+		"rdma default port": {defPort, true, float64(PortRDMADefault), 104.0},
+		"tcp":               {smallCluster(), false, nil, nil},
+	}
+	for name, tc := range cases {
+		for _, role := range []string{ComponentMDS, ComponentDS} {
+			raw, err := RenderConfig(tc.c, role, nil)
+			if err != nil {
+				t.Fatalf("%s %s: %v", name, role, err)
+			}
+			var m map[string]map[string]any
+			if err := json.Unmarshal(raw, &m); err != nil {
+				t.Fatal(err)
+			}
+			srv, common := m["server"], m["common"]
+			if srv["rdma"] != tc.rdma {
+				t.Errorf("%s %s: server.rdma = %v, want %v", name, role, srv["rdma"], tc.rdma)
+			}
+			if v, ok := srv["rdma_port"]; (tc.rdmaPort == nil) == ok || (ok && v != tc.rdmaPort) {
+				t.Errorf("%s %s: server.rdma_port = %v (present %v), want %v", name, role, v, ok, tc.rdmaPort)
+			}
+			if v, ok := common["rdmacm_tos"]; (tc.tos == nil) == ok || (ok && v != tc.tos) {
+				t.Errorf("%s %s: common.rdmacm_tos = %v (present %v), want %v", name, role, v, ok, tc.tos)
+			}
+			if srv["nfs_port"] != float64(PortNFSDefault) {
+				t.Errorf("%s %s: server.nfs_port = %v, want the TCP port %d", name, role, srv["nfs_port"], PortNFSDefault)
+			}
+			if _, ok := srv["rdma_hostname"]; ok {
+				t.Errorf("%s %s: server.rdma_hostname must be left to chimerad's default (server.bind): %s", name, role, raw)
+			}
+		}
+	}
+}
+
 // TestRenderedConfigPassesChimerad runs the real chimerad --check-config over
 // the configs of memfs clusters (tcp and rdma, tuned and not) and of backend
 // nvme clusters whose devices are static (PCI addresses, block devices; the

@@ -287,9 +287,6 @@ func warnings(c *chimerav1.ChimeraCluster) admission.Warnings {
 			w = append(w, fmt.Sprintf("spec.access[%d]: every client, read-write, root as root: the exports are open to any host that reaches the NFS port", i))
 		}
 	}
-	if c.Spec.Network.Transport == chimerav1.TransportRDMA {
-		w = append(w, "spec.network.transport rdma: this chimerad build parses RDMA settings but serves TCP only")
-	}
 	if c.Spec.Rollout.AllowMemfsMetadataServerRestart && c.Spec.Storage.Backend != chimerav1.BackendNVMe {
 		w = append(w, "spec.rollout.allowMemfsMetadataServerRestart: the next new image or config restarts the memfs MDS, which loses every file and volume")
 	}

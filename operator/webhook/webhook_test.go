@@ -253,6 +253,13 @@ func TestUpdateRulesAndWarnings(t *testing.T) {
 	if w, err := (Validator{}).ValidateCreate(context.Background(), d); err != nil || len(w) != 0 {
 		t.Errorf("durable cluster without initialize: warnings %v err %v", w, err)
 	}
+	// chimerad serves NFS over RDMA (with the TCP fallback): a valid rdma
+	// cluster, traffic class included, is admitted without a warning.
+	r := base()
+	r.Spec.Network = chimerav1.NetworkSpec{Transport: chimerav1.TransportRDMA, TOS: i32(104), NetworkAttachment: "roce-a", RDMAResourceName: "rdma/roce_a"}
+	if w, err := (Validator{}).ValidateCreate(context.Background(), r); err != nil || len(w) != 0 {
+		t.Errorf("rdma cluster: warnings %v err %v", w, err)
+	}
 	// The metadata volume is immutable (StatefulSet volume claims are).
 	oldD, curD := durable(), durable()
 	curD.Spec.MetadataServer.Storage.Size = resource.MustParse("20Gi")

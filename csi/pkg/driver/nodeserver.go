@@ -192,17 +192,27 @@ const serverProbeTimeout = 10 * time.Second
 // probe connects to the volume's NFS server before mounting. The kernel
 // client retries an unreachable server for minutes and the kubelet then
 // reports only a deadline; a volume whose ChimeraCluster is gone (or not up
-// yet) gets this error instead, at once and naming the server. RDMA volumes
-// are not probed: their port is not a TCP listener.
+// yet) gets this error instead, at once and naming the server.
+//
+// RDMA volumes are probed on the same server's TCP NFS port: this process
+// cannot speak RDMA CM, and chimerad serves NFS over TCP on 2049 beside its
+// RDMA port (the TCP fallback), so a server that answers there is up. The
+// mount itself still uses proto=rdma on the volume's port.
 func (s *nodeServer) probe(spec *mountSpec) error {
-	if spec.transport != TransportTCP {
-		return nil
+	port := spec.port
+	if spec.transport == TransportRDMA {
+		port = NFSPortTCPDefault
 	}
-	addr := net.JoinHostPort(spec.server, strconv.Itoa(spec.port))
+	addr := net.JoinHostPort(spec.server, strconv.Itoa(port))
 	ctx, cancel := context.WithTimeout(context.Background(), serverProbeTimeout)
 	defer cancel()
 	c, err := s.d.cfg.Dial(ctx, "tcp", addr)
 	if err != nil {
+		if spec.transport == TransportRDMA {
+			return status.Errorf(codes.Unavailable,
+				"the RDMA volume's NFS server %s, probed on its TCP port %d (the TCP fallback beside RDMA port %d), does not answer (%v): its ChimeraCluster may have been deleted or be down; no mount was attempted",
+				spec.server, port, spec.port, err)
+		}
 		return status.Errorf(codes.Unavailable,
 			"the volume's NFS server %s does not answer (%v): its ChimeraCluster may have been deleted or be down; no mount was attempted", addr, err)
 	}

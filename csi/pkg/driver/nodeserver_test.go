@@ -302,16 +302,43 @@ func TestNodeStageServerGone(t *testing.T) {
 	if got := f.dialed; len(got) != 2 || got[0] != "tcp 10.0.2.9:2049" || got[1] != "tcp 10.0.2.2:2049" {
 		t.Fatalf("probes %v", got)
 	}
-	// RDMA volumes are not probed (their port is not a TCP listener).
-	f.down["10.0.2.9:20049"] = true
+	// RDMA volumes are probed on the same server's TCP NFS port (2049, the
+	// TCP fallback beside the RDMA port): a server down there fails staging
+	// naming both ports, and nothing is mounted.
 	rdma := map[string]string{CtxServer: "10.0.2.9", CtxPort: "20049", CtxExportPath: "/memfs/volumes/r", CtxTransport: "rdma"}
-	if _, err := f.ns.NodeStageVolume(context.Background(), &csi.NodeStageVolumeRequest{
-		VolumeId: "vol-rdma", StagingTargetPath: f.staging + "-rdma", VolumeContext: rdma,
-		VolumeCapability: capMode(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER),
-	}); err != nil {
+	stageRDMA := func() error {
+		_, err := f.ns.NodeStageVolume(context.Background(), &csi.NodeStageVolumeRequest{
+			VolumeId: "vol-rdma", StagingTargetPath: f.staging + "-rdma", VolumeContext: rdma,
+			VolumeCapability: capMode(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER),
+		})
+		return err
+	}
+	err = stageRDMA()
+	wantCode(t, err, codes.Unavailable, "10.0.2.9")
+	for _, want := range []string{"RDMA volume", "TCP port 2049", "RDMA port 20049", "no route to host", "no mount was attempted"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if got := f.dialed; len(got) != 3 || got[2] != "tcp 10.0.2.9:2049" {
+		t.Fatalf("RDMA probe %v, want tcp 10.0.2.9:2049", got)
+	}
+	if f.mountAt(f.staging+"-rdma") != nil {
+		t.Fatal("a mount was made for an RDMA volume whose server is down")
+	}
+	// Up on 2049: staged, mounted over RDMA on the volume's port.
+	delete(f.down, "10.0.2.9:2049")
+	if err := stageRDMA(); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.dialed) != 2 {
-		t.Fatalf("an RDMA volume was probed over TCP: %v", f.dialed)
+	if got := f.dialed; len(got) != 4 || got[3] != "tcp 10.0.2.9:2049" {
+		t.Fatalf("RDMA probe %v, want tcp 10.0.2.9:2049", got)
+	}
+	mp := f.mountAt(f.staging + "-rdma")
+	if mp == nil || mp.Device != "10.0.2.9:/memfs/volumes/r" || mp.Type != "nfs" {
+		t.Fatalf("RDMA mount %+v", mp)
+	}
+	if want := []string{"vers=4.1", "proto=rdma", "port=20049"}; !reflect.DeepEqual(mp.Opts, want) {
+		t.Fatalf("RDMA mount options %q, want %q", mp.Opts, want)
 	}
 }
