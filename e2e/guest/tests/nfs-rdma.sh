@@ -15,6 +15,15 @@
 #              of an RDMA Read: each gets RDMA_ERROR or a closed connection, a
 #              second well-behaved client's NULL succeeds after each, and
 #              chimerad's RSS grows by less than 64 MiB over the suite
+#   pnfs       an MDS (10.0.2.15) and two data servers (10.0.2.16, .17:
+#              their own processes and addresses) all with server.rdma; the
+#              MDS lists the DSes with netid rdma (advertised rdma-first in
+#              GETDEVICEINFO), mirrors=2: the kernel's flex-files client
+#              writes and reads 32 MiB through layouts (LAYOUTGET in
+#              mountstats), both DSes count the data in RDMA calls, RDMA
+#              Reads and Writes, the MDS serves no READ/WRITE data; then the
+#              DS that served the reads is killed (-9) and the file still
+#              reads back intact, now from the other DS over RDMA
 #   figures    NULL round trips over RDMA and TCP (chimera-rdma-probe), 4 KiB
 #              QD1 reads over RDMA and over TCP against the same server (fio),
 #              recorded, not gated, next to ib_send_lat / ib_read_lat, the
@@ -36,6 +45,9 @@ ok() { echo "ok   [rdma $STEP] $*"; }
 fail() {
   echo "FAIL [rdma $STEP] $*"
   [ -f $LOG ] && { echo "--- chimerad log (tail)"; tail -n 30 $LOG; cp $LOG /results/rdma-chimerad.log; }
+  for n in mds ds1 ds2; do
+    [ -f /tmp/$n.log ] && { echo "--- $n log (tail)"; tail -n 15 /tmp/$n.log; cp /tmp/$n.log /results/rdma-pnfs-$n.log; }
+  done
   dmesg | tail -n 20
   [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
   exit 1
@@ -44,7 +56,9 @@ metric() { awk -v n="$1" '$1 == n { print $2; f = 1 } END { if (!f) print 0 }' /
 scrape() { wget -qO /tmp/metrics.txt "http://127.0.0.1:$MPORT_METRICS/metrics" || fail "cannot scrape metrics"; }
 
 step setup
-for m in nfs nfsv3 nfsv4 rpcrdma rdma_rxe ib_uverbs rdma_ucm; do modprobe $m || fail "modprobe $m"; done
+# nfs_layout_flexfiles: the kernel asks for the layout driver through a
+# modprobe this initramfs cannot run at that moment; load it up front.
+for m in nfs nfsv3 nfsv4 nfs_layout_flexfiles rpcrdma rdma_rxe ib_uverbs rdma_ucm; do modprobe $m || fail "modprobe $m"; done
 rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0"
 cat >/tmp/c.json <<JSON
 {
@@ -138,4 +152,100 @@ grep -q 'over rdma' /results/rdma-figures.txt || fail "no RDMA figure recorded"
 
 kill $pid; wait $pid 2>/dev/null; pid=""
 cp $LOG /results/rdma-chimerad.log
+
+step pnfs
+ip addr add 10.0.2.16/24 dev eth0 && ip addr add 10.0.2.17/24 dev eth0 || fail "add the DS addresses"
+sleep 1
+start_server() {  # $1: name, $2: config; prints the pid
+  "$BIN/chimerad" --check-config --config "$2" >/tmp/$1.check 2>&1 || fail "$1 config refused: $(cat /tmp/$1.check)"
+  "$BIN/chimerad" --config "$2" >/tmp/$1.log 2>&1 &
+  echo $!
+}
+wait_rdma() {  # $1: name, $2: pid
+  i=0
+  until grep -q '"service":"nfs-rdma"' /tmp/$1.log && grep -q '"msg":"started"' /tmp/$1.log; do
+    kill -0 $2 2>/dev/null || fail "$1 exited at start: $(tail -n 5 /tmp/$1.log)"
+    i=$((i + 1)); [ $i -lt 600 ] || fail "$1 did not start within 60 s"
+    sleep 0.1
+  done
+}
+n=1
+for a in 10.0.2.16 10.0.2.17; do
+  cat >/tmp/ds$n.json <<JSON
+{
+  "common":  { "log_level": "info", "rdmacm_tos": 104 },
+  "server":  { "role": "ds", "bind": "$a", "cores": 1, "nfs_port": $PORT, "mount_port": 0, "portmap_port": 0,
+               "rdma": true, "rdma_hostname": "$a", "rdma_port": $RPORT },
+  "mounts":  { "ds": { "module": "memfs", "path": "/", "capacity_bytes": 268435456 } },
+  "metrics": { "bind": "127.0.0.1", "port": $((MPORT_METRICS + n)) }
+}
+JSON
+  n=$((n + 1))
+done
+cat >/tmp/mds.json <<JSON
+{
+  "common":  { "log_level": "info" },
+  "server":  { "role": "mds", "bind": "$ADDR", "cores": 1, "nfs_port": $PORT, "mount_port": 0, "portmap_port": 0,
+               "rdma": true, "rdma_hostname": "$ADDR", "rdma_port": $RPORT, "grace_time_s": 0,
+               "pnfs": { "enabled": true, "stripe_unit_bytes": 1048576, "mirrors": 2,
+                         "data_servers": [ { "netid": "rdma", "uaddr": "10.0.2.16:$RPORT" },
+                                           { "netid": "rdma", "uaddr": "10.0.2.17:$RPORT" } ] } },
+  "mounts":  { "export": { "module": "memfs", "path": "/", "capacity_bytes": 268435456 } },
+  "exports": { "/export": { "path": "/export" } },
+  "admin":   { "enabled": false },
+  "metrics": { "enabled": true, "bind": "127.0.0.1", "port": $MPORT_METRICS }
+}
+JSON
+ds1=$(start_server ds1 /tmp/ds1.json); ds2=$(start_server ds2 /tmp/ds2.json)
+wait_rdma ds1 $ds1; wait_rdma ds2 $ds2
+mds=$(start_server mds /tmp/mds.json); wait_rdma mds $mds
+pid=$mds
+mkdir -p /mnt/p
+mount -t nfs -o vers=4.1,proto=rdma,port=$RPORT,soft,timeo=50,retrans=2 $ADDR:/export /mnt/p || fail "mount the MDS over RDMA"
+dd if=/dev/urandom of=/tmp/src bs=1M count=32 2>/dev/null || fail "make the source"
+want=$(sha256sum /tmp/src | cut -d' ' -f1)
+dd if=/tmp/src of=/mnt/p/mirrored bs=1M conv=fsync 2>/dev/null || fail "write through the layout"
+sync; echo 3 >/proc/sys/vm/drop_caches
+got=$(sha256sum /mnt/p/mirrored | cut -d' ' -f1)
+[ "$got" = "$want" ] || fail "read back $got, want $want"
+cp /proc/self/mountstats /results/rdma-pnfs-mountstats.txt
+# The layout may arrive inside OPEN (then LAYOUTGET stays 0); the pNFS
+# read/write events (the last two "events:" counters on Linux 6.1) and
+# GETDEVICEINFO say the client did I/O through layouts.
+ours() { awk '/^device / { m = ($5 == "/mnt/p") } m' /proc/self/mountstats; }
+ev=$(ours | awk '$1 == "events:" { print $(NF - 1), $NF; exit }')
+gdi=$(ours | awk '$1 == "GETDEVICEINFO:" { print $2; exit }')
+set -- $ev
+[ "${1:-0}" -gt 0 ] && [ "${2:-0}" -gt 0 ] && [ "${gdi:-0}" -gt 0 ] \
+  || fail "the client did no pNFS I/O (pnfs_read ${1:-?}, pnfs_write ${2:-?}, GETDEVICEINFO ${gdi:-?})"
+lg="pnfs_read $1, pnfs_write $2, GETDEVICEINFO $gdi"
+ours | grep -q 'xprt:[[:space:]]*rdma' || fail "the MDS mount is not on rdma"
+for n in 1 2; do
+  wget -qO /tmp/metrics.txt "http://127.0.0.1:$((MPORT_METRICS + n))/metrics" || fail "scrape ds$n"
+  cp /tmp/metrics.txt /results/rdma-pnfs-ds$n-metrics.txt
+  c=$(metric chimera_rdma_calls_total); r=$(metric chimera_rdma_rdma_read_bytes_total); w=$(metric chimera_rdma_rdma_write_bytes_total)
+  [ "$r" -ge $((30 << 20)) ] || fail "ds$n pulled only $r bytes with RDMA Read (the mirrored 32 MiB should all come over RDMA)"
+  ok "ds$n over RDMA: $c calls, $r bytes by RDMA Read, $w bytes by RDMA Write"
+  eval "served$n=$w"
+done
+wget -qO /tmp/metrics.txt "http://127.0.0.1:$MPORT_METRICS/metrics" || fail "scrape the MDS"
+cp /tmp/metrics.txt /results/rdma-pnfs-mds-metrics.txt
+mr=$(metric chimera_rdma_rdma_read_bytes_total)
+[ "$mr" -lt $((4 << 20)) ] || fail "the MDS pulled $mr bytes: data went through the MDS, not the layout"
+ok "32 MiB mirrored over two RDMA data servers ($lg), MDS RDMA Read bytes $mr"
+# Kill the data server the reads came from: the client must turn to the
+# other mirror (and read it there over RDMA).
+if [ "$served1" -ge "$served2" ]; then victim=1; vpid=$ds1; other=2; else victim=2; vpid=$ds2; other=1; fi
+kill -9 $vpid; wait $vpid 2>/dev/null
+sync; echo 3 >/proc/sys/vm/drop_caches
+got=$(sha256sum /mnt/p/mirrored | cut -d' ' -f1)
+[ "$got" = "$want" ] || fail "after ds$victim was killed the mirrored file reads $got, want $want"
+wget -qO /tmp/metrics.txt "http://127.0.0.1:$((MPORT_METRICS + other))/metrics" || fail "scrape ds$other"
+eval "before=\$served$other"
+after=$(metric chimera_rdma_rdma_write_bytes_total)
+[ $((after - before)) -ge $((30 << 20)) ] || fail "ds$other sent only $((after - before)) bytes by RDMA Write after ds$victim died"
+ok "ds$victim (which served the reads) killed (-9): the mirrored file reads back intact, ds$other sent $((after - before)) bytes by RDMA Write"
+umount /mnt/p || umount -f /mnt/p
+kill $mds $ds1 $ds2 2>/dev/null; wait $mds $ds1 $ds2 2>/dev/null; pid=""
+for n in mds ds1 ds2; do cp /tmp/$n.log /results/rdma-pnfs-$n.log; done
 echo "PASS rdma"
