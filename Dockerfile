@@ -53,8 +53,13 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     cargo build --release --locked -p chimerad && cp target/release/chimerad /chimerad
 
 # ---- dataplane: chimerad; capabilities come from the pod spec. Root: it binds
-# the NFS and portmap ports (2049, 111) and locks memory ----
+# the NFS and portmap ports (2049, 111) and locks memory. rdma-core's user
+# space (libibverbs, librdmacm, the NICs' providers: mlx5, rxe, ...) is what
+# chimerad dlopen()s for server.rdma; without it only TCP works ----
 FROM ${RUNTIME_BASE} AS dataplane
+RUN apt-get update && \
+    apt-get install -y --no-install-recommends libibverbs1 librdmacm1 ibverbs-providers && \
+    rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 COPY --from=rust-build /chimerad /usr/local/bin/chimerad
 ENTRYPOINT ["/usr/local/bin/chimerad"]
 CMD ["--config", "/etc/chimera/chimerad.json"]

@@ -118,6 +118,9 @@ check_image() {
       [ "$entry" = /usr/local/bin/chimerad ] || fail "entrypoint is '$entry', want /usr/local/bin/chimerad"
       out=$(in_image "$entry" --version 2>&1) && [[ $out == chimerad\ * ]] && ok "entrypoint runs: $out" \
         || fail "'$entry --version' failed: $out"
+      out=$(in_image sh -c 'for l in libibverbs.so.1 librdmacm.so.1 libibverbs/libmlx5-rdmav34.so libibverbs/librxe-rdmav34.so; do [ -e /usr/lib/x86_64-linux-gnu/$l ] || echo "missing $l"; done' 2>&1)
+      [ -z "$out" ] && ok "rdma-core user space present (libibverbs, librdmacm, mlx5 and rxe providers) for server.rdma" \
+        || fail "rdma-core user space: $out"
       check_chimerad_config
       check_chimerad_serves
       ;;

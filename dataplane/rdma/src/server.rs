@@ -516,6 +516,14 @@ impl Loop {
                 }
                 verbs::CM_ESTABLISHED => {
                     unsafe { (l.ack_cm_event)(ev) };
+                    // A connection refused before the connection manager saw
+                    // it established (its first message can beat the RTU):
+                    // the disconnect request could not go out then; now it can.
+                    if let Some(&s) = self.by_id.get(&(id as usize)) {
+                        if self.conns[s].as_ref().is_some_and(|c| c.closing) {
+                            unsafe { (l.disconnect)(id) };
+                        }
+                    }
                 }
                 _ => {
                     // DISCONNECTED, errors, device removal, time-wait exit.

@@ -23,7 +23,9 @@
 #              mountstats), both DSes count the data in RDMA calls, RDMA
 #              Reads and Writes, the MDS serves no READ/WRITE data; then the
 #              DS that served the reads is killed (-9) and the file still
-#              reads back intact, now from the other DS over RDMA
+#              reads back intact, now from the other DS over RDMA; before
+#              that, draining a DS at the admin API recalls the client's
+#              layouts with CB_LAYOUTRECALL over its RDMA connection
 #   figures    NULL round trips over RDMA and TCP (chimera-rdma-probe), 4 KiB
 #              QD1 reads over RDMA and over TCP against the same server (fio),
 #              recorded, not gated, next to ib_send_lat / ib_read_lat, the
@@ -192,7 +194,7 @@ cat >/tmp/mds.json <<JSON
                                            { "netid": "rdma", "uaddr": "10.0.2.17:$RPORT" } ] } },
   "mounts":  { "export": { "module": "memfs", "path": "/", "capacity_bytes": 268435456 } },
   "exports": { "/export": { "path": "/export" } },
-  "admin":   { "enabled": false },
+  "admin":   { "bind": "$ADDR", "port": 8080, "token": "rdma-test-token", "tls": false },
   "metrics": { "enabled": true, "bind": "127.0.0.1", "port": $MPORT_METRICS }
 }
 JSON
@@ -233,6 +235,34 @@ cp /tmp/metrics.txt /results/rdma-pnfs-mds-metrics.txt
 mr=$(metric chimera_rdma_rdma_read_bytes_total)
 [ "$mr" -lt $((4 << 20)) ] || fail "the MDS pulled $mr bytes: data went through the MDS, not the layout"
 ok "32 MiB mirrored over two RDMA data servers ($lg), MDS RDMA Read bytes $mr"
+# Drain ds2 at the MDS (as the operator does before restarting it) while
+# the client holds the file open: the MDS recalls the layouts naming ds2
+# with CB_LAYOUTRECALL on the client's own RDMA connection (RFC 8167), and
+# the client returns them.
+exec 3</mnt/p/mirrored
+dd if=/mnt/p/mirrored of=/dev/null bs=1M count=2 2>/dev/null
+put_ds() {  # $1: draining flag of ds2
+  body='{"dataServers": [{"name": "config-0", "address": "10.0.2.16:'$RPORT'", "transport": "rdma"},
+    {"name": "config-1", "address": "10.0.2.17:'$RPORT'", "transport": "rdma", "draining": '$1'}]}'
+  # busybox nc half-closes at the end of its input, and the admin server
+  # drops a half-closed request: keep the input open until the answer is in.
+  { printf 'PUT /api/v1/dataservers HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer rdma-test-token\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
+    "$ADDR" "${#body}" "$body"; sleep 3; } | nc -w 10 $ADDR 8080 >/tmp/put.txt 2>&1
+  head -n 1 /tmp/put.txt | grep -q ' 200' || fail "PUT /api/v1/dataservers (ds2 draining $1): $(head -c 300 /tmp/put.txt)"
+}
+put_ds true
+i=0
+while :; do
+  wget -qO /tmp/metrics.txt "http://127.0.0.1:$MPORT_METRICS/metrics" || fail "scrape the MDS"
+  rec=$(metric chimera_pnfs_layouts_recalled_total); ret=$(metric chimera_pnfs_layouts_returned_total); bc=$(metric chimera_rdma_backchannel_calls_total)
+  [ "$rec" -ge 1 ] && [ "$ret" -ge 1 ] && [ "$bc" -ge 1 ] && break
+  i=$((i + 1)); [ $i -lt 60 ] || fail "no recall over RDMA within 30 s (recalled $rec, returned $ret, back-channel calls $bc)"
+  sleep 0.5
+done
+exec 3<&-
+ok "ds2 drained: $rec layouts recalled with $bc back-channel calls over RDMA, $ret returned by the client"
+put_ds false
+
 # Kill the data server the reads came from: the client must turn to the
 # other mirror (and read it there over RDMA).
 if [ "$served1" -ge "$served2" ]; then victim=1; vpid=$ds1; other=2; else victim=2; vpid=$ds2; other=1; fi

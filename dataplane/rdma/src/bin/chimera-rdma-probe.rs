@@ -20,6 +20,10 @@ use std::process::exit;
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(10);
+/// How long a refused client waits for the server's answer or close: the
+/// connection manager's disconnect request can take seconds to arrive on a
+/// loaded machine (soft RoCE under emulation).
+const CLOSE_WAIT: Duration = Duration::from_secs(45);
 
 fn die(msg: String) -> ! {
     eprintln!("chimera-rdma-probe: {msg}");
@@ -108,13 +112,13 @@ impl Suite {
     fn refused(&mut self, msg: &[u8], code: u32) -> Result<String, String> {
         let mut c = connect(self.addr);
         c.send(msg)?;
-        match c.recv(T) {
+        match c.recv(CLOSE_WAIT) {
             Ok(m) => match classify(&m) {
                 (_, wire::RDMA_ERROR, Some(e), _) if e == code => Ok(format!("RDMA_ERROR {}", if code == 1 { "ERR_VERS" } else { "ERR_CHUNK" })),
                 other => Err(format!("expected RDMA_ERROR {code}, got {other:?}")),
             },
             Err(Gone::Closed(why)) => Ok(format!("connection closed ({why})")),
-            Err(Gone::Timeout) => Err("no answer and no close within 10 s".into()),
+            Err(Gone::Timeout) => Err("no answer and no close within 45 s".into()),
         }
     }
 }
@@ -137,13 +141,13 @@ fn hostile_cmd(addr: SocketAddr) {
         let far = base + (1 << 30);
         let mut m = header(8, 1, 32, wire::RDMA_MSG, &[(nul.len() as u32, rkey, 4096, far)], None, None);
         m.extend(&nul);
-        c.send(&m).and_then(|_| match c.recv(T) {
+        c.send(&m).and_then(|_| match c.recv(CLOSE_WAIT) {
             Ok(m) => match classify(&m) {
                 (_, wire::RDMA_ERROR, Some(_), _) => Ok("RDMA_ERROR".to_string()),
                 other => Err(format!("the server answered a call whose chunk it cannot have read: {other:?}")),
             },
             Err(Gone::Closed(why)) => Ok(format!("connection closed ({why})")),
-            Err(Gone::Timeout) => Err("no answer and no close within 10 s".into()),
+            Err(Gone::Timeout) => Err("no answer and no close within 45 s".into()),
         })
     };
     s.check("chunk-outside-registration", r);
@@ -178,7 +182,7 @@ fn hostile_cmd(addr: SocketAddr) {
         res.and_then(|_| {
             let mut answered = 0;
             loop {
-                match c.recv(T) {
+                match c.recv(CLOSE_WAIT) {
                     Ok(_) => answered += 1,
                     Err(Gone::Closed(why)) => return Ok(format!("connection closed after {answered} replies ({why})")),
                     Err(Gone::Timeout) => return Err(format!("{answered} replies and no close: the server accepted calls beyond its credits")),
@@ -204,7 +208,7 @@ fn hostile_cmd(addr: SocketAddr) {
     s.check("disconnect-mid-read", r);
 
     // 7. Garbage shorter than a header.
-    let r = s.refused(&[1, 2, 3], 0).or_else(|e| if e.contains("RDMA_ERROR") { Ok(e) } else { Err(e) });
+    let r = s.refused(&[1, 2, 3], 0);
     s.check("short-garbage", r);
 
     if s.failed {
