@@ -153,7 +153,6 @@ struct Device {
     channel: *mut c_void,
     cq: *mut c_void,
     large: Region,
-    large_size: usize,
     large_free: Vec<u32>,
 }
 
@@ -584,7 +583,6 @@ impl Loop {
             channel,
             cq,
             large,
-            large_size: self.large_size,
             large_free: (0..self.cfg.large_buffers as u32).rev().collect(),
         });
         Ok(self.devices.len() - 1)
@@ -833,7 +831,9 @@ impl Loop {
         }
         // A call holds one of the client's credits from its arrival until
         // its reply (or RDMA_ERROR) is posted, waiting for buffers or not.
-        if counts_as_call(c.small.slice(b as usize * c.buf_bytes, len as usize)) {
+        let msg = c.small.slice(b as usize * c.buf_bytes, len as usize);
+        let parsed = wire::parse(msg);
+        if counts_as_call(msg, &parsed) {
             c.outstanding += 1;
             if c.outstanding > c.credits {
                 let (credits, n) = (c.credits, c.outstanding);
@@ -841,7 +841,7 @@ impl Loop {
                 return;
             }
         }
-        if !c.waiting.is_empty() || !self.try_message(s, b, len) {
+        if !c.waiting.is_empty() || !self.try_message(s, b, len, parsed) {
             self.conns[s].as_mut().expect("live").waiting.push_back((b, len));
         }
     }
@@ -850,7 +850,9 @@ impl Loop {
         let mut did = false;
         for s in 0..self.conns.len() {
             while let Some(&(b, len)) = self.conns[s].as_ref().and_then(|c| c.waiting.front()) {
-                if !self.try_message(s, b, len) {
+                let c = self.conns[s].as_ref().expect("live");
+                let parsed = wire::parse(c.small.slice(b as usize * c.buf_bytes, len as usize));
+                if !self.try_message(s, b, len, parsed) {
                     break;
                 }
                 self.conns[s].as_mut().expect("live").waiting.pop_front();
@@ -861,14 +863,13 @@ impl Loop {
     }
 
     /// Handle one received message; false when buffers are short (retry).
-    fn try_message(&mut self, s: usize, b: u32, len: u32) -> bool {
+    fn try_message(&mut self, s: usize, b: u32, len: u32, parsed: Result<Message, Refused>) -> bool {
         let c = self.conns[s].as_ref().expect("live");
         if c.closing {
             return true;
         }
         let dev = c.dev;
         let msg = c.small.slice(b as usize * c.buf_bytes, len as usize);
-        let parsed = wire::parse(msg);
         let h = match parsed {
             Ok(Message::Call(h)) => h,
             Ok(Message::Done) => {
@@ -916,7 +917,7 @@ impl Loop {
             Layout::Whole { len } | Layout::Spliced { len, .. } => {
                 let input = self.devices[dev].large_free.pop().expect("checked");
                 let dv = &self.devices[dev];
-                let base = input as usize * dv.large_size;
+                let base = input as usize * self.large_size;
                 let (at, total) = match layout {
                     Layout::Spliced { position, total, .. } => {
                         let buf = dv.large.slice(base, total);
@@ -932,25 +933,15 @@ impl Loop {
                 // (an RC queue completes in order).
                 let c = self.conns[s].as_ref().expect("live");
                 let segs = h.reads.as_slice();
-                let mut sges = [ibv_sge::default(); wire::SEGMENTS_MAX];
-                let mut wrs: Vec<ibv_send_wr> = Vec::with_capacity(segs.len());
+                let mut batch = Batch::new();
                 let mut off = at;
                 for (i, sg) in segs.iter().enumerate() {
-                    sges[i] = ibv_sge { addr: dv.large.addr(base + off), length: sg.length, lkey: dv.large.lkey };
-                    let last = i + 1 == segs.len();
-                    wrs.push(ibv_send_wr::new(
-                        wr_id(c.gen, s, KIND_READ, input),
-                        &mut sges[i],
-                        verbs::IBV_WR_RDMA_READ,
-                        if last { verbs::IBV_SEND_SIGNALED } else { 0 },
-                        sg.offset,
-                        sg.handle,
-                    ));
+                    let local = ibv_sge { addr: dv.large.addr(base + off), length: sg.length, lkey: dv.large.lkey };
+                    let flags = if i + 1 == segs.len() { verbs::IBV_SEND_SIGNALED } else { 0 };
+                    batch.push(wr_id(c.gen, s, KIND_READ, input), local, verbs::IBV_WR_RDMA_READ, flags, sg);
                     off += sg.length as usize;
                 }
-                link(&mut wrs);
-                let qp = c.qp;
-                let rc = unsafe { verbs::post_send(qp, wrs.as_mut_ptr()) };
+                let rc = batch.post(c.qp);
                 STATS.rdma_reads.fetch_add(segs.len() as u64, Relaxed);
                 STATS.rdma_read_bytes.fetch_add(len as u64, Relaxed);
                 let c = self.conns[s].as_mut().expect("live");
@@ -969,7 +960,7 @@ impl Loop {
         let Some(i) = c.reading.iter().position(|p| p.input == input) else { return };
         let p = c.reading.swap_remove(i);
         let dv = &self.devices[c.dev];
-        let record: &[u8] = dv.large.slice(input as usize * dv.large_size, p.len);
+        let record: &[u8] = dv.large.slice(input as usize * self.large_size, p.len);
         let record: &[u8] = unsafe { std::slice::from_raw_parts(record.as_ptr(), record.len()) };
         self.run_call(s, &p.h, record, p.out, p.send, false);
         if let Some(c) = self.conns[s].as_ref() {
@@ -999,7 +990,7 @@ impl Loop {
         let c = self.conns[s].as_ref().expect("live");
         let info = c.info;
         let dv = &self.devices[c.dev];
-        let obuf = dv.large.slice(out as usize * dv.large_size, dv.large_size);
+        let obuf = dv.large.slice(out as usize * self.large_size, self.large_size);
         // The dispatcher writes a TCP record mark first; it is dropped here.
         let outcome = self.d.handle_lending(&info, record, obuf, Some(&self.lender));
         match outcome {
@@ -1043,7 +1034,7 @@ impl Loop {
         }
         let c = self.conns[s].as_ref().expect("live");
         let dv = &self.devices[c.dev];
-        let base = out as usize * dv.large_size;
+        let base = out as usize * self.large_size;
         // The data item moves by RDMA Write when the client gave a Write
         // chunk that holds it; its XDR pad is not conveyed (RFC 8166 §3.5.3).
         let write_chunk = (h.write_chunks > 0).then(|| h.write.as_slice());
@@ -1058,7 +1049,9 @@ impl Loop {
             None => n - 4,
         };
         let hdr_len = wire::reply_header_len(write_chunk, None);
-        let mut writes: Vec<(u64, u32, Segment)> = Vec::new(); // (local addr, len, remote)
+        // RDMA Writes of the data item or the whole reply, then the Send.
+        let mut batch = Batch::new();
+        let lkey = dv.large.lkey;
         let nomsg;
         let sbuf = c.small.slice(send as usize * c.buf_bytes, c.buf_bytes);
         let sent;
@@ -1070,7 +1063,9 @@ impl Loop {
                     let tail = pos + len + wire::pad(len);
                     sbuf[hl..hl + pos - 4].copy_from_slice(&obuf[4..pos]);
                     sbuf[hl + pos - 4..hl + inline_len].copy_from_slice(&obuf[tail..n]);
-                    spread(&mut writes, dv.large.addr(base + pos), len, write_chunk.unwrap());
+                    for (addr, n, seg) in spread(dv.large.addr(base + pos), len, write_chunk.unwrap()) {
+                        batch.push(0, ibv_sge { addr, length: n, lkey }, verbs::IBV_WR_RDMA_WRITE, 0, &seg);
+                    }
                 }
                 None => sbuf[hl..hl + inline_len].copy_from_slice(&obuf[4..n]),
             }
@@ -1078,7 +1073,9 @@ impl Loop {
         } else if let Some(rc) = h.reply.filter(|r| moved.is_none() && r.capacity() >= (n - 4) as u64) {
             nomsg = true;
             let hl = wire::encode_reply(sbuf, h.xid, c.credits, true, write_chunk.map(|w| (w, 0)), Some((rc.as_slice(), (n - 4) as u64)));
-            spread(&mut writes, dv.large.addr(base + 4), n - 4, rc.as_slice());
+            for (addr, n, seg) in spread(dv.large.addr(base + 4), n - 4, rc.as_slice()) {
+                batch.push(0, ibv_sge { addr, length: n, lkey }, verbs::IBV_WR_RDMA_WRITE, 0, &seg);
+            }
             sent = hl;
         } else {
             let xid = h.xid;
@@ -1086,31 +1083,23 @@ impl Loop {
             self.count_error(s, xid, wire::ERR_CHUNK, "the reply does not fit inline and the call gave no chunk to hold it");
             return;
         }
-        let mut sges = vec![ibv_sge::default(); writes.len() + 1];
-        let mut wrs: Vec<ibv_send_wr> = Vec::with_capacity(writes.len() + 1);
-        for (i, (addr, len, seg)) in writes.iter().enumerate() {
-            sges[i] = ibv_sge { addr: *addr, length: *len, lkey: dv.large.lkey };
-            wrs.push(ibv_send_wr::new(0, &mut sges[i], verbs::IBV_WR_RDMA_WRITE, 0, seg.offset, seg.handle));
-            STATS.rdma_writes.fetch_add(1, Relaxed);
-            STATS.rdma_write_bytes.fetch_add(*len as u64, Relaxed);
-        }
-        let k = writes.len();
-        sges[k] = ibv_sge { addr: c.small.addr(send as usize * c.buf_bytes), length: sent as u32, lkey: c.small.lkey };
-        wrs.push(ibv_send_wr::new(wr_id(c.gen, s, KIND_SEND, send), &mut sges[k], verbs::IBV_WR_SEND, verbs::IBV_SEND_SIGNALED, 0, 0));
-        link(&mut wrs);
+        let hold = batch.n > 0;
+        STATS.rdma_writes.fetch_add(batch.n as u64, Relaxed);
+        STATS.rdma_write_bytes.fetch_add(batch.sge[..batch.n].iter().map(|g| g.length as u64).sum::<u64>(), Relaxed);
+        let local = ibv_sge { addr: c.small.addr(send as usize * c.buf_bytes), length: sent as u32, lkey: c.small.lkey };
+        batch.push(wr_id(c.gen, s, KIND_SEND, send), local, verbs::IBV_WR_SEND, verbs::IBV_SEND_SIGNALED, &Segment::default());
         if nomsg {
             STATS.reply_chunks.fetch_add(1, Relaxed);
         }
         STATS.send_bytes.fetch_add(sent as u64, Relaxed);
         let qp = c.qp;
-        let hold = !writes.is_empty();
         let c = self.conns[s].as_mut().expect("live");
         if hold {
             c.send_hold[send as usize] = Some(out);
         } else {
             self.devices[c.dev].large_free.push(out);
         }
-        let rc = unsafe { verbs::post_send(qp, wrs.as_mut_ptr()) };
+        let rc = batch.post(qp);
         if rc != 0 {
             self.send_done(s, send);
             self.disconnect(s, &format!("cannot post a reply: {}", std::io::Error::from_raw_os_error(rc)));
@@ -1200,8 +1189,8 @@ impl Loop {
 /// Whether a received message is a call that takes a credit: anything but
 /// a back-channel REPLY carried inline, RDMA_DONE and RDMA_ERROR (an
 /// unusable header is answered, so it counts).
-fn counts_as_call(msg: &[u8]) -> bool {
-    match wire::parse(msg) {
+fn counts_as_call(msg: &[u8], parsed: &Result<Message, Refused>) -> bool {
+    match parsed {
         Ok(Message::Call(h)) => {
             let body = &msg[h.len..];
             !(h.reads.n == 0 && body.len() >= 8 && body[4..8] == [0, 0, 0, 1])
@@ -1211,25 +1200,62 @@ fn counts_as_call(msg: &[u8]) -> bool {
     }
 }
 
-/// Spread `len` bytes from `addr` over the remote segments, in order.
-fn spread(writes: &mut Vec<(u64, u32, Segment)>, addr: u64, len: usize, segs: &[Segment]) {
+/// `len` bytes from `addr` spread over the remote segments, in order:
+/// (local address, bytes, segment) per RDMA Write.
+fn spread(addr: u64, len: usize, segs: &[Segment]) -> impl Iterator<Item = (u64, u32, Segment)> + '_ {
     let mut left = len as u64;
     let mut at = addr;
-    for sg in segs {
+    segs.iter().map_while(move |sg| {
         if left == 0 {
-            break;
+            return None;
         }
         let n = left.min(sg.length as u64);
-        writes.push((at, n as u32, *sg));
+        let w = (at, n as u32, *sg);
         at += n;
         left -= n;
-    }
+        Some(w)
+    })
 }
 
-fn link(wrs: &mut [ibv_send_wr]) {
-    for i in 1..wrs.len() {
-        let next: *mut ibv_send_wr = &mut wrs[i];
-        wrs[i - 1].next = next;
+/// Most work requests posted at once: a chunk's segments and the Send.
+const BATCH_MAX: usize = wire::SEGMENTS_MAX + 1;
+
+/// Work requests posted together, built on the stack (no allocation per
+/// call); linked and pointed at their scatter entries only when posted.
+struct Batch {
+    n: usize,
+    sge: [ibv_sge; BATCH_MAX],
+    wr: [ibv_send_wr; BATCH_MAX],
+}
+
+impl Batch {
+    fn new() -> Batch {
+        Batch {
+            n: 0,
+            sge: [ibv_sge::default(); BATCH_MAX],
+            wr: std::array::from_fn(|_| ibv_send_wr::new(0, std::ptr::null_mut(), 0, 0, 0, 0)),
+        }
+    }
+
+    /// One request moving `local` (RDMA Read / Write to or from `remote`, or
+    /// a Send, which ignores `remote`).
+    fn push(&mut self, wr_id: u64, local: ibv_sge, opcode: u32, flags: u32, remote: &Segment) {
+        assert!(self.n < BATCH_MAX, "more work requests than a chunk holds");
+        self.sge[self.n] = local;
+        self.wr[self.n] = ibv_send_wr::new(wr_id, std::ptr::null_mut(), opcode, flags, remote.offset, remote.handle);
+        self.n += 1;
+    }
+
+    /// `ibv_post_send` of the whole batch; its return code.
+    fn post(&mut self, qp: *mut c_void) -> libc::c_int {
+        if self.n == 0 {
+            return 0;
+        }
+        for i in 0..self.n {
+            self.wr[i].sg_list = &mut self.sge[i];
+            self.wr[i].next = if i + 1 < self.n { &mut self.wr[i + 1] } else { std::ptr::null_mut() };
+        }
+        unsafe { verbs::post_send(qp, &mut self.wr[0]) }
     }
 }
 
@@ -1246,8 +1272,8 @@ mod tests {
     #[test]
     fn spread_over_segments() {
         let segs = [Segment { handle: 1, length: 4096, offset: 100 }, Segment { handle: 2, length: 8192, offset: 200 }];
-        let mut w = Vec::new();
-        spread(&mut w, 1000, 5000, &segs);
+        let w: Vec<_> = spread(1000, 5000, &segs).collect();
         assert_eq!(w, vec![(1000, 4096, segs[0]), (5096, 904, segs[1])]);
+        assert_eq!(spread(1000, 0, &segs).count(), 0);
     }
 }
