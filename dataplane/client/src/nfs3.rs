@@ -208,6 +208,55 @@ impl Nfs3 {
         }
     }
 
+    /// Copy a READ reply's data into `buf` without allocating: (bytes, eof).
+    /// More data than `buf` holds is a malformed reply.
+    pub fn read_into(reply: &Reply, buf: &mut [u8]) -> Result<(usize, bool)> {
+        match decode::<p::READ3res>(reply.body())? {
+            p::READ3res::NFS3_OK(ok) => {
+                if ok.data.len() != ok.count as usize || ok.data.len() > buf.len() {
+                    return Err(Error::Malformed(format!(
+                        "READ count {} with {} data bytes for a {}-byte buffer",
+                        ok.count,
+                        ok.data.len(),
+                        buf.len()
+                    )));
+                }
+                buf[..ok.data.len()].copy_from_slice(ok.data);
+                Ok((ok.data.len(), ok.eof))
+            }
+            p::READ3res::default(c, _) => Err(nfs_err(c)),
+        }
+    }
+
+    /// Decode a WRITE reply of `sent` bytes without remembering anything
+    /// for COMMIT (the caller tracks verifiers itself, e.g. an engine whose
+    /// buffers are reused and so cannot be resent).
+    pub fn written(reply: &Reply, sent: usize) -> Result<Written> {
+        let ok = match decode::<p::WRITE3res>(reply.body())? {
+            p::WRITE3res::NFS3_OK(ok) => ok,
+            p::WRITE3res::default(c, _) => return Err(nfs_err(c)),
+        };
+        if ok.count as usize > sent {
+            return Err(Error::Malformed(format!("WRITE count {} over the {sent} bytes sent", ok.count)));
+        }
+        Ok(Written { count: ok.count, stable: ok.committed != p::stable_how::UNSTABLE, verf: ok.verf })
+    }
+
+    /// Queue a COMMIT of the whole file; its verifier from `committed`.
+    /// Unlike `commit`, the writes tracked here are not consulted.
+    pub fn submit_commit(&mut self, fh: &[u8]) -> Result<u32> {
+        let a = p::COMMIT3args { file: fh3(fh), offset: 0, count: 0 };
+        self.rpc.submit(p::NFS_PROGRAM, p::NFS_V3, 21, &|e| a.encode(e))
+    }
+
+    /// The verifier of a COMMIT reply.
+    pub fn committed(reply: &Reply) -> Result<[u8; 8]> {
+        match decode::<p::COMMIT3res>(reply.body())? {
+            p::COMMIT3res::NFS3_OK(ok) => Ok(ok.verf),
+            p::COMMIT3res::default(c, _) => Err(nfs_err(c)),
+        }
+    }
+
     /// READ into `out`; returns eof.
     pub fn read(&mut self, fh: &[u8], offset: u64, count: u32, out: &mut Vec<u8>) -> Result<bool> {
         let xid = self.submit_read(fh, offset, count)?;
@@ -265,11 +314,8 @@ impl Nfs3 {
     /// carried it; `Error::VerifierChanged` with the ranges otherwise (they
     /// stay tracked for `resend_uncommitted`).
     pub fn commit(&mut self, fh: &[u8]) -> Result<[u8; 8]> {
-        let r = self.call(21, &p::COMMIT3args { file: fh3(fh), offset: 0, count: 0 })?;
-        let verf = match decode::<p::COMMIT3res>(r.body())? {
-            p::COMMIT3res::NFS3_OK(ok) => ok.verf,
-            p::COMMIT3res::default(c, _) => return Err(nfs_err(c)),
-        };
+        let xid = self.submit_commit(fh)?;
+        let verf = Self::committed(&self.rpc.wait(xid)?)?;
         self.uncommitted.committed(fh, verf)
     }
 

@@ -79,6 +79,9 @@ impl Default for Limits {
 const ABANDONED_MAX: usize = 1024;
 /// Bytes read from the socket per read(2).
 const READ_CHUNK_BYTES: usize = 64 << 10;
+/// Reply buffers handed back with `recycle` and kept for the next replies,
+/// so a caller that recycles allocates nothing per call once warm.
+const SPARE_BUFFERS_MAX: usize = 16;
 
 /// A successful reply: the whole record, results from `body()`.
 #[derive(Debug)]
@@ -123,6 +126,10 @@ pub struct RpcConn {
     in_frag: bool,
     last_frag: bool,
     rec: Vec<u8>,
+    spare: Vec<Vec<u8>>,
+    /// Calls wait in `out` for `send_queued` (or the next poll) instead of
+    /// being sent by `submit`.
+    corked: bool,
     pending: HashMap<u32, Pending>,
     abandoned: VecDeque<u32>,
     abandoned_set: HashSet<u32>,
@@ -283,6 +290,8 @@ impl RpcConn {
             in_frag: false,
             last_frag: false,
             rec: Vec::new(),
+            spare: Vec::new(),
+            corked: false,
             pending: HashMap::new(),
             abandoned: VecDeque::new(),
             abandoned_set: HashSet::new(),
@@ -307,6 +316,58 @@ impl RpcConn {
     /// The error that broke this connection, if it is broken.
     pub fn broken(&self) -> Option<&Error> {
         self.broken.as_ref()
+    }
+
+    /// The socket and the poll(2) events it waits for, for a caller that
+    /// polls many connections at once (then `on_ready` with what came back).
+    pub fn poll_fd(&self) -> libc::pollfd {
+        let mut events = libc::POLLIN;
+        if self.out_pos < self.out.len() {
+            events |= libc::POLLOUT;
+        }
+        libc::pollfd { fd: self.sock.as_raw_fd(), events, revents: 0 }
+    }
+
+    /// The earliest deadline of a call in flight (a caller polling many
+    /// connections wakes by then so `on_ready` can time it out).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.pending.values().map(|p| p.deadline).min()
+    }
+
+    /// Act on the `revents` poll(2) reported for `poll_fd` (0: only time
+    /// calls out), then move completed calls into `out`; returns how many.
+    pub fn on_ready(&mut self, revents: i16, out: &mut Vec<Completion>) -> usize {
+        if self.broken.is_none() {
+            self.service(revents);
+        }
+        let n = self.done.len();
+        out.extend(self.done.drain(..));
+        n
+    }
+
+    /// Corked, `submit` only queues: calls leave together at the next
+    /// `send_queued`, `reap`, `wait` or `on_ready` — one send for a batch,
+    /// which the server then reads with one receive.
+    pub fn set_corked(&mut self, corked: bool) {
+        self.corked = corked;
+    }
+
+    /// Send what is queued, as far as the socket takes it now (the rest
+    /// goes when the socket polls writable).
+    pub fn send_queued(&mut self) {
+        if self.broken.is_none() && self.out_pos < self.out.len() {
+            if let Err(err) = self.flush() {
+                self.fail(err);
+            }
+        }
+    }
+
+    /// Give a reply's buffer back for the next replies (bounded: at most
+    /// `SPARE_BUFFERS_MAX` kept, none larger than the reply bound).
+    pub fn recycle(&mut self, reply: Reply) {
+        if self.spare.len() < SPARE_BUFFERS_MAX && reply.buf.capacity() <= self.limits.reply_bytes_max {
+            self.spare.push(reply.buf);
+        }
     }
 
     /// Replace the credentials of later calls.
@@ -375,9 +436,12 @@ impl RpcConn {
         }
         self.out.extend_from_slice(&self.scratch[..n]);
         self.pending.insert(xid, Pending { proc_num, deadline: Instant::now() + self.limits.timeout });
-        // Send now if the socket takes it: a call waits for no reap.
-        if let Err(err) = self.flush() {
-            self.fail(err);
+        // Send now if the socket takes it: a call waits for no reap (unless
+        // corked: the caller sends a batch with `send_queued`).
+        if !self.corked {
+            if let Err(err) = self.flush() {
+                self.fail(err);
+            }
         }
         Ok(xid)
     }
@@ -476,14 +540,9 @@ impl RpcConn {
             return;
         }
         let now = Instant::now();
-        let first_deadline = self.pending.values().map(|p| p.deadline).min();
-        let until = first_deadline.map_or(until, |d| d.min(until));
+        let until = self.next_deadline().map_or(until, |d| d.min(until));
         let wait_ms = until.saturating_duration_since(now).as_millis().min(i32::MAX as u128) as i32;
-        let mut events = libc::POLLIN;
-        if self.out_pos < self.out.len() {
-            events |= libc::POLLOUT;
-        }
-        let mut pfd = libc::pollfd { fd: self.sock.as_raw_fd(), events, revents: 0 };
+        let mut pfd = self.poll_fd();
         // SAFETY: one valid pollfd for the duration of the call.
         let r = unsafe { libc::poll(&mut pfd, 1, wait_ms) };
         if r < 0 {
@@ -493,18 +552,21 @@ impl RpcConn {
             }
             return;
         }
-        if r > 0 {
-            if pfd.revents & libc::POLLOUT != 0 {
-                if let Err(e) = self.flush() {
-                    self.fail(e);
-                    return;
-                }
+        self.service(if r > 0 { pfd.revents } else { 0 });
+    }
+
+    /// Send, receive and complete what `revents` allows; expire late calls.
+    fn service(&mut self, revents: i16) {
+        if revents & libc::POLLOUT != 0 {
+            if let Err(e) = self.flush() {
+                self.fail(e);
+                return;
             }
-            if pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
-                if let Err(e) = self.receive() {
-                    self.fail(e);
-                    return;
-                }
+        }
+        if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+            if let Err(e) = self.receive() {
+                self.fail(e);
+                return;
             }
         }
         self.expire(Instant::now());
@@ -557,6 +619,12 @@ impl RpcConn {
                 self.last_frag = m & 0x8000_0000 != 0;
                 if self.rec.len() + len > self.limits.reply_bytes_max {
                     return Err(Error::ReplyTooLarge { len: self.rec.len() + len, max: self.limits.reply_bytes_max });
+                }
+                if self.rec.capacity() == 0 {
+                    if let Some(mut b) = self.spare.pop() {
+                        b.clear();
+                        self.rec = b;
+                    }
                 }
                 self.rec.reserve(len);
                 self.frag_left = len;

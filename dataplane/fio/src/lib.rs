@@ -1,0 +1,555 @@
+//! fio's external engine over the userspace NFS client (README.md).
+//!
+//! One `Engine` per fio job (fio runs each job in its own process or
+//! thread, so nothing here is shared): `conns` NFSv3 connections to one
+//! server, the export mounted once, files opened by path. `queue` submits a
+//! READ, WRITE or COMMIT on the next connection round-robin and returns at
+//! once; `reap` polls every connection's socket with one poll(2) and hands
+//! back (tag, result) pairs as replies arrive, in any order. READ data is
+//! copied straight from the reply into fio's buffer; reply buffers are
+//! recycled, so a warm engine allocates nothing per I/O.
+//!
+//! WRITEs go UNSTABLE (as the kernel client and libnfs send them); fio's
+//! fsync (and a file's close) sends COMMIT. fio reuses its buffers, so the
+//! engine cannot resend lost writes: it compares verifiers instead, and a
+//! COMMIT whose verifier differs from the writes' (the server restarted and
+//! may have dropped them) fails with EIO naming the file.
+
+pub mod capi;
+
+use client::nfs3::{self, Nfs3, Stable};
+use client::{Auth, Completion, Error, Limits, RpcConn};
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// Largest READ or WRITE one I/O may carry (chimerad's rsize/wsize).
+pub const IO_BYTES_MAX: usize = 1 << 20;
+/// Connections per job the `conns` option accepts.
+pub const CONNS_MAX: usize = 64;
+/// I/O failures logged per engine; later ones are counted, not printed.
+const ERRORS_LOGGED_MAX: u32 = 16;
+
+/// What one job connects to (fio's engine options).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `host:port` of the NFS server (port 2049 when left out).
+    pub server: String,
+    /// The export MOUNT asks for, e.g. `/memfs`.
+    pub export: String,
+    /// MOUNT's port when the server does not serve it on its NFS port
+    /// (0: the NFS connection).
+    pub mount_port: u16,
+    /// TCP connections to the server; I/Os spread round-robin.
+    pub conns: usize,
+    /// fio's iodepth: calls in flight the connections must admit together.
+    pub iodepth: usize,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Config {
+    /// Check the options before any connection: each error names the option.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.server.is_empty() {
+            return Err("chimera_server is required (host or host:port of the NFS server)".into());
+        }
+        if !self.export.starts_with('/') {
+            return Err(format!("chimera_export '{}' must be an absolute export path such as /memfs", self.export));
+        }
+        if self.conns == 0 || self.conns > CONNS_MAX {
+            return Err(format!("chimera_conns {} is out of range 1..={CONNS_MAX}", self.conns));
+        }
+        Ok(())
+    }
+
+    /// `server` with the NFS port filled in.
+    pub fn nfs_addr(&self) -> String {
+        with_port(&self.server, 2049)
+    }
+}
+
+fn with_port(server: &str, port: u16) -> String {
+    let host_only = if server.starts_with('[') { !server.contains("]:") } else { server.matches(':').count() != 1 };
+    if host_only {
+        if server.contains(':') && !server.starts_with('[') {
+            format!("[{server}]:{port}")
+        } else {
+            format!("{server}:{port}")
+        }
+    } else {
+        server.to_string()
+    }
+}
+
+fn host_of(server: &str) -> String {
+    let a = with_port(server, 2049);
+    a.rsplit_once(':').map(|(h, _)| h.to_string()).unwrap_or(a)
+}
+
+/// What an I/O does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Read,
+    Write,
+    /// COMMIT the whole file (fio's fsync / fdatasync).
+    Sync,
+}
+
+struct InFlight {
+    tag: u64,
+    op: Op,
+    file: u32,
+    offset: u64,
+    buf: *mut u8,
+    len: usize,
+}
+
+struct File {
+    path: String,
+    fh: Vec<u8>,
+    /// Verifier of the first UNSTABLE write since the last COMMIT.
+    unstable_verf: Option<[u8; 8]>,
+    /// Two UNSTABLE writes since the last COMMIT carried different
+    /// verifiers: the server restarted between them.
+    verf_changed: bool,
+}
+
+struct Conn {
+    nfs: Nfs3,
+    ops: HashMap<u32, InFlight>,
+    /// Calls queued since the last send (corked: they leave together).
+    unsent: usize,
+    /// The loss has been logged (once per connection).
+    loss_logged: bool,
+}
+
+/// One job's client: see the module comment.
+pub struct Engine {
+    cfg: Config,
+    auth: Auth,
+    limits: Limits,
+    conns: Vec<Conn>,
+    /// The export's root handle (MOUNT at connect).
+    root: Vec<u8>,
+    files: Vec<Option<File>>,
+    next_conn: usize,
+    in_flight: usize,
+    completions: Vec<Completion>,
+    ready: VecDeque<(u64, i64)>,
+    pfds: Vec<libc::pollfd>,
+    pfd_conn: Vec<usize>,
+    errors: u64,
+}
+
+// The buffers in flight belong to fio, which keeps them alive and
+// untouched until their completion is reaped; an engine lives on one thread
+// at a time.
+unsafe impl Send for Engine {}
+
+impl Engine {
+    /// Connect `conns` times and mount the export (on the first connection,
+    /// or at `mount_port`). Errors name the server, the export and why.
+    pub fn connect(cfg: Config) -> Result<Engine, String> {
+        cfg.validate()?;
+        let auth = Auth::Sys { machine: "chimera-fio".into(), uid: cfg.uid, gid: cfg.gid, gids: Vec::new() };
+        let per_conn = cfg.iodepth.div_ceil(cfg.conns).max(1);
+        let limits = Limits { in_flight_max: per_conn.max(Limits::default().in_flight_max), ..Limits::default() };
+        let addr = cfg.nfs_addr();
+        let mut conns = Vec::with_capacity(cfg.conns);
+        for i in 0..cfg.conns {
+            let mut nfs = Nfs3::connect(&addr, &auth, limits).map_err(|e| format!("connection {} to {addr}: {e}", i + 1))?;
+            // fio queues a batch, then commits it: one send per batch.
+            nfs.rpc().set_corked(true);
+            conns.push(Conn { nfs, ops: HashMap::with_capacity(per_conn * 2), unsent: 0, loss_logged: false });
+        }
+        let mut e = Engine {
+            conns,
+            auth,
+            limits,
+            root: Vec::new(),
+            files: Vec::new(),
+            next_conn: 0,
+            in_flight: 0,
+            completions: Vec::with_capacity(cfg.iodepth.max(1)),
+            ready: VecDeque::with_capacity(cfg.iodepth.max(1)),
+            pfds: Vec::with_capacity(cfg.conns),
+            pfd_conn: Vec::with_capacity(cfg.conns),
+            errors: 0,
+            cfg,
+        };
+        e.root = e.mount()?;
+        Ok(e)
+    }
+
+    fn mount(&mut self) -> Result<Vec<u8>, String> {
+        let export = self.cfg.export.clone();
+        let r = if self.cfg.mount_port == 0 {
+            self.conns[0].nfs.mount(&export)
+        } else {
+            let at = with_port(&host_of(&self.cfg.server), self.cfg.mount_port);
+            nfs3::mount_at(&at, &export, &self.auth, self.limits)
+        };
+        r.map_err(|e| format!("MOUNT of export {export} on {}: {e}", self.cfg.server))
+    }
+
+    /// Open `path` (relative to the export; `/` separates directories).
+    /// With `create`, missing directories and the file are created (an
+    /// existing file is reused). Returns the file's index for `queue`.
+    pub fn open(&mut self, path: &str, create: bool) -> Result<u32, (i32, String)> {
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+        let Some((name, dirs)) = parts.split_last() else {
+            return Err((libc::EINVAL, format!("file name '{path}' names no file")));
+        };
+        if parts.contains(&"..") {
+            return Err((libc::EINVAL, format!("file name '{path}' leaves the export ('..')")));
+        }
+        let c = &mut self.conns[0].nfs;
+        let fail = |what: &str, e: Error| (e.errno(), format!("{what} {path} in export {}: {e}", self.cfg.export));
+        let mut dir = self.root.clone();
+        for d in dirs {
+            dir = match c.lookup(&dir, d.as_bytes()) {
+                Ok((fh, _)) => fh,
+                Err(e) if create && e.errno() == libc::ENOENT => match c.mkdir(&dir, d.as_bytes(), 0o755) {
+                    Ok(fh) => fh,
+                    // Another job made it meanwhile.
+                    Err(e) if e.errno() == libc::EEXIST => c.lookup(&dir, d.as_bytes()).map_err(|e| fail("looking up", e))?.0,
+                    Err(e) => return Err(fail("creating a directory for", e)),
+                },
+                Err(e) => return Err(fail("looking up", e)),
+            };
+        }
+        let fh = match c.lookup(&dir, name.as_bytes()) {
+            Ok((fh, _)) => fh,
+            Err(e) if create && e.errno() == libc::ENOENT => {
+                c.create(&dir, name.as_bytes(), 0o644, false).map_err(|e| fail("creating", e))?
+            }
+            Err(e) => return Err(fail("opening", e)),
+        };
+        let f = File { path: path.to_string(), fh, unstable_verf: None, verf_changed: false };
+        let idx = match self.files.iter().position(Option::is_none) {
+            Some(i) => {
+                self.files[i] = Some(f);
+                i
+            }
+            None => {
+                self.files.push(Some(f));
+                self.files.len() - 1
+            }
+        };
+        Ok(idx as u32)
+    }
+
+    /// COMMIT what is unstable (checking verifiers) and forget the file.
+    pub fn close(&mut self, file: u32) -> Result<(), (i32, String)> {
+        let Some(Some(f)) = self.files.get(file as usize) else {
+            return Err((libc::EBADF, format!("file {file} is not open")));
+        };
+        let r = if f.unstable_verf.is_some() {
+            let fh = f.fh.clone();
+            let c = &mut self.conns[0].nfs;
+            let verf = c
+                .submit_commit(&fh)
+                .and_then(|x| c.rpc().wait(x))
+                .and_then(|r| Nfs3::committed(&r))
+                .map_err(|e| (e.errno(), format!("COMMIT of {} at close: {e}", f.path)))?;
+            self.check_commit(file, verf)
+        } else {
+            Ok(())
+        };
+        self.files[file as usize] = None;
+        r
+    }
+
+    fn check_commit(&mut self, file: u32, verf: [u8; 8]) -> Result<(), (i32, String)> {
+        let f = self.files[file as usize].as_mut().expect("open");
+        let lost = f.verf_changed || f.unstable_verf.is_some_and(|v| v != verf);
+        f.unstable_verf = None;
+        f.verf_changed = false;
+        if lost {
+            return Err((
+                libc::EIO,
+                format!(
+                    "{}: the server restarted since UNSTABLE writes it acknowledged (COMMIT verifier changed); they may be lost",
+                    f.path
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// I/Os queued and not yet handed back by `reap`.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// I/Os that completed with an error so far.
+    pub fn errors(&self) -> u64 {
+        self.errors
+    }
+
+    /// Submit one I/O; its result comes back from `reap` with `tag`.
+    ///
+    /// # Safety
+    /// `buf` must be valid for `len` bytes (written by a READ, read by a
+    /// WRITE) and stay so, untouched, until `reap` returns `tag`.
+    pub unsafe fn queue(&mut self, file: u32, op: Op, offset: u64, buf: *mut u8, len: usize, tag: u64) -> Result<(), (i32, String)> {
+        let Some(Some(f)) = self.files.get(file as usize) else {
+            return Err((libc::EBADF, format!("file {file} is not open")));
+        };
+        if op != Op::Sync && (len == 0 || len > IO_BYTES_MAX) {
+            return Err((libc::EINVAL, format!("{}: I/O of {len} bytes (1..={IO_BYTES_MAX} per I/O; lower bs)", f.path)));
+        }
+        let i = self.next_conn % self.conns.len();
+        self.next_conn = self.next_conn.wrapping_add(1);
+        if self.conns[i].nfs.rpc().broken().is_some() {
+            self.reconnect(i).map_err(|m| (libc::EIO, m))?;
+        }
+        let f = self.files[file as usize].as_ref().expect("checked above");
+        let c = &mut self.conns[i];
+        let r = match op {
+            Op::Read => c.nfs.submit_read(&f.fh, offset, len as u32),
+            // SAFETY: the caller keeps `buf` valid for `len` bytes.
+            Op::Write => c.nfs.submit_write(&f.fh, offset, std::slice::from_raw_parts(buf, len), Stable::Unstable),
+            Op::Sync => c.nfs.submit_commit(&f.fh),
+        };
+        match r {
+            Ok(xid) => {
+                c.ops.insert(xid, InFlight { tag, op, file, offset, buf, len });
+                c.unsent += 1;
+                self.in_flight += 1;
+                Ok(())
+            }
+            Err(e) => Err((e.errno(), format!("{op:?} of {len} bytes at {offset} on {}: {e}", f.path))),
+        }
+    }
+
+    fn reconnect(&mut self, i: usize) -> Result<(), String> {
+        // The lost connection failed its calls: hand them back first (their
+        // completions would go with the old connection).
+        let mut done = Vec::new();
+        self.conns[i].nfs.rpc().on_ready(0, &mut done);
+        for c in done {
+            self.finish(i, c);
+        }
+        let left: Vec<InFlight> = self.conns[i].ops.drain().map(|(_, op)| op).collect();
+        for op in left {
+            self.errors += 1;
+            self.ready.push_back((op.tag, -(libc::EIO as i64)));
+        }
+        let addr = self.cfg.nfs_addr();
+        let rpc = RpcConn::connect(&addr, &self.auth, self.limits).map_err(|e| format!("reconnecting to {addr}: {e}"))?;
+        let c = &mut self.conns[i];
+        c.nfs.replace_conn(rpc);
+        c.unsent = 0;
+        c.nfs.rpc().set_corked(true);
+        c.loss_logged = false;
+        eprintln!("chimera-fio: connection {} to {addr} re-established", i + 1);
+        Ok(())
+    }
+
+    /// fio's commit, after each `queue` (or batch of them). A connection
+    /// with nothing on the wire sends at once (no added latency at iodepth
+    /// 1); one with calls awaiting replies keeps the new ones for `reap`,
+    /// which fio calls as soon as its depth is full: the I/Os queued
+    /// between two reaps leave in one send and reach the server in one
+    /// receive — what Nagle's algorithm would do, without its timer.
+    pub fn commit(&mut self) {
+        for c in &mut self.conns {
+            if c.unsent > 0 && c.unsent == c.ops.len() {
+                c.nfs.rpc().send_queued();
+                c.unsent = 0;
+            }
+        }
+    }
+
+    /// Send everything queued on every connection.
+    pub fn send_all(&mut self) {
+        for c in &mut self.conns {
+            if c.unsent > 0 {
+                c.nfs.rpc().send_queued();
+                c.unsent = 0;
+            }
+        }
+    }
+
+    /// Hand back at least `min` and at most `out`'s length of finished
+    /// I/Os as (tag, bytes or -errno), waiting up to `timeout` (None:
+    /// as long as it takes). Returns how many were written into `out`; fewer
+    /// than `min` only when the timeout passed or nothing is in flight.
+    pub fn reap(&mut self, min: usize, timeout: Option<Duration>, out: &mut [(u64, i64)]) -> usize {
+        let max = out.len();
+        let min = min.min(max);
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut n = 0;
+        let mut polled = false;
+        loop {
+            while n < max {
+                match self.ready.pop_front() {
+                    Some(x) => {
+                        out[n] = x;
+                        n += 1;
+                        self.in_flight -= 1;
+                    }
+                    None => break,
+                }
+            }
+            // Nothing left on any connection: no poll can add more.
+            if n >= max || (n >= min && polled) || self.in_flight == 0 {
+                return n;
+            }
+            let wait = if n >= min {
+                Some(Duration::ZERO)
+            } else {
+                deadline.map(|d| d.saturating_duration_since(Instant::now()))
+            };
+            if polled && wait == Some(Duration::ZERO) {
+                return n;
+            }
+            self.pump(wait);
+            polled = true;
+        }
+    }
+
+    /// One poll(2) over every connection with calls in flight (up to
+    /// `wait`; None: until one is ready or a call's own deadline), then
+    /// turn what completed into results.
+    fn pump(&mut self, wait: Option<Duration>) {
+        self.send_all();
+        self.pfds.clear();
+        self.pfd_conn.clear();
+        let mut until = wait.map(|w| Instant::now() + w);
+        for (i, c) in self.conns.iter_mut().enumerate() {
+            if c.ops.is_empty() {
+                continue;
+            }
+            let rpc = c.nfs.rpc();
+            if rpc.broken().is_some() {
+                // Its calls are failed already: only collect them.
+                self.pfd_conn.push(i);
+                self.pfds.push(libc::pollfd { fd: -1, events: 0, revents: 0 });
+                until = Some(Instant::now());
+                continue;
+            }
+            if let Some(d) = rpc.next_deadline() {
+                until = Some(until.map_or(d, |u| u.min(d)));
+            }
+            self.pfds.push(rpc.poll_fd());
+            self.pfd_conn.push(i);
+        }
+        if self.pfds.is_empty() {
+            return;
+        }
+        let ms = until.map_or(-1, |u| {
+            let d = u.saturating_duration_since(Instant::now());
+            // Round up: a 0.3 ms wait must not become a busy 0.
+            (d.as_micros().div_ceil(1000)).min(i32::MAX as u128) as i32
+        });
+        // SAFETY: `pfds` is a valid array of its length for the call.
+        let r = unsafe { libc::poll(self.pfds.as_mut_ptr(), self.pfds.len() as libc::nfds_t, ms) };
+        if r < 0 {
+            // EINTR: fio's own signals; the caller loops.
+            return;
+        }
+        for k in 0..self.pfds.len() {
+            let i = self.pfd_conn[k];
+            let revents = self.pfds[k].revents;
+            self.completions.clear();
+            let mut done = std::mem::take(&mut self.completions);
+            self.conns[i].nfs.rpc().on_ready(revents, &mut done);
+            for c in done.drain(..) {
+                self.finish(i, c);
+            }
+            self.completions = done;
+        }
+    }
+
+    fn finish(&mut self, i: usize, c: Completion) {
+        let Some(op) = self.conns[i].ops.remove(&c.xid) else { return };
+        let res = match c.result {
+            Ok(reply) => {
+                let r = match op.op {
+                    // SAFETY: `queue`'s contract keeps the buffer valid and ours.
+                    Op::Read => Nfs3::read_into(&reply, unsafe { std::slice::from_raw_parts_mut(op.buf, op.len) })
+                        .map(|(n, _eof)| n as i64)
+                        .map_err(|e| (e.errno(), e.to_string())),
+                    Op::Write => Nfs3::written(&reply, op.len).map_err(|e| (e.errno(), e.to_string())).map(|w| {
+                        if !w.stable {
+                            if let Some(f) = self.files.get_mut(op.file as usize).and_then(Option::as_mut) {
+                                match f.unstable_verf {
+                                    None => f.unstable_verf = Some(w.verf),
+                                    Some(v) if v != w.verf => f.verf_changed = true,
+                                    Some(_) => {}
+                                }
+                            }
+                        }
+                        w.count as i64
+                    }),
+                    Op::Sync => Nfs3::committed(&reply).map_err(|e| (e.errno(), e.to_string())).and_then(|verf| {
+                        if self.files.get(op.file as usize).is_some_and(Option::is_some) {
+                            self.check_commit(op.file, verf)?;
+                        }
+                        Ok(0)
+                    }),
+                };
+                self.conns[i].nfs.rpc().recycle(reply);
+                r
+            }
+            Err(e) => {
+                if e.is_connection() && !self.conns[i].loss_logged {
+                    self.conns[i].loss_logged = true;
+                    eprintln!(
+                        "chimera-fio: connection {} to {} lost ({e}); its I/Os fail, the next I/O reconnects",
+                        i + 1,
+                        self.cfg.nfs_addr()
+                    );
+                }
+                Err((e.errno(), e.to_string()))
+            }
+        };
+        let res = match res {
+            Ok(n) => n,
+            Err((errno, msg)) => {
+                self.errors += 1;
+                if self.errors <= ERRORS_LOGGED_MAX as u64 {
+                    let path = self.files.get(op.file as usize).and_then(Option::as_ref).map_or("?", |f| f.path.as_str());
+                    eprintln!("chimera-fio: {:?} of {} bytes at {} on {path} failed: {msg}", op.op, op.len, op.offset);
+                    if self.errors == ERRORS_LOGGED_MAX as u64 {
+                        eprintln!("chimera-fio: further I/O errors are counted, not logged");
+                    }
+                }
+                -(errno.max(1) as i64)
+            }
+        };
+        self.ready.push_back((op.tag, res));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_addresses() {
+        assert_eq!(with_port("127.0.0.1", 2049), "127.0.0.1:2049");
+        assert_eq!(with_port("127.0.0.1:20049", 2049), "127.0.0.1:20049");
+        assert_eq!(with_port("::1", 2049), "[::1]:2049");
+        assert_eq!(with_port("[::1]:7", 2049), "[::1]:7");
+        assert_eq!(with_port("[::1]", 2049), "[::1]:2049");
+        assert_eq!(host_of("10.0.0.1:2049"), "10.0.0.1");
+        assert_eq!(host_of("nfs.example"), "nfs.example");
+    }
+
+    #[test]
+    fn options_are_checked_by_name() {
+        let ok = Config { server: "127.0.0.1".into(), export: "/m".into(), mount_port: 0, conns: 1, iodepth: 1, uid: 0, gid: 0 };
+        assert!(ok.validate().is_ok());
+        let e = Config { server: String::new(), ..ok.clone() }.validate().unwrap_err();
+        assert!(e.contains("chimera_server"), "{e}");
+        let e = Config { export: "m".into(), ..ok.clone() }.validate().unwrap_err();
+        assert!(e.contains("chimera_export"), "{e}");
+        let e = Config { conns: 0, ..ok.clone() }.validate().unwrap_err();
+        assert!(e.contains("chimera_conns"), "{e}");
+        let e = Config { conns: CONNS_MAX + 1, ..ok }.validate().unwrap_err();
+        assert!(e.contains("chimera_conns"), "{e}");
+    }
+}

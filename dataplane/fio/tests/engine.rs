@@ -1,0 +1,218 @@
+//! The engine against an in-process chimerad (memfs, and diskfs for the
+//! restart cases), driven the way fio drives it: queue up to a depth,
+//! reap, verify.
+
+use chimerad::config::Config as ServerConfig;
+use chimerad::serve::{self, Running};
+use chimera_fio::{Config, Engine, Op};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn start_memfs() -> Running {
+    let v = json!({
+        "common": { "log_level": "warn" },
+        "server": { "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0 },
+        "mounts": { "m": { "module": "memfs", "capacity_bytes": "64M" } },
+        "exports": { "/m": { "path": "/m" } },
+        "admin": { "enabled": false },
+        "metrics": { "enabled": false }
+    });
+    serve::start(&ServerConfig::parse(&v.to_string()).unwrap()).expect("start chimerad")
+}
+
+fn device(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fio-engine-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let img = d.join("dev0.img");
+    std::fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
+    img
+}
+
+fn start_diskfs(img: &Path, port: u16, initialize: bool) -> Running {
+    let v = json!({
+        "common": { "log_level": "warn" },
+        "server": { "bind": "127.0.0.1", "threads": 1, "nfs_port": port, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0,
+                    "vfs": { "diskfs": { "config": { "initialize": initialize, "devices": [{ "type": "io_uring", "path": img.to_str().unwrap() }] } } } },
+        "mounts": { "d": { "module": "diskfs", "path": "/" } },
+        "exports": { "/d": { "path": "/d" } },
+        "admin": { "enabled": false },
+        "metrics": { "enabled": false }
+    });
+    serve::start(&ServerConfig::parse(&v.to_string()).unwrap()).expect("start chimerad on diskfs")
+}
+
+fn cfg(s: &Running, export: &str, conns: usize, iodepth: usize) -> Config {
+    Config { server: s.nfs_addr.unwrap().to_string(), export: export.into(), mount_port: 0, conns, iodepth, uid: 0, gid: 0 }
+}
+
+fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| ((offset + i as u64).wrapping_mul(31).wrapping_add(seed * 7) % 251) as u8).collect()
+}
+
+/// Reap everything in flight (bounded in time); returns (tag, result)s.
+fn drain(e: &mut Engine) -> Vec<(u64, i64)> {
+    let mut all = Vec::new();
+    let mut out = vec![(0u64, 0i64); 64];
+    let until = Instant::now() + Duration::from_secs(20);
+    while e.in_flight() > 0 {
+        assert!(Instant::now() < until, "I/Os still in flight after 20 s");
+        let n = e.reap(1, Some(Duration::from_millis(500)), &mut out);
+        all.extend_from_slice(&out[..n]);
+    }
+    all
+}
+
+#[test]
+fn random_writes_then_reads_verify_at_depth_over_several_connections() {
+    let s = start_memfs();
+    let depth = 32;
+    let mut e = Engine::connect(cfg(&s, "/m", 3, depth)).unwrap();
+    let f = e.open("dir/sub/file.0", true).unwrap();
+    const BS: usize = 4096;
+    const BLOCKS: u64 = 256;
+    // A permutation of the blocks, written with `depth` in flight.
+    let order: Vec<u64> = (0..BLOCKS).map(|i| (i * 97) % BLOCKS).collect();
+    let mut bufs: Vec<Vec<u8>> = order.iter().map(|&b| pattern(1, b * BS as u64, BS)).collect();
+    let mut next = 0;
+    let mut done = 0;
+    let mut out = vec![(0u64, 0i64); depth];
+    while done < order.len() {
+        while next < order.len() && e.in_flight() < depth {
+            let b = order[next];
+            unsafe { e.queue(f, Op::Write, b * BS as u64, bufs[next].as_mut_ptr(), BS, next as u64) }.unwrap();
+            next += 1;
+        }
+        e.commit();
+        let n = e.reap(1, Some(Duration::from_secs(10)), &mut out);
+        assert!(n > 0, "no completion within 10 s");
+        for &(tag, res) in &out[..n] {
+            assert_eq!(res, BS as i64, "write {tag}");
+        }
+        done += n;
+    }
+    // A sync (COMMIT) completes with 0.
+    unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 999) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(999, 0)]);
+    // Read back in another order, all in flight at once (depth 256 > 32:
+    // the connections admit it).
+    let mut rbufs: Vec<Vec<u8>> = (0..BLOCKS).map(|_| vec![0u8; BS]).collect();
+    for b in 0..BLOCKS {
+        unsafe { e.queue(f, Op::Read, b * BS as u64, rbufs[b as usize].as_mut_ptr(), BS, b) }.unwrap();
+    }
+    let got = drain(&mut e);
+    assert_eq!(got.len(), BLOCKS as usize);
+    for (tag, res) in got {
+        assert_eq!(res, BS as i64, "read {tag}");
+    }
+    for b in 0..BLOCKS {
+        assert!(rbufs[b as usize] == pattern(1, b * BS as u64, BS), "block {b} reads back what was written");
+    }
+    // 1 MiB I/O, the largest, unaligned offset.
+    let mut big = pattern(2, 12345, 1 << 20);
+    unsafe { e.queue(f, Op::Write, 12345, big.as_mut_ptr(), big.len(), 1) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(1, 1 << 20)]);
+    let mut back = vec![0u8; 1 << 20];
+    unsafe { e.queue(f, Op::Read, 12345, back.as_mut_ptr(), back.len(), 2) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(2, 1 << 20)]);
+    assert!(back == big);
+    // A read past the end is short (fio sees the residual).
+    let mut tail = vec![0u8; 8192];
+    let size = 12345 + (1u64 << 20);
+    unsafe { e.queue(f, Op::Read, size - 100, tail.as_mut_ptr(), tail.len(), 3) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(3, 100)]);
+    e.close(f).unwrap();
+    // Nothing in flight: reap returns at once.
+    let t = Instant::now();
+    assert_eq!(e.reap(1, None, &mut out), 0);
+    assert!(t.elapsed() < Duration::from_secs(1));
+    assert_eq!(e.errors(), 0);
+}
+
+#[test]
+fn bad_options_paths_and_ios_are_named_errors() {
+    let s = start_memfs();
+    let e = Engine::connect(cfg(&s, "/nope", 1, 1)).err().expect("unknown export");
+    assert!(e.contains("/nope") && e.contains("MOUNT"), "{e}");
+    let e = Engine::connect(cfg(&s, "m", 1, 1)).err().expect("relative export");
+    assert!(e.contains("chimera_export"), "{e}");
+    // Nobody listening: the error names the address.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = l.local_addr().unwrap().to_string();
+    drop(l);
+    let c = Config { server: dead.clone(), ..cfg(&s, "/m", 1, 1) };
+    let e = Engine::connect(c).err().expect("refused");
+    assert!(e.contains(&dead), "{e}");
+
+    let mut e = Engine::connect(cfg(&s, "/m", 2, 4)).unwrap();
+    let (errno, msg) = e.open("missing", false).unwrap_err();
+    assert_eq!(errno, libc::ENOENT);
+    assert!(msg.contains("missing"), "{msg}");
+    let (errno, msg) = e.open("../etc/passwd", true).unwrap_err();
+    assert_eq!(errno, libc::EINVAL);
+    assert!(msg.contains(".."), "{msg}");
+    assert_eq!(e.open("/", true).unwrap_err().0, libc::EINVAL);
+    let f = e.open("f", true).unwrap();
+    let mut b = vec![0u8; 2 << 20];
+    let (errno, msg) = unsafe { e.queue(f, Op::Write, 0, b.as_mut_ptr(), b.len(), 1) }.unwrap_err();
+    assert_eq!(errno, libc::EINVAL);
+    assert!(msg.contains("bs"), "{msg}");
+    assert_eq!(unsafe { e.queue(f + 7, Op::Read, 0, b.as_mut_ptr(), 4096, 1) }.unwrap_err().0, libc::EBADF);
+    // A directory opened as the file: reads fail with the server's error,
+    // as a result, not a hang.
+    let d = e.open("dir/x", true).unwrap();
+    e.close(d).unwrap();
+    let dir = e.open("dir", false).unwrap();
+    unsafe { e.queue(dir, Op::Read, 0, b.as_mut_ptr(), 4096, 5) }.unwrap();
+    let r = drain(&mut e);
+    assert_eq!(r.len(), 1);
+    assert!(r[0].1 < 0, "READ of a directory fails: {r:?}");
+    assert_eq!(e.errors(), 1);
+    // The file still works after all that.
+    b[..4096].copy_from_slice(&pattern(3, 0, 4096));
+    unsafe { e.queue(f, Op::Write, 0, b.as_mut_ptr(), 4096, 6) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(6, 4096)]);
+}
+
+#[test]
+fn server_loss_fails_ios_and_a_restart_is_reported_by_commit() {
+    let img = device("restart");
+    let s = start_diskfs(&img, 0, true);
+    let port = s.nfs_addr.unwrap().port();
+    let mut e = Engine::connect(cfg(&s, "/d", 1, 8)).unwrap();
+    let f = e.open("f", true).unwrap();
+    let mut b = pattern(4, 0, 8192);
+    unsafe { e.queue(f, Op::Write, 0, b.as_mut_ptr(), 8192, 1) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(1, 8192)]);
+    // The server goes away: a queued I/O fails (connection lost), no hang.
+    s.shutdown();
+    let mut r = vec![0u8; 4096];
+    match unsafe { e.queue(f, Op::Read, 0, r.as_mut_ptr(), 4096, 2) } {
+        Ok(()) => {
+            let got = drain(&mut e);
+            assert_eq!(got.len(), 1);
+            assert!(got[0].1 < 0, "{got:?}");
+        }
+        Err((errno, msg)) => assert!(errno > 0 && !msg.is_empty()),
+    }
+    // Back on the same port (a new verifier): the next I/O reconnects, and
+    // the COMMIT says the UNSTABLE write before the restart may be lost.
+    let s2 = start_diskfs(&img, port, false);
+    let mut ok = false;
+    for _ in 0..3 {
+        if unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 3) }.is_ok() {
+            ok = true;
+            break;
+        }
+    }
+    assert!(ok, "the engine reconnects to the restarted server");
+    let got = drain(&mut e);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0], (3, -(libc::EIO as i64)), "COMMIT after a restart reports possible loss");
+    // Later writes and commits are clean again.
+    unsafe { e.queue(f, Op::Write, 0, b.as_mut_ptr(), 8192, 4) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(4, 8192)]);
+    e.close(f).unwrap();
+    s2.shutdown();
+}
