@@ -98,8 +98,14 @@ METRICS = (
     ("lat_us_p99_9", "p99.9 us", "lower"),
     ("cpu_s", "srv CPU-s", "lower"),
     ("iops_per_cpu_s", "IOPS/CPU-s", "higher"),
+    ("client_cpu_s", "client CPU-s", "lower"),
+    ("iops_per_client_cpu_s", "IOPS/client-CPU-s", "higher"),
     ("rss_peak_mib", "RSS peak MiB", "lower"),
 )
+# The two NFS clients fio can drive: fio's libnfs engine (ioengine=nfs) and
+# ours (dataplane/fio, ioengine=external). A target named "<server>+engine"
+# is that server driven by our engine; a plain name, by libnfs.
+ENGINE_SUFFIX = "+engine"
 
 
 class BenchError(Exception):
@@ -176,6 +182,8 @@ class Server:
     mnt_port: int
     export: str
     capacity_bytes: int | None = None
+    # "libnfs" or "engine": which client fio drives this target with.
+    client: str = "libnfs"
 
     def start(self) -> None:
         raise NotImplementedError
@@ -198,6 +206,35 @@ class Server:
         pid = self.pid()
         if not pid_alive(pid):
             raise BenchError(f"{self.name}: server process {pid} is gone")
+
+
+class ViaEngine(Server):
+    """A server reached through our fio engine instead of libnfs: the same
+    process, ports and export (started and laid out once, by its plain
+    target); only the client differs."""
+
+    client = "engine"
+
+    def __init__(self, base: Server):
+        self.base = base
+        self.name = base.name + ENGINE_SUFFIX
+        self.netns = base.netns
+        self.nfs_port = base.nfs_port
+        self.mnt_port = base.mnt_port
+        self.export = base.export
+        self.capacity_bytes = base.capacity_bytes
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def pid(self) -> int:
+        return self.base.pid()
+
+    def describe(self) -> dict:
+        return {**self.base.describe(), "name": self.name, "client": "engine"}
 
 
 class Ganesha(Server):
@@ -352,6 +389,10 @@ def parse_fio(doc: dict, cell: Cell) -> dict:
         "fio_runtime_s": d["runtime"] / 1000.0,
         "client_cpu_pct": job["usr_cpu"] + job["sys_cpu"],
     }
+    # fio's usr/sys percentages are of the job's run time (all jobs of the
+    # group together): the client's CPU-seconds, engine and fio included.
+    out["client_cpu_s"] = out["client_cpu_pct"] / 100.0 * out["fio_runtime_s"]
+    out["iops_per_client_cpu_s"] = out["total_ios"] / out["client_cpu_s"] if out["client_cpu_s"] > 0 else None
     for p in PERCENTILES:
         key = f"{float(p):f}"
         if key not in pct:
@@ -368,22 +409,35 @@ class Plan:
     rounds: int
     runtime_s: int
     file_bytes: int
+    engine: Path | None = None
     jobs_max: int = field(init=False)
 
     def __post_init__(self):
         self.jobs_max = max(c.numjobs for c in self.cells)
 
 
+def client_args(plan: Plan, server: Server) -> list[str]:
+    """fio's engine options for the target's client."""
+    if server.client == "engine":
+        if plan.engine is None:
+            raise BenchError(f"{server.name}: --engine PATH (make build-fio-engine) is required")
+        return [f"--ioengine=external:{plan.engine}", f"--chimera_server=127.0.0.1:{server.nfs_port}",
+                f"--chimera_export={server.export}", f"--chimera_mount_port={server.mnt_port}"]
+    return ["--ioengine=nfs", f"--nfs_url={server.nfs_url()}"]
+
+
 def fio_cmd(plan: Plan, server: Server, name: str, extra: list[str], out_json: Path) -> list[str]:
     return ["ip", "netns", "exec", server.netns, str(plan.fio), "--output-format=json", f"--output={out_json}",
-            f"--name={name}", "--ioengine=nfs", f"--nfs_url={server.nfs_url()}",
+            f"--name={name}", *client_args(plan, server),
             # Each job its own file: bench.0, bench.1 (laid out first).
             "--filename_format=bench.$jobnum", f"--size={plan.file_bytes}", "--group_reporting"] + extra
 
 
 # fio's libnfs engine logs failed operations but does not always fail the job
 # (fio then counts them as done I/O): any of these on stderr fails the run...
-FIO_ENGINE_ERRORS = ("Failed NFS operation", "Got NFS EOF", "nfs: Failed", "Failed to open")
+FIO_ENGINE_ERRORS = ("Failed NFS operation", "Got NFS EOF", "nfs: Failed", "Failed to open",
+                     # ours (dataplane/fio): every failure it logs is one
+                     "chimera-fio:", "chimera:")
 # ...except one artefact of the engine at the end of a run. Its getevents()
 # ignores fio's `min` and only blocks when all iodepth slots are busy, so when a
 # time_based run ends fio tears the NFS context down with up to iodepth-1 I/Os
@@ -586,7 +640,7 @@ def render_table(results: dict, metrics: tuple = METRICS) -> str:
     if tr:
         lines.append("")
         lines.append("transport (QD1, one connection): RPC NULL round trip vs raw TCP echo, same sizes, same loopback")
-        for s in servers:
+        for s in tr:
             st = tr.get(s, {}).get("summary")
             if not st:
                 lines.append(f"  {s:<14} no data")
@@ -596,7 +650,7 @@ def render_table(results: dict, metrics: tuple = METRICS) -> str:
                          f" {g('null_calls_per_cpu_s')} calls/srv-CPU-s | echo p50 {g('echo_us_p50')} us p99 "
                          f"{g('echo_us_p99')} us | NULL/echo p50 {g('null_over_echo_p50')}")
         lines.append("transport (QD1): 4 KiB NFSv3 READ at random offsets of bench.0 vs a raw TCP echo of the same bytes")
-        for s in servers:
+        for s in tr:
             st = tr.get(s, {}).get("summary")
             if not st:
                 continue
@@ -604,7 +658,32 @@ def render_table(results: dict, metrics: tuple = METRICS) -> str:
             lines.append(f"  {s:<14} READ p50 {g('read4k_us_p50')} us p99 {g('read4k_us_p99')} us | echo p50 "
                          f"{g('read4k_echo_us_p50')} us p99 {g('read4k_echo_us_p99')} us | READ/echo p50 "
                          f"{g('read4k_over_echo_p50')}")
+        lines.extend(engine_vs_echo(results))
     return "\n".join(lines)
+
+
+def engine_vs_echo(results: dict) -> list[str]:
+    """Each engine target's QD1 4 KiB random-read p50 over the raw TCP echo
+    of the same bytes against its server (issue 16: at most 1.1x)."""
+    tr = results.get("transport") or {}
+    out = []
+    for srv in results["servers"]:
+        name = srv["name"]
+        if not name.endswith(ENGINE_SUFFIX):
+            continue
+        base = name.removesuffix(ENGINE_SUFFIX)
+        echo = tr.get(base, {}).get("summary", {}).get("read4k_echo_us_p50")
+        for cell in results["cells"]:
+            if cell["name"] != "4k-randread-qd1-j1":
+                continue
+            p50 = cell["servers"].get(name, {}).get("summary", {}).get("lat_us_p50")
+            if p50 and echo:
+                out.append(f"  {name}: 4 KiB random read QD1 p50 {fmt(p50['median'])} us = "
+                           f"{fmt(p50['median'] / echo['median'])} x the raw TCP echo of the same bytes "
+                           f"({fmt(echo['median'])} us)")
+    if out:
+        out.insert(0, "engine vs transport floor (fio completion latency includes fio's own overhead)")
+    return out
 
 
 def render_chart(results: dict, path: Path) -> str | None:
@@ -652,7 +731,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fio", type=Path, required=True, help="fio built with the libnfs engine (e2e/peers/fio-libnfs.sh)")
     ap.add_argument("--servers", default="chimerad,ganesha-mem",
-                    help="comma-separated, first is the one compared: chimerad, ganesha-mem, ganesha-vfs")
+                    help="comma-separated, first is the one compared: chimerad, ganesha-mem, ganesha-vfs; "
+                    "NAME+engine: that server driven by our fio engine (--engine) instead of libnfs")
+    ap.add_argument("--engine", type=Path, help="our fio engine, dataplane/fio (make build-fio-engine)")
     ap.add_argument("--chimerad", type=Path, help="chimerad binary (required when chimerad is benchmarked)")
     ap.add_argument("--chimerad-config", type=Path, help="use this config instead of the generated one "
                     "(must bind 127.0.0.1:2049/20048 and export /memfs)")
@@ -701,19 +782,42 @@ def select_cells(a: argparse.Namespace) -> list[Cell]:
 
 
 def make_servers(a: argparse.Namespace, out_dir: Path) -> list[Server]:
+    """The targets in --servers order; a NAME+engine target shares NAME's
+    process (created once, whichever of the two comes first)."""
     out: list[Server] = []
     names = [s.strip() for s in a.servers.split(",") if s.strip()]
     if len(set(names)) != len(names) or not names:
         raise BenchError(f"--servers {a.servers!r}: give distinct server names")
+    bases: dict[str, Server] = {}
     for n in names:
-        if n == "chimerad":
-            if a.chimerad is None:
-                raise BenchError("--chimerad BINARY is required to benchmark chimerad")
-            out.append(Chimerad(a.chimerad, out_dir, a.chimerad_cores, a.capacity_mib << 20, a.chimerad_config))
-        elif n in ("ganesha-mem", "ganesha-vfs"):
-            out.append(Ganesha(n.split("-")[1]))
+        base_name = n.removesuffix(ENGINE_SUFFIX)
+        if base_name not in bases:
+            if base_name == "chimerad":
+                if a.chimerad is None:
+                    raise BenchError("--chimerad BINARY is required to benchmark chimerad")
+                bases[base_name] = Chimerad(a.chimerad, out_dir, a.chimerad_cores, a.capacity_mib << 20,
+                                            a.chimerad_config)
+            elif base_name in ("ganesha-mem", "ganesha-vfs"):
+                bases[base_name] = Ganesha(base_name.split("-")[1])
+            else:
+                raise BenchError(f"unknown server {n!r} (known: chimerad, ganesha-mem, ganesha-vfs, "
+                                 f"each also as NAME{ENGINE_SUFFIX})")
+        if n.endswith(ENGINE_SUFFIX):
+            if a.engine is None:
+                raise BenchError(f"{n}: --engine PATH is required (make build-fio-engine)")
+            out.append(ViaEngine(bases[base_name]))
         else:
-            raise BenchError(f"unknown server {n!r} (known: chimerad, ganesha-mem, ganesha-vfs)")
+            out.append(bases[base_name])
+    return out
+
+
+def processes(servers: list[Server]) -> list[Server]:
+    """The distinct server processes behind the targets, in first-use order."""
+    out: list[Server] = []
+    for s in servers:
+        b = s.base if isinstance(s, ViaEngine) else s
+        if all(b is not o for o in out):
+            out.append(b)
     return out
 
 
@@ -723,12 +827,14 @@ def main(argv: list[str]) -> int:
         raise BenchError("needs root (network namespaces)")
     if not (a.fio.is_file() and os.access(a.fio, os.X_OK)):
         raise BenchError(f"fio binary {a.fio} not found or not executable (run e2e/peers/fio-libnfs.sh)")
+    if a.engine is not None and not a.engine.is_file():
+        raise BenchError(f"fio engine {a.engine} not found (make build-fio-engine)")
     cells = select_cells(a)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out_dir = (a.results or HERE / "results" / stamp).resolve()
     (out_dir / "raw").mkdir(parents=True, exist_ok=True)
     plan = Plan(fio=a.fio, out_dir=out_dir, cells=cells, rounds=a.rounds, runtime_s=a.runtime_s,
-                file_bytes=a.file_mib << 20)
+                file_bytes=a.file_mib << 20, engine=a.engine.resolve() if a.engine else None)
     servers = make_servers(a, out_dir)
     results = {
         "schema": RESULTS_SCHEMA,
@@ -747,7 +853,8 @@ def main(argv: list[str]) -> int:
         "servers": [],
         "cells": [{"name": c.name, "rw": c.rw, "bs_bytes": c.bs_bytes, "iodepth": c.iodepth, "numjobs": c.numjobs,
                    "servers": {s.name: {"runs": []} for s in servers}, "ratios": {}} for c in cells],
-        "transport": {s.name: {"runs": []} for s in servers} if a.rpcbench else None,
+        "transport": {s.name: {"runs": []} for s in processes(servers)} if a.rpcbench else None,
+        "engine": str(a.engine) if a.engine else None,
         "errors": [],
         "retries": [],
     }
@@ -757,7 +864,7 @@ def main(argv: list[str]) -> int:
         f"(~{eta_s / 60:.0f} min); results in {out_dir}")
     started: list[Server] = []
     try:
-        for s in servers:
+        for s in processes(servers):
             log(f"starting {s.name}")
             s.start()
             started.append(s)
@@ -780,7 +887,9 @@ def main(argv: list[str]) -> int:
                     log(f"{tag} {fmt(r['iops']):>7} IOPS {fmt(r['mb_s']):>6} MB/s p50 {fmt(r['lat_us_p50']):>6} us "
                         f"p99 {fmt(r['lat_us_p99']):>6} us srv {r['cpu_s']:.2f} CPU-s {fmt(r['rss_peak_mib'])} MiB")
             if a.rpcbench:
-                for s in servers:
+                # The transport figures belong to the server process, not
+                # the client: once per process.
+                for s in processes(servers):
                     try:
                         r = run_rpcbench(a.rpcbench, s, a.rpcbench_calls, out_dir, rnd)
                     except BenchError as e:
@@ -831,7 +940,7 @@ def finish(results: dict, servers: list[Server], out_dir: Path) -> None:
         tkeys = ["null_us_p50", "null_us_p99", "null_calls_per_s", "null_calls_per_cpu_s", "echo_us_p50",
                  "echo_us_p99", "echo_calls_per_s", "null_over_echo_p50", "read4k_us_p50", "read4k_us_p99",
                  "read4k_echo_us_p50", "read4k_echo_us_p99", "read4k_over_echo_p50"]
-        for n in names:
+        for n in results["transport"]:
             results["transport"][n]["summary"] = summarize(results["transport"][n]["runs"], tkeys)
     writes = [c for c in results["cells"] if "write" in c["rw"]]
     results["rss_peak_mib_write_matrix"] = {

@@ -77,7 +77,9 @@ def check(doc: dict, out_dir: Path, servers: list[str], transport: bool, chart: 
                 p.append(f"{cname}: no IOPS ratio {servers[0]}/{s}")
     if transport:
         tr = doc.get("transport") or {}
-        for s in servers:
+        # Transport figures are per server process: a NAME+engine target
+        # shares NAME's.
+        for s in dict.fromkeys(x.removesuffix("+engine") for x in servers):
             runs = (tr.get(s) or {}).get("runs") or []
             if len(runs) != rounds:
                 p.append(f"transport {s}: {len(runs)} runs, expected {rounds}")

@@ -137,6 +137,61 @@ class Summaries(unittest.TestCase):
             bench.make_servers(a, Path("/tmp"))
 
 
+class EngineTargets(unittest.TestCase):
+    """NAME+engine: the same server process driven by our fio engine."""
+
+    def test_engine_target_shares_the_server_and_needs_the_engine(self):
+        a = bench.parse_args(["--fio", "/x", "--servers", "ganesha-mem+engine,ganesha-mem"])
+        with self.assertRaisesRegex(bench.BenchError, "--engine PATH"):
+            bench.make_servers(a, Path("/tmp"))
+        a = bench.parse_args(["--fio", "/x", "--engine", "/e.so", "--servers", "ganesha-mem+engine,ganesha-mem,ganesha-vfs"])
+        t = bench.make_servers(a, Path("/tmp"))
+        self.assertEqual([s.name for s in t], ["ganesha-mem+engine", "ganesha-mem", "ganesha-vfs"])
+        self.assertIs(t[0].base, t[1])
+        procs = bench.processes(t)
+        self.assertEqual([p.name for p in procs], ["ganesha-mem", "ganesha-vfs"])
+        a = bench.parse_args(["--fio", "/x", "--engine", "/e.so", "--servers", "knfsd+engine"])
+        with self.assertRaisesRegex(bench.BenchError, "unknown server 'knfsd\\+engine'"):
+            bench.make_servers(a, Path("/tmp"))
+
+    def test_fio_arguments_per_client(self):
+        a = bench.parse_args(["--fio", "/x", "--engine", "/e.so", "--servers", "ganesha-mem+engine,ganesha-mem"])
+        eng, lib = bench.make_servers(a, Path("/tmp"))
+        plan = bench.Plan(fio=Path("/x"), out_dir=Path("/tmp"), cells=[CELL], rounds=1, runtime_s=1, file_bytes=1 << 20,
+                          engine=Path("/e.so"))
+        e = bench.fio_cmd(plan, eng, "c", [], Path("/o.json"))
+        self.assertIn("--ioengine=external:/e.so", e)
+        self.assertIn(f"--chimera_server=127.0.0.1:{lib.nfs_port}", e)
+        self.assertIn("--chimera_export=/mem", e)
+        self.assertIn(f"--chimera_mount_port={lib.mnt_port}", e)
+        self.assertNotIn("--ioengine=nfs", e)
+        n = bench.fio_cmd(plan, lib, "c", [], Path("/o.json"))
+        self.assertIn("--ioengine=nfs", n)
+        no_engine = bench.Plan(fio=Path("/x"), out_dir=Path("/tmp"), cells=[CELL], rounds=1, runtime_s=1, file_bytes=1)
+        with self.assertRaisesRegex(bench.BenchError, "--engine"):
+            bench.fio_cmd(no_engine, eng, "c", [], Path("/o.json"))
+
+    def test_engine_log_lines_fail_the_run(self):
+        self.assertEqual(len(bench.engine_errors("chimera-fio: Read of 4096 bytes at 0 on bench.0 failed: x\nok")), 1)
+        self.assertEqual(len(bench.engine_errors("chimera: MOUNT of export /m on 127.0.0.1: refused")), 1)
+
+    def test_client_cpu_and_floor_ratio(self):
+        r = bench.parse_fio(fio_doc(), CELL)
+        # 15 % of a 3 s run = 0.45 CPU-s; 3000 I/Os over it.
+        self.assertAlmostEqual(r["client_cpu_s"], 0.45)
+        self.assertAlmostEqual(r["iops_per_client_cpu_s"], 3000 / 0.45)
+        results = {
+            "servers": [{"name": "chimerad+engine"}, {"name": "chimerad"}],
+            "transport": {"chimerad": {"summary": {"read4k_echo_us_p50": {"median": 20.0}}}},
+            "cells": [{"name": "4k-randread-qd1-j1", "servers": {
+                "chimerad+engine": {"summary": {"lat_us_p50": {"median": 22.0}}},
+                "chimerad": {"summary": {"lat_us_p50": {"median": 50.0}}}}}],
+        }
+        lines = bench.engine_vs_echo(results)
+        self.assertEqual(len(lines), 2, lines)
+        self.assertIn("1.10 x the raw TCP echo", lines[1])
+
+
 def good_results(tmp: Path) -> dict:
     """A results.json as the harness writes it for two servers, one round."""
     (tmp / "raw").mkdir()

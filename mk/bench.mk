@@ -14,7 +14,7 @@ BENCH_ARGS ?=
 # Results of the CI smoke run (outside the repo; replaced on every run).
 BENCH_SMOKE_DIR := $(CACHE)/bench-smoke
 BENCH_FIO = $$(e2e/peers/fio-libnfs.sh)
-BENCH_RUN = $(BENCH_PYTHON) bench/bench.py --fio "$(BENCH_FIO)" --rpcbench $(RPCBENCH)
+BENCH_RUN = $(BENCH_PYTHON) bench/bench.py --fio "$(BENCH_FIO)" --rpcbench $(RPCBENCH) --engine $(FIO_ENGINE)
 # The durable-backend suite (bench/diskfs_bench.py): backing files under
 # $(CACHE)/bench (this machine's disk; diskfs needs O_DIRECT, tmpfs has none).
 BENCH_DISKFS_ARGS ?=
@@ -27,7 +27,7 @@ BUILD_TARGETS += build-rpcbench
 # check_results.py; asserts the harness worked, never performance.
 TEST_TARGETS += test-bench-unit test-peers test-bench-smoke
 
-.PHONY: setup-bench build-rpcbench bench bench-quick bench-diskfs bench-peers bench-profile test-bench-unit test-peers test-bench-smoke
+.PHONY: setup-bench build-rpcbench bench bench-engine bench-quick bench-diskfs bench-peers bench-profile test-bench-unit test-peers test-bench-smoke
 setup-bench: ## fio with the libnfs engine (and its FILE_SYNC variant), NFS-Ganesha, rpcbind, matplotlib (idempotent)
 	@scripts/apt-ensure.sh python3 python3-matplotlib nfs-ganesha nfs-ganesha-mem nfs-ganesha-vfs rpcbind libnfs-utils libnfs-dev iproute2 util-linux e2fsprogs strace
 	@e2e/peers/fio-libnfs.sh >/dev/null
@@ -38,17 +38,25 @@ build-rpcbench: setup-rust ## build the transport microbenchmark (release)
 
 # The full run ends with the diskfs suite (3 rounds, ~6 min); it runs even when
 # the memfs matrix reported errors, and make fails if either did.
-bench: setup-bench build-dataplane build-rpcbench ## full side-by-side benchmark: chimerad vs Ganesha MEM and VFS, then the diskfs suite
+bench: setup-bench build-dataplane build-rpcbench build-fio-engine ## full side-by-side benchmark: chimerad vs Ganesha MEM and VFS, our fio engine vs libnfs, then the diskfs suite
 	rc=0; $(BENCH_RUN) --chimerad $(CHIMERAD) --servers chimerad,ganesha-mem,ganesha-vfs $(BENCH_ARGS) || rc=1; \
+	$(BENCH_RUN) --chimerad $(CHIMERAD) --servers $(BENCH_ENGINE_SERVERS) --cells $(BENCH_ENGINE_CELLS) $(BENCH_ARGS) || rc=1; \
 	$(BENCH_DISKFS_RUN) $(BENCH_DISKFS_ARGS) || rc=1; exit $$rc
+
+# Our fio engine (dataplane/fio) against fio's libnfs engine on the same
+# server in the same run, and chimerad vs Ganesha MEM both driven by it.
+BENCH_ENGINE_SERVERS := chimerad+engine,chimerad,ganesha-mem+engine,ganesha-mem
+BENCH_ENGINE_CELLS := 4k-randread-qd1-j1,4k-randread-qd32-j1,4k-randwrite-qd1-j1,4k-randwrite-qd32-j1,1m-write-qd1-j1,1m-read-qd1-j1
+bench-engine: setup-bench build-dataplane build-rpcbench build-fio-engine ## our fio engine vs fio's libnfs engine, same servers, same run (~8 min)
+	$(BENCH_RUN) --chimerad $(CHIMERAD) --servers $(BENCH_ENGINE_SERVERS) --cells $(BENCH_ENGINE_CELLS) $(BENCH_ARGS)
 
 bench-diskfs: setup-bench build-dataplane ## chimerad on diskfs vs Ganesha VFS on ext4 over a loop device, 2 rounds (< 5 min)
 	$(BENCH_DISKFS_RUN) --quick --rounds 2 $(BENCH_DISKFS_ARGS)
 
-bench-quick: setup-bench build-dataplane build-rpcbench ## one-round benchmark, fewer cells (< 5 min)
+bench-quick: setup-bench build-dataplane build-rpcbench build-fio-engine ## one-round benchmark, fewer cells (< 5 min)
 	$(BENCH_RUN) --chimerad $(CHIMERAD) --servers chimerad,ganesha-mem --quick $(BENCH_ARGS)
 
-bench-peers: setup-bench build-rpcbench ## the harness against Ganesha alone (MEM vs VFS), no chimerad
+bench-peers: setup-bench build-rpcbench build-fio-engine ## the harness against Ganesha alone (MEM vs VFS), no chimerad
 	$(BENCH_RUN) --servers ganesha-mem,ganesha-vfs --quick $(BENCH_ARGS)
 
 # PROFILE_ARGS='--phases read4k:5000:16' picks the calls; results in bench/results/profile-<UTC time>/.
@@ -66,7 +74,7 @@ test-bench-unit: ## unit tests of the harness (no servers, seconds)
 test-peers: setup-bench ## fio+libnfs and the confined Ganesha peer work (start/stop, verify, bad config)
 	e2e/peers/test-peers.sh
 
-test-bench-smoke: setup-bench build-dataplane build-rpcbench ## make bench-quick, then assert the harness worked (no thresholds)
+test-bench-smoke: setup-bench build-dataplane build-rpcbench build-fio-engine ## make bench-quick (with our fio engine as a third client), then assert the harness worked (no thresholds)
 	rm -rf $(BENCH_SMOKE_DIR)
-	$(BENCH_RUN) --chimerad $(CHIMERAD) --servers chimerad,ganesha-mem --quick --results $(BENCH_SMOKE_DIR)
-	$(BENCH_PYTHON) bench/check_results.py $(BENCH_SMOKE_DIR) --servers chimerad,ganesha-mem --transport --chart
+	$(BENCH_RUN) --chimerad $(CHIMERAD) --servers chimerad,ganesha-mem,chimerad+engine --quick --results $(BENCH_SMOKE_DIR)
+	$(BENCH_PYTHON) bench/check_results.py $(BENCH_SMOKE_DIR) --servers chimerad,ganesha-mem,chimerad+engine --transport --chart

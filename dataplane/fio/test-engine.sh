@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The fio engine under real fio (make test-fio-engine): chimerad on memfs on
+# 127.0.0.1 (ports it picks, read back from its log), fio with
+# --ioengine=external:<engine>.
+#
+#   test-engine.sh FIO ENGINE_SO CHIMERAD
+#
+# Checks: mixed random read/write with verify=crc32c (2 jobs, 2 connections
+# each, iodepth 16); 1 MiB sequential write + verify; random writes with
+# fsync (COMMIT) + verify; what the engine wrote, fio's libnfs engine reads
+# back and verifies (the data is on the server, not only in the engine);
+# a negative control (a verify that must fail, fails); hostile options and
+# I/O sizes fail with messages that name the problem. Prints one line per
+# check and a summary; exits non-zero when any failed or none ran.
+set -uo pipefail
+
+[ $# -eq 3 ] || { echo "usage: test-engine.sh FIO ENGINE_SO CHIMERAD" >&2; exit 2; }
+fio=$1
+engine=$2
+chimerad=$3
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+for f in "$fio" "$engine" "$chimerad"; do [ -e "$f" ] || { echo "test-engine: $f is missing" >&2; exit 2; }; done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/chimera-fio-engine.XXXXXX")
+srv=""
+cleanup() {
+  [ -n "$srv" ] && kill "$srv" 2>/dev/null && wait "$srv" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+cat >"$work/chimerad.json" <<EOF
+{ "common": { "log_level": "info" },
+  "server": { "bind": "127.0.0.1", "cores": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0 },
+  "mounts": { "memfs": { "module": "memfs", "path": "/", "capacity_bytes": 536870912 } },
+  "exports": { "/memfs": { "path": "/memfs" } },
+  "admin": { "enabled": false }, "metrics": { "enabled": false } }
+EOF
+(ulimit -v $((4 << 20)); exec "$chimerad" --config "$work/chimerad.json") >"$work/chimerad.log" 2>&1 &
+srv=$!
+read -r port < <("$repo/scripts/chimerad-ports.py" "$work/chimerad.log" "$srv" nfs --timeout 30) ||
+  { cat "$work/chimerad.log" >&2; echo "test-engine: chimerad did not report its NFS port" >&2; exit 1; }
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "test-engine: PASS $*"; }
+bad() { failed=$((failed + 1)); echo "test-engine: FAIL $*"; }
+
+eng=(--ioengine="external:$engine" --chimera_server="127.0.0.1:$port" --chimera_export=/memfs)
+# Runs fio (bounded in time); output in $work/NAME.out, JSON in $work/NAME.json.
+run() {
+  local name=$1; shift
+  timeout 300 "$fio" --output-format=json --output="$work/$name.json" "$@" >"$work/$name.out" 2>&1
+}
+# The JSON says no job had an error and the I/O counts are what was asked.
+clean() {
+  python3 - "$1" <<'EOF'
+import json, sys
+text = open(sys.argv[1]).read()
+# fio may print warnings (e.g. about verify with several jobs) before the JSON.
+d = json.loads(text[text.index("{"):])
+errs = [j.get("error") for j in d["jobs"] if j.get("error")]
+ios = sum(j["read"]["total_ios"] + j["write"]["total_ios"] for j in d["jobs"])
+if errs or ios == 0:
+    sys.exit(f"jobs with errors {errs}, {ios} I/Os")
+print(f"{ios} I/Os, " + ", ".join(f"{j['jobname']} r {j['read']['iops']:.0f} w {j['write']['iops']:.0f} IOPS" for j in d["jobs"]))
+EOF
+}
+check() {  # check NAME DESCRIPTION: fio exited 0, the JSON is clean, no engine error logged
+  local name=$1 what=$2 rc=$3 summary
+  if [ "$rc" -ne 0 ]; then bad "$what (fio exit $rc): $(tail -n 3 "$work/$name.out" | tr '\n' ' ')"; return; fi
+  if grep -q "chimera" "$work/$name.out"; then bad "$what: the engine logged: $(grep chimera "$work/$name.out" | head -n 2 | tr '\n' ' ')"; return; fi
+  if summary=$(clean "$work/$name.json" 2>&1); then ok "$what: $summary"; else bad "$what: $summary"; fi
+}
+
+run randrw "${eng[@]}" --name=randrw --filename_format='dir/randrw.$jobnum' --numjobs=2 --chimera_conns=2 \
+  --rw=randrw --bs=4k --size=16m --iodepth=16 --verify=crc32c --do_verify=1 --group_reporting=0
+check randrw "mixed random read/write, verify=crc32c, 2 jobs x 2 connections, iodepth 16" $?
+
+run seq "${eng[@]}" --name=seq --filename=seq.0 --rw=write --bs=1m --size=64m --iodepth=4 --verify=crc32c --do_verify=1
+check seq "1 MiB sequential write + verify, iodepth 4" $?
+
+run fsync "${eng[@]}" --name=fsync --filename=fsync.0 --rw=randwrite --bs=8k --size=8m --iodepth=8 --fsync=16 \
+  --verify=crc32c --do_verify=1
+check fsync "random writes with fsync every 16 (COMMIT) + verify" $?
+
+# Written by our engine, read back and verified by fio's libnfs engine.
+run interop-w "${eng[@]}" --name=interop --filename=interop.0 --rw=write --bs=64k --size=16m --iodepth=8 \
+  --verify=crc32c --do_verify=0
+rc=$?
+run interop-r --ioengine=nfs --nfs_url="nfs://127.0.0.1/memfs?nfsport=$port&mountport=$port" --name=interop \
+  --filename=interop.0 --rw=write --bs=64k --size=16m --verify=crc32c --verify_only
+rc2=$?
+if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && ! grep -q "verify:" "$work/interop-r.out"; then
+  ok "written by the engine, verified by the libnfs engine"
+else
+  bad "interop: engine write exit $rc, libnfs verify exit $rc2: $(tail -n 3 "$work/interop-r.out" | tr '\n' ' ')"
+fi
+
+# Negative control: a verify that must fail does fail (the checks above can).
+run ctl-w "${eng[@]}" --name=ctl --filename=ctl.0 --rw=write --bs=4k --size=1m --verify=pattern --verify_pattern=0xaa --do_verify=0
+run ctl-r "${eng[@]}" --name=ctl --filename=ctl.0 --rw=write --bs=4k --size=1m --verify=pattern --verify_pattern=0xbb --verify_only
+rc=$?
+if [ $rc -ne 0 ] && grep -q "verify" "$work/ctl-r.out"; then ok "negative control: a wrong verify pattern fails (exit $rc)"
+else bad "negative control: verifying 0xaa data against 0xbb passed (exit $rc)"; fi
+
+# Hostile options: each fails, naming the problem.
+expect_fail() {  # expect_fail NAME TEXT DESCRIPTION fio-args...
+  local name=$1 text=$2 what=$3; shift 3
+  run "$name" "$@"
+  local rc=$?
+  if [ $rc -ne 0 ] && grep -qF -- "$text" "$work/$name.out"; then ok "$what -> fails naming '$text'"
+  else bad "$what: exit $rc, output lacks '$text': $(tail -n 3 "$work/$name.out" | tr '\n' ' ')"; fi
+}
+expect_fail no-server "chimera_server is required" "no chimera_server" \
+  --ioengine="external:$engine" --chimera_export=/memfs --name=h --filename=h --size=1m --rw=read
+expect_fail bad-export "MOUNT of export /nope" "unknown export" \
+  --ioengine="external:$engine" --chimera_server="127.0.0.1:$port" --chimera_export=/nope --name=h --filename=h --size=1m --rw=write
+dead=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+expect_fail dead-server "127.0.0.1:$dead" "nothing listening" \
+  --ioengine="external:$engine" --chimera_server="127.0.0.1:$dead" --chimera_export=/memfs --name=h --filename=h --size=1m --rw=write
+expect_fail big-bs "lower bs" "a 2 MiB block" "${eng[@]}" --name=h --filename=h --size=4m --bs=2m --rw=write
+expect_fail dotdot "leaves the export" "a file name with .." "${eng[@]}" --name=h --filename=../x --size=1m --rw=write
+expect_fail trim "not supported" "trim" "${eng[@]}" --name=h --filename=seq.0 --size=1m --rw=trim
+
+# The server survived all of it.
+run after "${eng[@]}" --name=after --filename=seq.0 --rw=randread --bs=4k --size=64m --number_ios=2000 --iodepth=8
+check after "after the hostile runs, random reads of the 1 MiB-written file" $?
+
+echo "test-engine: $passed passed, $failed failed"
+[ $failed -eq 0 ] && [ $passed -gt 0 ]

@@ -1,0 +1,18 @@
+# The fio engine over the userspace NFS client (dataplane/fio/README.md).
+#
+#   make build-fio-engine   the .so fio loads with --ioengine=external:<path>
+#   make test-fio-engine    real fio against chimerad: verify, interop with libnfs, hostile options (< 1 min)
+
+FIO_ENGINE := $(CARGO_TARGET_DIR)/release/chimera-fio.so
+
+BUILD_TARGETS += build-fio-engine
+TEST_TARGETS += test-fio-engine
+
+.PHONY: build-fio-engine test-fio-engine
+build-fio-engine: setup-rust ## the fio engine over the userspace client (needs the fio source e2e/peers builds)
+	@e2e/peers/fio-libnfs.sh >/dev/null
+	cd $(DATAPLANE) && nice -n 10 $(CARGO) build --release --locked -p fio-engine
+	$(DATAPLANE)/fio/build-engine.sh $(CARGO_TARGET_DIR)/release/libchimera_fio.a $(FIO_ENGINE)
+
+test-fio-engine: build-dataplane build-fio-engine ## fio with our engine against chimerad: crc32c verify at depth, fsync, libnfs reads back what it wrote, a failing control, hostile options
+	$(DATAPLANE)/fio/test-engine.sh "$$(e2e/peers/fio-libnfs.sh)" $(FIO_ENGINE) $(CHIMERAD)
