@@ -274,8 +274,22 @@ impl Nfs3 {
             Stable::Unstable => p::stable_how::UNSTABLE,
             Stable::FileSync => p::stable_how::FILE_SYNC,
         };
-        let a = p::WRITE3args { file: fh3(fh), offset, count: data.len() as u32, stable, data };
-        self.rpc.submit(p::NFS_PROGRAM, p::NFS_V3, 7, &|e| a.encode(e))
+        // WRITE3args with its data last: the data goes into the send queue
+        // once (`submit_payload`), not through the encoder.
+        let file = fh3(fh);
+        let count = data.len() as u32;
+        self.rpc.submit_payload(
+            p::NFS_PROGRAM,
+            p::NFS_V3,
+            7,
+            &|e| {
+                file.encode(e)?;
+                e.u64(offset)?;
+                e.u32(count)?;
+                stable.encode(e)
+            },
+            data,
+        )
     }
 
     /// Decode a WRITE reply and, when the server did not store it stably,
