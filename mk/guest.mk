@@ -13,7 +13,7 @@ guest-image: ## build (or reuse) the QEMU guest: Debian kernel + NFS/RDMA tools 
 test-guest-smoke: guest-image ## boot the guest once: tools, modules, soft-RoCE and the results share work
 	$(GUEST)/run.sh -o $(CACHE)/guest/results/smoke $(GUEST)/tests/smoke.sh
 
-test-guest: guest-image build-dataplane ## kernel NFS client (v3, v4.1, and no vers= which negotiates 4.2) in the guest against chimerad on memfs and on diskfs
+test-guest: guest-image build-dataplane ## kernel NFS client (v3, v4.1, and no vers= which negotiates 4.2; one guest boot per backend) in the guest against chimerad on memfs and on diskfs
 	$(GUEST)/test-nfs.sh chimerad $(CHIMERAD)
 	BACKEND=diskfs $(GUEST)/test-nfs.sh chimerad $(CHIMERAD)
 

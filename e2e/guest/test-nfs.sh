@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# Kernel-client suite: boots the guest once per NFS version and runs
-# tests/nfs-workload.sh against a server on the host.
+# Kernel-client suite: boots the guest once and runs tests/nfs-workload.sh
+# in it once per NFS version (tests/nfs-versions.sh drives the versions)
+# against a server on the host.
 #
 #   test-nfs.sh chimerad CHIMERAD_BINARY   # our server (what `make test-guest` runs)
 #   test-nfs.sh ganesha                    # NFS-Ganesha, to validate the harness
 #
 # VERSIONS (default "3 4.1 auto") picks the versions (also 4.2; auto: no
 # vers= option, which must negotiate 4.2); BACKEND (memfs, the default, or
-# diskfs over a file in the cache directory) chimerad's backend. Results
-# (consoles, mountstats) go to OUT_DIR (default
-# $CACHE/guest/results/<server>[-diskfs]). Prints one line per
-# run and a summary; exits non-zero when any run failed or none ran.
+# diskfs over a file in the cache directory) chimerad's backend. Results go to
+# OUT_DIR (default $CACHE/guest/results/<server>[-diskfs]): the boot's
+# console-nfs-versions.log, per version nfs-workload-vers<V>.log and
+# mountstats-vers<V>.txt, and nfs-versions.txt (the guest's verdicts). Prints
+# one line per version and a summary; exits non-zero when any version failed
+# or did not report, when none ran, or when the guest run itself failed.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 CACHE=${CACHE:-$HOME/.cache/chimera-test}
 VERSIONS=${VERSIONS:-3 4.1 auto}
-RUN_TIMEOUT_S=900          # one guest boot + workload, generous for a loaded 2-core box
+VERSION_TIMEOUT_S=600      # one version's workload in the guest, generous for a loaded 2-core box
+GUEST_SLACK_S=60           # per version: the guest's clean-up after it (eth1 back, unmount)
+RUN_TIMEOUT_MAX_S=3600     # run.sh's limit for one boot
 CHIMERAD_NFS_PORT=22049
 CHIMERAD_MNT_PORT=22048
 CHIMERAD_CAPACITY_BYTES=$((512 << 20))
@@ -33,22 +38,47 @@ case "$server" in
   *) die "usage: test-nfs.sh chimerad CHIMERAD_BINARY | ganesha" ;;
 esac
 
-# Runs the workload once per version against NFS_PORT/MNT_PORT/EXPORT in the
-# environment; prints the summary.
+# Boots the guest once and runs the workload for every version against
+# NFS_PORT/MNT_PORT/EXPORT in the environment; prints a line per version and
+# the summary.
 run_versions() {
-  local passed=0 failed=0 v
+  local passed=0 failed=0 n=0 rc=0 seen=" " v line secs why
   for v in $VERSIONS; do
-    if GUEST_NICS=2 "$here/run.sh" -t $RUN_TIMEOUT_S -o "$OUT_DIR" -e NFS_VERS="$v" -e NFS_PORT="$NFS_PORT" \
-        -e NFS_MOUNT_PORT="$MNT_PORT" -e NFS_EXPORT="$EXPORT" "$here/tests/nfs-workload.sh"; then
-      passed=$((passed + 1)); echo "guest-test: PASS nfs-workload vers=$v ($SERVER_NAME)"
-    else
-      failed=$((failed + 1)); echo "guest-test: FAIL nfs-workload vers=$v ($SERVER_NAME)"
-    fi
-    # The console log is per test name: keep one per version.
-    mv "$OUT_DIR/console-nfs-workload.log" "$OUT_DIR/console-nfs-workload-vers$v.log" 2>/dev/null || true
+    [[ "$v" =~ ^[A-Za-z0-9.]+$ ]] || die "VERSIONS: '$v' is not a version"
+    case "$seen" in *" $v "*) die "VERSIONS lists $v twice" ;; esac
+    seen="$seen$v "; n=$((n + 1))
   done
+  [ $n -gt 0 ] || die "VERSIONS is empty"
+  # run.sh gives the test 3/4 of the boot's timeout (the rest covers the
+  # boot); the versions run one after another within that.
+  local per=$VERSION_TIMEOUT_S timeout_s=$(( n * (VERSION_TIMEOUT_S + GUEST_SLACK_S) * 4 / 3 ))
+  if [ $timeout_s -gt $RUN_TIMEOUT_MAX_S ]; then
+    timeout_s=$RUN_TIMEOUT_MAX_S; per=$(( RUN_TIMEOUT_MAX_S * 3 / 4 / n - GUEST_SLACK_S ))
+  fi
+  # The workload reaches the guest through the results share.
+  mkdir -p "$OUT_DIR/bin"; cp "$here/tests/nfs-workload.sh" "$OUT_DIR/bin/"
+  GUEST_NICS=2 "$here/run.sh" -t $timeout_s -o "$OUT_DIR" -e NFS_VERSIONS="$VERSIONS" -e NFS_VERSION_TIMEOUT_S=$per \
+      -e NFS_PORT="$NFS_PORT" -e NFS_MOUNT_PORT="$MNT_PORT" -e NFS_EXPORT="$EXPORT" "$here/tests/nfs-versions.sh" || rc=$?
+  rm -rf "$OUT_DIR/bin"
+  # The guest appends "PASS|FAIL vers=V rc=RC secs=S" per version as it ends;
+  # a version without a line did not finish (the guest died or ran out of time).
+  for v in $VERSIONS; do
+    line=$(awk -v v="vers=$v" '$2 == v' "$OUT_DIR/nfs-versions.txt" 2>/dev/null | tail -n1)
+    secs=$(sed -n 's/.* secs=\([0-9]*\).*/\1/p' <<<"$line")
+    case "$line" in
+      "PASS "*) passed=$((passed + 1)); echo "guest-test: PASS nfs-workload vers=$v ($SERVER_NAME, ${secs}s)" ;;
+      "FAIL "*) failed=$((failed + 1))
+                why=$(grep -m1 '^FAIL \[' "$OUT_DIR/nfs-workload-vers$v.log" 2>/dev/null || true)
+                echo "guest-test: FAIL nfs-workload vers=$v ($SERVER_NAME, ${line#FAIL vers=$v }${why:+: $why}; log $OUT_DIR/nfs-workload-vers$v.log)" ;;
+      *) failed=$((failed + 1))
+         echo "guest-test: FAIL nfs-workload vers=$v ($SERVER_NAME: no result; the guest run ended with status $rc, console $OUT_DIR/console-nfs-versions.log)" ;;
+    esac
+  done
+  if [ $rc -ne 0 ] && [ $failed -eq 0 ]; then
+    echo "guest-test: FAIL the guest run ended with status $rc (console $OUT_DIR/console-nfs-versions.log)"
+  fi
   echo "guest-test: $SERVER_NAME: $passed passed, $failed failed (results in $OUT_DIR)"
-  [ $failed -eq 0 ] && [ $passed -gt 0 ]
+  [ $failed -eq 0 ] && [ $passed -gt 0 ] && [ $rc -eq 0 ]
 }
 
 if [ "$server" = --run-versions ]; then run_versions; exit; fi
