@@ -5,7 +5,7 @@
  * engine must have the same layout on both sides), by build-engine.sh.
  *
  *   fio --ioengine=external:chimera-fio.so --chimera_server=127.0.0.1:2049 \
- *       --chimera_export=/memfs [--chimera_conns=N] [--chimera_mount_port=P] ...
+ *       --chimera_export=/memfs [--chimera_conns=N] [--chimera_mount_port=P] [--chimera_pnfs=1] ...
  *
  * One engine per job (init runs in the job's own process or thread).
  */
@@ -26,6 +26,7 @@ struct chimera_options {
 	char *export;
 	unsigned int mount_port;
 	unsigned int conns;
+	unsigned int pnfs;
 };
 
 struct chimera_data {
@@ -80,6 +81,16 @@ static struct fio_option options[] = {
 		.group = FIO_OPT_G_NFS,
 	},
 	{
+		.name = "chimera_pnfs",
+		.lname = "Chimera pNFS",
+		.type = FIO_OPT_BOOL,
+		.off1 = offsetof(struct chimera_options, pnfs),
+		.def = "0",
+		.help = "1: NFSv4.1 to the server as a pNFS metadata server, I/O straight to the data servers of its flex-files layouts",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_NFS,
+	},
+	{
 		.name = NULL,
 	},
 };
@@ -117,6 +128,7 @@ static int chimera_init(struct thread_data *td)
 	cfg.iodepth = depth;
 	cfg.uid = getuid();
 	cfg.gid = getgid();
+	cfg.pnfs = o->pnfs;
 	d->h = chimera_fio_connect(&cfg, err, sizeof(err));
 	if (!d->h) {
 		log_err("chimera: %s\n", err);

@@ -3,6 +3,7 @@
 //! NFSv4.1 sessions (`nfs4`), on the generated wire types of `proto`.
 
 pub mod error;
+pub mod flexfiles;
 pub mod nfs3;
 pub mod nfs4;
 pub mod rpc;

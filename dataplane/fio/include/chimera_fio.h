@@ -16,6 +16,7 @@ struct chimera_fio_config {
 	unsigned int conns;   /* TCP connections, 1..64 */
 	unsigned int iodepth; /* calls in flight together */
 	unsigned int uid, gid; /* AUTH_SYS */
+	unsigned int pnfs;    /* 1: NFSv4.1 to the MDS, I/O straight to the data servers */
 };
 
 enum chimera_fio_op { CHIMERA_FIO_READ = 0, CHIMERA_FIO_WRITE = 1, CHIMERA_FIO_SYNC = 2 };

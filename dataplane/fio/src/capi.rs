@@ -18,6 +18,8 @@ pub struct ChimeraFioConfig {
     pub iodepth: c_uint,
     pub uid: c_uint,
     pub gid: c_uint,
+    /// Non-zero: pNFS (NFSv4.1 to the MDS, NFSv3 to the data servers).
+    pub pnfs: c_uint,
 }
 
 /// What C holds: the engine and the scratch `reap` fills.
@@ -76,6 +78,7 @@ pub unsafe extern "C" fn chimera_fio_connect(cfg: *const ChimeraFioConfig, err: 
             iodepth: c.iodepth.max(1) as usize,
             uid: c.uid,
             gid: c.gid,
+            pnfs: c.pnfs != 0,
         };
         let depth = cfg.iodepth;
         let engine = Engine::connect(cfg)?;

@@ -16,6 +16,7 @@
 //! may have dropped them) fails with EIO naming the file.
 
 pub mod capi;
+mod pnfs;
 
 use client::nfs3::{self, Nfs3, Stable};
 use client::{Auth, Completion, Error, Limits, RpcConn};
@@ -45,6 +46,9 @@ pub struct Config {
     pub iodepth: usize,
     pub uid: u32,
     pub gid: u32,
+    /// NFSv4.1 to the server as a pNFS metadata server, I/O straight to the
+    /// data servers its flex-files layouts name (pnfs.rs); false: NFSv3.
+    pub pnfs: bool,
 }
 
 impl Config {
@@ -102,7 +106,12 @@ struct InFlight {
     offset: u64,
     buf: *mut u8,
     len: usize,
+    /// pNFS: the I/O this data-server call is part of (`NO_IO`: the call
+    /// is the whole I/O).
+    io: u32,
 }
+
+const NO_IO: u32 = u32::MAX;
 
 struct File {
     path: String,
@@ -112,6 +121,8 @@ struct File {
     /// Two UNSTABLE writes since the last COMMIT carried different
     /// verifiers: the server restarted between them.
     verf_changed: bool,
+    /// pNFS: the open, the layout segments held, what was written where.
+    pnfs: Option<pnfs::FileLayouts>,
 }
 
 struct Conn {
@@ -121,6 +132,11 @@ struct Conn {
     unsent: usize,
     /// The loss has been logged (once per connection).
     loss_logged: bool,
+    /// Where it connects, as whom (for messages and reconnects).
+    addr: String,
+    auth: Auth,
+    /// pNFS: the data server (device) it reaches.
+    device: Option<[u8; 16]>,
 }
 
 /// One job's client: see the module comment.
@@ -139,6 +155,8 @@ pub struct Engine {
     pfds: Vec<libc::pollfd>,
     pfd_conn: Vec<usize>,
     errors: u64,
+    /// pNFS mode: the MDS session and the I/Os spread over data servers.
+    pnfs: Option<pnfs::State>,
 }
 
 // The buffers in flight belong to fio, which keeps them alive and
@@ -156,12 +174,12 @@ impl Engine {
         let limits = Limits { in_flight_max: per_conn.max(Limits::default().in_flight_max), ..Limits::default() };
         let addr = cfg.nfs_addr();
         let mut conns = Vec::with_capacity(cfg.conns);
-        for i in 0..cfg.conns {
-            let mut nfs = Nfs3::connect(&addr, &auth, limits).map_err(|e| format!("connection {} to {addr}: {e}", i + 1))?;
-            // fio queues a batch, then commits it: one send per batch.
-            nfs.rpc().set_corked(true);
-            conns.push(Conn { nfs, ops: HashMap::with_capacity(per_conn * 2), unsent: 0, loss_logged: false });
+        // pNFS: the connections are to the data servers, made as layouts
+        // name them.
+        for i in 0..if cfg.pnfs { 0 } else { cfg.conns } {
+            conns.push(Self::new_conn(&addr, &auth, limits).map_err(|e| format!("connection {} to {addr}: {e}", i + 1))?);
         }
+        let pnfs = if cfg.pnfs { Some(pnfs::State::connect(&cfg, &auth, limits)?) } else { None };
         let mut e = Engine {
             conns,
             auth,
@@ -175,10 +193,28 @@ impl Engine {
             pfds: Vec::with_capacity(cfg.conns),
             pfd_conn: Vec::with_capacity(cfg.conns),
             errors: 0,
+            pnfs,
             cfg,
         };
-        e.root = e.mount()?;
+        if e.pnfs.is_none() {
+            e.root = e.mount()?;
+        }
         Ok(e)
+    }
+
+    fn new_conn(addr: &str, auth: &Auth, limits: Limits) -> client::Result<Conn> {
+        let mut nfs = Nfs3::connect(addr, auth, limits)?;
+        // fio queues a batch, then commits it: one send per batch.
+        nfs.rpc().set_corked(true);
+        Ok(Conn {
+            nfs,
+            ops: HashMap::with_capacity(64),
+            unsent: 0,
+            loss_logged: false,
+            addr: addr.to_string(),
+            auth: auth.clone(),
+            device: None,
+        })
     }
 
     fn mount(&mut self) -> Result<Vec<u8>, String> {
@@ -196,6 +232,10 @@ impl Engine {
     /// With `create`, missing directories and the file are created (an
     /// existing file is reused). Returns the file's index for `queue`.
     pub fn open(&mut self, path: &str, create: bool) -> Result<u32, (i32, String)> {
+        if self.pnfs.is_some() {
+            let f = self.pnfs_open(path, create)?;
+            return Ok(self.add_file(f));
+        }
         let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
         let Some((name, dirs)) = parts.split_last() else {
             return Err((libc::EINVAL, format!("file name '{path}' names no file")));
@@ -225,7 +265,11 @@ impl Engine {
             }
             Err(e) => return Err(fail("opening", e)),
         };
-        let f = File { path: path.to_string(), fh, unstable_verf: None, verf_changed: false };
+        let f = File { path: path.to_string(), fh, unstable_verf: None, verf_changed: false, pnfs: None };
+        Ok(self.add_file(f))
+    }
+
+    fn add_file(&mut self, f: File) -> u32 {
         let idx = match self.files.iter().position(Option::is_none) {
             Some(i) => {
                 self.files[i] = Some(f);
@@ -236,7 +280,7 @@ impl Engine {
                 self.files.len() - 1
             }
         };
-        Ok(idx as u32)
+        idx as u32
     }
 
     /// COMMIT what is unstable (checking verifiers) and forget the file.
@@ -244,6 +288,11 @@ impl Engine {
         let Some(Some(f)) = self.files.get(file as usize) else {
             return Err((libc::EBADF, format!("file {file} is not open")));
         };
+        if f.pnfs.is_some() {
+            let r = self.pnfs_close(file);
+            self.files[file as usize] = None;
+            return r;
+        }
         let r = if f.unstable_verf.is_some() {
             let fh = f.fh.clone();
             let c = &mut self.conns[0].nfs;
@@ -299,6 +348,9 @@ impl Engine {
         if op != Op::Sync && (len == 0 || len > IO_BYTES_MAX) {
             return Err((libc::EINVAL, format!("{}: I/O of {len} bytes (1..={IO_BYTES_MAX} per I/O; lower bs)", f.path)));
         }
+        if self.pnfs.is_some() {
+            return self.pnfs_queue(file, op, offset, buf, len, tag);
+        }
         let i = self.next_conn % self.conns.len();
         self.next_conn = self.next_conn.wrapping_add(1);
         if self.conns[i].nfs.rpc().broken().is_some() {
@@ -314,7 +366,7 @@ impl Engine {
         };
         match r {
             Ok(xid) => {
-                c.ops.insert(xid, InFlight { tag, op, file, offset, buf, len });
+                c.ops.insert(xid, InFlight { tag, op, file, offset, buf, len, io: NO_IO });
                 c.unsent += 1;
                 self.in_flight += 1;
                 Ok(())
@@ -333,11 +385,16 @@ impl Engine {
         }
         let left: Vec<InFlight> = self.conns[i].ops.drain().map(|(_, op)| op).collect();
         for op in left {
+            if op.io != NO_IO {
+                self.pnfs_part_done(i, op, Err((libc::EIO, "connection lost".into(), true)));
+                continue;
+            }
             self.errors += 1;
             self.ready.push_back((op.tag, -(libc::EIO as i64)));
         }
-        let addr = self.cfg.nfs_addr();
-        let rpc = RpcConn::connect(&addr, &self.auth, self.limits).map_err(|e| format!("reconnecting to {addr}: {e}"))?;
+        let addr = self.conns[i].addr.clone();
+        let auth = self.conns[i].auth.clone();
+        let rpc = RpcConn::connect(&addr, &auth, self.limits).map_err(|e| format!("reconnecting to {addr}: {e}"))?;
         let c = &mut self.conns[i];
         c.nfs.replace_conn(rpc);
         c.unsent = 0;
@@ -465,6 +522,24 @@ impl Engine {
 
     fn finish(&mut self, i: usize, c: Completion) {
         let Some(op) = self.conns[i].ops.remove(&c.xid) else { return };
+        if op.io != NO_IO {
+            let r = match c.result {
+                Ok(reply) => {
+                    let r = match op.op {
+                        // SAFETY: `queue`'s contract keeps the buffer valid and ours.
+                        Op::Read => Nfs3::read_into(&reply, unsafe { std::slice::from_raw_parts_mut(op.buf, op.len) })
+                            .map(|(n, _)| n as i64),
+                        Op::Write => Nfs3::written(&reply, op.len).map(|w| w.count as i64),
+                        Op::Sync => Nfs3::committed(&reply).map(|_| 0),
+                    };
+                    self.conns[i].nfs.rpc().recycle(reply);
+                    r.map_err(|e| (e.errno(), e.to_string(), e.is_connection()))
+                }
+                Err(e) => Err((e.errno(), e.to_string(), e.is_connection())),
+            };
+            self.pnfs_part_done(i, op, r);
+            return;
+        }
         let res = match c.result {
             Ok(reply) => {
                 let r = match op.op {
@@ -500,19 +575,25 @@ impl Engine {
                     eprintln!(
                         "chimera-fio: connection {} to {} lost ({e}); its I/Os fail, the next I/O reconnects",
                         i + 1,
-                        self.cfg.nfs_addr()
+                        self.conns[i].addr
                     );
                 }
                 Err((e.errno(), e.to_string()))
             }
         };
+        self.complete(op.tag, op.op, op.file, op.offset, op.len, res);
+    }
+
+    /// Hand an I/O's result to `reap`; a failure is counted and logged
+    /// (the first `ERRORS_LOGGED_MAX`).
+    fn complete(&mut self, tag: u64, op: Op, file: u32, offset: u64, len: usize, res: Result<i64, (i32, String)>) {
         let res = match res {
             Ok(n) => n,
             Err((errno, msg)) => {
                 self.errors += 1;
                 if self.errors <= ERRORS_LOGGED_MAX as u64 {
-                    let path = self.files.get(op.file as usize).and_then(Option::as_ref).map_or("?", |f| f.path.as_str());
-                    eprintln!("chimera-fio: {:?} of {} bytes at {} on {path} failed: {msg}", op.op, op.len, op.offset);
+                    let path = self.files.get(file as usize).and_then(Option::as_ref).map_or("?", |f| f.path.as_str());
+                    eprintln!("chimera-fio: {op:?} of {len} bytes at {offset} on {path} failed: {msg}");
                     if self.errors == ERRORS_LOGGED_MAX as u64 {
                         eprintln!("chimera-fio: further I/O errors are counted, not logged");
                     }
@@ -520,7 +601,7 @@ impl Engine {
                 -(errno.max(1) as i64)
             }
         };
-        self.ready.push_back((op.tag, res));
+        self.ready.push_back((tag, res));
     }
 }
 
@@ -541,7 +622,7 @@ mod tests {
 
     #[test]
     fn options_are_checked_by_name() {
-        let ok = Config { server: "127.0.0.1".into(), export: "/m".into(), mount_port: 0, conns: 1, iodepth: 1, uid: 0, gid: 0 };
+        let ok = Config { server: "127.0.0.1".into(), export: "/m".into(), mount_port: 0, conns: 1, iodepth: 1, uid: 0, gid: 0, pnfs: false };
         assert!(ok.validate().is_ok());
         let e = Config { server: String::new(), ..ok.clone() }.validate().unwrap_err();
         assert!(e.contains("chimera_server"), "{e}");

@@ -1,0 +1,499 @@
+//! pNFS mode (`chimera_pnfs=1`): an NFSv4.1 session to the metadata server
+//! for OPEN, LAYOUTGET, GETDEVICEINFO, LAYOUTCOMMIT, LAYOUTRETURN and
+//! CLOSE; READ / WRITE / COMMIT go over NFSv3 straight to the data servers
+//! the flex-files layout names, as the layout's synthetic uid/gid, on the
+//! same polled connections as NFSv3 mode (made when a layout first names a
+//! data server).
+//!
+//! A WRITE goes to every mirror of the segment and completes when all have
+//! answered; a READ goes to one mirror (round-robin) and, if it fails, to
+//! the next. A data server that fails (no answer, lost connection, an
+//! error status) is reported to the MDS in LAYOUTRETURN (ff_ioerr4), the
+//! file's layout is dropped, and the I/O is sent again under a fresh layout
+//! (the MDS leaves the failed server out) — at most `REDRIVES_MAX` times,
+//! then once through the MDS itself. fio's fsync COMMITs every data file
+//! written and LAYOUTCOMMITs the size; close does the same, returns the
+//! layout and CLOSEs.
+
+use crate::{Conn, Engine, File, InFlight, Op, NO_IO};
+use client::flexfiles::{DsError, IoMode};
+use client::nfs3::Stable;
+use client::nfs4::{Nfs41, Open4, Stateid};
+use client::{Auth, Limits};
+use proto::nfs4 as p;
+use std::collections::HashMap;
+
+/// Layout segments kept per file (a striped file has one per stripe unit);
+/// beyond it the cache starts over.
+const SEGMENTS_MAX: usize = 4096;
+/// Times an I/O is sent again under a new layout after a data-server
+/// failure before it goes through the MDS.
+const REDRIVES_MAX: u32 = 2;
+
+/// The metadata-server session and the I/Os spread over data servers.
+pub(crate) struct State {
+    mds: Nfs41,
+    export: String,
+    ios: Vec<Option<Io>>,
+    free: Vec<u32>,
+    ds: HashMap<[u8; 16], Ds>,
+    next_mirror: usize,
+    /// I/Os that ended up going through the MDS.
+    pub(crate) through_mds: u64,
+}
+
+struct Ds {
+    conns: Vec<usize>,
+    next: usize,
+    cred: (u32, u32),
+}
+
+struct Io {
+    tag: u64,
+    op: Op,
+    file: u32,
+    offset: u64,
+    buf: *mut u8,
+    len: usize,
+    parts_left: usize,
+    count: Option<i64>,
+    errors: Vec<DsError>,
+    last_error: String,
+    /// Mirrors of the current segment a READ has tried (bit per mirror).
+    tried: u64,
+    redrives: u32,
+}
+
+/// A file's pNFS state.
+pub(crate) struct FileLayouts {
+    open: Open4,
+    iomode: IoMode,
+    segs: Vec<client::flexfiles::FfSegment>,
+    /// The layout stateid once a LAYOUTGET granted one.
+    lstateid: Option<Stateid>,
+    /// (connection, data-file handle) of every data file written since the
+    /// last COMMIT.
+    written: Vec<(usize, Vec<u8>)>,
+    /// End of the furthest write since the last LAYOUTCOMMIT.
+    write_end: u64,
+    /// Data servers reported failed for this file (their copies are stale:
+    /// no COMMIT is sent to them) until a write to one succeeds again.
+    failed: Vec<[u8; 16]>,
+}
+
+fn nfs(e: client::Error, what: &str) -> (i32, String) {
+    (e.errno(), format!("{what}: {e}"))
+}
+
+impl State {
+    pub(crate) fn connect(cfg: &crate::Config, auth: &Auth, limits: Limits) -> Result<State, String> {
+        let addr = cfg.nfs_addr();
+        // A client owner of its own per engine: two fio jobs are two clients.
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let owner = format!("chimera-fio-{}-{nanos}", std::process::id());
+        let mds = Nfs41::connect(&addr, auth, limits, owner.as_bytes())
+            .map_err(|e| format!("NFSv4.1 session with the metadata server {addr}: {e}"))?;
+        Ok(State {
+            mds,
+            export: cfg.export.trim_end_matches('/').to_string(),
+            ios: Vec::new(),
+            free: Vec::new(),
+            ds: HashMap::new(),
+            next_mirror: 0,
+            through_mds: 0,
+        })
+    }
+}
+
+impl Engine {
+    fn st(&mut self) -> &mut State {
+        self.pnfs.as_mut().expect("pNFS mode")
+    }
+
+    /// OPEN `path` under the export (its directories must exist).
+    pub(crate) fn pnfs_open(&mut self, path: &str, create: bool) -> Result<File, (i32, String)> {
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+        if parts.contains(&"..") {
+            return Err((libc::EINVAL, format!("file name '{path}' leaves the export ('..')")));
+        }
+        let Some((name, dirs)) = parts.split_last() else {
+            return Err((libc::EINVAL, format!("file name '{path}' names no file")));
+        };
+        let st = self.st();
+        let dir = format!("{}/{}", st.export, dirs.join("/"));
+        let o = st
+            .mds
+            .open(&dir, name, 3, create.then_some(0o644))
+            .map_err(|e| nfs(e, &format!("OPEN of {path} in export {} (pNFS mode creates no directories)", st.export)))?;
+        let fh = o.fh.clone();
+        let iomode = if create { IoMode::Rw } else { IoMode::Read };
+        Ok(File {
+            path: path.to_string(),
+            fh,
+            unstable_verf: None,
+            verf_changed: false,
+            pnfs: Some(FileLayouts { open: o, iomode, segs: Vec::new(), lstateid: None, written: Vec::new(), write_end: 0, failed: Vec::new() }),
+        })
+    }
+
+    fn layouts(&mut self, file: u32) -> &mut FileLayouts {
+        self.files[file as usize].as_mut().and_then(|f| f.pnfs.as_mut()).expect("a pNFS file")
+    }
+
+    /// The index of a held segment covering [offset, offset + len), after a
+    /// LAYOUTGET when none does.
+    fn segment(&mut self, file: u32, offset: u64, len: u64) -> Result<usize, (i32, String)> {
+        if let Some(i) = self.layouts(file).segs.iter().position(|s| s.covers(offset, len.max(1))) {
+            return Ok(i);
+        }
+        let (fh, sid, iomode, path) = {
+            let f = self.files[file as usize].as_ref().expect("open");
+            let l = f.pnfs.as_ref().expect("pNFS file");
+            (f.fh.clone(), l.lstateid.clone().unwrap_or_else(|| l.open.stateid.clone()), l.iomode, f.path.clone())
+        };
+        let seg = self.st().mds.layoutget(&fh, &sid, iomode, offset, len.max(1)).map_err(|e| nfs(e, &format!("LAYOUTGET of {path} at {offset}")))?;
+        if !seg.covers(offset, len.max(1)) {
+            return Err((libc::EIO, format!("LAYOUTGET of {path} at {offset}: the segment granted does not cover the I/O")));
+        }
+        let l = self.layouts(file);
+        l.lstateid = Some(seg.stateid.clone());
+        if l.segs.len() >= SEGMENTS_MAX {
+            l.segs.clear();
+        }
+        l.segs.push(seg);
+        Ok(l.segs.len() - 1)
+    }
+
+    /// A connection to the data server `deviceid` as (uid, gid), made (after
+    /// GETDEVICEINFO) the first time a layout names it.
+    fn ds_conn(&mut self, deviceid: [u8; 16], uid: u32, gid: u32) -> Result<usize, (i32, String)> {
+        let auth = Auth::Sys { machine: "chimera-fio".into(), uid, gid, gids: Vec::new() };
+        if let Some(d) = self.pnfs.as_mut().expect("pNFS").ds.get_mut(&deviceid) {
+            let i = d.conns[d.next % d.conns.len()];
+            d.next = d.next.wrapping_add(1);
+            if d.cred != (uid, gid) {
+                d.cred = (uid, gid);
+                for &c in &d.conns {
+                    self.conns[c].nfs.rpc().set_auth(&auth).map_err(|e| nfs(e, "data-server credentials"))?;
+                    self.conns[c].auth = auth.clone();
+                }
+            }
+            return Ok(i);
+        }
+        let dev = self.st().mds.getdeviceinfo(&deviceid).map_err(|e| nfs(e, "GETDEVICEINFO"))?;
+        let addr = dev.tcp_addrs.first().cloned().ok_or((libc::EIO, "GETDEVICEINFO: the data server has no TCP address".to_string()))?;
+        if !dev.speaks_v3() {
+            return Err((libc::EPROTONOSUPPORT, format!("data server {addr} does not offer NFSv3 (versions {:?})", dev.versions)));
+        }
+        let mut conns = Vec::with_capacity(self.cfg.conns);
+        for _ in 0..self.cfg.conns {
+            let mut c = Self::new_conn(&addr, &auth, self.limits).map_err(|e| nfs(e, &format!("connecting to data server {addr}")))?;
+            c.device = Some(deviceid);
+            self.conns.push(c);
+            conns.push(self.conns.len() - 1);
+        }
+        let i = conns[0];
+        self.st().ds.insert(deviceid, Ds { conns, next: 1, cred: (uid, gid) });
+        Ok(i)
+    }
+
+    /// Queue one I/O in pNFS mode (see the module comment).
+    ///
+    /// # Safety
+    /// As `Engine::queue`.
+    pub(crate) unsafe fn pnfs_queue(&mut self, file: u32, op: Op, offset: u64, buf: *mut u8, len: usize, tag: u64) -> Result<(), (i32, String)> {
+        if self.st().mds.renew_due() {
+            self.st().mds.renew().map_err(|e| nfs(e, "renewing the lease with the metadata server"))?;
+        }
+        self.in_flight += 1;
+        if op == Op::Sync {
+            let r = self.pnfs_sync(file).map(|_| 0);
+            self.complete(tag, op, file, offset, 0, r);
+            return Ok(());
+        }
+        let io = Io { tag, op, file, offset, buf, len, parts_left: 0, count: None, errors: Vec::new(), last_error: String::new(), tried: 0, redrives: 0 };
+        let st = self.st();
+        let idx = match st.free.pop() {
+            Some(i) => {
+                st.ios[i as usize] = Some(io);
+                i
+            }
+            None => {
+                st.ios.push(Some(io));
+                (st.ios.len() - 1) as u32
+            }
+        };
+        self.pnfs_drive(idx);
+        Ok(())
+    }
+
+    fn io(&mut self, idx: u32) -> &mut Io {
+        self.st().ios[idx as usize].as_mut().expect("an I/O in flight")
+    }
+
+    /// Send I/O `idx` to the data servers of its segment.
+    fn pnfs_drive(&mut self, idx: u32) {
+        let (file, op, offset, len) = {
+            let io = self.io(idx);
+            (io.file, io.op, io.offset, io.len)
+        };
+        let si = match self.segment(file, offset, len as u64) {
+            Ok(si) => si,
+            Err((_, msg)) => {
+                self.io(idx).last_error = msg;
+                return self.pnfs_through_mds(idx);
+            }
+        };
+        let nm = self.layouts(file).segs[si].mirrors.len();
+        let targets: u64 = match op {
+            Op::Write => (1u64 << nm) - 1,
+            _ => {
+                let tried = self.io(idx).tried;
+                let st = self.st();
+                let start = st.next_mirror;
+                st.next_mirror = st.next_mirror.wrapping_add(1);
+                match (0..nm).map(|k| (start + k) % nm).find(|k| tried & (1 << k) == 0) {
+                    Some(k) => 1 << k,
+                    None => 0,
+                }
+            }
+        };
+        if targets == 0 {
+            return self.pnfs_failed(idx);
+        }
+        self.io(idx).parts_left = targets.count_ones() as usize;
+        self.io(idx).tried |= targets;
+        for k in 0..nm {
+            if targets & (1 << k) == 0 {
+                continue;
+            }
+            let (deviceid, uid, gid) = {
+                let m = &self.layouts(file).segs[si].mirrors[k];
+                (m.deviceid, m.uid, m.gid)
+            };
+            let part = {
+                let io = self.io(idx);
+                InFlight { tag: io.tag, op, file, offset, buf: io.buf, len, io: idx }
+            };
+            let conn = match self.ds_conn(deviceid, uid, gid) {
+                Ok(c) => c,
+                Err((errno, msg)) => {
+                    self.pnfs_part_error(idx, deviceid, errno, msg, true);
+                    continue;
+                }
+            };
+            if self.conns[conn].nfs.rpc().broken().is_some() {
+                if let Err(msg) = self.reconnect(conn) {
+                    self.pnfs_part_error(idx, deviceid, libc::EIO, msg, true);
+                    continue;
+                }
+            }
+            // Disjoint fields: the segment's handle is borrowed from
+            // `files` while the call goes out on `conns`.
+            let fh = &self.files[file as usize].as_ref().expect("open").pnfs.as_ref().expect("pNFS").segs[si].mirrors[k].fh;
+            let c: &mut Conn = &mut self.conns[conn];
+            let r = match op {
+                Op::Read => c.nfs.submit_read(fh, offset, len as u32),
+                // SAFETY: `queue`'s contract keeps the buffer valid for `len`.
+                Op::Write => c.nfs.submit_write(fh, offset, unsafe { std::slice::from_raw_parts(part.buf, len) }, Stable::Unstable),
+                Op::Sync => unreachable!("sync is not sent to a data server"),
+            };
+            match r {
+                Ok(xid) => {
+                    c.ops.insert(xid, part);
+                    c.unsent += 1;
+                    if op == Op::Write {
+                        let fh = fh.clone();
+                        let l = self.layouts(file);
+                        if !l.written.iter().any(|(cc, f)| *cc == conn && *f == fh) {
+                            l.written.push((conn, fh));
+                        }
+                    }
+                }
+                Err(e) => {
+                    let conn_err = e.is_connection();
+                    self.pnfs_part_error(idx, deviceid, e.errno(), e.to_string(), conn_err);
+                }
+            }
+        }
+    }
+
+    fn pnfs_part_error(&mut self, idx: u32, deviceid: [u8; 16], errno: i32, msg: String, connection: bool) {
+        let (offset, len, write) = {
+            let io = self.io(idx);
+            (io.offset, io.len, io.op == Op::Write)
+        };
+        let status = if connection { p::nfsstat4::NFS4ERR_NXIO } else { p::nfsstat4::NFS4ERR_IO };
+        let io = self.io(idx);
+        io.errors.push(DsError { deviceid, offset, length: len as u64, status, write });
+        io.last_error = format!("data server: {msg} (errno {errno})");
+        io.parts_left -= 1;
+        if io.parts_left == 0 {
+            self.pnfs_settle(idx);
+        }
+    }
+
+    /// One data-server call of a pNFS I/O finished.
+    pub(crate) fn pnfs_part_done(&mut self, conn: usize, part: InFlight, r: Result<i64, (i32, String, bool)>) {
+        debug_assert_ne!(part.io, NO_IO);
+        let idx = part.io;
+        if self.pnfs.as_ref().and_then(|s| s.ios.get(idx as usize)).and_then(Option::as_ref).is_none() {
+            return;
+        }
+        match r {
+            Ok(n) => {
+                let (op, offset) = (part.op, part.offset);
+                let io = self.io(idx);
+                io.count = Some(io.count.map_or(n, |c| c.min(n)));
+                io.parts_left -= 1;
+                if op == Op::Write {
+                    let device = self.conns[conn].device;
+                    let l = self.layouts(part.file);
+                    l.write_end = l.write_end.max(offset + n as u64);
+                    if !l.failed.is_empty() {
+                        l.failed.retain(|d| Some(*d) != device);
+                    }
+                }
+                if self.io(idx).parts_left == 0 {
+                    self.pnfs_settle(idx);
+                }
+            }
+            Err((errno, msg, connection)) => {
+                let deviceid = self.conns[conn].device.unwrap_or([0; 16]);
+                self.pnfs_part_error(idx, deviceid, errno, msg, connection);
+            }
+        }
+    }
+
+    /// Every call of I/O `idx` answered: complete it, or retry after a
+    /// data-server failure.
+    fn pnfs_settle(&mut self, idx: u32) {
+        if self.io(idx).errors.is_empty() {
+            let io = self.st().ios[idx as usize].take().expect("in flight");
+            self.st().free.push(idx);
+            return self.complete(io.tag, io.op, io.file, io.offset, io.len, Ok(io.count.unwrap_or(0)));
+        }
+        // A READ with an untried mirror in the same segment tries it.
+        if self.io(idx).op == Op::Read {
+            let (file, offset, len, tried) = {
+                let io = self.io(idx);
+                (io.file, io.offset, io.len as u64, io.tried)
+            };
+            if let Some(si) = self.layouts(file).segs.iter().position(|s| s.covers(offset, len)) {
+                let nm = self.layouts(file).segs[si].mirrors.len();
+                if (0..nm).any(|k| tried & (1 << k) == 0) {
+                    self.io(idx).count = None;
+                    return self.pnfs_drive(idx);
+                }
+            }
+        }
+        self.pnfs_failed(idx);
+    }
+
+    /// The I/O's data servers failed: report them (LAYOUTRETURN with the
+    /// errors), drop the layout, and send the I/O again under a new one —
+    /// or, after `REDRIVES_MAX`, through the MDS.
+    fn pnfs_failed(&mut self, idx: u32) {
+        let (file, errors) = {
+            let io = self.io(idx);
+            (io.file, std::mem::take(&mut io.errors))
+        };
+        let (fh, sid, iomode) = {
+            let f = self.files[file as usize].as_ref().expect("open");
+            let l = f.pnfs.as_ref().expect("pNFS");
+            (f.fh.clone(), l.lstateid.clone(), l.iomode)
+        };
+        if let Some(sid) = sid {
+            if let Err(e) = self.st().mds.layoutreturn(&fh, &sid, iomode, &errors) {
+                eprintln!("chimera-fio: LAYOUTRETURN reporting a data-server failure: {e}");
+            }
+        }
+        let l = self.layouts(file);
+        l.segs.clear();
+        l.lstateid = None;
+        for e in &errors {
+            if !l.failed.contains(&e.deviceid) {
+                l.failed.push(e.deviceid);
+            }
+        }
+        let io = self.io(idx);
+        io.redrives += 1;
+        io.tried = 0;
+        io.count = None;
+        if io.redrives <= REDRIVES_MAX {
+            return self.pnfs_drive(idx);
+        }
+        self.pnfs_through_mds(idx);
+    }
+
+    /// The I/O through the MDS (NFSv4.1 READ / FILE_SYNC WRITE with the open
+    /// stateid), waited for here: the path of last resort.
+    fn pnfs_through_mds(&mut self, idx: u32) {
+        let io = self.st().ios[idx as usize].take().expect("in flight");
+        self.st().free.push(idx);
+        self.st().through_mds += 1;
+        let open = self.layouts(io.file).open.clone();
+        let r = match io.op {
+            Op::Read => {
+                let mut data = Vec::with_capacity(io.len);
+                self.st().mds.read(&open, io.offset, io.len as u32, &mut data).map(|_| {
+                    // SAFETY: `queue`'s contract keeps the buffer valid for `len`.
+                    unsafe { std::slice::from_raw_parts_mut(io.buf, io.len)[..data.len()].copy_from_slice(&data) };
+                    data.len() as i64
+                })
+            }
+            // SAFETY: as above.
+            Op::Write => self.st().mds.write(&open, io.offset, unsafe { std::slice::from_raw_parts(io.buf, io.len) }, true).map(|w| w.0 as i64),
+            Op::Sync => Ok(0),
+        };
+        let r = r.map_err(|e| (e.errno(), format!("through the MDS after \"{}\": {e}", io.last_error)));
+        self.complete(io.tag, io.op, io.file, io.offset, io.len, r);
+    }
+
+    /// COMMIT every data file written since the last sync, then
+    /// LAYOUTCOMMIT the size to the MDS.
+    fn pnfs_sync(&mut self, file: u32) -> Result<(), (i32, String)> {
+        let written = std::mem::take(&mut self.layouts(file).written);
+        let failed = self.layouts(file).failed.clone();
+        let mut first_err = None;
+        for (conn, fh) in &written {
+            let c = &mut self.conns[*conn];
+            if c.device.is_some_and(|d| failed.contains(&d)) {
+                continue; // reported failed: its copy is stale, the MDS knows
+            }
+            let r = c.nfs.submit_commit(fh).and_then(|x| c.nfs.rpc().wait(x)).and_then(|r| client::nfs3::Nfs3::committed(&r));
+            if let Err(e) = r {
+                first_err.get_or_insert_with(|| nfs(e, &format!("COMMIT on data server {}", c.addr)));
+            }
+        }
+        let (fh, sid, end) = {
+            let f = self.files[file as usize].as_ref().expect("open");
+            let l = f.pnfs.as_ref().expect("pNFS");
+            (f.fh.clone(), l.lstateid.clone(), l.write_end)
+        };
+        if let (Some(sid), true) = (sid, end > 0) {
+            self.st().mds.layoutcommit(&fh, &sid, end - 1).map_err(|e| nfs(e, "LAYOUTCOMMIT"))?;
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Sync, return the layout, CLOSE.
+    pub(crate) fn pnfs_close(&mut self, file: u32) -> Result<(), (i32, String)> {
+        let r = self.pnfs_sync(file);
+        let (fh, sid, iomode, open) = {
+            let f = self.files[file as usize].as_ref().expect("open");
+            let l = f.pnfs.as_ref().expect("pNFS");
+            (f.fh.clone(), l.lstateid.clone(), l.iomode, l.open.clone())
+        };
+        if let Some(sid) = sid {
+            self.st().mds.layoutreturn(&fh, &sid, iomode, &[]).map_err(|e| nfs(e, "LAYOUTRETURN at close"))?;
+        }
+        self.st().mds.close(&open).map_err(|e| nfs(e, "CLOSE"))?;
+        r
+    }
+
+    /// I/Os that went through the MDS (pNFS mode).
+    pub fn through_mds(&self) -> u64 {
+        self.pnfs.as_ref().map_or(0, |s| s.through_mds)
+    }
+}
