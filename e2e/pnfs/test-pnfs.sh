@@ -5,6 +5,9 @@
 #
 #   test-pnfs.sh CHIMERAD_BINARY [CASE...]
 #
+# FIO_ENGINE (default: chimera-fio.so next to CHIMERAD_BINARY) and FIO (default:
+# what e2e/peers/fio-libnfs.sh prints) are used by the engine case only.
+#
 # Cases (default: all, what make test runs):
 #   topology  MDS without layouts (pnfs.enabled=false) + three DSes. Proves the
 #             harness: namespaces and addresses, the guest reaching the MDS and
@@ -32,12 +35,20 @@
 #             (draining), ds2, ds3 through the admin API and the guest writes
 #             a new file: it lands on ds3 (and ds2), ds1 gets no new writes,
 #             and every file, old and new, reads back bit-exact.
+#   engine    no guest: our fio engine (chimera_pnfs=1: NFSv4.1 to the MDS,
+#             flex-files layouts, NFSv3 straight to the DSes) runs from the
+#             client's namespace against mirrors=2. A random read/write
+#             crc32c-verify job exits clean; the DSes' metrics show every
+#             written byte twice and the MDS almost no data. Then a DS
+#             holding a mirror of the file is SIGKILLed under a running
+#             verify job: the job completes and verifies, and a verify-only
+#             pass over the same file afterwards too.
 #
 # PNFS_NFS_VERS=4.2 mounts NFSv4.2 instead of 4.1 (the same cases must
 # pass: layouts, recalls as 4.2 callbacks, LAYOUTSTATS / LAYOUTERROR as the
 # client sends them).
 #
-# One guest boot per case, servers restarted per case (fresh counters).
+# One guest boot per guest case, servers restarted per case (fresh counters).
 # Results (server configs and logs, metrics before/after, mountstats,
 # /proc/net/tcp, consoles) stay in $CACHE/pnfs/results/<run>/<case>/; the
 # path is printed. Prints a timeline and one PASS/FAIL line per case, then a
@@ -70,13 +81,24 @@ MDS_BYTES_FRACTION_MAX_PCT=5     # MDS RPC bytes in+out vs the bytes moved
 DS_BYTES_FRACTION_MIN_PCT=95     # DS WRITE/READ payload vs the bytes moved (x mirrors)
 
 die() { echo "pnfs-test: ERROR: $*" >&2; exit 2; }
-[ $# -ge 1 ] || die "usage: test-pnfs.sh CHIMERAD_BINARY [topology|stripe|mirror2|dsfail|dsfail1|member]..."
+[ $# -ge 1 ] || die "usage: test-pnfs.sh CHIMERAD_BINARY [topology|stripe|mirror2|dsfail|dsfail1|member|engine]..."
 chimerad=$(realpath "$1"); shift
 [ -x "$chimerad" ] || die "chimerad binary '$chimerad' is missing: run make build-dataplane"
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(topology stripe mirror2 dsfail dsfail1 member)
+[ ${#cases[@]} -gt 0 ] || cases=(topology stripe mirror2 dsfail dsfail1 member engine)
+guest_cases=0
 for c in "${cases[@]}"; do
-  case "$c" in topology|stripe|mirror2|dsfail|dsfail1|member) ;; *) die "unknown case '$c'" ;; esac
+  case "$c" in
+    topology|stripe|mirror2|dsfail|dsfail1|member) guest_cases=$((guest_cases + 1)) ;;
+    engine)
+      # The fio engine and fio (with the engine API it was built against),
+      # found the way make test-fio-engine finds them unless given.
+      FIO_ENGINE=$(realpath "${FIO_ENGINE:-$(dirname "$chimerad")/chimera-fio.so}")
+      [ -f "$FIO_ENGINE" ] || die "fio engine '$FIO_ENGINE' is missing: run make build-fio-engine"
+      FIO=${FIO:-$("$here/../peers/fio-libnfs.sh")}
+      [ -x "$FIO" ] || die "fio '$FIO' is missing (e2e/peers/fio-libnfs.sh builds it)" ;;
+    *) die "unknown case '$c'" ;;
+  esac
 done
 for t in ip ss ping curl python3 flock; do command -v $t >/dev/null || die "$t is missing (make test-pnfs installs it)"; done
 
@@ -571,15 +593,195 @@ sys.exit(0 if ds["config-0"]["draining"] is True and "ds3" in ds else 1)' "$d/cl
   fi
 }
 
+# ---- engine: our fio engine in pNFS mode, no guest.
+# fio runs in chim-cli, the client's namespace: the one node of the topology
+# made to be a client, on the storage bridge with every server (topology.sh
+# check pings the MDS and every DS from it), so the servers see the engine
+# at the client's address exactly as they see the guest, and the SYN
+# counters and the metrics mean what they mean in the guest cases. (The
+# MDS's namespace would reach the DSes too, but I/O sent from the MDS's own
+# address could not be told from the MDS proxying it.)
+ENGINE_BYTES=$((32 << 20))        # check 1: 8192 4 KiB I/Os, then the verify pass
+ENGINE_KILL_BYTES=$((128 << 20))  # check 3: a few seconds of I/O here, well past the kill
+ENGINE_KILL_AT_BYTES=$((8 << 20)) # the kill lands when a DS took this much of the job's writes
+ENGINE_KILL_WAIT_S_MAX=20         # ... or this long after fio started
+ENGINE_FIO_S_MAX=100              # all the case's fio runs together, at most (a hang fails, bounded)
+
+# Runs fio from chim-cli with our engine in pNFS mode; output in
+# $d/NAME.out (stdout + stderr: the engine's messages), JSON in $d/NAME.json.
+# From $d: fio's verify state files stay with the results. Each run gets
+# what is left of ENGINE_FIO_S_MAX since engine_deadline_ms was set.
+engine_fio() {  # $1: case dir, $2: name, $3...: fio options
+  local d=$1 name=$2 left; shift 2
+  left=$(( (engine_deadline_ms - $(now_ms)) / 1000 ))
+  [ $left -ge 1 ] || left=1
+  (cd "$d" && exec ip netns exec chim-cli timeout -k 5 $left "$FIO" --output-format=json \
+    --output="$d/$name.json" --ioengine="external:$FIO_ENGINE" --chimera_server="${ADDR[mds]}:$NFS_PORT" \
+    --chimera_export=/memfs --chimera_pnfs=1 --name="$name" "$@") >"$d/$name.out" 2>&1
+}
+# fio's JSON, summed over the jobs: "error read_bytes write_bytes read_iops
+# write_iops ios" (error: the first non-zero one; "unreadable" without JSON).
+fio_figures() {  # $1: JSON file
+  python3 - "$1" <<'PY' 2>/dev/null || echo "unreadable 0 0 0 0 0"
+import json, sys
+t = open(sys.argv[1]).read()
+d = json.loads(t[t.index("{"):])
+j = d["jobs"]
+err = next((x["error"] for x in j if x.get("error")), 0)
+print(err, sum(x["read"]["io_bytes"] for x in j), sum(x["write"]["io_bytes"] for x in j),
+      int(sum(x["read"]["iops"] for x in j)), int(sum(x["write"]["iops"] for x in j)),
+      sum(x["read"]["total_ios"] + x["write"]["total_ios"] for x in j))
+PY
+}
+metric_delta() {  # $1: before file, $2: after file, $3...: metric_sum arguments
+  local b=$1 a=$2; shift 2
+  echo $(( $(metric_sum "$a" "$@") - $(metric_sum "$b" "$@") ))
+}
+ds_wr() { metric_sum "$1" chimera_rpc_received_bytes_total 'program="nfs3"' 'op="write"'; }
+ds_rd() { metric_sum "$1" chimera_rpc_sent_bytes_total 'program="nfs3"' 'op="read"'; }
+now_ms() { date +%s%3N; }
+secs_since() { local t=$(( $(now_ms) - $1 )); printf '%d.%d' $((t / 1000)) $((t % 1000 / 100)); }
+
+run_engine_case() {  # $1: case name
+  local c=$1 d=$run_dir/$1 mirrors=2 n
+  mkdir -p "$d"
+  failures=()
+  tl "$c: configs (pnfs.enabled=true mirrors=$mirrors stripe_unit_bytes=$STRIPE_UNIT_BYTES); fio with our engine from chim-cli (${ADDR[cli]})"
+  write_configs "$d" true $mirrors "${DS_NODES[@]}"
+  for n in "${DS_NODES[@]}" mds; do start_server $n "$d"; done
+  tl "$c: servers up: mds ${ADDR[mds]}, ${DS_NODES[*]} ${ADDR[ds1]} ${ADDR[ds2]} ${ADDR[ds3]} (port $NFS_PORT)"
+  for n in mds "${DS_NODES[@]}"; do scrape $n "$d/metrics-$n-before.txt"; done
+  syn_count_arm
+  engine_deadline_ms=$(( $(now_ms) + ENGINE_FIO_S_MAX * 1000 ))
+
+  # 1. Mixed random read/write with crc32c verify, at depth.
+  local rc=0 t0 err rb wb riops wiops ios
+  t0=$(now_ms)
+  engine_fio "$d" randrw --filename=engine-randrw.bin --rw=randrw --bs=4k --size=$ENGINE_BYTES --iodepth=16 \
+    --verify=crc32c --do_verify=1 || rc=$?
+  read -r err rb wb riops wiops ios < <(fio_figures "$d/randrw.json")
+  tl "$c: randrw verify: fio exit $rc in $(secs_since $t0)s; error $err; read $rb bytes ($riops IOPS), wrote $wb bytes ($wiops IOPS), $ios I/Os"
+  grep -i chimera "$d/randrw.out" | head -n 5 | sed 's/^/pnfs-test:   | engine: /' || true
+  check "fio randrw verify=crc32c bs 4k iodepth 16 over pNFS exited 0 ($rc)" [ "$rc" = 0 ]
+  check "fio JSON: job error 0 ($err), I/Os done ($ios)" eval '[ "$err" = 0 ] && [ "$ios" -gt 0 ] && [ "$wb" -gt 0 ]'
+  check "the engine printed no chimera lines ($(grep -ci chimera "$d/randrw.out"))" eval '! grep -qi chimera "$d/randrw.out"'
+
+  # 2. Where the bytes went: to the DSes, twice; not through the MDS.
+  for n in mds "${DS_NODES[@]}"; do scrape $n "$d/metrics-$n-after.txt"; done
+  local wsum=0 rsum=0 line="" w r
+  declare -A DSW=()
+  for n in "${DS_NODES[@]}"; do
+    w=$(( $(ds_wr "$d/metrics-$n-after.txt") - $(ds_wr "$d/metrics-$n-before.txt") ))
+    r=$(( $(ds_rd "$d/metrics-$n-after.txt") - $(ds_rd "$d/metrics-$n-before.txt") ))
+    DSW[$n]=$w; wsum=$((wsum + w)); rsum=$((rsum + r))
+    line+=" $n write-in=$w read-out=$r;"
+  done
+  local mds_in mds_out proxied granted b=$d/metrics-mds-before.txt a=$d/metrics-mds-after.txt
+  mds_in=$(metric_delta "$b" "$a" chimera_rpc_received_bytes_total)
+  mds_out=$(metric_delta "$b" "$a" chimera_rpc_sent_bytes_total)
+  proxied=$(metric_delta "$b" "$a" chimera_pnfs_mds_io_bytes_total)
+  granted=$(metric_delta "$b" "$a" chimera_pnfs_layouts_granted_total)
+  echo "pnfs-test:   metrics: mds rpc-in=$mds_in rpc-out=$mds_out layouts-granted=$granted proxied=$proxied;$line fio wrote $wb, read $rb"
+  declare -A SYN=()
+  for n in mds "${DS_NODES[@]}"; do SYN[$n]=$(syn_count $n); done
+  echo "pnfs-test:   TCP SYNs from ${ADDR[cli]}: mds ${SYN[mds]} ds1 ${SYN[ds1]} ds2 ${SYN[ds2]} ds3 ${SYN[ds3]}"
+  local wmin=$((wb * mirrors * DS_BYTES_FRACTION_MIN_PCT / 100)) moved=$((wb + rb))
+  local mds_max=$((moved * MDS_BYTES_FRACTION_MAX_PCT / 100))
+  check "MDS metrics: layouts granted ($granted)" ge "$granted" 1
+  check "DS metrics: WRITE bytes on the DSes ($wsum) >= ${DS_BYTES_FRACTION_MIN_PCT}% of fio's $wb x $mirrors mirrors" ge "$wsum" "$wmin"
+  check "MDS metrics: RPC bytes received ($mds_in) <= ${MDS_BYTES_FRACTION_MAX_PCT}% of the $moved bytes fio moved" le "$mds_in" "$mds_max"
+  check "MDS metrics: RPC bytes sent ($mds_out) <= ${MDS_BYTES_FRACTION_MAX_PCT}% of the $moved bytes fio moved" le "$mds_out" "$mds_max"
+  check "MDS metrics: I/O proxied through the MDS ($proxied) <= ${MDS_BYTES_FRACTION_MAX_PCT}% of $moved" le "$proxied" "$mds_max"
+  local direct=0
+  for n in "${DS_NODES[@]}"; do
+    if [ "${DSW[$n]}" -gt 0 ] && [ "${SYN[$n]}" -ge 1 ]; then direct=$((direct + 1)); fi
+  done
+  check "DS metrics: READ bytes from the DSes ($rsum) >= ${DS_BYTES_FRACTION_MIN_PCT}% of fio's $rb" \
+    ge "$rsum" $((rb * DS_BYTES_FRACTION_MIN_PCT / 100))
+  check "$mirrors DSes took writes, each connected from the client's address ${ADDR[cli]} ($direct)" ge "$direct" "$mirrors"
+
+  # 3. A DS holding a mirror of the file dies (SIGKILL) under a running
+  # verify job: the one that took the most of the job's writes, once it took
+  # ENGINE_KILL_AT_BYTES (~1 s in here; polled, so a slower box kills as
+  # early into the job, not after it).
+  local kargs=(--filename=engine-kill.bin --rw=randrw --bs=4k --size=$ENGINE_KILL_BYTES --iodepth=16 --verify=crc32c)
+  local victim="" best=0 fio_pid alive=0 krc=0 vrc=0
+  t0=$(now_ms)
+  engine_fio "$d" kill "${kargs[@]}" --do_verify=1 &
+  fio_pid=$!
+  while kill -0 $fio_pid 2>/dev/null && [ $(( $(now_ms) - t0 )) -lt $((ENGINE_KILL_WAIT_S_MAX * 1000)) ]; do
+    sleep 0.1
+    best=0; victim=""
+    for n in "${DS_NODES[@]}"; do
+      scrape $n "$d/metrics-$n-at-kill.txt"
+      w=$(( $(ds_wr "$d/metrics-$n-at-kill.txt") - $(ds_wr "$d/metrics-$n-after.txt") ))
+      if [ "$w" -gt "$best" ]; then best=$w; victim=$n; fi
+    done
+    [ "$best" -lt $ENGINE_KILL_AT_BYTES ] || break
+  done
+  if kill -0 $fio_pid 2>/dev/null; then alive=1; fi
+  if [ -n "$victim" ]; then
+    stop_server $victim KILL
+    tl "$c: $victim (${ADDR[$victim]}, $best bytes of the job's writes so far) killed with SIGKILL $(secs_since $t0)s into fio (running: $alive)"
+  else
+    tl "$c: no DS had received writes of the job $(secs_since $t0)s into it: nothing killed"
+  fi
+  wait $fio_pid || krc=$?
+  read -r err rb wb riops wiops ios < <(fio_figures "$d/kill.json")
+  tl "$c: randrw verify with ${victim:-no DS} killed: fio exit $krc in $(secs_since $t0)s; error $err; read $rb bytes ($riops IOPS), wrote $wb bytes ($wiops IOPS)"
+  grep -i chimera "$d/kill.out" | head -n 8 | sed 's/^/pnfs-test:   | engine: /' || true
+  check "a DS holding a mirror of the file was killed while fio ran (${victim:-none}, fio running $alive)" \
+    eval '[ -n "$victim" ] && [ $alive = 1 ]'
+  check "fio randrw verify with ${victim:-a DS} killed exited 0 ($krc), job error 0 ($err)" \
+    eval '[ "$krc" = 0 ] && [ "$err" = 0 ] && [ "$wb" -gt 0 ]'
+  local after_kill=0 survivors=""
+  for n in "${DS_NODES[@]}"; do
+    [ "$n" = "$victim" ] && continue
+    scrape $n "$d/metrics-$n-end.txt"
+    w=$(( $(ds_wr "$d/metrics-$n-end.txt") - $(ds_wr "$d/metrics-$n-at-kill.txt") ))
+    after_kill=$((after_kill + w)); survivors+=" $n +$w"
+  done
+  check "the survivors took the writes after the kill:$survivors bytes" ge "$after_kill" 1
+  t0=$(now_ms)
+  engine_fio "$d" verify "${kargs[@]}" --verify_only || vrc=$?
+  read -r err rb wb riops wiops ios < <(fio_figures "$d/verify.json")
+  tl "$c: verify-only pass: fio exit $vrc in $(secs_since $t0)s; error $err; read $rb bytes ($riops IOPS)"
+  grep -i chimera "$d/verify.out" | head -n 5 | sed 's/^/pnfs-test:   | engine: /' || true
+  check "verify-only pass over the file (same size and seed) with ${victim:-a DS} dead exited 0 ($vrc), job error 0 ($err), read $rb bytes" \
+    eval '[ "$vrc" = 0 ] && [ "$err" = 0 ] && [ "$rb" -gt 0 ]'
+  # The control: the same pass expecting md5 where crc32c was written must
+  # fail verifying (the pass above could not have passed without looking).
+  local crc=0
+  engine_fio "$d" control "${kargs[@]}" --verify_only --verify=md5 || crc=$?
+  check "control: the verify-only pass expecting md5 fails verifying (exit $crc)" \
+    eval '[ "$crc" != 0 ] && grep -q "verify" "$d/control.out"'
+
+  # The engine reported the dead DS to the MDS (LAYOUTRETURN with ff_ioerr4):
+  # the MDS counts the errors against it and marks it unhealthy. Its name
+  # there is config-<index in the configured list>.
+  local e=$d/metrics-mds-end.txt vname="" i dserr=0 healthy=""
+  scrape mds "$e"
+  for i in "${!DS_NODES[@]}"; do [ "${DS_NODES[$i]}" = "$victim" ] && vname=config-$i; done
+  if [ -n "$vname" ]; then
+    dserr=$(metric_sum "$e" chimera_pnfs_ds_errors_total "ds=\"$vname\"")
+    healthy=$(metric_sum "$e" chimera_pnfs_ds_healthy "ds=\"$vname\"")
+  fi
+  echo "pnfs-test:   MDS after the kill: layouts granted $(metric_delta "$a" "$e" chimera_pnfs_layouts_granted_total), returned $(metric_delta "$a" "$e" chimera_pnfs_layouts_returned_total), recalled $(metric_delta "$a" "$e" chimera_pnfs_layouts_recalled_total), layout errors $(metric_delta "$a" "$e" chimera_pnfs_layouterrors_total), I/O proxied through the MDS $(metric_delta "$a" "$e" chimera_pnfs_mds_io_bytes_total) bytes; $(grep -E '^chimera_pnfs_ds_(healthy|errors_total)' "$e" | tr '\n' ' ')"
+  check "the MDS got the engine's reports on ${victim:-the dead DS} ($vname: $dserr errors, healthy $healthy)" \
+    eval '[ "$dserr" -ge 1 ] && [ "$healthy" = 0 ]'
+}
+
 passed=0; failed=0
-"$guest/build-image.sh" >/dev/null
+[ $guest_cases -eq 0 ] || "$guest/build-image.sh" >/dev/null
 tl "run $run_dir; cases: ${cases[*]}"
 "$here/topology.sh" down
 "$here/topology.sh" up
 "$here/topology.sh" check
 tl "topology up: mds ${ADDR[mds]}, ds1 ${ADDR[ds1]}, ds2 ${ADDR[ds2]}, ds3 ${ADDR[ds3]}, cli ${ADDR[cli]} on one bridge"
 for c in "${cases[@]}"; do
-  run_case "$c" || failures+=("case $c aborted")
+  if [ "$c" = engine ]; then run_engine_case "$c" || failures+=("case $c aborted")
+  else run_case "$c" || failures+=("case $c aborted")
+  fi
   stop_all
   if [ ${#failures[@]} -eq 0 ]; then
     passed=$((passed + 1)); tl "PASS $c"
