@@ -10,4 +10,4 @@ pub mod rpc;
 mod writes;
 
 pub use error::{Error, Result};
-pub use rpc::{Auth, Completion, Limits, Reply, RpcConn};
+pub use rpc::{Auth, Completion, Limits, Reply, RpcConn, XidMap};

@@ -19,8 +19,8 @@ pub mod capi;
 mod pnfs;
 
 use client::nfs3::{self, Nfs3, Stable};
-use client::{Auth, Completion, Error, Limits, RpcConn};
-use std::collections::{HashMap, VecDeque};
+use client::{Auth, Completion, Error, Limits, RpcConn, XidMap};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// Largest READ or WRITE one I/O may carry (chimerad's rsize/wsize).
@@ -127,7 +127,7 @@ struct File {
 
 struct Conn {
     nfs: Nfs3,
-    ops: HashMap<u32, InFlight>,
+    ops: XidMap<InFlight>,
     /// Calls queued since the last send (corked: they leave together).
     unsent: usize,
     /// The loss has been logged (once per connection).
@@ -208,7 +208,7 @@ impl Engine {
         nfs.rpc().set_corked(true);
         Ok(Conn {
             nfs,
-            ops: HashMap::with_capacity(64),
+            ops: XidMap::with_capacity_and_hasher(64, Default::default()),
             unsent: 0,
             loss_logged: false,
             addr: addr.to_string(),

@@ -62,6 +62,8 @@ struct Io {
     /// Mirrors of the current segment a READ has tried (bit per mirror).
     tried: u64,
     redrives: u32,
+    /// The file's layout generation this I/O was last sent under.
+    generation: u64,
 }
 
 /// A file's pNFS state.
@@ -76,6 +78,10 @@ pub(crate) struct FileLayouts {
     written: Vec<(usize, Vec<u8>)>,
     /// End of the furthest write since the last LAYOUTCOMMIT.
     write_end: u64,
+    /// Bumped each time the layout is dropped after a failure: an I/O driven
+    /// under an older one that fails later is not reported again (the
+    /// other I/Os in flight on the same dead server would each report it).
+    generation: u64,
     /// Data servers reported failed for this file (their copies are stale:
     /// no COMMIT is sent to them) until a write to one succeeds again.
     failed: Vec<[u8; 16]>,
@@ -132,7 +138,7 @@ impl Engine {
             fh,
             unstable_verf: None,
             verf_changed: false,
-            pnfs: Some(FileLayouts { open: o, iomode, segs: Vec::new(), lstateid: None, written: Vec::new(), write_end: 0, failed: Vec::new() }),
+            pnfs: Some(FileLayouts { open: o, iomode, segs: Vec::new(), lstateid: None, written: Vec::new(), write_end: 0, generation: 0, failed: Vec::new() }),
         })
     }
 
@@ -211,7 +217,7 @@ impl Engine {
             self.complete(tag, op, file, offset, 0, r);
             return Ok(());
         }
-        let io = Io { tag, op, file, offset, buf, len, parts_left: 0, count: None, errors: Vec::new(), last_error: String::new(), tried: 0, redrives: 0 };
+        let io = Io { tag, op, file, offset, buf, len, parts_left: 0, count: None, errors: Vec::new(), last_error: String::new(), tried: 0, redrives: 0, generation: 0 };
         let st = self.st();
         let idx = match st.free.pop() {
             Some(i) => {
@@ -245,6 +251,8 @@ impl Engine {
             }
         };
         let nm = self.layouts(file).segs[si].mirrors.len();
+        let generation = self.layouts(file).generation;
+        self.io(idx).generation = generation;
         let targets: u64 = match op {
             Op::Write => (1u64 << nm) - 1,
             _ => {
@@ -394,23 +402,33 @@ impl Engine {
     /// errors), drop the layout, and send the I/O again under a new one —
     /// or, after `REDRIVES_MAX`, through the MDS.
     fn pnfs_failed(&mut self, idx: u32) {
-        let (file, errors) = {
+        let (file, errors, generation) = {
             let io = self.io(idx);
-            (io.file, std::mem::take(&mut io.errors))
+            (io.file, std::mem::take(&mut io.errors), io.generation)
         };
-        let (fh, sid, iomode) = {
+        let (fh, sid, iomode, current) = {
             let f = self.files[file as usize].as_ref().expect("open");
             let l = f.pnfs.as_ref().expect("pNFS");
-            (f.fh.clone(), l.lstateid.clone(), l.iomode)
+            (f.fh.clone(), l.lstateid.clone(), l.iomode, l.generation == generation)
         };
-        if let Some(sid) = sid {
-            if let Err(e) = self.st().mds.layoutreturn(&fh, &sid, iomode, &errors) {
-                eprintln!("chimera-fio: LAYOUTRETURN reporting a data-server failure: {e}");
+        // Only the first I/O to fail under a layout reports and drops it;
+        // the others sent under it go straight to the new one.
+        if current {
+            if self.layouts(file).failed.is_empty() || errors.iter().any(|e| !self.layouts(file).failed.contains(&e.deviceid)) {
+                let names: Vec<String> = errors.iter().map(|e| format!("{:02x?}", &e.deviceid[..4])).collect();
+                eprintln!("chimera-fio note: data server(s) {} failed; reported to the MDS, taking a new layout", names.join(", "));
             }
+            if let Some(sid) = sid {
+                if let Err(e) = self.st().mds.layoutreturn(&fh, &sid, iomode, &errors) {
+                    eprintln!("chimera-fio: LAYOUTRETURN reporting a data-server failure: {e}");
+                }
+            }
+            let l = self.layouts(file);
+            l.segs.clear();
+            l.lstateid = None;
+            l.generation += 1;
         }
         let l = self.layouts(file);
-        l.segs.clear();
-        l.lstateid = None;
         for e in &errors {
             if !l.failed.contains(&e.deviceid) {
                 l.failed.push(e.deviceid);
