@@ -415,7 +415,13 @@ impl Engine {
         // the others sent under it go straight to the new one.
         if current {
             if self.layouts(file).failed.is_empty() || errors.iter().any(|e| !self.layouts(file).failed.contains(&e.deviceid)) {
-                let names: Vec<String> = errors.iter().map(|e| format!("{:02x?}", &e.deviceid[..4])).collect();
+                let names: Vec<String> = errors
+                    .iter()
+                    .map(|e| {
+                        let st = self.pnfs.as_ref().expect("pNFS");
+                        st.ds.get(&e.deviceid).map_or_else(|| "(no address)".to_string(), |d| self.conns[d.conns[0]].addr.clone())
+                    })
+                    .collect();
                 eprintln!("chimera-fio note: data server(s) {} failed; reported to the MDS, taking a new layout", names.join(", "));
             }
             if let Some(sid) = sid {
