@@ -310,11 +310,12 @@ impl Engine {
                 Ok(xid) => {
                     c.ops.insert(xid, part);
                     c.unsent += 1;
+                    // Remembered for COMMIT once per data file (no copy per I/O).
                     if op == Op::Write {
-                        let fh = fh.clone();
-                        let l = self.layouts(file);
-                        if !l.written.iter().any(|(cc, f)| *cc == conn && *f == fh) {
-                            l.written.push((conn, fh));
+                        let l = self.files[file as usize].as_ref().expect("open").pnfs.as_ref().expect("pNFS");
+                        if !l.written.iter().any(|(cc, f)| *cc == conn && f == fh) {
+                            let fh = fh.clone();
+                            self.layouts(file).written.push((conn, fh));
                         }
                     }
                 }
