@@ -27,6 +27,7 @@ struct chimera_options {
 	unsigned int mount_port;
 	unsigned int conns;
 	unsigned int pnfs;
+	unsigned int busy_poll_us;
 };
 
 struct chimera_data {
@@ -91,6 +92,18 @@ static struct fio_option options[] = {
 		.group = FIO_OPT_G_NFS,
 	},
 	{
+		.name = "chimera_busy_poll_us",
+		.lname = "Chimera busy poll",
+		.type = FIO_OPT_INT,
+		.off1 = offsetof(struct chimera_options, busy_poll_us),
+		.def = "0",
+		.minval = 0,
+		.maxval = 1000,
+		.help = "microseconds to poll for replies without sleeping before blocking (0: never); lower latency for more client CPU",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_NFS,
+	},
+	{
 		.name = NULL,
 	},
 };
@@ -129,6 +142,7 @@ static int chimera_init(struct thread_data *td)
 	cfg.uid = getuid();
 	cfg.gid = getgid();
 	cfg.pnfs = o->pnfs;
+	cfg.busy_poll_us = o->busy_poll_us;
 	d->h = chimera_fio_connect(&cfg, err, sizeof(err));
 	if (!d->h) {
 		log_err("chimera: %s\n", err);

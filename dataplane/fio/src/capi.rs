@@ -20,6 +20,8 @@ pub struct ChimeraFioConfig {
     pub gid: c_uint,
     /// Non-zero: pNFS (NFSv4.1 to the MDS, NFSv3 to the data servers).
     pub pnfs: c_uint,
+    /// Microseconds to poll without sleeping before blocking (0: never).
+    pub busy_poll_us: c_uint,
 }
 
 /// What C holds: the engine and the scratch `reap` fills.
@@ -79,6 +81,7 @@ pub unsafe extern "C" fn chimera_fio_connect(cfg: *const ChimeraFioConfig, err: 
             uid: c.uid,
             gid: c.gid,
             pnfs: c.pnfs != 0,
+            busy_poll_us: c.busy_poll_us,
         };
         let depth = cfg.iodepth;
         let engine = Engine::connect(cfg)?;

@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 
 /// Largest READ or WRITE one I/O may carry (chimerad's rsize/wsize).
 pub const IO_BYTES_MAX: usize = 1 << 20;
+/// Longest busy poll `busy_poll_us` accepts (1 ms).
+pub const BUSY_POLL_US_MAX: u32 = 1000;
 /// Connections per job the `conns` option accepts.
 pub const CONNS_MAX: usize = 64;
 /// I/O failures logged per engine; later ones are counted, not printed.
@@ -49,6 +51,9 @@ pub struct Config {
     /// NFSv4.1 to the server as a pNFS metadata server, I/O straight to the
     /// data servers its flex-files layouts name (pnfs.rs); false: NFSv3.
     pub pnfs: bool,
+    /// Before sleeping in poll(2) for replies, poll without sleeping for
+    /// this many microseconds (0: never): trades client CPU for latency.
+    pub busy_poll_us: u32,
 }
 
 impl Config {
@@ -59,6 +64,9 @@ impl Config {
         }
         if !self.export.starts_with('/') {
             return Err(format!("chimera_export '{}' must be an absolute export path such as /memfs", self.export));
+        }
+        if self.busy_poll_us > BUSY_POLL_US_MAX {
+            return Err(format!("chimera_busy_poll_us {} is over {BUSY_POLL_US_MAX}", self.busy_poll_us));
         }
         if self.conns == 0 || self.conns > CONNS_MAX {
             return Err(format!("chimera_conns {} is out of range 1..={CONNS_MAX}", self.conns));
@@ -157,6 +165,8 @@ pub struct Engine {
     errors: u64,
     /// pNFS mode: the MDS session and the I/Os spread over data servers.
     pnfs: Option<pnfs::State>,
+    /// Poll without sleeping this long before blocking (`busy_poll_us`).
+    busy_poll: Duration,
 }
 
 // The buffers in flight belong to fio, which keeps them alive and
@@ -194,6 +204,7 @@ impl Engine {
             pfd_conn: Vec::with_capacity(cfg.conns),
             errors: 0,
             pnfs,
+            busy_poll: Duration::from_micros(cfg.busy_poll_us as u64),
             cfg,
         };
         if e.pnfs.is_none() {
@@ -501,8 +512,20 @@ impl Engine {
             // Round up: a 0.3 ms wait must not become a busy 0.
             (d.as_micros().div_ceil(1000)).min(i32::MAX as u128) as i32
         });
-        // SAFETY: `pfds` is a valid array of its length for the call.
-        let r = unsafe { libc::poll(self.pfds.as_mut_ptr(), self.pfds.len() as libc::nfds_t, ms) };
+        // Busy poll first (when asked): a reply that arrives within it is
+        // taken without the scheduler's wake-up.
+        let mut r = 0;
+        if ms != 0 && self.busy_poll > Duration::ZERO {
+            let spin_until = Instant::now() + self.busy_poll;
+            while r == 0 && Instant::now() < spin_until {
+                // SAFETY: as below.
+                r = unsafe { libc::poll(self.pfds.as_mut_ptr(), self.pfds.len() as libc::nfds_t, 0) };
+            }
+        }
+        if r == 0 {
+            // SAFETY: `pfds` is a valid array of its length for the call.
+            r = unsafe { libc::poll(self.pfds.as_mut_ptr(), self.pfds.len() as libc::nfds_t, ms) };
+        }
         if r < 0 {
             // EINTR: fio's own signals; the caller loops.
             return;
@@ -622,7 +645,7 @@ mod tests {
 
     #[test]
     fn options_are_checked_by_name() {
-        let ok = Config { server: "127.0.0.1".into(), export: "/m".into(), mount_port: 0, conns: 1, iodepth: 1, uid: 0, gid: 0, pnfs: false };
+        let ok = Config { server: "127.0.0.1".into(), export: "/m".into(), mount_port: 0, conns: 1, iodepth: 1, uid: 0, gid: 0, pnfs: false, busy_poll_us: 0 };
         assert!(ok.validate().is_ok());
         let e = Config { server: String::new(), ..ok.clone() }.validate().unwrap_err();
         assert!(e.contains("chimera_server"), "{e}");
@@ -630,6 +653,8 @@ mod tests {
         assert!(e.contains("chimera_export"), "{e}");
         let e = Config { conns: 0, ..ok.clone() }.validate().unwrap_err();
         assert!(e.contains("chimera_conns"), "{e}");
+        let e = Config { busy_poll_us: 5000, ..ok.clone() }.validate().unwrap_err();
+        assert!(e.contains("chimera_busy_poll_us"), "{e}");
         let e = Config { conns: CONNS_MAX + 1, ..ok }.validate().unwrap_err();
         assert!(e.contains("chimera_conns"), "{e}");
     }

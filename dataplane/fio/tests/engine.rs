@@ -44,7 +44,7 @@ fn start_diskfs(img: &Path, port: u16, initialize: bool) -> Running {
 }
 
 fn cfg(s: &Running, export: &str, conns: usize, iodepth: usize) -> Config {
-    Config { server: s.nfs_addr.unwrap().to_string(), export: export.into(), mount_port: 0, conns, iodepth, uid: 0, gid: 0, pnfs: false }
+    Config { server: s.nfs_addr.unwrap().to_string(), export: export.into(), mount_port: 0, conns, iodepth, uid: 0, gid: 0, pnfs: false, busy_poll_us: 0 }
 }
 
 fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {

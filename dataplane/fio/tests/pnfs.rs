@@ -75,6 +75,7 @@ fn engine(c: &Cluster, depth: usize) -> Engine {
         uid: 0,
         gid: 0,
         pnfs: true,
+        busy_poll_us: 0,
     };
     Engine::connect(cfg).expect("pNFS engine")
 }
@@ -238,6 +239,7 @@ fn pnfs_errors_are_named() {
         uid: 0,
         gid: 0,
         pnfs: true,
+        busy_poll_us: 0,
     };
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = l.local_addr().unwrap().to_string();
