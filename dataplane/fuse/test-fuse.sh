@@ -138,7 +138,7 @@ check "sha256 after the remount" [ "$(sha "$mnt/big")" = "$want" ]
 check "writeback: write 64 MiB" $T cp "$work/big" "$mnt/wb"
 drop_caches
 check "writeback: sha256 after dropping the cache" [ "$(sha "$mnt/wb")" = "$want" ]
-check "external umount ends chimera-fuse" bash -c "umount '$mnt' && for i in \$(seq 50); do kill -0 $fpid 2>/dev/null || exit 0; sleep 0.1; done; exit 1"
+check "external umount ends chimera-fuse" bash -c "timeout 20 umount '$mnt' 2>$work/err || { cat $work/err; exit 1; }; for i in \$(seq 100); do kill -0 $fpid 2>/dev/null || exit 0; sleep 0.1; done; echo 'still running 10 s after umount'; exit 1"
 wait "$fpid" 2>/dev/null
 fpid=""
 
