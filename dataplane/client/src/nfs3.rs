@@ -422,3 +422,147 @@ pub fn mount_at(addr: &str, path: &str, auth: &Auth, limits: Limits) -> Result<V
     let mut rpc = RpcConn::connect(addr, auth, limits)?;
     mount_on(&mut rpc, path)
 }
+
+/// What SETATTR changes (None: leave it); times are (seconds, nanoseconds)
+/// or the server's clock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+}
+
+/// A time SETATTR sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetTime {
+    Client(u32, u32),
+    Server,
+}
+
+/// FSSTAT: sizes in bytes, counts in files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsStat {
+    pub tbytes: u64,
+    pub fbytes: u64,
+    pub abytes: u64,
+    pub tfiles: u64,
+    pub ffiles: u64,
+    pub afiles: u64,
+}
+
+fn post_attr(a: p::post_op_attr) -> Option<Fattr> {
+    match a {
+        p::post_op_attr::TRUE(a) => Some(a),
+        p::post_op_attr::FALSE => None,
+    }
+}
+
+/// The procedures `chimera-fuse` needs beyond the I/O path: SETATTR,
+/// ACCESS, READLINK, SYMLINK, RMDIR, RENAME, LINK, FSSTAT.
+impl Nfs3 {
+    /// SETATTR (unguarded): the attributes after, when the server sent them.
+    pub fn setattr(&mut self, fh: &[u8], s: &SetAttr) -> Result<Option<Fattr>> {
+        let time = |t: Option<SetTime>| match t {
+            None => (p::set_atime::DONT_CHANGE, p::set_mtime::DONT_CHANGE),
+            Some(SetTime::Server) => (p::set_atime::SET_TO_SERVER_TIME, p::set_mtime::SET_TO_SERVER_TIME),
+            Some(SetTime::Client(seconds, nseconds)) => (
+                p::set_atime::SET_TO_CLIENT_TIME(p::nfstime3 { seconds, nseconds }),
+                p::set_mtime::SET_TO_CLIENT_TIME(p::nfstime3 { seconds, nseconds }),
+            ),
+        };
+        let attrs = p::sattr3 {
+            mode: s.mode.map_or(p::set_mode3::FALSE, p::set_mode3::TRUE),
+            uid: s.uid.map_or(p::set_uid3::FALSE, p::set_uid3::TRUE),
+            gid: s.gid.map_or(p::set_gid3::FALSE, p::set_gid3::TRUE),
+            size: s.size.map_or(p::set_size3::FALSE, p::set_size3::TRUE),
+            atime: time(s.atime).0,
+            mtime: time(s.mtime).1,
+        };
+        let r = self.call(2, &p::SETATTR3args { object: fh3(fh), new_attributes: attrs, guard: p::sattrguard3::FALSE })?;
+        match decode::<p::SETATTR3res>(r.body())? {
+            p::SETATTR3res::NFS3_OK(ok) => Ok(post_attr(ok.obj_wcc.after)),
+            p::SETATTR3res::default(c, _) => Err(nfs_err(c)),
+        }
+    }
+
+    /// ACCESS: the bits of `mask` (ACCESS3_READ 0x1 ... EXECUTE 0x20) granted.
+    pub fn access(&mut self, fh: &[u8], mask: u32) -> Result<u32> {
+        let r = self.call(4, &p::ACCESS3args { object: fh3(fh), access: mask })?;
+        match decode::<p::ACCESS3res>(r.body())? {
+            p::ACCESS3res::NFS3_OK(ok) => Ok(ok.access),
+            p::ACCESS3res::default(c, _) => Err(nfs_err(c)),
+        }
+    }
+
+    pub fn readlink(&mut self, fh: &[u8]) -> Result<Vec<u8>> {
+        let r = self.call(5, &p::READLINK3args { symlink: fh3(fh) })?;
+        match decode::<p::READLINK3res>(r.body())? {
+            p::READLINK3res::NFS3_OK(ok) => Ok(ok.data.to_vec()),
+            p::READLINK3res::default(c, _) => Err(nfs_err(c)),
+        }
+    }
+
+    /// SYMLINK `name` in `dir` pointing at `target`: the new handle.
+    pub fn symlink(&mut self, dir: &[u8], name: &[u8], target: &[u8]) -> Result<Vec<u8>> {
+        let a = p::SYMLINK3args {
+            r#where: p::diropargs3 { dir: fh3(dir), name },
+            symlink: p::symlinkdata3 { symlink_attributes: sattr_mode(None), symlink_data: target },
+        };
+        let r = self.call(10, &a)?;
+        match decode::<p::SYMLINK3res>(r.body())? {
+            p::SYMLINK3res::NFS3_OK(ok) => match ok.obj {
+                p::post_op_fh3::TRUE(h) => Ok(h.data.to_vec()),
+                // No handle in the reply: look the new name up.
+                p::post_op_fh3::FALSE => Ok(self.lookup(dir, name)?.0),
+            },
+            p::SYMLINK3res::default(c, _) => Err(nfs_err(c)),
+        }
+    }
+
+    pub fn rmdir(&mut self, dir: &[u8], name: &[u8]) -> Result<()> {
+        let r = self.call(13, &p::RMDIR3args { object: p::diropargs3 { dir: fh3(dir), name } })?;
+        match decode::<p::RMDIR3res>(r.body())? {
+            p::RMDIR3res::NFS3_OK(_) => Ok(()),
+            p::RMDIR3res::default(c, _) => Err(nfs_err(c)),
+        }
+    }
+
+    pub fn rename(&mut self, from_dir: &[u8], from: &[u8], to_dir: &[u8], to: &[u8]) -> Result<()> {
+        let a = p::RENAME3args {
+            from: p::diropargs3 { dir: fh3(from_dir), name: from },
+            to: p::diropargs3 { dir: fh3(to_dir), name: to },
+        };
+        let r = self.call(14, &a)?;
+        match decode::<p::RENAME3res>(r.body())? {
+            p::RENAME3res::NFS3_OK(_) => Ok(()),
+            p::RENAME3res::default(c, _) => Err(nfs_err(c)),
+        }
+    }
+
+    /// LINK `file` as `name` in `dir`: the file's attributes after, if sent.
+    pub fn link(&mut self, file: &[u8], dir: &[u8], name: &[u8]) -> Result<Option<Fattr>> {
+        let r = self.call(15, &p::LINK3args { file: fh3(file), link: p::diropargs3 { dir: fh3(dir), name } })?;
+        match decode::<p::LINK3res>(r.body())? {
+            p::LINK3res::NFS3_OK(ok) => Ok(post_attr(ok.file_attributes)),
+            p::LINK3res::default(c, _) => Err(nfs_err(c)),
+        }
+    }
+
+    pub fn fsstat(&mut self, fh: &[u8]) -> Result<FsStat> {
+        let r = self.call(18, &p::FSSTAT3args { fsroot: fh3(fh) })?;
+        match decode::<p::FSSTAT3res>(r.body())? {
+            p::FSSTAT3res::NFS3_OK(ok) => Ok(FsStat {
+                tbytes: ok.tbytes,
+                fbytes: ok.fbytes,
+                abytes: ok.abytes,
+                tfiles: ok.tfiles,
+                ffiles: ok.ffiles,
+                afiles: ok.afiles,
+            }),
+            p::FSSTAT3res::default(c, _) => Err(nfs_err(c)),
+        }
+    }
+}
