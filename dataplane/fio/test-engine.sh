@@ -42,6 +42,8 @@ srv=$!
 read -r port < <("$repo/scripts/chimerad-ports.py" "$work/chimerad.log" "$srv" nfs --timeout 30) ||
   { cat "$work/chimerad.log" >&2; echo "test-engine: chimerad did not report its NFS port" >&2; exit 1; }
 
+# fio writes its verify state files into the working directory.
+cd "$work"
 passed=0
 failed=0
 ok() { passed=$((passed + 1)); echo "test-engine: PASS $*"; }
