@@ -7,19 +7,6 @@ use client::{Auth, Error};
 use common::*;
 use std::time::Duration;
 
-fn connect(r: &chimerad::serve::Running) -> (Nfs3, Vec<u8>) {
-    let mut c = Nfs3::connect(&addr(r), &root(), limits()).unwrap();
-    let root = c.mount("/m").unwrap();
-    (c, root)
-}
-
-fn code(e: &Error) -> u32 {
-    match e {
-        Error::Nfs3 { code, .. } => *code,
-        other => panic!("expected an nfsstat3, got {other}"),
-    }
-}
-
 #[test]
 fn write_read_verify_sizes_and_offsets() {
     let s = start();

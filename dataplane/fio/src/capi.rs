@@ -64,6 +64,23 @@ fn guarded<T>(err: *mut c_char, errlen: usize, fail: T, f: impl FnOnce() -> Resu
     }
 }
 
+/// `guarded` for calls that answer a number or -errno: the error's message
+/// goes into `err`.
+fn errno_call(err: *mut c_char, errlen: usize, f: impl FnOnce() -> Result<c_int, (i32, String)>) -> c_int {
+    let mut code = -libc::EINVAL;
+    guarded(err, errlen, (), || match f() {
+        Ok(v) => {
+            code = v;
+            Ok(())
+        }
+        Err((e, m)) => {
+            code = -e;
+            Err(m)
+        }
+    });
+    code
+}
+
 /// Connect and mount; NULL with `err` filled on failure.
 ///
 /// # Safety
@@ -95,22 +112,11 @@ pub unsafe extern "C" fn chimera_fio_connect(cfg: *const ChimeraFioConfig, err: 
 /// `h` from `chimera_fio_connect`; `path` NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn chimera_fio_open(h: *mut ChimeraFio, path: *const c_char, create: c_int, err: *mut c_char, errlen: usize) -> c_int {
-    let mut code = -libc::EINVAL;
-    guarded(err, errlen, (), || {
-        let h = h.as_mut().ok_or("no engine")?;
-        let path = string(path, "file name")?;
-        match h.engine.open(&path, create != 0) {
-            Ok(i) => {
-                code = i as c_int;
-                Ok(())
-            }
-            Err((e, m)) => {
-                code = -e;
-                Err(m)
-            }
-        }
-    });
-    code
+    errno_call(err, errlen, || {
+        let h = h.as_mut().ok_or((libc::EINVAL, "no engine".to_string()))?;
+        let path = string(path, "file name").map_err(|m| (libc::EINVAL, m))?;
+        h.engine.open(&path, create != 0).map(|i| i as c_int)
+    })
 }
 
 /// COMMIT what is unstable and forget the file: 0 or -errno.
@@ -119,21 +125,10 @@ pub unsafe extern "C" fn chimera_fio_open(h: *mut ChimeraFio, path: *const c_cha
 /// `h` from `chimera_fio_connect`.
 #[no_mangle]
 pub unsafe extern "C" fn chimera_fio_close(h: *mut ChimeraFio, file: c_int, err: *mut c_char, errlen: usize) -> c_int {
-    let mut code = -libc::EINVAL;
-    guarded(err, errlen, (), || {
-        let h = h.as_mut().ok_or("no engine")?;
-        match h.engine.close(file as u32) {
-            Ok(()) => {
-                code = 0;
-                Ok(())
-            }
-            Err((e, m)) => {
-                code = -e;
-                Err(m)
-            }
-        }
-    });
-    code
+    errno_call(err, errlen, || {
+        let h = h.as_mut().ok_or((libc::EINVAL, "no engine".to_string()))?;
+        h.engine.close(file as u32).map(|()| 0)
+    })
 }
 
 /// Submit one I/O (`op` 0 read, 1 write, 2 sync): 0 or -errno.
@@ -152,27 +147,16 @@ pub unsafe extern "C" fn chimera_fio_queue(
     err: *mut c_char,
     errlen: usize,
 ) -> c_int {
-    let mut code = -libc::EINVAL;
-    guarded(err, errlen, (), || {
-        let h = h.as_mut().ok_or("no engine")?;
+    errno_call(err, errlen, || {
+        let h = h.as_mut().ok_or((libc::EINVAL, "no engine".to_string()))?;
         let op = match op {
             0 => Op::Read,
             1 => Op::Write,
             2 => Op::Sync,
-            other => return Err(format!("operation {other} is not read (0), write (1) or sync (2)")),
+            other => return Err((libc::EINVAL, format!("operation {other} is not read (0), write (1) or sync (2)"))),
         };
-        match h.engine.queue(file as u32, op, offset, buf as *mut u8, len as usize, tag) {
-            Ok(()) => {
-                code = 0;
-                Ok(())
-            }
-            Err((e, m)) => {
-                code = -e;
-                Err(m)
-            }
-        }
-    });
-    code
+        h.engine.queue(file as u32, op, offset, buf as *mut u8, len as usize, tag).map(|()| 0)
+    })
 }
 
 /// Reap between `min` and `max` finished I/Os into `tags` / `results`

@@ -6,6 +6,9 @@ use chimerad::config::Config as ServerConfig;
 use chimerad::serve::{self, Running};
 use chimera_fio::{Config, Engine, Op};
 use serde_json::json;
+mod common;
+
+use common::{drain, pattern};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -45,23 +48,6 @@ fn start_diskfs(img: &Path, port: u16, initialize: bool) -> Running {
 
 fn cfg(s: &Running, export: &str, conns: usize, iodepth: usize) -> Config {
     Config { server: s.nfs_addr.unwrap().to_string(), export: export.into(), mount_port: 0, conns, iodepth, uid: 0, gid: 0, pnfs: false, busy_poll_us: 0 }
-}
-
-fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|i| ((offset + i as u64).wrapping_mul(31).wrapping_add(seed * 7) % 251) as u8).collect()
-}
-
-/// Reap everything in flight (bounded in time); returns (tag, result)s.
-fn drain(e: &mut Engine) -> Vec<(u64, i64)> {
-    let mut all = Vec::new();
-    let mut out = vec![(0u64, 0i64); 64];
-    let until = Instant::now() + Duration::from_secs(20);
-    while e.in_flight() > 0 {
-        assert!(Instant::now() < until, "I/Os still in flight after 20 s");
-        let n = e.reap(1, Some(Duration::from_millis(500)), &mut out);
-        all.extend_from_slice(&out[..n]);
-    }
-    all
 }
 
 #[test]

@@ -14,6 +14,9 @@ use client::nfs3::Nfs3;
 use client::nfs4::Nfs41;
 use client::{Auth, Limits};
 use serde_json::{json, Value};
+mod common;
+
+use common::{drain, pattern};
 use std::time::{Duration, Instant};
 
 struct Cluster {
@@ -78,22 +81,6 @@ fn engine(c: &Cluster, depth: usize) -> Engine {
         busy_poll_us: 0,
     };
     Engine::connect(cfg).expect("pNFS engine")
-}
-
-fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|i| ((offset + i as u64).wrapping_mul(31).wrapping_add(seed * 7) % 251) as u8).collect()
-}
-
-fn drain(e: &mut Engine) -> Vec<(u64, i64)> {
-    let mut all = Vec::new();
-    let mut out = vec![(0u64, 0i64); 64];
-    let until = Instant::now() + Duration::from_secs(30);
-    while e.in_flight() > 0 {
-        assert!(Instant::now() < until, "I/Os still in flight after 30 s");
-        let n = e.reap(1, Some(Duration::from_millis(500)), &mut out);
-        all.extend_from_slice(&out[..n]);
-    }
-    all
 }
 
 const BS: usize = 4096;

@@ -4,7 +4,8 @@
 
 use chimerad::config::Config;
 use chimerad::serve::{self, Running};
-use client::{Auth, Limits};
+use client::nfs3::Nfs3;
+use client::{Auth, Error, Limits};
 use serde_json::json;
 use std::time::Duration;
 
@@ -40,4 +41,19 @@ pub fn root() -> Auth {
 /// Deterministic data for [offset, offset+len) of file `seed`.
 pub fn pattern(seed: u8, offset: u64, len: usize) -> Vec<u8> {
     (0..len).map(|i| ((offset + i as u64).wrapping_mul(31).wrapping_add(seed as u64 * 7) % 251) as u8).collect()
+}
+
+/// An NFSv3 client of `r` with export `/m` mounted: (client, root handle).
+pub fn connect(r: &Running) -> (Nfs3, Vec<u8>) {
+    let mut c = Nfs3::connect(&addr(r), &root(), limits()).unwrap();
+    let root = c.mount("/m").unwrap();
+    (c, root)
+}
+
+/// The nfsstat3 of an NFSv3 error (panics on any other error).
+pub fn code(e: &Error) -> u32 {
+    match e {
+        Error::Nfs3 { code, .. } => *code,
+        other => panic!("expected an nfsstat3, got {other}"),
+    }
 }

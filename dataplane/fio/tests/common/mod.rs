@@ -1,0 +1,24 @@
+//! Shared by the engine's tests: test data and draining an engine.
+
+#![allow(dead_code)]
+
+use chimera_fio::Engine;
+use std::time::{Duration, Instant};
+
+/// Deterministic data for [offset, offset+len) of file `seed`.
+pub fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| ((offset + i as u64).wrapping_mul(31).wrapping_add(seed * 7) % 251) as u8).collect()
+}
+
+/// Reap everything in flight (bounded in time); returns (tag, result)s.
+pub fn drain(e: &mut Engine) -> Vec<(u64, i64)> {
+    let mut all = Vec::new();
+    let mut out = vec![(0u64, 0i64); 64];
+    let until = Instant::now() + Duration::from_secs(30);
+    while e.in_flight() > 0 {
+        assert!(Instant::now() < until, "I/Os still in flight after 30 s");
+        let n = e.reap(1, Some(Duration::from_millis(500)), &mut out);
+        all.extend_from_slice(&out[..n]);
+    }
+    all
+}
