@@ -3,10 +3,11 @@
 # hack/build-k8s.sh, our images from `make images` (mk/images.mk); the node's
 # root disk and images disk are cached under $(CACHE)/kube/.
 #   e2e             one boot, two tests: TestNodeSmoke (preloaded-image pods,
-#                   logs/exec, CSI registration through the kubelet) then
-#                   TestRealNode (helm install -> ChimeraCluster -> PVC -> fio
-#                   Job -> RWX reader -> teardown, timed). In TEST_TARGETS.
-#   test-kube-node  the smoke test alone (quicker, for harness work)
+#                   logs/exec) then TestRealNode (helm install -> CSI
+#                   registration through the kubelet -> ChimeraCluster -> PVC
+#                   -> fio Job -> RWX reader -> teardown, timed). In TEST_TARGETS.
+#   test-kube-node  the smoke tests alone, with the chart's CSI registration
+#                   on its own (TestNodeSmokeChart; quicker, for harness work)
 
 KUBE_E2E_SPACE := $(subst ,, )
 KUBE_E2E := e2e/kube
@@ -51,7 +52,7 @@ e2e-node: e2e-setup ## boot the cluster (control plane + guest node) and keep it
 	IMAGES="$(wildcard $(KUBE_E2E_IMAGES))" $(KUBE_E2E)/run.sh -k
 
 test-kube-node: e2e-setup images ## a real kubelet node in the QEMU guest: preloaded-image pods, logs, exec, CSI registration
-	$(call kube_e2e_run,TestNodeSmoke,test-kube-node)
+	$(call kube_e2e_run,TestNodeSmoke TestNodeSmokeChart,test-kube-node)
 
 e2e: e2e-setup images ## real kubelet node in the QEMU guest: smoke, then helm install -> ChimeraCluster -> PVC -> fio Job -> teardown, timed
 	$(call kube_e2e_run,TestNodeSmoke TestRealNode,e2e)
