@@ -182,6 +182,9 @@ static int chimera_open_file(struct thread_data *td, struct fio_file *f)
 	if (idx < 0) {
 		log_err("chimera: %s\n", err);
 		td_verror(td, -idx, "chimera_open_file");
+		/* End the job: a time-based job would otherwise pick the next
+		 * file and fail to open it for as long as it runs. */
+		fio_mark_td_terminate(td);
 		return -idx;
 	}
 	FILE_SET_ENG_DATA(f, (void *)(uintptr_t)(idx + 1));
@@ -237,6 +240,10 @@ static enum fio_q_status chimera_queue(struct thread_data *td, struct io_u *io_u
 	}
 	r = chimera_fio_queue(d->h, (int)(idx - 1), op, io_u->offset, io_u->xfer_buf, io_u->xfer_buflen,
 			      (uint64_t)(uintptr_t)io_u, err, sizeof(err));
+	/* EAGAIN: back-pressure (the send queue is full while other I/Os are
+	 * in flight); fio reaps some and queues this one again. */
+	if (r == -EAGAIN)
+		return FIO_Q_BUSY;
 	if (r < 0) {
 		log_err("chimera: %s\n", err);
 		io_u->error = -r;

@@ -87,6 +87,36 @@ run fsync "${eng[@]}" --name=fsync --filename=fsync.0 --rw=randwrite --bs=8k --s
   --verify=crc32c --do_verify=1
 check fsync "random writes with fsync every 16 (COMMIT) + verify" $?
 
+# Back-pressure: 32 x 1 MiB writes queued on one connection are 8x the
+# client's send-queue bound; the engine answers "busy" and fio reaps first
+# (it used to fail the I/O with "calls wait for the socket").
+run depth "${eng[@]}" --name=depth --filename=depth.0 --rw=write --bs=1m --size=96m --iodepth=32 --chimera_conns=1 \
+  --verify=crc32c --do_verify=1
+check depth "1 MiB writes at iodepth 32 on one connection (beyond the send bound) + verify" $?
+
+# The sample workload (config/samples/fio) through its own run.sh, as the
+# in-process-engine Job runs it: engine options in FIO_ARGS, three phases.
+sample_dir="$work/sample"
+mkdir -p "$sample_dir/etc" "$sample_dir/results"
+cm="$repo/config/samples/fio/fio-workload-configmap.yaml"
+for key in run.sh workload.fio; do
+  # The key's literal block: the lines under "  KEY: |", 4-space indented.
+  awk -v k="  $key: |" '$0 == k {on = 1; next} on && /^    / {print substr($0, 5); next} on && !/^$/ {on = 0} on {print ""}' "$cm" |
+    sed -e "s#/etc/fio/#$sample_dir/etc/#g" -e "s#/results/#$sample_dir/results/#g" >"$sample_dir/etc/$key"
+done
+if (cd "$sample_dir" && PATH="$(dirname "$fio"):$PATH" SCALE=3 RUNTIME_S=2 DIRECTORY=. IOENGINE="external:$engine" \
+    FIO_ARGS="--ioengine=external:$engine --chimera_server=127.0.0.1:$port --chimera_export=/memfs --chimera_conns=1" \
+    timeout 300 sh etc/run.sh) >"$work/sample.out" 2>&1; then
+  summary=""
+  for phase in layout randwrite randread; do
+    if s=$(clean "$sample_dir/results/$phase.json" 2>&1); then summary="$summary $phase: $s;"
+    else summary="FAIL $phase: $s"; break; fi
+  done
+  case $summary in FAIL*) bad "the sample workload: $summary" ;; *) ok "the sample workload through its run.sh:$summary" ;; esac
+else
+  bad "the sample workload's run.sh failed: $(tail -n 3 "$work/sample.out" | tr '\n' ' ')"
+fi
+
 # Written by our engine, read back and verified by fio's libnfs engine.
 run interop-w "${eng[@]}" --name=interop --filename=interop.0 --rw=write --bs=64k --size=16m --iodepth=8 \
   --verify=crc32c --do_verify=0
@@ -125,6 +155,12 @@ expect_fail dead-server "127.0.0.1:$dead" "nothing listening" \
 expect_fail big-bs "lower bs" "a 2 MiB block" "${eng[@]}" --name=h --filename=h --size=4m --bs=2m --rw=write
 expect_fail dotdot "leaves the export" "a file name with .." "${eng[@]}" --name=h --filename=../x --size=1m --rw=write
 expect_fail trim "not supported" "trim" "${eng[@]}" --name=h --filename=seq.0 --size=1m --rw=trim
+# A time-based read of files that do not exist ends at once (it used to
+# retry the opens for its whole runtime).
+t0=$(date +%s)
+expect_fail missing "in export /memfs: NFS3ERR_NOENT" "a time-based read of missing files" \
+  "${eng[@]}" --name=h --filename_format='missing.$filenum' --nrfiles=2 --size=1m --rw=randread --time_based --runtime=120
+[ $(( $(date +%s) - t0 )) -lt 30 ] || bad "the read of missing files took $(( $(date +%s) - t0 )) s to fail (runtime 120 s)"
 
 # The server survived all of it.
 run after "${eng[@]}" --name=after --filename=seq.0 --rw=randread --bs=4k --size=64m --number_ios=2000 --iodepth=8

@@ -343,6 +343,27 @@ impl RpcConn {
         self.pending.len()
     }
 
+    /// Whether a call carrying `payload` bytes would be taken now: fewer
+    /// calls in flight than the bound and room in the send queue (counting
+    /// a generous header), judged after sending what the socket takes. A
+    /// caller that gets `false` reaps first instead of failing the call
+    /// with `SendQueueFull` / `TooManyInFlight`.
+    pub fn has_room(&mut self, payload: usize) -> bool {
+        const HEADER_BYTES_MAX: usize = 1024;
+        if self.pending.len() >= self.limits.in_flight_max {
+            return false;
+        }
+        let fits = |c: &Self| {
+            let queued = c.out.len() - c.out_pos;
+            queued == 0 || queued + payload + HEADER_BYTES_MAX <= c.limits.send_queue_bytes_max
+        };
+        if fits(self) {
+            return true;
+        }
+        self.send_queued();
+        fits(self)
+    }
+
     /// The error that broke this connection, if it is broken.
     pub fn broken(&self) -> Option<&Error> {
         self.broken.as_ref()

@@ -25,6 +25,9 @@ enum chimera_fio_op { CHIMERA_FIO_READ = 0, CHIMERA_FIO_WRITE = 1, CHIMERA_FIO_S
 struct chimera_fio *chimera_fio_connect(const struct chimera_fio_config *cfg, char *err, size_t errlen);
 int chimera_fio_open(struct chimera_fio *h, const char *path, int create, char *err, size_t errlen);
 int chimera_fio_close(struct chimera_fio *h, int file, char *err, size_t errlen);
+/* 0: queued; -EAGAIN: busy (the send queue is full while other I/Os are in
+ * flight; nothing was queued: reap, then queue it again); other -errno:
+ * failed, the message in err. */
 int chimera_fio_queue(struct chimera_fio *h, int file, int op, uint64_t offset, void *buf, uint64_t len,
 		      uint64_t tag, char *err, size_t errlen);
 int chimera_fio_commit(struct chimera_fio *h); /* send what queue queued */

@@ -31,6 +31,8 @@ pub const BUSY_POLL_US_MAX: u32 = 1000;
 pub const CONNS_MAX: usize = 64;
 /// I/O failures logged per engine; later ones are counted, not printed.
 const ERRORS_LOGGED_MAX: u32 = 16;
+/// The message of `queue`'s EAGAIN (back-pressure; fio never shows it).
+pub(crate) const BUSY: &str = "busy: the send queue is full; reap first";
 
 /// What one job connects to (fio's engine options).
 #[derive(Debug, Clone)]
@@ -347,7 +349,9 @@ impl Engine {
         self.errors
     }
 
-    /// Submit one I/O; its result comes back from `reap` with `tag`.
+    /// Submit one I/O; its result comes back from `reap` with `tag`. An
+    /// `EAGAIN` error means "busy": nothing was queued, reap and try again
+    /// (only while other I/Os are in flight).
     ///
     /// # Safety
     /// `buf` must be valid for `len` bytes (written by a READ, read by a
@@ -369,6 +373,13 @@ impl Engine {
         }
         let f = self.files[file as usize].as_ref().expect("checked above");
         let c = &mut self.conns[i];
+        // A full send queue (the server reads slower than fio submits:
+        // iodepth x bs beyond the client's send bound) is back-pressure,
+        // not an error: fio reaps and queues the I/O again.
+        let payload = if op == Op::Write { len } else { 0 };
+        if self.in_flight > 0 && !c.nfs.rpc().has_room(payload) {
+            return Err((libc::EAGAIN, BUSY.into()));
+        }
         let r = match op {
             Op::Read => c.nfs.submit_read(&f.fh, offset, len as u32),
             // SAFETY: the caller keeps `buf` valid for `len` bytes.

@@ -211,6 +211,17 @@ impl Engine {
         if self.st().mds.renew_due() {
             self.st().mds.renew().map_err(|e| nfs(e, "renewing the lease with the metadata server"))?;
         }
+        // Back-pressure as in plain mode: a data-server connection whose
+        // send queue is full makes fio reap first (a refused submit would
+        // otherwise count as that data server failing).
+        if self.in_flight > 0 && op != Op::Sync {
+            let payload = if op == Op::Write { len } else { 0 };
+            for c in &mut self.conns {
+                if c.nfs.rpc().broken().is_none() && !c.nfs.rpc().has_room(payload) {
+                    return Err((libc::EAGAIN, crate::BUSY.into()));
+                }
+            }
+        }
         self.in_flight += 1;
         if op == Op::Sync {
             let r = self.pnfs_sync(file).map(|_| 0);
