@@ -4,10 +4,12 @@
 # guest's containerd). See images/README.md for the names and the why of each step.
 #
 #   images/build.sh bases     local base images (Debian from debootstrap, Go and Rust builders)
-#   images/build.sh test      localhost/pause:3.10, localhost/chimera-fio:dev (images/test/Dockerfile)
+#   images/build.sh test      localhost/pause:3.10, localhost/chimera-fio:dev (images/test/Dockerfile),
+#                             localhost/chimera-fio-engine:dev (images/fio-engine/Dockerfile; needs
+#                             FIO_BIN and FIO_ENGINE_SO, see stage_fio_engine)
 #   images/build.sh product   localhost/chimera-operator:dev, localhost/chimera-csi:dev, localhost/chimerad:dev
 #   images/build.sh all       all of the above, in that order
-#   images/build.sh operator|csi|dataplane|pause|fio   one image (and the bases it needs)
+#   images/build.sh operator|csi|dataplane|pause|fio|fio-engine   one image (and the bases it needs)
 #
 # Idempotent: a base is rebuilt only when missing or when its inputs (mirror, host
 # toolchain versions, recipe version) change; component images use buildah's layer
@@ -34,12 +36,13 @@ PRODUCT_ORDER=(operator csi dataplane)
 declare -A TEST=(
   [pause]=localhost/pause:3.10
   [fio]=localhost/chimera-fio:dev
+  [fio-engine]=localhost/chimera-fio-engine:dev
 )
-TEST_ORDER=(pause fio)
+TEST_ORDER=(pause fio fio-engine)
 # Archive file name per target (next to each other in $OUT).
 declare -A ARCHIVE=(
   [operator]=chimera-operator.tar [csi]=chimera-csi.tar [dataplane]=chimerad.tar
-  [pause]=pause.tar [fio]=chimera-fio.tar
+  [pause]=pause.tar [fio]=chimera-fio.tar [fio-engine]=chimera-fio-engine.tar
 )
 
 # Bump when a base recipe below changes, so cached bases are rebuilt.
@@ -253,11 +256,36 @@ bud_and_export() {
   log "$img built and exported to $archive in $(( $(date +%s) - t0 )) s"
 }
 
+# The fio-engine image's context: its Dockerfile plus the fio binary and the
+# engine built on this host (FIO_BIN: e2e/peers/fio-libnfs.sh's fio;
+# FIO_ENGINE_SO: `make build-fio-engine`'s chimera-fio.so, linked against
+# that fio's headers). Copied, so buildah's layer cache sees their content.
+stage_fio_engine() {
+  local ctx="$OUT/ctx-fio-engine"
+  [ -n "${FIO_BIN:-}" ] && [ -x "$FIO_BIN" ] ||
+    die "fio-engine: FIO_BIN (${FIO_BIN:-unset}) is not an executable fio: run e2e/peers/fio-libnfs.sh, or build with make images"
+  [ -n "${FIO_ENGINE_SO:-}" ] && [ -s "$FIO_ENGINE_SO" ] ||
+    die "fio-engine: FIO_ENGINE_SO (${FIO_ENGINE_SO:-unset}) is missing: run make build-fio-engine, or build with make images"
+  rm -rf "$ctx" && mkdir -p "$ctx"
+  cp "$ROOT/images/fio-engine/Dockerfile" "$ctx/Dockerfile"
+  cp "$FIO_BIN" "$ctx/fio"
+  cp "$FIO_ENGINE_SO" "$ctx/chimera-fio.so"
+  echo "$ctx"
+}
+
+build_test_image() {  # $1: pause | fio | fio-engine
+  if [ "$1" = fio-engine ]; then
+    local ctx
+    ctx=$(stage_fio_engine)
+    bud_and_export "$1" "${TEST[$1]}" "$ctx/Dockerfile" "$ctx"
+  else
+    bud_and_export "$1" "${TEST[$1]}" "$ROOT/images/test/Dockerfile" "$ROOT/images/test"
+  fi
+}
+
 build_test_images() {
   local t
-  for t in "${TEST_ORDER[@]}"; do
-    bud_and_export "$t" "${TEST[$t]}" "$ROOT/images/test/Dockerfile" "$ROOT/images/test"
-  done
+  for t in "${TEST_ORDER[@]}"; do build_test_image "$t"; done
 }
 
 build_product_images() {
@@ -282,8 +310,8 @@ main() {
       product) build_bases; build_product_images ;;
       all) build_bases; build_test_images; build_product_images ;;
       operator|csi|dataplane) build_bases; bud_and_export "$step" "${PRODUCT[$step]}" "$ROOT/Dockerfile" "$ROOT" ;;
-      pause|fio) build_bases; bud_and_export "$step" "${TEST[$step]}" "$ROOT/images/test/Dockerfile" "$ROOT/images/test" ;;
-      *) die "unknown step '$step' (bases | test | product | all | operator | csi | dataplane | pause | fio)" ;;
+      pause|fio|fio-engine) build_bases; build_test_image "$step" ;;
+      *) die "unknown step '$step' (bases | test | product | all | operator | csi | dataplane | pause | fio | fio-engine)" ;;
     esac
   done
 }

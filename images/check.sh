@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What this proves: every image `images/build.sh all` made is usable as shipped.
-# For each of the five images it checks that the image is in buildah's store,
+# For each of the six images it checks that the image is in buildah's store,
 # that its OCI archive in $CACHE/images is a valid OCI layout (oci-layout, an
 # index.json naming the image, every manifest/config/layer blob present with the
 # digest it claims), that the image's own ENTRYPOINT runs inside the image
@@ -19,16 +19,16 @@ export CONTAINERS_CONF="$OUT/containers.conf"
 
 # Size limits (the image's filesystem, du of the mounted image, MB). Measured sizes
 # are printed; these catch a compiler or a build tree slipping into an image.
-declare -A SIZE_MB_MAX=([operator]=160 [csi]=200 [dataplane]=130 [pause]=5 [fio]=220)
+declare -A SIZE_MB_MAX=([operator]=160 [csi]=200 [dataplane]=130 [pause]=5 [fio]=220 [fio-engine]=140)
 declare -A IMAGE=(
   [operator]=localhost/chimera-operator:dev [csi]=localhost/chimera-csi:dev [dataplane]=localhost/chimerad:dev
-  [pause]=localhost/pause:3.10 [fio]=localhost/chimera-fio:dev
+  [pause]=localhost/pause:3.10 [fio]=localhost/chimera-fio:dev [fio-engine]=localhost/chimera-fio-engine:dev
 )
 declare -A ARCHIVE=(
   [operator]=chimera-operator.tar [csi]=chimera-csi.tar [dataplane]=chimerad.tar
-  [pause]=pause.tar [fio]=chimera-fio.tar
+  [pause]=pause.tar [fio]=chimera-fio.tar [fio-engine]=chimera-fio-engine.tar
 )
-ORDER=(operator csi dataplane pause fio)
+ORDER=(operator csi dataplane pause fio fio-engine)
 # The pause binary must still be running after this long, then exit 0 on SIGTERM.
 PAUSE_ALIVE_S=2
 PAUSE_EXIT_S_MAX=5
@@ -137,6 +137,17 @@ check_image() {
     fio)
       out=$(in_image fio --version 2>&1) && [[ $out == fio-* ]] && ok "fio runs: $out" || fail "'fio --version' failed: $out"
       ;;
+    fio-engine)
+      out=$(in_image fio --version 2>&1) && [[ $out == fio-3.33* ]] && ok "fio runs: $out" || fail "'fio --version' failed or not 3.33: $out"
+      # fio loads the engine (dlopen, its ioengine symbol, FIO_IOOPS_VERSION)
+      # and lists its options: the .so fits this fio and its libraries.
+      out=$(in_image fio --enghelp=/usr/lib/chimera/chimera-fio.so 2>&1) \
+        && grep -q chimera_server <<<"$out" && grep -q chimera_pnfs <<<"$out" \
+        && ok "fio loads chimera-fio.so: $(grep -c '^chimera_' <<<"$out") engine options" \
+        || fail "fio does not load /usr/lib/chimera/chimera-fio.so: $(tail -3 <<<"$out")"
+      out=$(in_image fio --enghelp=nfs 2>&1) && grep -q nfs_url <<<"$out" && ok "fio has the libnfs engine (nfs_url)" \
+        || fail "no libnfs engine in this fio: $(tail -2 <<<"$out")"
+      ;;
   esac
   case $1 in
     operator)
@@ -155,7 +166,7 @@ check_image() {
       ;;
   esac
   case $1 in
-    operator|csi|dataplane|fio)
+    operator|csi|dataplane|fio|fio-engine)
       # Runtime images carry no toolchain.
       out=$(in_image sh -c 'for t in cc gcc go cargo rustc; do command -v $t; done; exit 0' 2>&1)
       [ -z "$out" ] && ok "no compiler inside" || fail "compiler inside the runtime image: $out"
