@@ -5,7 +5,8 @@
 #   e2e             one boot, two tests: TestNodeSmoke (preloaded-image pods,
 #                   logs/exec) then TestRealNode (helm install -> CSI
 #                   registration through the kubelet -> ChimeraCluster -> PVC
-#                   -> fio Job -> RWX reader -> teardown, timed). In TEST_TARGETS.
+#                   -> fio Job -> engine fio Job -> RWX reader -> teardown,
+#                   timed). In TEST_TARGETS.
 #   test-kube-node  the smoke tests alone, with the chart's CSI registration
 #                   on its own (TestNodeSmokeChart; quicker, for harness work)
 
@@ -18,7 +19,7 @@ KUBE_E2E_TEST := $(KUBE_CACHE)/kube-e2e.test
 # Whole run (boot, flow, teardown) on a loaded 2-core host under TCG; the
 # test binary's own budget sits below it.
 KUBE_E2E_TIMEOUT_S ?= 1500
-KUBE_E2E_IMAGES = $(IMAGES_OUT)/pause.tar $(IMAGES_OUT)/chimera-fio.tar $(IMAGES_OUT)/chimera-operator.tar \
+KUBE_E2E_IMAGES = $(IMAGES_OUT)/pause.tar $(IMAGES_OUT)/chimera-fio.tar $(IMAGES_OUT)/chimera-fio-engine.tar $(IMAGES_OUT)/chimera-operator.tar \
   $(IMAGES_OUT)/chimera-csi.tar $(IMAGES_OUT)/chimerad.tar $(KUBE_SIDECARS_TAR)
 
 TEST_TARGETS += e2e

@@ -18,6 +18,11 @@
 //     client and completes with zero errors; mountstats show vers=4.1. Whether
 //     the MDS granted flex-files layouts (LAYOUTGET > 0) is reported, and
 //     when it did, the data servers' metrics must show the written bytes;
+//   - the in-process-engine fio Job from config/samples (engine_test.go):
+//     fio with our engine in pNFS mode, NFSv4.1 to the MDS pod and NFSv3 to
+//     the DS pods, into the PVC's volume directory, verify=crc32c on the
+//     layout phase, zero errors; the DSes' metrics grow by at least what fio
+//     wrote (a failure here is reported and the flow goes on);
 //   - bad input on the real path: a PVC larger than the cluster stays Pending
 //     with a ProvisioningFailed event naming the capacity; a pod whose volume's
 //     cluster is gone gets a FailedMount event naming the unreachable server
@@ -774,6 +779,16 @@ echo "@@sha256-begin"; (cd "$DIRECTORY" && sha256sum *); echo "@@sha256-end"
 			return "", &softError{fmt.Errorf("layouts were granted (LAYOUTGET %d) but the DSes received %.0f WRITE bytes (%.0f RPC ops): the kernel client's I/O went through the MDS; %s", layoutGets, written, dsOps, mds)}
 		}
 		return fmt.Sprintf("LAYOUTGET %d, DS write bytes %.0f, DS read bytes %.0f", layoutGets, written, read), nil
+	})
+
+	// The in-process engine Job (engine_test.go): no later step depends on
+	// it, so a failure is reported and the flow goes on.
+	tl.run(t, "fio engine Job (in-process client, pNFS, verify) Completed", func() (string, error) {
+		note, err := e.engineJob(samples, mdsIP, pv.Spec.CSI.VolumeAttributes["exportPath"], dsAddrs)
+		if err != nil {
+			return note, &softError{err}
+		}
+		return note, nil
 	})
 
 	// Bad input on the real path (2): a volume whose cluster is gone. A PV
