@@ -127,6 +127,33 @@ func (s *nodeServer) fuseMounted(target string) (bool, error) {
 	return false, nil
 }
 
+// alreadyPublished says whether a retried publish has nothing to do: target
+// is our FUSE mount and either still waits for its sidecar or is served. A
+// mount nobody serves any more (the sidecar died, or this plugin restarted
+// before handing the descriptor over: ENOTCONN) is unmounted so the caller
+// mounts afresh for a sidecar that comes back.
+func (s *nodeServer) alreadyPublished(target string) (bool, error) {
+	mounted, err := s.fuseMounted(target)
+	if err != nil || !mounted {
+		return false, err
+	}
+	s.mu.Lock()
+	pending := s.handoffs[target] != nil
+	s.mu.Unlock()
+	if pending {
+		return true, nil // a stat now would wait for the sidecar
+	}
+	st, err := s.state(target)
+	if err != nil || st != pathCorrupted {
+		return err == nil, err
+	}
+	klog.Warningf("%s: FUSE mount no sidecar serves any more; mounting again", target)
+	if err := s.d.cfg.Fuse.Unmount(target); err != nil {
+		return false, status.Errorf(codes.Internal, "unmount dead FUSE mount %s: %v", target, err)
+	}
+	return false, nil
+}
+
 // publishSidecar mounts /dev/fuse at the target and starts the hand-over.
 // The caller holds the volume lock and validated the request.
 func (s *nodeServer) publishSidecar(volumeID, target string, spec *mountSpec, podUID string, readOnly bool) error {
@@ -142,9 +169,8 @@ func (s *nodeServer) publishSidecar(volumeID, target string, spec *mountSpec, po
 			"volume %s has mountMode sidecar but pod %s has no chimera-fuse sidecar (no emptyDir %q at %s): add the annotation %s: \"true\" to the pod template so the operator's webhook injects it",
 			volumeID, podUID, SidecarVolume, dir, SidecarAnnotation)
 	}
-	mounted, err := s.fuseMounted(target)
-	if err != nil || mounted {
-		return err // a retry: the first call mounted and handed over (or is handing over)
+	if done, err := s.alreadyPublished(target); err != nil || done {
+		return err
 	}
 	if mounted, err := s.prepare(target); err != nil || mounted {
 		return err

@@ -5,7 +5,8 @@ package driver
 // place of /dev/fuse): staging mounts nothing; publish mounts at the target
 // and hands the volume's JSON and the very descriptor it mounted to the
 // first connection on <pod emptyDir>/<hash>/socket, then removes the socket;
-// a retried publish changes nothing; read-only publishes mount read-only;
+// a retried publish changes nothing, unless the mount is dead (ENOTCONN:
+// the sidecar died), which is mounted afresh for a new hand-over; read-only publishes mount read-only;
 // unpublish unmounts, also before the sidecar connected (the hand-over is
 // cancelled); a sidecar that never connects makes the plugin give the mount
 // up after the wait. Rejections: no pod UID, a UID that is no UID, a pod
@@ -21,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"syscall"
 	"testing"
 	"time"
 
@@ -221,6 +223,24 @@ func TestSidecarStagePublishHandOverUnpublish(t *testing.T) {
 	if _, err := os.Stat(f.sockDir()); !os.IsNotExist(err) {
 		t.Fatalf("retry opened a new socket: %v", err)
 	}
+
+	// The sidecar died (the mount answers ENOTCONN): a publish retry mounts
+	// afresh and offers the new descriptor on a new socket.
+	f.m.MountCheckErrors[f.target] = syscall.ENOTCONN
+	if err := f.publish(false); err != nil {
+		t.Fatal(err)
+	}
+	delete(f.m.MountCheckErrors, f.target)
+	if len(f.fuseMounts()) != 1 || len(f.fuse.opened) != 2 {
+		t.Fatalf("dead mount not replaced: mounts %+v, opened %v", f.fuseMounts(), f.fuse.opened)
+	}
+	h = f.pending(t)
+	_, fd2 := takeVolume(t, f.sockDir())
+	defer fd2.Close()
+	if !sameFile(t, fd2, f.fuse.opened[1]) {
+		t.Fatal("the second hand-over is not the new descriptor")
+	}
+	<-h.done
 
 	f.unpublish(t)
 	if len(f.fuseMounts()) != 0 {
