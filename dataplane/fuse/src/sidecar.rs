@@ -14,6 +14,7 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -35,6 +36,8 @@ const FDS_MAX: usize = 4;
 const VOLUMES_MAX: usize = 256;
 /// How long a stop may spend committing unstable data before exit.
 const STOP_COMMIT_MAX: Duration = Duration::from_secs(3);
+/// Longest path a Unix socket address holds (sun_path, NUL included).
+const SUN_PATH_MAX: usize = 108;
 /// /dev/fuse is the misc character device 10:229.
 const FUSE_DEV: (u32, u32) = (10, 229);
 
@@ -111,9 +114,24 @@ pub fn volume_opts(msg: &[u8], defaults: &Opts) -> Result<Opts, String> {
 /// Connect to `path` and take one message: its bytes (to EOF) and the one
 /// descriptor that came with them.
 pub fn receive(path: &Path) -> Result<(Vec<u8>, OwnedFd), String> {
+    // A socket address holds 107 bytes of path; a longer one (a deep DIR)
+    // is reached through /proc/self/fd/<its directory>.
+    let mut _dir_fd = None;
+    let mut target = path.to_path_buf();
+    if path.as_os_str().len() >= SUN_PATH_MAX {
+        let dir = path.parent().ok_or("socket path has no directory")?;
+        let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|_| "socket path has a NUL byte")?;
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(format!("open {}: {}", dir.display(), std::io::Error::last_os_error()));
+        }
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        target = PathBuf::from(format!("/proc/self/fd/{}/socket", fd.as_raw_fd()));
+        _dir_fd = Some(fd);
+    }
     let mut tries = 0;
     let mut s = loop {
-        match UnixStream::connect(path) {
+        match UnixStream::connect(&target) {
             Ok(s) => break s,
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused && tries < CONNECT_TRIES_MAX => {
                 tries += 1;
@@ -369,7 +387,9 @@ mod tests {
     /// a descriptor; a non-FUSE descriptor fails `check_fuse_fd`.
     #[test]
     fn hand_over() {
-        let dir = std::env::temp_dir().join(format!("chimera-fuse-test-{}", std::process::id()));
+        // Deeper than a socket address holds: binding and connecting go
+        // through /proc/self/fd, as the node plugin and receive() do.
+        let dir = std::env::temp_dir().join(format!("chimera-fuse-test-{}", std::process::id())).join("d".repeat(120));
         std::fs::create_dir_all(dir.join("v1")).unwrap();
         std::fs::create_dir_all(dir.join("v2")).unwrap();
         std::fs::create_dir_all(dir.join("not-a-socket")).unwrap();
@@ -377,7 +397,8 @@ mod tests {
         let send = |name: &str, body: &'static [u8], with_fd: bool| {
             let path = dir.join(name).join("socket");
             let _ = std::fs::remove_file(&path);
-            let l = UnixListener::bind(&path).unwrap();
+            let d = std::fs::File::open(dir.join(name)).unwrap();
+            let l = UnixListener::bind(format!("/proc/self/fd/{}/socket", d.as_raw_fd())).unwrap();
             std::thread::spawn(move || {
                 let (c, _) = l.accept().unwrap();
                 let f = std::fs::File::open("/dev/null").unwrap();
@@ -396,7 +417,7 @@ mod tests {
         assert!(e.contains("not /dev/fuse"), "{e}");
         let e = receive(&p2).unwrap_err();
         assert!(e.contains("carried 0 file descriptors"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
     }
 
     fn send_with_fd(sock: RawFd, body: &[u8], fd: Option<RawFd>) {
