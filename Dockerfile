@@ -41,7 +41,7 @@ RUN apt-get update && \
 COPY --from=go-build /out/chimera-csi /usr/local/bin/chimera-csi
 ENTRYPOINT ["/usr/local/bin/chimera-csi"]
 
-# ---- Rust: chimerad ----
+# ---- Rust: chimerad and chimera-fuse ----
 # The target dir is a cache mount (not part of any layer), so the binary is
 # copied out within the same RUN. CARGO_HOME is /usr/local/cargo in the rust
 # image and in ours.
@@ -50,16 +50,21 @@ WORKDIR /src/dataplane
 COPY dataplane/ ./
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/dataplane/target \
-    cargo build --release --locked -p chimerad && cp target/release/chimerad /chimerad
+    cargo build --release --locked -p chimerad -p chimera-fuse && \
+    cp target/release/chimerad /chimerad && cp target/release/chimera-fuse /chimera-fuse
 
 # ---- dataplane: chimerad; capabilities come from the pod spec. Root: it binds
 # the NFS and portmap ports (2049, 111) and locks memory. rdma-core's user
 # space (libibverbs, librdmacm, the NICs' providers: mlx5, rxe, ...) is what
-# chimerad dlopen()s for server.rdma; without it only TCP works ----
+# chimerad dlopen()s for server.rdma; without it only TCP works. The image
+# also carries chimera-fuse, the sidecar the operator injects for CSI
+# mountMode: sidecar (command /usr/local/bin/chimera-fuse; it needs no
+# privileges and no libfuse) ----
 FROM ${RUNTIME_BASE} AS dataplane
 RUN apt-get update && \
     apt-get install -y --no-install-recommends libibverbs1 librdmacm1 ibverbs-providers && \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 COPY --from=rust-build /chimerad /usr/local/bin/chimerad
+COPY --from=rust-build /chimera-fuse /usr/local/bin/chimera-fuse
 ENTRYPOINT ["/usr/local/bin/chimerad"]
 CMD ["--config", "/etc/chimera/chimerad.json"]

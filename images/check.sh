@@ -4,7 +4,8 @@
 # that its OCI archive in $CACHE/images is a valid OCI layout (oci-layout, an
 # index.json naming the image, every manifest/config/layer blob present with the
 # digest it claims), that the image's own ENTRYPOINT runs inside the image
-# (--version or --help; chimerad also checks configs and serves on loopback),
+# (--version or --help; chimerad also checks configs and serves on loopback,
+# and the dataplane image runs chimera-fuse --help),
 # the users (operator non-root), that runtime images carry
 # no compiler, the CSI image's mount.nfs, mount and /etc/protocols, that the pause binary really
 # sleeps until SIGTERM and then exits 0, and that sizes stay under named limits.
@@ -121,6 +122,8 @@ check_image() {
       out=$(in_image sh -c 'for l in libibverbs.so.1 librdmacm.so.1 libibverbs/libmlx5-rdmav34.so libibverbs/librxe-rdmav34.so; do [ -e /usr/lib/x86_64-linux-gnu/$l ] || echo "missing $l"; done' 2>&1)
       [ -z "$out" ] && ok "rdma-core user space present (libibverbs, librdmacm, mlx5 and rxe providers) for server.rdma" \
         || fail "rdma-core user space: $out"
+      out=$(in_image /usr/local/bin/chimera-fuse --help 2>&1) && [[ $out == usage:\ chimera-fuse* ]] \
+        && ok "chimera-fuse (the CSI mountMode sidecar container) runs: --help" || fail "'chimera-fuse --help' failed: $(head -3 <<<"$out")"
       check_chimerad_config
       check_chimerad_serves
       ;;

@@ -37,6 +37,14 @@ test-csi: build-csi $(CSI_TEST_DEPS) ## CSI unit tests, chart render checks, csi
 	  if [ $$rc -ne 0 ] || [ $$failed -ne 0 ]; then echo "test-csi: FAILED"; exit 1; fi; \
 	  if [ $$passed -eq 0 ]; then echo "test-csi: no tests ran"; exit 1; fi
 
+# mountMode sidecar end to end on this host (root, /dev/fuse): the node
+# plugin's real /dev/fuse mounts handed to the real chimera-fuse --sidecar-dir
+# over chimerad (csi/pkg/driver/sidecar_fuse_test.go; seconds).
+TEST_TARGETS += test-csi-sidecar
+.PHONY: test-csi-sidecar
+test-csi-sidecar: build-dataplane build-fuse ## the node plugin's sidecar mode with the real kernel FUSE and chimera-fuse (root, /dev/fuse)
+	CHIMERAD=$(CHIMERAD) CHIMERA_FUSE=$(CHIMERA_FUSE) CHIMERA_REQUIRE_FUSE=1 nice -n 10 $(GO) test -count=1 -timeout 2m -v -run '^TestSidecarRealFuse$$' ./csi/pkg/driver/
+
 # Real kernel NFS mounts: the node plugin in the QEMU guest (e2e/guest) against
 # chimerad on the host; ~2-4 minutes once the guest image is cached.
 TEST_TARGETS += test-csi-guest

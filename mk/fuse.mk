@@ -3,7 +3,7 @@
 #
 #   make build-fuse   the chimera-fuse binary (no libfuse needed to build)
 #   make test-fuse    on this host (root, /dev/fuse): a file workload through
-#                     the mount, hostile cases, --fuse-fd, and a diskfs
+#                     the mount, hostile cases, --fuse-fd, --sidecar-dir, and a diskfs
 #                     chimerad restarted mid-write (< 1 min; bounded at 3 min)
 
 CHIMERA_FUSE := $(CARGO_TARGET_DIR)/release/chimera-fuse

@@ -2,7 +2,8 @@
 # chimera-fuse on this host (make test-fuse): chimerad on 127.0.0.1 (ports it
 # picks, read back from its log), chimera-fuse mounted over it, a file
 # workload through the mount, hostile cases (nothing listening, a wrong
-# export, the server killed while mounted), the --fuse-fd mode, and recovery:
+# export, the server killed while mounted), the --fuse-fd mode, the
+# --sidecar-dir hand-over (a stand-in for the CSI node plugin), and recovery:
 # chimerad on diskfs killed -9 and restarted on the same port and device in
 # the middle of a large write, which must end without an error and with the
 # right checksum. Each check prints PASS/FAIL; exits non-zero on a failure or
@@ -164,6 +165,120 @@ finally:
     p.wait(timeout=10)
 sys.exit(0 if good else "data differs through --fuse-fd")
 PY
+
+# --- --sidecar-dir: the CSI node plugin's hand-over (mountMode: sidecar) ----
+# A stand-in for the node plugin opens /dev/fuse, mounts it and listens on
+# DIR/<name>/socket; the sidecar (no --server, no mount of its own) connects,
+# takes the JSON + descriptor and serves it. Bad hand-overs are logged naming
+# their socket and skipped while the good volumes keep working; SIGTERM ends
+# the sidecar with 0 and leaves the mounts to their owner. Each line the
+# stand-in prints is "ok|..." or "bad|...".
+python3 - "$fusebin" "$port" "$work" >"$work/sidecar.out" 2>&1 <<'PY'
+import ctypes, hashlib, json, os, signal, socket, subprocess, sys, time
+fusebin, port, work = sys.argv[1:]
+libc = ctypes.CDLL(None, use_errno=True)
+sdir, log = f"{work}/sidecar", f"{work}/sidecar.log"
+os.makedirs(sdir)
+def report(good, what): print(("ok|" if good else "bad|") + what, flush=True)
+def mount_fuse_fd(mnt):
+    os.makedirs(mnt, exist_ok=True)
+    fd = os.open("/dev/fuse", os.O_RDWR)
+    opts = f"fd={fd},rootmode=40000,user_id=0,group_id=0,allow_other,default_permissions".encode()
+    if libc.mount(b"chimera-fuse", mnt.encode(), b"fuse.chimera-fuse", 6, opts) != 0:  # MS_NOSUID|MS_NODEV
+        sys.exit(f"mount {mnt}: {os.strerror(ctypes.get_errno())}")
+    return fd
+def hand_over(name, body, fd):
+    os.makedirs(f"{sdir}/{name}")
+    path = f"{sdir}/{name}/socket"
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    srv.listen(1)
+    srv.settimeout(10)
+    try:
+        c, _ = srv.accept()
+        socket.send_fds(c, [body], [fd] if fd is not None else [])
+        c.close()
+        return True
+    except socket.timeout:
+        return False
+    finally:
+        srv.close()
+        os.unlink(path)
+def msg(**kw): return json.dumps({"server": f"127.0.0.1:{port}", "export": "/memfs", **kw}).encode()
+def write_read(mnt, name, n):
+    data = os.urandom(n)
+    with open(f"{mnt}/{name}", "wb") as f:
+        f.write(data)
+    with open(f"{mnt}/{name}", "rb") as f:
+        return f.read() == data, hashlib.sha256(data).hexdigest()
+def logged(sock, says):
+    for _ in range(50):
+        if any(sock in l and says in l for l in open(log)):
+            return True
+        time.sleep(0.1)
+    return False
+
+p = subprocess.Popen([fusebin, "--sidecar-dir", sdir], stderr=open(log, "a"))
+mounts = []
+try:
+    m1 = f"{work}/sc1"
+    fd = mount_fuse_fd(m1); mounts.append(m1)
+    report(hand_over("v1", msg(uid=0, gid=0, attrTimeoutMs=500, volumeId="v1"), fd), "sidecar: v1 taken from its socket")
+    os.close(fd)
+    good, digest = write_read(m1, "sc-v1", 16 << 20)
+    report(good, "sidecar: 16 MiB written and read back through v1")
+    open(f"{work}/sc-v1.sha", "w").write(digest)
+
+    # Hostile hand-overs, each on its own socket: not JSON, no descriptor,
+    # a descriptor that is not /dev/fuse.
+    mb = f"{work}/scbad"
+    fd = mount_fuse_fd(mb); mounts.append(mb)
+    hand_over("bad-json", b"{not json", fd); os.close(fd)
+    report(logged("bad-json/socket", "bad volume message"), "sidecar: a malformed message is refused naming its socket")
+    hand_over("no-fd", msg(), None)
+    report(logged("no-fd/socket", "carried 0 file descriptors"), "sidecar: a message without a descriptor is refused naming its socket")
+    with open("/dev/null") as null:
+        hand_over("not-fuse", msg(), null.fileno())
+    report(logged("not-fuse/socket", "not /dev/fuse"), "sidecar: a descriptor that is not /dev/fuse is refused naming its socket")
+    report(p.poll() is None, "sidecar: still running after the bad hand-overs")
+    good, _ = write_read(m1, "sc-v1-again", 1 << 20)
+    report(good, "sidecar: v1 still serves after the bad hand-overs")
+
+    m2 = f"{work}/sc2"
+    fd = mount_fuse_fd(m2); mounts.append(m2)
+    report(hand_over("v2", msg(writeback=True), fd), "sidecar: v2 taken from its socket")
+    os.close(fd)
+    good, _ = write_read(m2, "sc-v2", 4 << 20)
+    report(good and os.path.exists(f"{m2}/sc-v1"), "sidecar: a second volume serves the same export (sees v1's file)")
+
+    t = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    try:
+        rc = p.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        rc = "still running 5 s after SIGTERM"
+    report(rc == 0, f"sidecar: SIGTERM ends it with 0 (rc {rc}, {time.monotonic() - t:.1f} s)")
+    still = open("/proc/self/mounts").read()
+    report(all(f" {m} fuse" in still for m in (m1, m2)), "sidecar: the mounts are left to the node plugin")
+finally:
+    if p.poll() is None:
+        p.kill()
+    for m in mounts:
+        libc.umount2(m.encode(), 2)  # MNT_DETACH
+PY
+rc=$?
+while IFS='|' read -r verdict what; do
+  case $verdict in ok) ok "$what" ;; bad) bad "$what" ;; *) echo "test-fuse:   $verdict $what" ;; esac
+done <"$work/sidecar.out"
+[ $rc -eq 0 ] || { bad "sidecar stand-in exited $rc"; tail -5 "$work/sidecar.log" >&2; }
+# What v1 wrote reached chimerad: read it back through a mount of our own.
+if [ -f "$work/sc-v1.sha" ] && mount_fuse; then
+  drop_caches
+  check "sidecar: v1's file verifies through another client of chimerad" [ "$(sha "$mnt/sc-v1")" = "$(cat "$work/sc-v1.sha")" ]
+  stop_fuse
+else
+  bad "sidecar: v1's file not checked through another client"
+fi
 
 # --- the inode table is bounded; forget frees its entries -----------------
 if mount_fuse --max-inodes 100; then

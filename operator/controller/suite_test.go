@@ -124,6 +124,9 @@ func runSuite(m *testing.M) int {
 		println(err.Error())
 		return 1
 	}
+	// The sidecar injector as the binary registers it, counting the
+	// reviews the API server sends (sidecar_injection_test.go).
+	mgr.GetWebhookServer().Register(webhook.MutatePodPath, &ctrlwebhook.Admission{Handler: &podReviews})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

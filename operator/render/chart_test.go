@@ -13,9 +13,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -198,5 +200,56 @@ func TestChartAdminCA(t *testing.T) {
 	csi = decode[appsv1.Deployment](t, set, "Deployment/chimera-csi-controller")
 	if args := strings.Join(csi.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--admin-tls-server-name=chimera-mds.storage.svc") {
 		t.Errorf("csi.adminTLSServerName does not reach the CSI controller: %s", args)
+	}
+}
+
+// The chimera-fuse sidecar injector (operator/webhook/sidecar.go): the chart
+// renders a MutatingWebhookConfiguration for pod CREATEs that fails open
+// (Ignore), selects no namespaces or objects (an objectSelector cannot see
+// annotations) but has the API server call it only for pods annotated
+// chimera.io/fuse-sidecar: "true" (matchConditions), at the handler's path;
+// the operator gets the dataplane image and the configuration's name (whose
+// caBundle it patches, hence the RBAC rule). Disabled: none of it.
+func TestChartFuseSidecarInjector(t *testing.T) {
+	objs := renderChart(t)
+	mwc := decode[admissionregistrationv1.MutatingWebhookConfiguration](t, objs, "MutatingWebhookConfiguration/chimera-fuse-sidecar-injector")
+	if len(mwc.Webhooks) != 1 {
+		t.Fatalf("%d webhooks", len(mwc.Webhooks))
+	}
+	w := mwc.Webhooks[0]
+	if w.FailurePolicy == nil || *w.FailurePolicy != admissionregistrationv1.Ignore {
+		t.Errorf("failurePolicy %v, want Ignore", w.FailurePolicy)
+	}
+	if w.ObjectSelector != nil || w.NamespaceSelector != nil {
+		t.Errorf("selectors %v %v: want none", w.ObjectSelector, w.NamespaceSelector)
+	}
+	if w.ClientConfig.Service == nil || w.ClientConfig.Service.Path == nil || *w.ClientConfig.Service.Path != "/mutate-v1-pod-chimera-fuse" {
+		t.Errorf("clientConfig %+v", w.ClientConfig)
+	}
+	if len(w.Rules) != 1 || !reflect.DeepEqual(w.Rules[0].Resources, []string{"pods"}) ||
+		!reflect.DeepEqual(w.Rules[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}) {
+		t.Errorf("rules %+v: want pod CREATE", w.Rules)
+	}
+	if len(w.MatchConditions) != 1 || !strings.Contains(w.MatchConditions[0].Expression, "'chimera.io/fuse-sidecar'] == 'true'") {
+		t.Errorf("matchConditions %+v: want the annotation's test", w.MatchConditions)
+	}
+	op := decode[appsv1.Deployment](t, objs, "Deployment/chimera-operator")
+	args := strings.Join(op.Spec.Template.Spec.Containers[0].Args, " ")
+	for _, want := range []string{"--fuse-sidecar-image=chimera/chimerad:", "--mutating-webhook-config-name=chimera-fuse-sidecar-injector"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("operator args %q lack %s", args, want)
+		}
+	}
+	if !strings.Contains(string(objs["ClusterRole/chimera-operator"]), "mutatingwebhookconfigurations") {
+		t.Error("the operator's ClusterRole cannot patch the injector's caBundle")
+	}
+
+	off := renderChart(t, "--set", "fuseSidecar.enabled=false")
+	if _, ok := off["MutatingWebhookConfiguration/chimera-fuse-sidecar-injector"]; ok {
+		t.Error("fuseSidecar.enabled=false still renders the injector")
+	}
+	op = decode[appsv1.Deployment](t, off, "Deployment/chimera-operator")
+	if args := strings.Join(op.Spec.Template.Spec.Containers[0].Args, " "); strings.Contains(args, "--fuse-sidecar-image") {
+		t.Errorf("fuseSidecar.enabled=false: operator args %q", args)
 	}
 }

@@ -47,7 +47,10 @@ type CertOptions struct {
 	SecretName  string
 	ServiceName string // the webhook Service; the certificate's DNS names
 	WebhookName string // ValidatingWebhookConfiguration whose caBundle is set
-	CertDir     string
+	// MutatingWebhookName is the MutatingWebhookConfiguration (the
+	// chimera-fuse sidecar injector) whose caBundle is set too; empty: none.
+	MutatingWebhookName string
+	CertDir             string
 	// ExtraSANs are further names (DNS names or IP addresses) the serving
 	// certificate must carry, for a webhook reached by URL rather than through
 	// its Service (an operator run outside the cluster, as in the fake-cluster
@@ -106,7 +109,10 @@ func EnsureCerts(ctx context.Context, c client.Client, o CertOptions) error {
 			return err
 		}
 	}
-	return patchCABundle(ctx, c, o.WebhookName, sec.Data[keyCACert])
+	if err := patchCABundle(ctx, c, o.WebhookName, sec.Data[keyCACert]); err != nil {
+		return err
+	}
+	return patchMutatingCABundle(ctx, c, o.MutatingWebhookName, sec.Data[keyCACert])
 }
 
 func ownByWebhookConfig(ctx context.Context, c client.Client, name string, sec *corev1.Secret) error {
@@ -143,6 +149,28 @@ func patchCABundle(ctx context.Context, c client.Client, name string, ca []byte)
 		return nil
 	}
 	return c.Patch(ctx, vwc, patch)
+}
+
+func patchMutatingCABundle(ctx context.Context, c client.Client, name string, ca []byte) error {
+	if name == "" {
+		return nil
+	}
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := c.Get(ctx, types.NamespacedName{Name: name}, mwc); err != nil {
+		return fmt.Errorf("get MutatingWebhookConfiguration %s: %w", name, err)
+	}
+	patch := client.MergeFrom(mwc.DeepCopy())
+	changed := false
+	for i := range mwc.Webhooks {
+		if !bytes.Equal(mwc.Webhooks[i].ClientConfig.CABundle, ca) {
+			mwc.Webhooks[i].ClientConfig.CABundle = ca
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	return c.Patch(ctx, mwc, patch)
 }
 
 // valid: the CA and serving pair parse, the serving certificate chains to the

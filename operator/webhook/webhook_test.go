@@ -3,7 +3,7 @@ package webhook
 // Proves the webhook's cross-field rules name the offending field, that a
 // valid cluster passes with the warnings a user must see, and that the
 // self-managed certificates are created once, chain to the CA that lands in
-// the webhook configuration, are reused when valid and renewed near expiry.
+// both webhook configurations (validating, and the sidecar injector's), are reused when valid and renewed near expiry.
 
 import (
 	"context"
@@ -289,10 +289,15 @@ func TestSelfManagedCerts(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "vwc"},
 		Webhooks:   []admissionregistrationv1.ValidatingWebhook{{Name: "v.storage.chimera.io"}},
 	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(vwc).Build()
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "mwc"},
+		Webhooks:   []admissionregistrationv1.MutatingWebhook{{Name: "chimera-fuse.pods.chimera.io"}},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(vwc, mwc).Build()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	dir := t.TempDir()
-	o := CertOptions{Namespace: "sys", SecretName: "cert", ServiceName: "hook", WebhookName: "vwc", CertDir: dir, Now: func() time.Time { return now }}
+	o := CertOptions{Namespace: "sys", SecretName: "cert", ServiceName: "hook", WebhookName: "vwc", MutatingWebhookName: "mwc",
+		CertDir: dir, Now: func() time.Time { return now }}
 	ctx := context.Background()
 	if err := EnsureCerts(ctx, c, o); err != nil {
 		t.Fatal(err)
@@ -306,6 +311,12 @@ func TestSelfManagedCerts(t *testing.T) {
 	}
 	if string(vwc.Webhooks[0].ClientConfig.CABundle) != string(sec.Data["ca.crt"]) {
 		t.Fatal("caBundle is not the Secret's CA")
+	}
+	if err := c.Get(ctx, types.NamespacedName{Name: "mwc"}, mwc); err != nil {
+		t.Fatal(err)
+	}
+	if string(mwc.Webhooks[0].ClientConfig.CABundle) != string(sec.Data["ca.crt"]) {
+		t.Fatal("the sidecar injector's caBundle is not the Secret's CA")
 	}
 	onDisk, _ := os.ReadFile(filepath.Join(dir, "tls.crt"))
 	if string(onDisk) != string(sec.Data["tls.crt"]) {

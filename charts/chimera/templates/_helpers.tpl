@@ -12,6 +12,20 @@
 {{- printf "%s-validating-webhook" .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{- define "chimera.webhook.mutatingConfigName" -}}
+{{- printf "%s-fuse-sidecar-injector" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- /* The chimera-fuse sidecar's image: the dataplane image, which carries
+chimera-fuse next to chimerad. */ -}}
+{{- define "chimera.fuseSidecar.image" -}}
+{{- printf "%s:%s" .Values.fuseSidecar.image.repository (default .Chart.AppVersion .Values.fuseSidecar.image.tag) -}}
+{{- end -}}
+
+{{- define "chimera.fuseSidecar.enabled" -}}
+{{- if and .Values.operator.enabled .Values.webhook.enabled .Values.fuseSidecar.enabled }}true{{ end -}}
+{{- end -}}
+
 {{- define "chimera.webhook.certSecret" -}}
 {{- printf "%s-webhook-cert" .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}

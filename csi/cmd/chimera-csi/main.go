@@ -29,6 +29,7 @@ func main() {
 	flag.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "file holding the admin token used when a request carries no CSI secret")
 	flag.StringVar(&cfg.AdminCAFile, "admin-ca-file", "", "PEM CA bundle https admin endpoints are verified against (the operator's admin CA ConfigMap, mounted); empty: the system's roots")
 	flag.StringVar(&cfg.AdminTLSServerName, "admin-tls-server-name", "", "name every admin server's certificate must carry instead of the endpoint's host (endpoints reached through a proxy; tests only)")
+	flag.StringVar(&cfg.KubeletDir, "kubelet-dir", driver.KubeletDirDefault, "the kubelet's root directory (mountMode sidecar finds the pod's chimera-fuse emptyDir under <dir>/pods)")
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
 	if *showVersion {

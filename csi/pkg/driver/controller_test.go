@@ -2,7 +2,7 @@ package driver
 
 // Proves the controller's behaviour at the admin API boundary beyond what
 // csi-sanity checks: a missing or wrong token is Unauthenticated and creates
-// nothing; the sidecar mount mode is refused before the server is contacted;
+// nothing; a sidecar-mode class asking for RDMA is refused before the server is contacted;
 // idempotency follows the CSI capacity range (not the server's exact size);
 // expand grows and never shrinks; pagination survives deletions; the volume
 // context carries what the node needs. Runs against $CHIMERAD when set, else
@@ -77,6 +77,7 @@ func TestControllerAuthAndRejections(t *testing.T) {
 
 	req = createReq(b, "pvc-sidecar", 8<<20)
 	req.Parameters[ParamMountMode] = MountModeSidecar
+	req.Parameters[ParamTransport] = TransportRDMA
 	_, err = c.CreateVolume(ctx, req)
 	wantCode(t, err, codes.InvalidArgument, "mountMode")
 

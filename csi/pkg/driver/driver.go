@@ -1,6 +1,7 @@
 // Package driver implements the csi.chimera.io CSI services: identity
 // (identityserver.go), controller (controllerserver.go, through the chimerad
-// admin API) and node (nodeserver.go, kernel NFS mounts through k8s.io/mount-utils).
+// admin API) and node (nodeserver.go, kernel NFS mounts through k8s.io/mount-utils;
+// sidecar.go, /dev/fuse mounts handed to the pod's chimera-fuse sidecar).
 // Every RPC validates its arguments first and answers with the gRPC code the CSI
 // spec names; operations on one volume are serialised per volume, never globally.
 package driver
@@ -12,9 +13,11 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -67,6 +70,13 @@ type Config struct {
 	// Dial opens the pre-mount reachability probe to a volume's NFS server
 	// (TCP volumes); tests replace it.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// KubeletDir is the kubelet's root directory (sidecar mode finds the
+	// pod's emptyDir under <KubeletDir>/pods); default /var/lib/kubelet.
+	KubeletDir string
+	// Fuse opens and mounts /dev/fuse for sidecar volumes; tests replace it.
+	Fuse FuseOps
+	// HandoffWait bounds how long a sidecar volume waits for its sidecar.
+	HandoffWait time.Duration
 }
 
 // Driver holds the services and their shared state.
@@ -112,6 +122,18 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.Dial == nil {
 		cfg.Dial = (&net.Dialer{}).DialContext
+	}
+	if cfg.KubeletDir == "" {
+		cfg.KubeletDir = KubeletDirDefault
+	}
+	if !filepath.IsAbs(cfg.KubeletDir) {
+		return nil, fmt.Errorf("--kubelet-dir: %q is not an absolute path", cfg.KubeletDir)
+	}
+	if cfg.Fuse == nil {
+		cfg.Fuse = kernelFuse{}
+	}
+	if cfg.HandoffWait <= 0 {
+		cfg.HandoffWait = HandoffWaitDefault
 	}
 	return &Driver{cfg: cfg, locks: newVolumeLocks()}, nil
 }

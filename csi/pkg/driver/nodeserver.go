@@ -30,6 +30,9 @@ type nodeServer struct {
 	// It is rebuilt by publish retries after a plugin restart.
 	mu        sync.Mutex
 	published map[string]map[string]bool
+	// handoffs: sidecar volumes (by target path) whose descriptor waits for
+	// the pod's chimera-fuse to connect (sidecar.go).
+	handoffs map[string]*handoff
 }
 
 func (s *nodeServer) targets(volumeID string) map[string]bool {
@@ -158,6 +161,10 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if err != nil {
 		return nil, err
 	}
+	if spec.sidecar {
+		// Nothing to stage: each publish mounts /dev/fuse for its pod's sidecar.
+		return &csi.NodeStageVolumeResponse{}, checkSidecarCapability(req.GetVolumeCapability().GetMount().GetMountFlags())
+	}
 	readOnly := readOnlyMode(req.GetVolumeCapability().GetAccessMode().GetMode())
 	opts, err := buildMountOptions(spec, req.GetVolumeCapability().GetMount().GetMountFlags(), readOnly)
 	if err != nil {
@@ -273,6 +280,15 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	}
 	defer release()
 
+	if _, ok := req.GetVolumeContext()[CtxMountMode]; ok {
+		spec, err := parseVolumeContext(req.GetVolumeContext())
+		if err != nil {
+			return nil, err
+		}
+		if spec.sidecar {
+			return s.publishSidecarVolume(req, spec)
+		}
+	}
 	staged, err := s.state(req.GetStagingTargetPath())
 	if err != nil {
 		return nil, err
@@ -297,10 +313,8 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		}
 	}
 
-	if req.GetVolumeCapability().GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
-		if other := s.otherTarget(req.GetVolumeId(), req.GetTargetPath()); other != "" {
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %s has access mode SINGLE_NODE_SINGLE_WRITER and is already published at %s", req.GetVolumeId(), other)
-		}
+	if err := s.checkSingleWriter(req); err != nil {
+		return nil, err
 	}
 	mounted, err := s.prepare(req.GetTargetPath())
 	if err != nil {
@@ -321,6 +335,33 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	return &csi.NodePublishVolumeResponse{}, nil
 }
 
+// checkSingleWriter refuses a second target for SINGLE_NODE_SINGLE_WRITER.
+func (s *nodeServer) checkSingleWriter(req *csi.NodePublishVolumeRequest) error {
+	if req.GetVolumeCapability().GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+		if other := s.otherTarget(req.GetVolumeId(), req.GetTargetPath()); other != "" {
+			return status.Errorf(codes.FailedPrecondition, "volume %s has access mode SINGLE_NODE_SINGLE_WRITER and is already published at %s", req.GetVolumeId(), other)
+		}
+	}
+	return nil
+}
+
+// publishSidecarVolume is NodePublishVolume for mountMode sidecar (sidecar.go):
+// no staging mount, /dev/fuse mounted at the target for the pod's chimera-fuse.
+func (s *nodeServer) publishSidecarVolume(req *csi.NodePublishVolumeRequest, spec *mountSpec) (*csi.NodePublishVolumeResponse, error) {
+	if err := checkSidecarCapability(req.GetVolumeCapability().GetMount().GetMountFlags()); err != nil {
+		return nil, err
+	}
+	if err := s.checkSingleWriter(req); err != nil {
+		return nil, err
+	}
+	readOnly := req.GetReadonly() || readOnlyMode(req.GetVolumeCapability().GetAccessMode().GetMode())
+	if err := s.publishSidecar(req.GetVolumeId(), req.GetTargetPath(), spec, req.GetVolumeContext()[CtxPodUID], readOnly); err != nil {
+		return nil, err
+	}
+	s.setPublished(req.GetVolumeId(), req.GetTargetPath(), true)
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
 func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id: missing in request")
@@ -333,8 +374,12 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 		return nil, err
 	}
 	defer release()
-	if err := s.unmount(req.GetTargetPath()); err != nil {
+	if ok, err := s.unpublishSidecar(req.GetTargetPath()); err != nil {
 		return nil, err
+	} else if !ok {
+		if err := s.unmount(req.GetTargetPath()); err != nil {
+			return nil, err
+		}
 	}
 	s.setPublished(req.GetVolumeId(), req.GetTargetPath(), false)
 	return &csi.NodeUnpublishVolumeResponse{}, nil

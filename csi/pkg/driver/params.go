@@ -42,6 +42,11 @@ const (
 	CtxTransport    = "transport"
 	CtxNConnect     = "nconnect"
 	CtxMountOptions = "mountOptions"
+	// CtxMountMode is set to "sidecar" for sidecar volumes; absent means kernel.
+	CtxMountMode = "mountMode"
+	// CtxPodUID is what the kubelet adds to NodePublishVolume's context
+	// (CSIDriver podInfoOnMount: true): the pod the volume is published for.
+	CtxPodUID = "csi.storage.k8s.io/pod.uid"
 
 	MountModeKernel  = "kernel"
 	MountModeSidecar = "sidecar"
@@ -104,6 +109,7 @@ type volumeParams struct {
 	transport     string
 	nconnect      int // 0: the kernel's default
 	mountOptions  []string
+	mountMode     string // kernel | sidecar
 }
 
 func invalid(format string, args ...any) error {
@@ -123,12 +129,12 @@ func parseParameters(params map[string]string, defaultEndpoint string) (*volumeP
 			return nil, invalid("parameters: unknown key %q (known: clusterName, clusterNamespace, adminEndpoint, adminPort, nfsServer, nfsPort, mountMode, transport, nconnect, mountOptions)", k)
 		}
 	}
-	p := &volumeParams{}
+	p := &volumeParams{mountMode: MountModeKernel}
 
 	switch mode := params[ParamMountMode]; mode {
 	case "", MountModeKernel:
 	case MountModeSidecar:
-		return nil, invalid("parameters.mountMode: %q is not supported yet; it arrives with the userspace client (chimera-fuse sidecar) issue, use %q", mode, MountModeKernel)
+		p.mountMode = MountModeSidecar
 	default:
 		return nil, invalid("parameters.mountMode: %q is not one of %q, %q", mode, MountModeKernel, MountModeSidecar)
 	}
@@ -214,7 +220,27 @@ func parseParameters(params map[string]string, defaultEndpoint string) (*volumeP
 		}
 		p.mountOptions = opts
 	}
+	if p.mountMode == MountModeSidecar {
+		if err := sidecarLimits("parameters", p.transport, params[ParamNConnect], params[ParamMountOptions]); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
+}
+
+// sidecarLimits refuses what the kernel NFS client has and chimera-fuse has
+// not: RDMA, several connections, NFS mount options.
+func sidecarLimits(field, transport, nconnect, mountOptions string) error {
+	if transport != TransportTCP {
+		return invalid("%s.transport: %q is not available with mountMode %q (chimera-fuse speaks NFS over TCP only)", field, transport, MountModeSidecar)
+	}
+	if nconnect != "" {
+		return invalid("%s.nconnect: not available with mountMode %q (chimera-fuse uses one connection per volume)", field, MountModeSidecar)
+	}
+	if mountOptions != "" {
+		return invalid("%s.mountOptions: not available with mountMode %q (they are kernel NFS client options; chimera-fuse takes none)", field, MountModeSidecar)
+	}
+	return nil
 }
 
 func parsePort(s string) (int, error) {
@@ -292,6 +318,9 @@ func (p *volumeParams) volumeContext(exportPath string) map[string]string {
 	if len(p.mountOptions) > 0 {
 		ctx[CtxMountOptions] = strings.Join(p.mountOptions, ",")
 	}
+	if p.mountMode == MountModeSidecar {
+		ctx[CtxMountMode] = MountModeSidecar
+	}
 	return ctx
 }
 
@@ -303,6 +332,7 @@ type mountSpec struct {
 	transport  string
 	nconnect   int
 	options    []string
+	sidecar    bool // mountMode sidecar: chimera-fuse in the pod, no kernel NFS mount
 }
 
 // parseVolumeContext validates the context on the node: it crossed the CO and
@@ -345,7 +375,22 @@ func parseVolumeContext(ctx map[string]string) (*mountSpec, error) {
 		}
 		m.options = opts
 	}
+	switch mode := ctx[CtxMountMode]; mode {
+	case "", MountModeKernel:
+	case MountModeSidecar:
+		m.sidecar = true
+		if err := sidecarLimits("volume_context", m.transport, ctx[CtxNConnect], ctx[CtxMountOptions]); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, invalid("volume_context.mountMode: %q is not one of %q, %q", mode, MountModeKernel, MountModeSidecar)
+	}
 	return m, nil
+}
+
+// address is the server as chimera-fuse dials it: host:port, IPv6 bracketed.
+func (m *mountSpec) address() string {
+	return net.JoinHostPort(m.server, strconv.Itoa(m.port))
 }
 
 // source is the mount(8) device string: host:/path, IPv6 hosts bracketed.

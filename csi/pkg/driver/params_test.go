@@ -61,6 +61,21 @@ func TestParseParametersValid(t *testing.T) {
 	if p.adminEndpoint != "http://10.1.2.3:18080" || p.server != "10.9.9.9" || p.port != 12049 || p.transport != TransportTCP {
 		t.Fatalf("%+v", p)
 	}
+	// Sidecar mode: TCP only, and the context says so (kernel contexts do not
+	// carry the key, so existing PersistentVolumes read as kernel).
+	p, err = parseParameters(map[string]string{ParamClusterName: "prod", ParamClusterNamespace: "storage", ParamMountMode: "sidecar"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx = p.volumeContext("/v")
+	want = map[string]string{CtxServer: "prod-mds.storage.svc", CtxPort: "2049", CtxExportPath: "/v", CtxTransport: "tcp", CtxMountMode: "sidecar"}
+	if !reflect.DeepEqual(ctx, want) {
+		t.Fatalf("sidecar context %v, want %v", ctx, want)
+	}
+	if m, err := parseVolumeContext(ctx); err != nil || !m.sidecar || m.address() != "prod-mds.storage.svc:2049" {
+		t.Fatalf("sidecar context parsed as %+v %v", m, err)
+	}
+
 	p, err = parseParameters(nil, "http://127.0.0.1:1234")
 	if err != nil || p.server != "127.0.0.1" || p.port != NFSPortTCPDefault {
 		t.Fatalf("default endpoint: %+v %v", p, err)
@@ -80,7 +95,9 @@ func TestParseParametersInvalid(t *testing.T) {
 		params  map[string]string
 		mention string
 	}{
-		{"sidecar not yet", base(ParamMountMode, "sidecar"), "userspace client"},
+		{"sidecar over rdma", base(ParamMountMode, "sidecar", ParamTransport, "rdma"), "parameters.transport"},
+		{"sidecar with nconnect", base(ParamMountMode, "sidecar", ParamNConnect, "2"), "parameters.nconnect"},
+		{"sidecar with mountOptions", base(ParamMountMode, "sidecar", ParamMountOptions, "noatime"), "parameters.mountOptions"},
 		{"unknown mount mode", base(ParamMountMode, "fuse"), "parameters.mountMode"},
 		{"unknown key", base("clustername", "x"), `unknown key "clustername"`},
 		{"bad transport", base(ParamTransport, "udp"), "parameters.transport"},

@@ -2,7 +2,8 @@ package driver
 
 // Proves that every sample StorageClass shipped in config/samples is one the
 // driver accepts: it names this driver, its parameters pass the same parser
-// CreateVolume uses, and its mountOptions pass the node's option checks. A
+// CreateVolume uses, and its mountOptions pass the node's option checks (for
+// the kernel client, or none for a mountMode sidecar class). A
 // sample that drifts from the driver fails here, not in a user's cluster.
 
 import (
@@ -41,7 +42,11 @@ func TestSampleStorageClasses(t *testing.T) {
 			t.Errorf("%s: volume context rejected: %v", f, err)
 			continue
 		}
-		if _, err := buildMountOptions(spec, sc.MountOptions, false); err != nil {
+		if spec.sidecar {
+			if err := checkSidecarCapability(sc.MountOptions); err != nil {
+				t.Errorf("%s: mountOptions rejected: %v", f, err)
+			}
+		} else if _, err := buildMountOptions(spec, sc.MountOptions, false); err != nil {
 			t.Errorf("%s: mountOptions rejected: %v", f, err)
 		}
 		if sc.AllowVolumeExpansion == nil || !*sc.AllowVolumeExpansion {

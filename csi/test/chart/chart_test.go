@@ -7,8 +7,9 @@
 // hostNetwork, Bidirectional propagation on the configured kubelet dir's pods
 // and plugins dirs, registrar pointing at the kubelet-side socket); RBAC
 // binding the controller's ServiceAccount; and StorageClasses whose parameters
-// the driver's own parser accepts. Bad values (sidecar mode, no cluster) make
-// helm fail with a message naming the field.
+// the driver's own parser accepts (a sidecar-mode class among them). Bad
+// values (an unknown mount mode, sidecar mode with RDMA or nconnect, no
+// cluster) make helm fail with a message naming the field.
 //
 // The templates are rendered inside a throwaway chart (a minimal Chart.yaml
 // plus the csi-*.yaml files) so this test does not depend on the rest of the
@@ -60,6 +61,10 @@ csi:
       clusterName: prod
       clusterNamespace: storage
       transport: rdma
+    - name: chimera-fuse
+      clusterName: chimera
+      clusterNamespace: chimera
+      mountMode: sidecar
 `
 
 func helmBin(t *testing.T) string {
@@ -234,7 +239,7 @@ func TestCSITemplates(t *testing.T) {
 	if node.SecurityContext == nil || node.SecurityContext.Privileged == nil || !*node.SecurityContext.Privileged {
 		t.Error("node plugin is not privileged")
 	}
-	if !hasArg(node, "--mode=node") || !hasArg(node, "--nodeid=$(NODE_NAME)") {
+	if !hasArg(node, "--mode=node") || !hasArg(node, "--nodeid=$(NODE_NAME)") || !hasArg(node, "--kubelet-dir="+kubeletDir) {
 		t.Errorf("node plugin args %q", node.Args)
 	}
 	bidi := map[string]bool{}
@@ -264,8 +269,11 @@ func TestCSITemplates(t *testing.T) {
 		}
 	}
 
-	if len(o.classes) != 2 {
-		t.Fatalf("%d StorageClasses, want 2", len(o.classes))
+	if len(o.classes) != 3 {
+		t.Fatalf("%d StorageClasses, want 3", len(o.classes))
+	}
+	if m := o.classes[2].Parameters["mountMode"]; m != "sidecar" {
+		t.Errorf("StorageClass %s: mountMode %q, want sidecar", o.classes[2].Name, m)
 	}
 	for _, sc := range o.classes {
 		if sc.Provisioner != driver.DriverName || sc.AllowVolumeExpansion == nil || !*sc.AllowVolumeExpansion {
@@ -299,7 +307,9 @@ func TestCSITemplatesRejectBadValues(t *testing.T) {
 	helm := helmBin(t)
 	chart := scratchChart(t)
 	for _, c := range []struct{ values, mention string }{
-		{"csi:\n  storageClasses:\n    - {name: a, clusterName: c1, clusterNamespace: ns1, mountMode: sidecar}\n", "mountMode"},
+		{"csi:\n  storageClasses:\n    - {name: a, clusterName: c1, clusterNamespace: ns1, mountMode: fuse}\n", "mountMode"},
+		{"csi:\n  storageClasses:\n    - {name: a, clusterName: c1, clusterNamespace: ns1, mountMode: sidecar, transport: rdma}\n", "mountMode sidecar"},
+		{"csi:\n  storageClasses:\n    - {name: a, clusterName: c1, clusterNamespace: ns1, mountMode: sidecar, nconnect: 2}\n", "mountMode sidecar"},
 		{"csi:\n  storageClasses:\n    - {name: a}\n", "clusterName"},
 		{"csi:\n  storageClasses:\n    - {clusterName: c1, clusterNamespace: ns1}\n", "name is required"},
 	} {
@@ -325,7 +335,7 @@ func TestWholeChartCarriesCSI(t *testing.T) {
 		t.Fatalf("helm template of the whole chart: %v\n%s", err, out)
 	}
 	o := parse(t, out)
-	if o.csiDriver == nil || o.deployment == nil || o.daemonSet == nil || len(o.classes) != 2 {
+	if o.csiDriver == nil || o.deployment == nil || o.daemonSet == nil || len(o.classes) != 3 {
 		t.Fatalf("whole chart lacks CSI objects: driver %v deployment %v daemonset %v classes %d",
 			o.csiDriver != nil, o.deployment != nil, o.daemonSet != nil, len(o.classes))
 	}

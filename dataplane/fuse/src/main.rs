@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A line on stderr, ignoring a closed one (a detached daemon outlives the
@@ -26,6 +26,8 @@ macro_rules! log {
         let _ = writeln!(std::io::stderr(), $($t)*);
     }};
 }
+
+mod sidecar;
 
 /// Unstable bytes written to one file before a COMMIT is sent without
 /// waiting for flush: bounds what a server restart can make us resend.
@@ -54,10 +56,13 @@ struct Opts {
     call_timeout: Duration,
     max_inodes: usize,
     mountpoint: Option<String>,
+    /// Sidecar mode: volumes arrive as sockets in this directory.
+    sidecar_dir: Option<String>,
 }
 
 const USAGE: &str = "usage: chimera-fuse --server HOST:PORT --export PATH [options] MOUNTPOINT
        chimera-fuse --server HOST:PORT --export PATH --fuse-fd N [options]
+       chimera-fuse --sidecar-dir DIR [options]
 options:
   --mount-port N           MOUNT service port (default: MOUNT on the NFS port)
   --uid N / --gid N        AUTH_SYS credentials (default: the caller's)
@@ -67,6 +72,8 @@ options:
   --foreground             do not detach; log to stderr
   --allow-other            let other users than the mounter use the mount
   --fuse-fd N              serve an already-mounted /dev/fuse descriptor
+  --sidecar-dir DIR        serve the descriptors handed over DIR/<name>/socket
+                           (CSI mountMode: sidecar; server and export come with each)
   --reconnect-timeout-ms N how long an operation retries a lost server (default 60000)
   --call-timeout-ms N      one RPC's timeout (default 30000)
   --max-inodes N           bound of the inode table (default 1048576)";
@@ -88,6 +95,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
         call_timeout: Duration::from_millis(30_000),
         max_inodes: 1 << 20,
         mountpoint: None,
+        sidecar_dir: None,
     };
     let mut it = args.into_iter();
     fn num<T: std::str::FromStr>(it: &mut impl Iterator<Item = String>, name: &str) -> Result<T, String> {
@@ -107,6 +115,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
             "--call-timeout-ms" => o.call_timeout = Duration::from_millis(num(&mut it, &a)?),
             "--max-inodes" => o.max_inodes = num(&mut it, &a)?,
             "--fuse-fd" => o.fuse_fd = Some(num(&mut it, &a)?),
+            "--sidecar-dir" => o.sidecar_dir = Some(it.next().ok_or("--sidecar-dir needs a directory")?),
             "--writeback" => o.writeback = true,
             "--foreground" | "-f" => o.foreground = true,
             "--allow-other" => o.allow_other = true,
@@ -118,6 +127,13 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
             _ if o.mountpoint.is_none() => o.mountpoint = Some(a),
             _ => return Err(format!("unexpected argument {a}")),
         }
+    }
+    if o.sidecar_dir.is_some() {
+        // Each volume brings its own server, export and identity.
+        if !o.server.is_empty() || !o.export.is_empty() || o.mountpoint.is_some() || o.fuse_fd.is_some() {
+            return Err("--sidecar-dir takes no --server, --export, --fuse-fd or MOUNTPOINT".into());
+        }
+        return Ok(o);
     }
     if o.server.is_empty() || o.export.is_empty() {
         return Err("--server and --export are required".into());
@@ -277,7 +293,9 @@ struct State {
 }
 
 struct ChimeraFs {
-    st: Mutex<State>,
+    /// Shared with the sidecar's registry, which commits what is still
+    /// unstable when it is told to stop.
+    st: Arc<Mutex<State>>,
     attr_ttl: Duration,
     entry_ttl: Duration,
     writeback: bool,
@@ -387,6 +405,16 @@ impl ChimeraFs {
     }
 }
 
+impl State {
+    /// COMMIT every file with unstable data (destroy, and the sidecar's stop).
+    fn commit_all(&mut self) {
+        let fhs: Vec<Vec<u8>> = self.conn.dirty.keys().cloned().collect();
+        for fh in fhs {
+            let _ = self.conn.commit(&fh);
+        }
+    }
+}
+
 fn name_ok(name: &OsStr) -> Result<&[u8], Errno> {
     let b = name.as_bytes();
     if b.len() > 255 {
@@ -409,11 +437,7 @@ impl Filesystem for ChimeraFs {
 
     fn destroy(&mut self) {
         // Commit whatever is still unstable before the session ends.
-        let mut st = self.st();
-        let fhs: Vec<Vec<u8>> = st.conn.dirty.keys().cloned().collect();
-        for fh in fhs {
-            let _ = st.conn.commit(&fh);
-        }
+        self.st().commit_all();
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -826,40 +850,31 @@ fn detach() -> Option<i32> {
     }
 }
 
-fn main() {
-    let opts = match parse_args(std::env::args().skip(1)) {
-        Ok(o) => o,
-        Err(m) => {
-            log!("chimera-fuse: {m}\n{USAGE}");
-            std::process::exit(2);
-        }
-    };
-    let ready_fd = if opts.foreground || opts.fuse_fd.is_some() { None } else { detach() };
-    let sigs = block_signals();
-
-    let mut conn = match Conn::open(opts.clone()) {
-        Ok(c) => c,
-        Err(e) => {
-            log!("chimera-fuse: cannot mount {}:{}: {e}", opts.server, opts.export);
-            std::process::exit(1);
-        }
-    };
+/// The file system over one export: connect, MOUNT, the root's attributes.
+/// Shared by the mounting mode, `--fuse-fd` and each sidecar volume.
+fn open_fs(opts: &Opts) -> Result<ChimeraFs, String> {
+    let mut conn = Conn::open(opts.clone()).map_err(|e| format!("cannot mount {}:{}: {e}", opts.server, opts.export))?;
     let root = conn.root.clone();
-    let root_fileid = match conn.run(|n| n.getattr(&root)) {
-        Ok(a) => a.fileid,
-        Err(e) => {
-            log!("chimera-fuse: GETATTR of {}:{} root: {e:?}", opts.server, opts.export);
-            std::process::exit(1);
-        }
-    };
-    let fs = ChimeraFs {
-        st: Mutex::new(State { conn, nodes: HashMap::new(), root_fileid, dirs: HashMap::new(), next_dir: 0 }),
+    let root_fileid = conn
+        .run(|n| n.getattr(&root))
+        .map_err(|e| format!("GETATTR of {}:{} root: {e:?}", opts.server, opts.export))?
+        .fileid;
+    Ok(ChimeraFs {
+        st: Arc::new(Mutex::new(State {
+            conn,
+            nodes: HashMap::new(),
+            root_fileid,
+            dirs: HashMap::new(),
+            next_dir: 0,
+        })),
         attr_ttl: opts.attr_timeout,
         entry_ttl: opts.entry_timeout,
         writeback: opts.writeback,
         max_inodes: opts.max_inodes,
-    };
+    })
+}
 
+fn fuse_config(opts: &Opts) -> Config {
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName(format!("{}:{}", opts.server, opts.export)),
@@ -869,7 +884,40 @@ fn main() {
     if opts.allow_other {
         config.acl = SessionACL::All;
     }
+    config
+}
+
+/// A session on a `/dev/fuse` descriptor someone else opened and mounted
+/// (`--fuse-fd`, and every volume the sidecar is handed). The handshake
+/// (the kernel's INIT) runs here.
+fn session_on_fd(fs: ChimeraFs, fd: std::os::fd::OwnedFd, opts: &Opts) -> std::io::Result<fuser::Session<ChimeraFs>> {
+    let config = fuse_config(opts);
     let acl = config.acl;
+    fuser::Session::from_fd(fs, fd, acl, config)
+}
+
+fn main() {
+    let opts = match parse_args(std::env::args().skip(1)) {
+        Ok(o) => o,
+        Err(m) => {
+            log!("chimera-fuse: {m}\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    if let Some(dir) = opts.sidecar_dir.clone() {
+        let sigs = block_signals();
+        sidecar::run(Path::new(&dir), &opts, &sigs);
+    }
+    let ready_fd = if opts.foreground || opts.fuse_fd.is_some() { None } else { detach() };
+    let sigs = block_signals();
+
+    let fs = match open_fs(&opts) {
+        Ok(fs) => fs,
+        Err(e) => {
+            log!("chimera-fuse: {e}");
+            std::process::exit(1);
+        }
+    };
 
     let session = if let Some(fd) = opts.fuse_fd {
         use std::os::fd::{FromRawFd, OwnedFd};
@@ -877,9 +925,9 @@ fn main() {
             log!("chimera-fuse: --fuse-fd {fd}: not an open descriptor");
             std::process::exit(1);
         }
-        fuser::Session::from_fd(fs, unsafe { OwnedFd::from_raw_fd(fd) }, acl, config)
+        session_on_fd(fs, unsafe { OwnedFd::from_raw_fd(fd) }, &opts)
     } else {
-        fuser::Session::new(fs, opts.mountpoint.as_deref().unwrap(), &config)
+        fuser::Session::new(fs, opts.mountpoint.as_deref().unwrap(), &fuse_config(&opts))
     };
     let session = match session {
         Ok(s) => s,

@@ -44,6 +44,7 @@ func main() {
 		netpol                                bool
 		nfsCIDRs, metricsNS, metricsPods      string
 		adminCA                               string
+		fuseImage, mwcName                    string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "metrics endpoint address (0 disables)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "/healthz and /readyz address")
@@ -56,6 +57,8 @@ func main() {
 	flag.StringVar(&certSecret, "webhook-cert-secret", "chimera-webhook-cert", "Secret holding the self-managed CA and serving certificate")
 	flag.StringVar(&webhookService, "webhook-service", "chimera-webhook", "Service in front of the webhook (certificate DNS name)")
 	flag.StringVar(&vwcName, "webhook-config-name", "chimera-validating-webhook", "ValidatingWebhookConfiguration whose caBundle the operator sets")
+	flag.StringVar(&fuseImage, "fuse-sidecar-image", "", "dataplane image (it carries chimera-fuse) of the sidecar injected into pods annotated chimera.io/fuse-sidecar: \"true\" (CSI mountMode sidecar); empty: no injection")
+	flag.StringVar(&mwcName, "mutating-webhook-config-name", "", "MutatingWebhookConfiguration (the chimera-fuse sidecar injector) whose caBundle the operator sets; empty: none")
 	flag.StringVar(&adminCA, "admin-ca", "chimera-admin-ca", "Secret (ca.crt, ca.key) and ConfigMap (ca.crt, for the CSI driver) in --namespace holding the CA that issues every cluster's admin API certificate; created when missing")
 	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace the operator runs in (default $POD_NAMESPACE)")
 	// Out-of-cluster runs only (development, the fake-cluster e2e): there the
@@ -78,6 +81,7 @@ func main() {
 		leaderElect: leaderElect, enableWebhook: enableWebhook, selfCerts: selfCerts,
 		certSecret: certSecret, webhookService: webhookService, vwcName: vwcName, namespace: namespace,
 		mdsAdminURL: strings.TrimRight(mdsAdminURL, "/"), webhookHost: webhookHost, adminCA: adminCA,
+		fuseImage: fuseImage, mwcName: mwcName,
 	}
 	for _, s := range strings.Split(extraSANs, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -106,6 +110,7 @@ type options struct {
 	certSecret, webhookService, vwcName   string
 	namespace, mdsAdminURL, webhookHost   string
 	adminCA                               string
+	fuseImage, mwcName                    string
 	extraSANs                             []string
 	netpol                                render.NetworkPolicyOptions
 }
@@ -173,7 +178,7 @@ func run(o options) error {
 		defer cancel()
 		if err := webhook.EnsureCerts(ctx, direct, webhook.CertOptions{
 			Namespace: namespace, SecretName: certSecret, ServiceName: webhookService, WebhookName: vwcName, CertDir: certDir,
-			ExtraSANs: o.extraSANs,
+			MutatingWebhookName: o.mwcName, ExtraSANs: o.extraSANs,
 		}); err != nil {
 			return fmt.Errorf("webhook certificates: %w", err)
 		}
@@ -223,6 +228,9 @@ func run(o options) error {
 	if enableWebhook {
 		if err := webhook.SetupWithManager(mgr); err != nil {
 			return err
+		}
+		if o.fuseImage != "" {
+			webhook.SetupSidecarInjector(mgr, o.fuseImage)
 		}
 		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 			return err
