@@ -57,7 +57,7 @@ use client::nfs3::{Fattr, Nfs3, SetAttr as RSetAttr, SetTime as RSetTime, Stable
 use client::{Auth, Limits};
 use proto::nfs3::ftype3;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use vfs::iopool::IoPool;
@@ -75,6 +75,10 @@ const READDIR_BYTES: u32 = 32 << 10;
 const ROOT_INO: u64 = 0;
 const ROOT_GEN: u64 = u64::MAX;
 const MAPPED: u64 = 1 << 63;
+
+const UNKNOWN: u8 = 0;
+const UP: u8 = 1;
+const DOWN: u8 = 2;
 
 /// What to mount and how.
 #[derive(Debug, Clone)]
@@ -107,18 +111,21 @@ pub struct Stats {
 
 struct Slot {
     nfs: Option<Nfs3>,
-    retry_at: Option<Instant>,
 }
 
 struct Inner {
     opts: Options,
     slots: Vec<Mutex<Slot>>,
     next: AtomicUsize,
+    /// No connect before this (the last one failed).
+    retry_at: Mutex<Option<Instant>>,
     /// The remote root handle from the last MOUNT.
     root: RwLock<Option<Vec<u8>>>,
     map: Mutex<HashMap<(u64, u64), Vec<u8>>>,
     verifier: Mutex<[u8; 8]>,
-    up: AtomicBool,
+    /// Whether the remote answered last time: `UNKNOWN`, `UP` or `DOWN`
+    /// (a change is logged through `notify`).
+    state: AtomicU8,
     notify: Notify,
     stats: Stats,
 }
@@ -323,9 +330,18 @@ impl Inner {
         }
     }
 
-    /// Connect and MOUNT on `slot` (it had no connection).
+    /// Record whether the remote answered; log the changes.
+    fn set_state(&self, to: u8, what: &str, error: Option<&str>) {
+        if self.state.swap(to, Ordering::AcqRel) != to {
+            (self.notify)(what, error);
+        }
+    }
+
+    /// Connect and MOUNT on `slot` (it had no connection). After a failed
+    /// connect, no connection tries again for `retry_after`.
     fn connect(&self, slot: &mut Slot) -> VfsResult<()> {
-        if slot.retry_at.is_some_and(|t| Instant::now() < t) {
+        let mut retry = self.retry_at.lock().unwrap_or_else(|e| e.into_inner());
+        if retry.is_some_and(|t| Instant::now() < t) {
             return Err(VfsError::Io);
         }
         let r =
@@ -338,23 +354,22 @@ impl Inner {
                 self.stats.connects.fetch_add(1, Ordering::Relaxed);
                 self.set_root(root);
                 slot.nfs = Some(c);
-                slot.retry_at = None;
-                if !self.up.swap(true, Ordering::AcqRel) {
-                    (self.notify)("remote export connected", None);
-                }
+                *retry = None;
+                self.set_state(UP, "remote export connected", None);
                 Ok(())
             }
             Err(e) => {
                 self.stats.connect_failures.fetch_add(1, Ordering::Relaxed);
-                slot.retry_at = Some(Instant::now() + self.opts.retry_after);
-                if self.up.swap(false, Ordering::AcqRel) {
-                    (self.notify)("remote export unreachable", Some(&e.to_string()));
-                }
-                Err(match e {
-                    // The remote answers but refuses the export: not an outage.
-                    client::Error::Mount { .. } => VfsError::Stale,
-                    _ => VfsError::Io,
-                })
+                *retry = Some(Instant::now() + self.opts.retry_after);
+                let what = match e {
+                    // It answers but refuses the export: a configuration error.
+                    client::Error::Mount { .. } => {
+                        "remote refused MOUNT of the export (no such export, or not exported to us)"
+                    }
+                    _ => "remote export unreachable",
+                };
+                self.set_state(DOWN, what, Some(&e.to_string()));
+                Err(VfsError::Io)
             }
         }
     }
@@ -387,9 +402,7 @@ impl Inner {
                 if e.is_connection() || matches!(e, client::Error::Timeout { .. }) {
                     slot.nfs = None;
                     self.stats.connections_lost.fetch_add(1, Ordering::Relaxed);
-                    if self.up.swap(false, Ordering::AcqRel) {
-                        (self.notify)("remote export lost", Some(&e.to_string()));
-                    }
+                    self.set_state(DOWN, "remote export lost", Some(&e.to_string()));
                 }
                 self.stats.calls_failed.fetch_add(1, Ordering::Relaxed);
                 Err(vfs_error(&e))
@@ -494,9 +507,9 @@ impl Inner {
 }
 
 impl NfsVfs {
-    /// Set up the mount and try to connect once. A remote that is down is
-    /// not an error (calls fail with `Io` until it is back); one that
-    /// refuses the export is (`Err` names it).
+    /// Set up the mount; the first connection is made on a worker, so a
+    /// remote that is down or slow never holds the server's start (calls
+    /// fail with `Io` until it answers; `notify` says why).
     pub fn new(opts: Options, notify: Notify) -> Result<NfsVfs, String> {
         if opts.connections == 0 || opts.connections > CONNECTIONS_MAX {
             return Err(format!(
@@ -505,40 +518,26 @@ impl NfsVfs {
             ));
         }
         let slots = (0..opts.connections)
-            .map(|_| {
-                Mutex::new(Slot {
-                    nfs: None,
-                    retry_at: None,
-                })
-            })
+            .map(|_| Mutex::new(Slot { nfs: None }))
             .collect();
         let pool = IoPool::start(&format!("nfs-{}", opts.name), opts.connections)?;
         let inner = Arc::new(Inner {
             opts,
             slots,
             next: AtomicUsize::new(0),
+            retry_at: Mutex::new(None),
             root: RwLock::new(None),
             map: Mutex::new(HashMap::new()),
             verifier: Mutex::new(random_verifier()),
-            up: AtomicBool::new(false),
+            state: AtomicU8::new(UNKNOWN),
             notify,
             stats: Stats::default(),
         });
-        let mut slot = inner.slots[0].lock().unwrap_or_else(|e| e.into_inner());
-        match inner.connect(&mut slot) {
-            Ok(()) => {}
-            Err(VfsError::Stale) => {
-                return Err(format!(
-                    "{}: {} refused MOUNT of {} (no such export, or not exported to us)",
-                    inner.opts.name, inner.opts.addr, inner.opts.path
-                ))
-            }
-            Err(_) => (inner.notify)(
-                "remote export unreachable at start; retrying on use",
-                Some("connect failed"),
-            ),
-        }
-        drop(slot);
+        let first = inner.clone();
+        pool.run(Box::new(move || {
+            let mut slot = first.slots[0].lock().unwrap_or_else(|e| e.into_inner());
+            let _ = first.connect(&mut slot);
+        }));
         Ok(NfsVfs { inner, pool })
     }
 
@@ -548,7 +547,7 @@ impl NfsVfs {
 
     /// Whether the last connect or call found the remote up.
     pub fn is_up(&self) -> bool {
-        self.inner.up.load(Ordering::Acquire)
+        self.inner.state.load(Ordering::Acquire) == UP
     }
 }
 
@@ -915,7 +914,8 @@ mod tests {
             root: RwLock::new(Some(root.to_vec())),
             map: Mutex::new(HashMap::new()),
             verifier: Mutex::new([0; 8]),
-            up: AtomicBool::new(true),
+            retry_at: Mutex::new(None),
+            state: AtomicU8::new(UP),
             notify: Arc::new(|_, _| {}),
             stats: Stats::default(),
         }
