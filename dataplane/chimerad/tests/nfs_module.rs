@@ -11,6 +11,7 @@
 //!   hang), B logs the outage and keeps serving its memfs mount; A back on
 //!   its port: B serves the mount again (memfs: old handles are stale);
 //! - A on diskfs restarted: a handle B gave out before still reads its data;
+//! - a remote that accepts and never answers: EIO after the timeout;
 //! - config: remote paths with a port, ports on other modules, bad
 //!   connection counts are refused naming the key.
 //!
@@ -474,5 +475,31 @@ fn remote_down_at_start_does_not_stop_the_server() {
     // clients that mount "/" see it as a directory that cannot be reached).
     cl.getattr(&local).unwrap();
     drop(b);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A remote that accepts connections and never answers (a hung server):
+/// B's calls to it fail with EIO after the mount's timeout, not later, and
+/// B's own mount keeps answering meanwhile.
+#[test]
+fn a_remote_that_never_answers_costs_at_most_the_timeout() {
+    let dir = scratch("hung");
+    // The kernel completes connections into the backlog; nobody reads.
+    let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut b = start(&config_b(&dir, hung.local_addr().unwrap().port()));
+    let mut c = Nfs3::connect(&b.nfs, &Auth::sys(0, 0), limits()).unwrap();
+    let t = Instant::now();
+    let e = c.mount("/r").unwrap_err();
+    let took = t.elapsed();
+    assert!(matches!(e, Error::Mount { .. }), "{e}");
+    assert!(took < Duration::from_millis(2 * REMOTE_TIMEOUT_MS + 2000), "EIO after {took:?}");
+    let v = logged(&mut b, "remote export unreachable", Duration::from_secs(10));
+    assert!(v["error"].as_str().unwrap_or("").contains("timeout"), "the reason is the timeout: {v}");
+    let (mut cl, local) = connect(&b.nfs, "/local");
+    let f = cl.create(&local, b"f", 0o644, true).unwrap();
+    cl.write(&f, 0, b"ok", Stable::FileSync).unwrap();
+    assert_eq!(read_all(&mut cl, &f, 2), b"ok");
+    drop(b);
+    drop(hung);
     std::fs::remove_dir_all(&dir).unwrap();
 }
