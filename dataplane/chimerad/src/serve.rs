@@ -130,7 +130,9 @@ fn nfs_backend(m: &MountConfig, export_id: u32) -> Result<Arc<dyn Vfs>, String> 
             None => log::info(msg, &fields),
         }
     });
-    nfsvfs::NfsVfs::new(opts, notify).map(|v| Arc::new(v) as Arc<dyn Vfs>).map_err(|e| format!("mounts.{e}"))
+    let v = Arc::new(nfsvfs::NfsVfs::new(opts, notify).map_err(|e| format!("mounts.{e}"))?);
+    crate::metrics::add_nfs_mount(&m.name, v.clone());
+    Ok(v)
 }
 
 /// Open diskfs over `server.vfs.diskfs`'s devices (recovering or, with

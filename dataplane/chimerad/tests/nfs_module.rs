@@ -444,8 +444,9 @@ fn nfs_mount_settings_are_checked_by_name() {
     }
 }
 
-/// B starts while its remote is down, serves its other mount, logs why, and
-/// answers EIO for the nfs mount within its timeout.
+/// B starts while its remote is down, serves its other mount, logs why,
+/// answers EIO for the nfs mount within its timeout, and serves it once the
+/// remote comes up.
 #[test]
 fn remote_down_at_start_does_not_stop_the_server() {
     let dir = scratch("down");
@@ -471,9 +472,21 @@ fn remote_down_at_start_does_not_stop_the_server() {
         "{:?}",
         t.elapsed()
     );
-    // The pseudo-root's entry for it answers EIO the same way (NFSv3
-    // clients that mount "/" see it as a directory that cannot be reached).
     cl.getattr(&local).unwrap();
+    // The remote comes up (on the port B was told): B mounts it on use.
+    let a = start(&config_a(&dir, free, None));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let root = loop {
+        match c.mount("/r") {
+            Ok(r) => break r,
+            Err(e) => assert!(Instant::now() < deadline, "B never reached the remote: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let f = c.create(&root, b"late", 0o644, true).unwrap();
+    c.write(&f, 0, b"late", Stable::FileSync).unwrap();
+    assert_eq!(read_all(&mut c, &f, 4), b"late");
+    drop(a);
     drop(b);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -230,11 +230,17 @@ impl Inner {
     }
 
     fn root_remote(&self) -> VfsResult<Vec<u8>> {
-        match &*self.root.read().unwrap_or_else(|e| e.into_inner()) {
-            Some(r) => Ok(r.clone()),
-            // Never mounted: the remote has been down since we started.
-            None => Err(VfsError::Io),
+        if let Some(r) = &*self.root.read().unwrap_or_else(|e| e.into_inner()) {
+            return Ok(r.clone());
         }
+        // Never mounted (the remote was down at start): connecting now
+        // MOUNTs and learns the root; bounded like any call.
+        self.call(|_| Ok(()))?;
+        self.root
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or(VfsError::Io)
     }
 
     /// The remote handle a local handle carries.
@@ -378,6 +384,9 @@ impl Inner {
     /// of the connection drops it (the next call reconnects).
     fn call<T>(&self, mut f: impl FnMut(&mut Nfs3) -> client::Result<T>) -> VfsResult<T> {
         let n = self.slots.len();
+        if n == 0 {
+            return Err(VfsError::Io);
+        }
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         let mut slot = None;
         for i in 0..n {
