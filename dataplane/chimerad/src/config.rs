@@ -307,8 +307,8 @@ pub enum Module {
     /// The durable block backend over `Config::diskfs` (backend not in this
     /// build yet: parsed and validated, refused at start).
     Diskfs,
-    /// The userspace NFS client (a remote export mounted into the namespace;
-    /// not in this build yet: parsed and validated, refused at start).
+    /// The userspace NFS client: a remote export mounted into the
+    /// namespace (crate `nfsvfs`).
     Nfs,
 }
 
@@ -333,7 +333,27 @@ pub struct MountConfig {
     /// memfs memory bound; 0 for the other modules (their capacity is the
     /// devices' or the remote server's).
     pub capacity_bytes: u64,
+    /// How an `nfs` mount reaches its remote (None for the other modules).
+    pub nfs: Option<NfsMount>,
 }
+
+/// An `nfs` mount's connection settings (keys of the mount object).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NfsMount {
+    /// The remote's NFS port (`port`, default 2049); MOUNT is asked there
+    /// too, as chimerad serves it on its NFS port.
+    pub port: u16,
+    /// TCP connections to the remote (`connections`, 1..=16, default 2).
+    pub connections: u32,
+    /// Bound on every remote call, connecting included (`timeout_ms`,
+    /// 100..=600000, default 10000): a call to a remote that is down fails
+    /// with NFS3ERR_IO / NFS4ERR_IO within it.
+    pub timeout_ms: u64,
+}
+
+pub const NFS_MOUNT_CONNECTIONS_DEFAULT: u32 = 2;
+pub const NFS_MOUNT_CONNECTIONS_MAX: u32 = 16;
+pub const NFS_MOUNT_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 
 /// `server.vfs.diskfs.config`: the durable backend's devices and caches,
 /// shaped as the reference deployment's. Parsed and validated here; the
@@ -1446,8 +1466,26 @@ fn parse_mounts(v: &Value, warnings: &mut Vec<String>) -> Result<Vec<MountConfig
                 )
             }
         };
+        let port = o.port("port", false)?;
+        let connections = o.u64_in("connections", 1, NFS_MOUNT_CONNECTIONS_MAX as u64)?;
+        let timeout_ms = o.u64_in("timeout_ms", 100, 600_000)?;
+        let nfs = match module {
+            Module::Nfs => Some(NfsMount {
+                port: port.unwrap_or(Netid::Tcp.default_port()),
+                connections: connections.map_or(NFS_MOUNT_CONNECTIONS_DEFAULT, |c| c as u32),
+                timeout_ms: timeout_ms.unwrap_or(NFS_MOUNT_TIMEOUT_MS_DEFAULT),
+            }),
+            m => {
+                for (key, given) in [("port", port.is_some()), ("connections", connections.is_some()), ("timeout_ms", timeout_ms.is_some())] {
+                    if given {
+                        return err(&join(&path, key), format!("only an nfs mount has {key}; this is a {} mount", m.as_str()));
+                    }
+                }
+                None
+            }
+        };
         o.finish(FOREIGN_MOUNT, warnings)?;
-        out.push(MountConfig { name, module, path: backend_path, capacity_bytes });
+        out.push(MountConfig { name, module, path: backend_path, capacity_bytes, nfs });
     }
     Ok(out)
 }

@@ -21,6 +21,40 @@ pub fn set_devices(devs: Vec<block::Device>) {
     *DEVICES.lock().unwrap_or_else(|e| e.into_inner()) = devs;
 }
 
+/// The `nfs` mounts (mount name, backend), registered as they start.
+static NFS_MOUNTS: Mutex<Vec<(String, Arc<nfsvfs::NfsVfs>)>> = Mutex::new(Vec::new());
+
+pub fn add_nfs_mount(name: &str, v: Arc<nfsvfs::NfsVfs>) {
+    NFS_MOUNTS.lock().unwrap_or_else(|e| e.into_inner()).push((name.to_string(), v));
+}
+
+/// Per `nfs` mount: whether its remote answers, connects, outages.
+pub fn render_nfs_mounts(out: &mut String, mounts: &[(String, Arc<nfsvfs::NfsVfs>)]) {
+    if mounts.is_empty() {
+        return;
+    }
+    let n = "chimera_nfs_mount_up";
+    header(out, n, "gauge", "1 while the nfs mount's remote answered its last connect or call.");
+    for (m, v) in mounts {
+        let _ = writeln!(out, "{n}{{mount=\"{}\"}} {}", esc(m), v.is_up() as u8);
+    }
+    use std::sync::atomic::Ordering::Relaxed;
+    let counters: [(&str, &str, fn(&nfsvfs::Stats) -> u64); 4] = [
+        ("chimera_nfs_mount_connects_total", "Connections made (with MOUNT) to the remote.", |s| s.connects.load(Relaxed)),
+        ("chimera_nfs_mount_connect_failures_total", "Connects or MOUNTs to the remote that failed.", |s| s.connect_failures.load(Relaxed)),
+        ("chimera_nfs_mount_connections_lost_total", "Connections dropped: closed by the remote or a call timed out.", |s| {
+            s.connections_lost.load(Relaxed)
+        }),
+        ("chimera_nfs_mount_calls_failed_total", "Remote calls that failed (NFS errors included).", |s| s.calls_failed.load(Relaxed)),
+    ];
+    for (n, help, get) in counters {
+        header(out, n, "counter", help);
+        for (m, v) in mounts {
+            let _ = writeln!(out, "{n}{{mount=\"{}\"}} {}", esc(m), get(v.stats()));
+        }
+    }
+}
+
 /// Per-device I/O counters and the latency histogram of the devices that
 /// keep them (the userspace NVMe driver).
 pub fn render_devices(out: &mut String, devs: &[block::Device]) {
@@ -262,6 +296,7 @@ pub fn render_with(s: &Snapshot, admin: Option<&Admin>, router: Option<&Router>)
         render_admin(&mut out, a);
     }
     render_devices(&mut out, &DEVICES.lock().unwrap_or_else(|e| e.into_inner()));
+    render_nfs_mounts(&mut out, &NFS_MOUNTS.lock().unwrap_or_else(|e| e.into_inner()));
     if rdma::server::STARTED.load(std::sync::atomic::Ordering::Relaxed) {
         render_rdma(&mut out);
     }
@@ -308,6 +343,34 @@ mod tests {
     /// Per-device metrics from the NVMe driver (on its simulated
     /// controller): counts, bytes and a cumulative latency histogram whose
     /// count is the operations completed; devices without stats are left out.
+    #[test]
+    fn renders_nfs_mount_metrics() {
+        // A remote nobody listens on: the mount exists, is down, counts it.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let opts = nfsvfs::Options {
+            name: "r".into(),
+            export_id: 1,
+            addr: format!("127.0.0.1:{port}"),
+            path: "/x".into(),
+            connections: 1,
+            timeout: std::time::Duration::from_secs(2),
+            retry_after: std::time::Duration::from_millis(1),
+        };
+        let v = Arc::new(nfsvfs::NfsVfs::new(opts, Arc::new(|_, _| {})).unwrap());
+        let root = vfs::Vfs::root(&*v, 1).unwrap();
+        assert_eq!(vfs::Vfs::getattr(&*v, &root), Err(vfs::VfsError::Io));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while v.stats().connect_failures.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            assert!(std::time::Instant::now() < deadline, "no connect attempted");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let mut out = String::new();
+        render_nfs_mounts(&mut out, &[("r\"x".to_string(), v)]);
+        assert!(out.contains("chimera_nfs_mount_up{mount=\"r\\\"x\"} 0"), "{out}");
+        assert!(out.contains("# TYPE chimera_nfs_mount_connect_failures_total counter"), "{out}");
+        assert!(!out.contains("chimera_nfs_mount_connect_failures_total{mount=\"r\\\"x\"} 0"), "a failed connect is counted: {out}");
+    }
+
     #[test]
     fn renders_device_metrics() {
         let bus = Arc::new(nvme::sim::SimBus::new(nvme::sim::SimConfig::new("0000:3b:00.0", 2048, 512)));

@@ -83,11 +83,9 @@ fn build_router(cfg: &Config) -> Result<Arc<Router>, String> {
     Router::new(mounts).map(Arc::new).map_err(|e| format!("mounts: {e}"))
 }
 
-/// The one place a mount's module becomes a backend. Modules the config
-/// accepts but this build cannot run yet fail here, at start, naming the
-/// mount: `--check-config` still passes a config meant for a build that has
-/// them (the `nfs` module). A diskfs mount is a view of the one diskfs
-/// `build_router` opened.
+/// The one place a mount's module becomes a backend; a mount that cannot
+/// start fails here, naming the mount. A diskfs mount is a view of the one
+/// diskfs `build_router` opened.
 fn backend_for(m: &MountConfig, export_id: u32, disk: Option<&diskfs::DiskFs>) -> Result<Arc<dyn Vfs>, String> {
     match m.module {
         Module::Memfs => {
@@ -100,12 +98,41 @@ fn backend_for(m: &MountConfig, export_id: u32, disk: Option<&diskfs::DiskFs>) -
             let disk = disk.ok_or_else(|| format!("mounts.{}: diskfs is not open", m.name))?;
             disk.view(&m.path, export_id).map(|v| Arc::new(v) as Arc<dyn Vfs>).map_err(|e| format!("mounts.{}: {e}", m.name))
         }
-        Module::Nfs => Err(format!(
-            "mounts.{}: module \"nfs\" (the userspace NFS client, to mount {}) is not in this build yet; \
-             this mount cannot start",
-            m.name, m.path
-        )),
+        Module::Nfs => nfs_backend(m, export_id),
     }
+}
+
+/// An `nfs` mount: the remote export through the userspace client. The
+/// remote being down does not stop the start (its calls fail with EIO until
+/// it answers); connects and outages are logged with the mount's name.
+fn nfs_backend(m: &MountConfig, export_id: u32) -> Result<Arc<dyn Vfs>, String> {
+    let nfs = m.nfs.as_ref().ok_or_else(|| format!("mounts.{}: nfs settings missing", m.name))?;
+    let p = m.path.as_str();
+    let split = if p.starts_with('[') { p.find("]:").map(|i| (&p[..=i], &p[i + 2..])) } else { p.split_once(':') };
+    let (host, export) = split.ok_or_else(|| format!("mounts.{}.path: expected a remote export \"host:/path\", got {p:?}", m.name))?;
+    let opts = nfsvfs::Options {
+        name: m.name.clone(),
+        export_id,
+        addr: format!("{host}:{}", nfs.port),
+        path: export.to_string(),
+        connections: nfs.connections as usize,
+        timeout: std::time::Duration::from_millis(nfs.timeout_ms),
+        retry_after: std::time::Duration::from_millis(nfs.timeout_ms.min(1000)),
+    };
+    let (name, remote) = (m.name.clone(), format!("{}:{}", opts.addr, opts.path));
+    let notify: nfsvfs::Notify = Arc::new(move |msg: &str, error: Option<&str>| {
+        let mut fields = vec![("mount", name.as_str().into()), ("remote", remote.as_str().into())];
+        match error {
+            Some(e) => {
+                fields.push(("error", e.into()));
+                log::warn(msg, &fields)
+            }
+            None => log::info(msg, &fields),
+        }
+    });
+    let v = Arc::new(nfsvfs::NfsVfs::new(opts, notify).map_err(|e| format!("mounts.{e}"))?);
+    crate::metrics::add_nfs_mount(&m.name, v.clone());
+    Ok(v)
 }
 
 /// Open diskfs over `server.vfs.diskfs`'s devices (recovering or, with
@@ -407,6 +434,13 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
     }
     let router = build_router(cfg)?;
     for e in &cfg.exports {
+        // An nfs mount's remote may be down now: its exports are resolved
+        // when a client MOUNTs them (MNT3ERR_IO while the remote is away),
+        // and their directories must exist on the remote.
+        let first = e.path.trim_start_matches('/').split('/').next().unwrap_or("");
+        if cfg.mounts.iter().any(|m| m.name == first && m.module == Module::Nfs) {
+            continue;
+        }
         ensure_ns_path(&router, &e.path).map_err(|m| format!("exports.{}.path: {m}", e.name))?;
     }
     let pnfs = start_pnfs(cfg, &router)?;

@@ -171,6 +171,19 @@ impl Nfs3 {
         }
     }
 
+    /// CREATE EXCLUSIVE (RFC 1813 §3.3.8): exactly once per `verf`; a
+    /// retry with the same verifier returns the file the first attempt
+    /// made, a different one gets NFS3ERR_EXIST. The server keeps the
+    /// verifier in the file's times, so set the mode afterwards.
+    pub fn create_exclusive(&mut self, dir: &[u8], name: &[u8], verf: [u8; 8]) -> Result<Vec<u8>> {
+        let how = p::createhow3::EXCLUSIVE(verf);
+        let r = self.call(8, &p::CREATE3args { r#where: p::diropargs3 { dir: fh3(dir), name }, how })?;
+        match decode::<p::CREATE3res>(r.body())? {
+            p::CREATE3res::NFS3_OK(ok) => Self::created(ok.obj),
+            p::CREATE3res::default(c, _) => Err(nfs_err(c)),
+        }
+    }
+
     pub fn mkdir(&mut self, dir: &[u8], name: &[u8], mode: u32) -> Result<Vec<u8>> {
         let r = self.call(9, &p::MKDIR3args { r#where: p::diropargs3 { dir: fh3(dir), name }, attributes: sattr_mode(Some(mode)) })?;
         match decode::<p::MKDIR3res>(r.body())? {
@@ -240,6 +253,20 @@ impl Nfs3 {
             return Err(Error::Malformed(format!("WRITE count {} over the {sent} bytes sent", ok.count)));
         }
         Ok(Written { count: ok.count, stable: ok.committed != p::stable_how::UNSTABLE, verf: ok.verf })
+    }
+
+    /// `written`, with the attributes after the write when the server
+    /// sent them (a backend that answers with them saves a GETATTR).
+    pub fn written_attr(reply: &Reply, sent: usize) -> Result<(Written, Option<Fattr>)> {
+        let ok = match decode::<p::WRITE3res>(reply.body())? {
+            p::WRITE3res::NFS3_OK(ok) => ok,
+            p::WRITE3res::default(c, _) => return Err(nfs_err(c)),
+        };
+        if ok.count as usize > sent {
+            return Err(Error::Malformed(format!("WRITE count {} over the {sent} bytes sent", ok.count)));
+        }
+        let w = Written { count: ok.count, stable: ok.committed != p::stable_how::UNSTABLE, verf: ok.verf };
+        Ok((w, post_attr(ok.file_wcc.after)))
     }
 
     /// Queue a COMMIT of the whole file; its verifier from `committed`.
@@ -465,6 +492,12 @@ fn post_attr(a: p::post_op_attr) -> Option<Fattr> {
 impl Nfs3 {
     /// SETATTR (unguarded): the attributes after, when the server sent them.
     pub fn setattr(&mut self, fh: &[u8], s: &SetAttr) -> Result<Option<Fattr>> {
+        self.setattr_guarded(fh, s, None)
+    }
+
+    /// SETATTR, with `guard_ctime` (seconds, nanoseconds) applied only if
+    /// the object's ctime still equals it (NFS3ERR_NOT_SYNC otherwise).
+    pub fn setattr_guarded(&mut self, fh: &[u8], s: &SetAttr, guard_ctime: Option<(u32, u32)>) -> Result<Option<Fattr>> {
         let time = |t: Option<SetTime>| match t {
             None => (p::set_atime::DONT_CHANGE, p::set_mtime::DONT_CHANGE),
             Some(SetTime::Server) => (p::set_atime::SET_TO_SERVER_TIME, p::set_mtime::SET_TO_SERVER_TIME),
@@ -481,7 +514,11 @@ impl Nfs3 {
             atime: time(s.atime).0,
             mtime: time(s.mtime).1,
         };
-        let r = self.call(2, &p::SETATTR3args { object: fh3(fh), new_attributes: attrs, guard: p::sattrguard3::FALSE })?;
+        let guard = match guard_ctime {
+            Some((seconds, nseconds)) => p::sattrguard3::TRUE(p::nfstime3 { seconds, nseconds }),
+            None => p::sattrguard3::FALSE,
+        };
+        let r = self.call(2, &p::SETATTR3args { object: fh3(fh), new_attributes: attrs, guard })?;
         match decode::<p::SETATTR3res>(r.body())? {
             p::SETATTR3res::NFS3_OK(ok) => Ok(post_attr(ok.obj_wcc.after)),
             p::SETATTR3res::default(c, _) => Err(nfs_err(c)),

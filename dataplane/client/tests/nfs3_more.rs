@@ -68,3 +68,30 @@ fn symlink_readlink_link_rename_rmdir_fsstat_access() {
     assert!(st.tbytes > 0);
     assert_eq!(c.access(&f, 0x3) .unwrap() & 0x1, 0x1, "root may read");
 }
+
+/// The calls the `nfs` backend (crate `nfsvfs`) added: CREATE EXCLUSIVE
+/// is exactly once per verifier, a guarded SETATTR applies only while the
+/// ctime matches, and a WRITE reply's attributes come back with it.
+#[test]
+fn create_exclusive_setattr_guard_write_attrs() {
+    let s = start();
+    let (mut c, root) = connect(&s);
+    let fh = c.create_exclusive(&root, b"x", [1; 8]).unwrap();
+    assert_eq!(c.create_exclusive(&root, b"x", [1; 8]).unwrap(), fh, "a retry returns the same file");
+    assert_eq!(code(&c.create_exclusive(&root, b"x", [2; 8]).unwrap_err()), 17, "another verifier is NFS3ERR_EXIST");
+
+    let before = c.getattr(&fh).unwrap().ctime;
+    let stale = (before.seconds.wrapping_sub(1), before.nseconds);
+    let e = c.setattr_guarded(&fh, &SetAttr { size: Some(5), ..Default::default() }, Some(stale)).unwrap_err();
+    assert_eq!(code(&e), 10002, "NFS3ERR_NOT_SYNC");
+    assert_eq!(c.getattr(&fh).unwrap().size, 0, "a failed guard changes nothing");
+    c.setattr_guarded(&fh, &SetAttr { size: Some(5), ..Default::default() }, Some((before.seconds, before.nseconds))).unwrap();
+    assert_eq!(c.getattr(&fh).unwrap().size, 5);
+
+    let data = pattern(3, 0, 3000);
+    let xid = c.submit_write(&fh, 100, &data, Stable::FileSync).unwrap();
+    let reply = c.rpc().wait(xid).unwrap();
+    let (w, attr) = Nfs3::written_attr(&reply, data.len()).unwrap();
+    assert_eq!((w.count, w.stable), (3000, true));
+    assert_eq!(attr.expect("chimerad sends the attributes after").size, 3100);
+}

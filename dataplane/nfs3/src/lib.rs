@@ -245,8 +245,19 @@ impl Nfs3Program {
         let r = self
             .vfs
             .getattr(&dir)
-            .and_then(|d| require(&d, cred, vfs::access::LOOKUP))
-            .and_then(|_| self.vfs.lookup(&dir, a.what.name));
+            .and_then(|d| require(&d, cred, vfs::access::LOOKUP).map(|_| d))
+            .and_then(|d| match a.what.name {
+                // "." and ".." are names a client may look up (§3.3.3; the
+                // nfs mount module finds a directory's parent so). The
+                // parent of an export's root is the root itself: NFSv3
+                // never climbs above what was mounted.
+                b"." => Ok((dir, d)),
+                b".." => match self.vfs.lookup_parent(&dir) {
+                    Ok((p, _)) if p.export_id != dir.export_id => Ok((dir, d)),
+                    other => other,
+                },
+                name => self.vfs.lookup(&dir, name),
+            });
         match r {
             Ok((fh, at)) => {
                 let bytes = fh.to_bytes();

@@ -454,3 +454,29 @@ fn mount_and_portmap() {
     pm.call(&c, &q, &mut e).unwrap();
     assert_eq!(e.written(), &[0, 0, 0, 0], "unregistered program: port 0");
 }
+
+/// LOOKUP "." is the directory, ".." its parent, and the export root is its
+/// own parent (§3.3.3).
+#[test]
+fn lookup_dot_and_dotdot() {
+    let t = T::new(64 << 20);
+    let r = t.call(NFSPROC3_MKDIR, &MKDIR3args { r#where: diropargs3 { dir: t.fh(), name: b"d" }, attributes: unset() });
+    let d = match dec::<MKDIR3res>(&r) {
+        MKDIR3res::NFS3_OK(ok) => match ok.obj {
+            post_op_fh3::TRUE(h) => h.data.to_vec(),
+            _ => panic!("no handle"),
+        },
+        other => panic!("mkdir failed: {other:?}"),
+    };
+    let look = |dir: &[u8], name: &[u8]| -> Vec<u8> {
+        let r = t.call(NFSPROC3_LOOKUP, &LOOKUP3args { what: diropargs3 { dir: nfs_fh3 { data: dir }, name } });
+        match dec::<LOOKUP3res>(&r) {
+            LOOKUP3res::NFS3_OK(ok) => ok.object.data.to_vec(),
+            other => panic!("lookup {:?} failed: {other:?}", String::from_utf8_lossy(name)),
+        }
+    };
+    assert_eq!(look(&d, b"."), d);
+    assert_eq!(look(&d, b".."), t.root);
+    assert_eq!(look(&t.root, b".."), t.root);
+    assert_eq!(look(&t.root, b"."), t.root);
+}
