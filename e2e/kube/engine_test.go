@@ -15,7 +15,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -65,18 +64,10 @@ for phase in layout randwrite randread; do echo "@@fio-$phase-begin"; cat "/resu
 		return "", err
 	}
 	c := &job.Spec.Template.Spec.Containers[0]
-	c.Image, c.ImagePullPolicy = engineImage, corev1.PullNever
-	c.Resources = corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
-		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
-	}
+	smallFio(c, engineImage, fioScale, fioRuntimeS)
 	sawArgs := false
 	for i := range c.Env {
 		switch c.Env[i].Name {
-		case "SCALE":
-			c.Env[i].Value = fioScale
-		case "RUNTIME_S":
-			c.Env[i].Value = fioRuntimeS
 		case "FIO_ARGS":
 			// The sample names the MDS Service and the export; the guest
 			// has no cluster DNS or Service proxy, and the test writes
@@ -118,32 +109,7 @@ for phase in layout randwrite randread; do echo "@@fio-$phase-begin"; cat "/resu
 		_ = e.k8s.Delete(e.ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))
 		_ = e.k8s.Delete(e.ctx, cm)
 	}()
-	// A failed Job ends the wait at once (its log says why).
-	var failed error
-	err = eventually(e.ctx, fioJobTimeout, func() error {
-		if err := e.k8s.Get(e.ctx, client.ObjectKeyFromObject(job), job); err != nil {
-			return err
-		}
-		for _, cond := range job.Status.Conditions {
-			if cond.Type == batchv1.JobFailed && cond.Status == corev1.ConditionTrue {
-				failed = fmt.Errorf("job failed: %s %s", cond.Reason, cond.Message)
-				return nil
-			}
-			if cond.Type == batchv1.JobComplete && cond.Status == corev1.ConditionTrue {
-				return nil
-			}
-		}
-		var pods corev1.PodList
-		_ = e.k8s.List(e.ctx, &pods, client.InNamespace(clusterNS), client.MatchingLabels{"job-name": job.Name})
-		var states []string
-		for i := range pods.Items {
-			states = append(states, pods.Items[i].Name+"="+podState(&pods.Items[i])+" "+e.events(clusterNS, pods.Items[i].Name))
-		}
-		return fmt.Errorf("job active %d, pods %v", job.Status.Active, states)
-	})
-	if err == nil {
-		err = failed
-	}
+	err = e.waitJob(job, fioJobTimeout)
 	out, lerr := e.tool(e.kubectl, "logs", "-n", clusterNS, "job/"+job.Name)
 	if err != nil {
 		return "", fmt.Errorf("%w\nfio log:\n%s", err, out)
@@ -151,21 +117,9 @@ for phase in layout randwrite randread; do echo "@@fio-$phase-begin"; cat "/resu
 	if lerr != nil {
 		return "", lerr
 	}
-	var notes []string
-	var fioWritten int64
-	for _, phase := range []string{"layout", "randwrite", "randread"} {
-		errs, rb, wb, err := fioSummary(section(out, "fio-"+phase))
-		if err != nil {
-			return "", fmt.Errorf("fio %s report: %v\nfio log:\n%s", phase, err, out)
-		}
-		if errs != 0 {
-			return "", fmt.Errorf("fio %s: %d errors\nfio log:\n%s", phase, errs, out)
-		}
-		if (phase != "randread" && wb == 0) || (phase != "randwrite" && rb == 0) {
-			return "", fmt.Errorf("fio %s moved no data (read %d, write %d bytes)", phase, rb, wb)
-		}
-		fioWritten += wb
-		notes = append(notes, fmt.Sprintf("%s w%dKiB/r%dKiB", phase, wb>>10, rb>>10))
+	notes, fioWritten, err := fioPhases(out)
+	if err != nil {
+		return "", fmt.Errorf("%w\nfio log:\n%s", err, out)
 	}
 	w1, r1, err := e.dsNFS3Bytes(dsAddrs)
 	if err != nil {

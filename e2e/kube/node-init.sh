@@ -27,7 +27,7 @@ hostname localhost
 
 for m in virtio_net 9p 9pnet_virtio overlay br_netfilter veth bridge nf_conntrack nf_nat nf_tables \
     nft_compat nft_chain_nat xt_nat xt_MASQUERADE xt_conntrack xt_addrtype xt_comment xt_mark \
-    sunrpc nfs nfsv4 nfs_layout_flexfiles; do
+    sunrpc nfs nfsv4 nfs_layout_flexfiles fuse; do
   modprobe "$m" 2>/dev/null || say "modprobe $m failed"
 done
 sysctl -qw net.ipv4.ip_forward=1

@@ -23,6 +23,10 @@
 //     the DS pods, into the PVC's volume directory, verify=crc32c on the
 //     layout phase, zero errors; the DSes' metrics grow by at least what fio
 //     wrote (a failure here is reported and the flow goes on);
+//   - CSI mountMode sidecar (sidecar_e2e_test.go): the annotated fio Job on
+//     a sidecar-mode PVC runs through chimera-fuse; the node plugin's pod is
+//     deleted mid-run and the Job still completes with zero errors; a second
+//     pod reads the same checksums;
 //   - bad input on the real path: a PVC larger than the cluster stays Pending
 //     with a ProvisioningFailed event naming the capacity; a pod whose volume's
 //     cluster is gone gets a FailedMount event naming the unreachable server
@@ -581,19 +585,10 @@ func TestRealNode(t *testing.T) {
 		if err := sampleObject(filepath.Join(samples, "storageclass.yaml"), "StorageClass", sc); err != nil {
 			return "", err
 		}
-		sc.Name = scName
-		delete(sc.Parameters, "clusterName")
-		delete(sc.Parameters, "clusterNamespace")
-		sc.Parameters["adminEndpoint"] = fmt.Sprintf("https://%s:%d", mdsIP, render.PortAdmin)
-		if err := e.k8s.Create(e.ctx, sc); err != nil {
-			return "", err
-		}
 		if err := sampleObject(filepath.Join(samples, "fio", "fio-kernel-job.yaml"), "PersistentVolumeClaim", pvc); err != nil {
 			return "", err
 		}
-		pvc.Spec.StorageClassName = &sc.Name
-		pvc.Spec.Resources.Requests[corev1.ResourceStorage] = *resource.NewQuantity(volumeBytes, resource.BinarySI)
-		if err := e.k8s.Create(e.ctx, pvc); err != nil {
+		if err := e.claim(sc, scName, mdsIP, pvc, volumeBytes); err != nil {
 			return "", err
 		}
 		err := eventually(e.ctx, pvcBoundTimeout, func() error {
@@ -681,44 +676,12 @@ echo "@@sha256-begin"; (cd "$DIRECTORY" && sha256sum *); echo "@@sha256-end"
 		if err := e.k8s.Create(e.ctx, cm); err != nil {
 			return "", err
 		}
-		c := &job.Spec.Template.Spec.Containers[0]
-		c.Image, c.ImagePullPolicy = "localhost/chimera-fio:dev", corev1.PullNever
-		c.Resources = corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
-			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
-		}
-		for i := range c.Env {
-			switch c.Env[i].Name {
-			case "SCALE":
-				c.Env[i].Value = fioScale
-			case "RUNTIME_S":
-				c.Env[i].Value = fioRuntimeS
-			}
-		}
+		smallFio(&job.Spec.Template.Spec.Containers[0], "localhost/chimera-fio:dev", fioScale, fioRuntimeS)
 		job.Spec.Template.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = pvc.Name
 		if err := e.k8s.Create(e.ctx, job); err != nil {
 			return "", err
 		}
-		err := eventually(e.ctx, fioJobTimeout, func() error {
-			if err := e.k8s.Get(e.ctx, client.ObjectKeyFromObject(job), job); err != nil {
-				return err
-			}
-			for _, cond := range job.Status.Conditions {
-				if cond.Type == batchv1.JobFailed && cond.Status == corev1.ConditionTrue {
-					return fmt.Errorf("job failed: %s %s", cond.Reason, cond.Message)
-				}
-				if cond.Type == batchv1.JobComplete && cond.Status == corev1.ConditionTrue {
-					return nil
-				}
-			}
-			var pods corev1.PodList
-			_ = e.k8s.List(e.ctx, &pods, client.InNamespace(clusterNS), client.MatchingLabels{"job-name": job.Name})
-			var states []string
-			for i := range pods.Items {
-				states = append(states, pods.Items[i].Name+"="+podState(&pods.Items[i])+" "+e.events(clusterNS, pods.Items[i].Name))
-			}
-			return fmt.Errorf("job active %d, pods %v", job.Status.Active, states)
-		})
+		err := e.waitJob(job, fioJobTimeout)
 		out, lerr := e.tool(e.kubectl, "logs", "-n", clusterNS, "job/"+job.Name)
 		fioLog = out
 		if err != nil {
@@ -727,19 +690,9 @@ echo "@@sha256-begin"; (cd "$DIRECTORY" && sha256sum *); echo "@@sha256-end"
 		if lerr != nil {
 			return "", lerr
 		}
-		var notes []string
-		for _, phase := range []string{"layout", "randwrite", "randread"} {
-			errs, rb, wb, err := fioSummary(section(fioLog, "fio-"+phase))
-			if err != nil {
-				return "", fmt.Errorf("fio %s report: %v", phase, err)
-			}
-			if errs != 0 {
-				return "", fmt.Errorf("fio %s: %d errors", phase, errs)
-			}
-			if (phase != "randread" && wb == 0) || (phase != "randwrite" && rb == 0) {
-				return "", fmt.Errorf("fio %s moved no data (read %d, write %d bytes)", phase, rb, wb)
-			}
-			notes = append(notes, fmt.Sprintf("%s w%dKiB/r%dKiB", phase, wb>>10, rb>>10))
+		notes, _, err := fioPhases(fioLog)
+		if err != nil {
+			return "", err
 		}
 		opts, ops, ok := mountStats(section(fioLog, "mountstats"), "/data")
 		if !ok {
@@ -785,6 +738,15 @@ echo "@@sha256-begin"; (cd "$DIRECTORY" && sha256sum *); echo "@@sha256-end"
 	// it, so a failure is reported and the flow goes on.
 	tl.run(t, "fio engine Job (in-process client, pNFS, verify) Completed", func() (string, error) {
 		note, err := e.engineJob(samples, mdsIP, pv.Spec.CSI.VolumeAttributes["exportPath"], dsAddrs)
+		if err != nil {
+			return note, &softError{err}
+		}
+		return note, nil
+	})
+
+	// CSI mountMode: sidecar (sidecar_e2e_test.go), soft as the engine Job.
+	tl.run(t, "sidecar-mode PVC: fio through chimera-fuse, node plugin deleted mid-run, RWX reader", func() (string, error) {
+		note, err := e.sidecarFlow(samples, mdsIP)
 		if err != nil {
 			return note, &softError{err}
 		}
@@ -864,21 +826,9 @@ echo "@@sha256-begin"; (cd "$DIRECTORY" && sha256sum *); echo "@@sha256-end"
 		if err := e.k8s.Create(e.ctx, reader); err != nil {
 			return "", err
 		}
-		err := eventually(e.ctx, podsUpTimeout, func() error {
-			if err := e.k8s.Get(e.ctx, client.ObjectKeyFromObject(reader), reader); err != nil {
-				return err
-			}
-			switch reader.Status.Phase {
-			case corev1.PodSucceeded:
-				return nil
-			case corev1.PodFailed:
-				out, _ := e.tool(e.kubectl, "logs", "-n", clusterNS, reader.Name)
-				return fmt.Errorf("reader failed: %s", out)
-			}
-			return fmt.Errorf("reader %s %s", podState(reader), e.events(clusterNS, reader.Name))
-		})
-		if err != nil {
-			return "", err
+		if err := e.waitPodDone(reader, podsUpTimeout); err != nil {
+			out, _ := e.tool(e.kubectl, "logs", "-n", clusterNS, reader.Name)
+			return "", fmt.Errorf("%w\nreader log:\n%s", err, out)
 		}
 		got, err := e.tool(e.kubectl, "logs", "-n", clusterNS, reader.Name)
 		if err != nil {
