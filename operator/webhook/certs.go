@@ -130,47 +130,51 @@ func ownByWebhookConfig(ctx context.Context, c client.Client, name string, sec *
 }
 
 func patchCABundle(ctx context.Context, c client.Client, name string, ca []byte) error {
-	if name == "" {
-		return nil
-	}
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	if err := c.Get(ctx, types.NamespacedName{Name: name}, vwc); err != nil {
-		return fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", name, err)
-	}
-	patch := client.MergeFrom(vwc.DeepCopy())
-	changed := false
-	for i := range vwc.Webhooks {
-		if !bytes.Equal(vwc.Webhooks[i].ClientConfig.CABundle, ca) {
-			vwc.Webhooks[i].ClientConfig.CABundle = ca
-			changed = true
+	return patchWebhookCA(ctx, c, "ValidatingWebhookConfiguration", name, vwc, ca, func() []*admissionregistrationv1.WebhookClientConfig {
+		cfgs := make([]*admissionregistrationv1.WebhookClientConfig, len(vwc.Webhooks))
+		for i := range vwc.Webhooks {
+			cfgs[i] = &vwc.Webhooks[i].ClientConfig
 		}
-	}
-	if !changed {
-		return nil
-	}
-	return c.Patch(ctx, vwc, patch)
+		return cfgs
+	})
 }
 
 func patchMutatingCABundle(ctx context.Context, c client.Client, name string, ca []byte) error {
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	return patchWebhookCA(ctx, c, "MutatingWebhookConfiguration", name, mwc, ca, func() []*admissionregistrationv1.WebhookClientConfig {
+		cfgs := make([]*admissionregistrationv1.WebhookClientConfig, len(mwc.Webhooks))
+		for i := range mwc.Webhooks {
+			cfgs[i] = &mwc.Webhooks[i].ClientConfig
+		}
+		return cfgs
+	})
+}
+
+// patchWebhookCA sets ca as the caBundle of every webhook of the named
+// configuration (obj, of kind `kind`; configs lists its webhooks' client
+// configs once it is read), patching only when one differs. No name: nothing
+// to do.
+func patchWebhookCA(ctx context.Context, c client.Client, kind, name string, obj client.Object, ca []byte,
+	configs func() []*admissionregistrationv1.WebhookClientConfig) error {
 	if name == "" {
 		return nil
 	}
-	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	if err := c.Get(ctx, types.NamespacedName{Name: name}, mwc); err != nil {
-		return fmt.Errorf("get MutatingWebhookConfiguration %s: %w", name, err)
+	if err := c.Get(ctx, types.NamespacedName{Name: name}, obj); err != nil {
+		return fmt.Errorf("get %s %s: %w", kind, name, err)
 	}
-	patch := client.MergeFrom(mwc.DeepCopy())
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
 	changed := false
-	for i := range mwc.Webhooks {
-		if !bytes.Equal(mwc.Webhooks[i].ClientConfig.CABundle, ca) {
-			mwc.Webhooks[i].ClientConfig.CABundle = ca
+	for _, cc := range configs() {
+		if !bytes.Equal(cc.CABundle, ca) {
+			cc.CABundle = ca
 			changed = true
 		}
 	}
 	if !changed {
 		return nil
 	}
-	return c.Patch(ctx, mwc, patch)
+	return c.Patch(ctx, obj, patch)
 }
 
 // valid: the CA and serving pair parse, the serving certificate chains to the

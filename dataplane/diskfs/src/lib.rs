@@ -1078,14 +1078,7 @@ impl Vfs for DiskFs {
         self.check(fh)?;
         let Some(done) = later.park() else { return self.read(fh, offset, buf).map(Some) };
         let (s, fh, len) = (self.inner.clone(), *fh, buf.len());
-        self.inner.run(Box::new(move || {
-            let mut data = vec![0u8; len];
-            let r = s.read_impl(&fh, offset, &mut data).map(|(n, eof)| {
-                data.truncate(n);
-                IoDone::Read { data, eof }
-            });
-            done(r)
-        }));
+        self.inner.run(vfs::iopool::read_job(len, done, move |buf| s.read_impl(&fh, offset, buf)));
         Ok(None)
     }
 

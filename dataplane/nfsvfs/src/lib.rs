@@ -647,14 +647,8 @@ impl Vfs for NfsVfs {
             return self.inner.read(&r, offset, buf).map(Some);
         };
         let (inner, len) = (self.inner.clone(), buf.len());
-        self.pool.run(Box::new(move || {
-            let mut data = vec![0u8; len];
-            let res = inner.read(&r, offset, &mut data).map(|(n, eof)| {
-                data.truncate(n);
-                IoDone::Read { data, eof }
-            });
-            done(res)
-        }));
+        self.pool
+            .run(vfs::iopool::read_job(len, done, move |buf| inner.read(&r, offset, buf)));
         Ok(None)
     }
 

@@ -271,14 +271,7 @@ impl Vfs for PnfsVfs {
         let Some(p) = self.placed(fh)? else { return self.inner().read_start(fh, offset, buf, later) };
         let Some(done) = later.park() else { return self.read_placed(fh, &p, offset, buf).map(Some) };
         let (me, fh, count) = (PnfsVfs::new(self.pnfs.clone()), *fh, buf.len());
-        self.pnfs.io.run(Box::new(move || {
-            let mut data = vec![0u8; count];
-            let r = me.read_placed(&fh, &p, offset, &mut data).map(|(n, eof)| {
-                data.truncate(n);
-                IoDone::Read { data, eof }
-            });
-            done(r)
-        }));
+        self.pnfs.io.run(vfs::iopool::read_job(count, done, move |buf| me.read_placed(&fh, &p, offset, buf)));
         Ok(None)
     }
 

@@ -46,6 +46,24 @@ impl IoPool {
     }
 }
 
+/// The job of a parked READ: `read` fills a fresh buffer of `len` bytes on
+/// the worker, and what it read (with end of file) completes `done` as
+/// [`crate::IoDone::Read`].
+pub fn read_job(
+    len: usize,
+    done: crate::Done,
+    read: impl FnOnce(&mut [u8]) -> crate::VfsResult<(usize, bool)> + Send + 'static,
+) -> Job {
+    Box::new(move || {
+        let mut data = vec![0u8; len];
+        let r = read(&mut data).map(|(n, eof)| {
+            data.truncate(n);
+            crate::IoDone::Read { data, eof }
+        });
+        done(r)
+    })
+}
+
 /// Workers stop when the pool (its sender) is dropped.
 fn worker(rx: Arc<Mutex<Receiver<Job>>>) {
     loop {
