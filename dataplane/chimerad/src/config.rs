@@ -55,6 +55,9 @@ pub const CONNS_DEFAULT: u64 = 1024;
 pub const LEASE_TIME_S_MIN: u64 = 5;
 pub const LEASE_TIME_S_MAX: u64 = 3600;
 pub const LEASE_TIME_S_DEFAULT: u64 = 90;
+/// NFSv4 read and write delegations held at once, all clients (`server.nfs4_delegations_max`).
+pub const DELEGATIONS_DEFAULT: u64 = 65_536;
+pub const DELEGATIONS_MAX: u64 = 1 << 24;
 pub const GRACE_TIME_S_MAX: u64 = 3600;
 pub const MEMFS_CAPACITY_BYTES_MIN: u64 = 1 << 20;
 pub const MEMFS_CAPACITY_BYTES_MAX: u64 = 1 << 44;
@@ -297,6 +300,8 @@ pub struct ServerConfig {
     pub parked_per_core_max: u32,
     pub lease_time_s: u32,
     pub grace_time_s: u32,
+    /// NFSv4 delegations held at once; 0: `nfs4_delegations: false`.
+    pub delegations_max: u32,
     pub pnfs: PnfsConfig,
 }
 
@@ -558,7 +563,6 @@ const FOREIGN_SERVER: &[&str] = &[
     "smb_auth",
     "smb_multichannel",
     "nfs4_session_slots",
-    "nfs4_delegations",
     "nfs4_courtesy_time",
     "external_portmap",
     "portmap_hostname",
@@ -683,7 +687,7 @@ fn check_foreign(path: &str, key: &str, v: &Value) -> Result<(), ConfigError> {
         return Ok(());
     }
     match key {
-        "huge_pages" | "sync_delegation" | "async_delegation" | "nfs4_delegations" | "external_portmap" => match v {
+        "huge_pages" | "sync_delegation" | "async_delegation" | "external_portmap" => match v {
             Value::Bool(_) => Ok(()),
             other => err(path, format!("expected true or false, got {}", kind(other))),
         },
@@ -1020,6 +1024,7 @@ fn parse_server(o: Option<&mut Obj<'_>>, warnings: &mut Vec<String>) -> Result<S
         parked_per_core_max: PARKED_PER_CORE_DEFAULT as u32,
         lease_time_s: LEASE_TIME_S_DEFAULT as u32,
         grace_time_s: LEASE_TIME_S_DEFAULT as u32,
+        delegations_max: DELEGATIONS_DEFAULT as u32,
         pnfs: PnfsConfig::defaults(),
     };
     let o = match o {
@@ -1135,6 +1140,12 @@ fn parse_server(o: Option<&mut Obj<'_>>, warnings: &mut Vec<String>) -> Result<S
         // RFC 8881 §8.4.2: the grace period lasts at least one lease period.
         None => s.lease_time_s,
     };
+    if let Some(n) = o.u64_in("nfs4_delegations_max", 1, DELEGATIONS_MAX)? {
+        s.delegations_max = n as u32;
+    }
+    if o.bool("nfs4_delegations")? == Some(false) {
+        s.delegations_max = 0;
+    }
     if let Some(v) = o.get("pnfs") {
         s.pnfs = parse_pnfs(v)?;
     }

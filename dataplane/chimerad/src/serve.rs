@@ -281,14 +281,13 @@ fn dispatcher(
         Some(p) => Arc::new(pnfs::PnfsVfs::new(p.clone())),
         None => router.clone(),
     };
-    d.register(
-        Arc::new(nfs3::Nfs3Program::new(vfs.clone()).io_bytes_max(io_bytes_max(cfg)).with_access(access.clone())),
-        "nfs3",
-        &nfs3::PROC_NAMES,
-    );
+    let mut nfs3 = nfs3::Nfs3Program::new(vfs.clone()).io_bytes_max(io_bytes_max(cfg)).with_access(access.clone());
     let mut callbacks = None;
     if cfg.server.role.runs_mds() {
-        callbacks = Some(register_nfs4(&mut d, &cfg.server, vfs, pnfs, access));
+        let (cb, delegations) = register_nfs4(&mut d, &cfg.server, vfs, pnfs, access);
+        callbacks = Some(cb);
+        // NFSv3 calls recall NFSv4 delegations on the files they touch.
+        nfs3 = nfs3.with_delegations(delegations);
         let r = router.clone();
         let resolve = Arc::new(move |p: &[u8]| r.resolve_path(p));
         d.register(
@@ -300,6 +299,7 @@ fn dispatcher(
         // NFS port, which costs nothing and helps clients that ask there.
         d.register(Arc::new(nfs3::PortmapProgram::new(portmap_registrations(cfg))), "portmap", &nfs3::portmap::PROC_NAMES);
     }
+    d.register(Arc::new(nfs3), "nfs3", &nfs3::PROC_NAMES);
     (d, callbacks)
 }
 
@@ -311,8 +311,13 @@ fn register_nfs4(
     vfs: Arc<dyn Vfs>,
     pnfs: Option<&Arc<pnfs::Pnfs>>,
     access: &Arc<vfs::clients::AccessTable>,
-) -> Arc<nfs4::callback::Callbacks> {
-    let mut c4 = nfs4::Config { lease_time_s: s.lease_time_s, grace_time_s: s.grace_time_s, ..Default::default() };
+) -> (Arc<nfs4::callback::Callbacks>, Arc<nfs4::delegations::Delegations>) {
+    let mut c4 = nfs4::Config {
+        lease_time_s: s.lease_time_s,
+        grace_time_s: s.grace_time_s,
+        delegations_max: s.delegations_max as usize,
+        ..Default::default()
+    };
     let budget = s.record_bytes_max - RPC_HEADER_BYTES;
     if c4.request_bytes_max > budget || c4.response_bytes_max > budget {
         let io_bytes = ((budget - nfs4::REPLY_OVERHEAD_BYTES) & !4095).min(c4.read_bytes_max);
@@ -329,9 +334,10 @@ fn register_nfs4(
     }
     // REPLY records on NFS connections answer our back-channel calls.
     let callbacks = prog.callbacks();
+    let delegations = prog.delegations();
     d.set_reply_sink(callbacks.clone());
     d.register(Arc::new(prog), "nfs4", &["null", "compound"]);
-    callbacks
+    (callbacks, delegations)
 }
 
 /// Data-path listen addresses: NFS, then MOUNT and portmap when enabled

@@ -36,6 +36,8 @@ pub struct Nfs3Program {
     vfs: Arc<dyn Vfs>,
     io_bytes_max: u32,
     access: Arc<AccessTable>,
+    /// NFSv4 delegations on the same files (`with_delegations`).
+    delegations: Option<Arc<dyn vfs::DelegationBreaker>>,
 }
 
 type R = Result<(), CallError>;
@@ -142,7 +144,52 @@ fn fh_of(h: &nfs_fh3<'_>) -> Result<FileHandle, nfsstat3> {
 
 impl Nfs3Program {
     pub fn new(vfs: Arc<dyn Vfs>) -> Self {
-        Nfs3Program { vfs, io_bytes_max: IO_BYTES_MAX_DEFAULT, access: Arc::new(AccessTable::new()) }
+        Nfs3Program { vfs, io_bytes_max: IO_BYTES_MAX_DEFAULT, access: Arc::new(AccessTable::new()), delegations: None }
+    }
+
+    /// Recall NFSv4 delegations before an NFSv3 call reads a file another
+    /// client holds a write delegation on, or changes (data, attributes,
+    /// names) a file anyone holds one on: the call is answered
+    /// NFS3ERR_JUKEBOX while the recall runs, and the client retries.
+    pub fn with_delegations(mut self, d: Arc<dyn vfs::DelegationBreaker>) -> Self {
+        self.delegations = Some(d);
+        self
+    }
+
+    /// Does this call touch a file under another client's delegation
+    /// (`with_delegations`)? Checked once, before the procedure runs (a
+    /// resumed call passed it already). GETATTR and READ read; SETATTR,
+    /// WRITE and LINK change the file in their handle; REMOVE and RENAME
+    /// the files their names name.
+    fn deleg_must_wait(&self, ctx: &CallContext<'_>, args: &[u8]) -> bool {
+        let Some(b) = &self.delegations else { return false };
+        if ctx.resumed.is_some() || !b.active() {
+            return false;
+        }
+        let named = |dir: &nfs_fh3<'_>, name: &[u8]| fh_of(dir).ok().and_then(|d| self.vfs.lookup(&d, name).ok()).map(|(f, _)| f);
+        let first = || {
+            let mut d = Decoder::new(args);
+            d.opaque_var(NFS3_FHSIZE).ok().and_then(|h| FileHandle::from_bytes(h).ok())
+        };
+        let (files, write): ([Option<FileHandle>; 2], bool) = match ctx.proc_num {
+            NFSPROC3_GETATTR | NFSPROC3_READ => ([first(), None], false),
+            NFSPROC3_SETATTR | NFSPROC3_WRITE | NFSPROC3_LINK => ([first(), None], true),
+            NFSPROC3_REMOVE => match decode::<REMOVE3args>(args) {
+                Ok(a) => ([named(&a.object.dir, a.object.name), None], true),
+                Err(_) => return false,
+            },
+            NFSPROC3_RENAME => match decode::<RENAME3args>(args) {
+                Ok(a) => ([named(&a.from.dir, a.from.name), named(&a.to.dir, a.to.name)], true),
+                Err(_) => return false,
+            },
+            _ => return false,
+        };
+        // Both are checked, so each conflicting delegation is recalled now.
+        let mut wait = false;
+        for fh in files.iter().flatten() {
+            wait |= b.must_wait(fh, write);
+        }
+        wait
     }
 
     /// Export access rules to enforce (default: a table without rules, every
@@ -951,6 +998,7 @@ impl Program for Nfs3Program {
             NFSPROC3_NULL => Grant::OPEN,
             p if p as usize >= PROC_NAMES.len() => return Err(CallError::ProcUnavail),
             p => match self.admit(ctx, args) {
+                Ok(_) if self.deleg_must_wait(ctx, args) => return refuse(p, nfsstat3::NFS3ERR_JUKEBOX, e),
                 Ok(g) => g,
                 Err(s) => return refuse(p, s, e),
             },

@@ -377,3 +377,66 @@ fn mount_refuses_a_client_the_rules_do_not_admit() {
     assert_eq!(&listed[8..14], b"/share");
     assert_eq!(exports("10.0.0.1:1"), vec![0, 0, 0, 0], "an empty list");
 }
+
+/// Stands in for the NFSv4 server: `fh` is under another client's
+/// delegation (a write delegation when `write_deleg`), or nothing is when
+/// `held` is false. Records what it was asked.
+struct FakeDelegations {
+    fh: FileHandle,
+    write_deleg: bool,
+    held: bool,
+    asked: std::sync::Mutex<Vec<(FileHandle, bool)>>,
+}
+
+impl vfs::DelegationBreaker for FakeDelegations {
+    fn active(&self) -> bool {
+        self.held
+    }
+    fn must_wait(&self, fh: &FileHandle, write: bool) -> bool {
+        self.asked.lock().unwrap().push((*fh, write));
+        self.held && *fh == self.fh && (write || self.write_deleg)
+    }
+}
+
+#[test]
+fn nfsv4_delegations_make_conflicting_calls_wait_with_jukebox() {
+    for (write_deleg, held, waiting) in [
+        (true, true, &[NFSPROC3_GETATTR, NFSPROC3_SETATTR, NFSPROC3_READ, NFSPROC3_WRITE, NFSPROC3_REMOVE, NFSPROC3_RENAME, NFSPROC3_LINK][..]),
+        (false, true, &[NFSPROC3_SETATTR, NFSPROC3_WRITE, NFSPROC3_REMOVE, NFSPROC3_RENAME, NFSPROC3_LINK][..]),
+        (true, false, &[][..]),
+    ] {
+        let mut t = T::new();
+        let file = FileHandle::from_bytes(&t.file).unwrap();
+        let d = Arc::new(FakeDelegations { fh: file, write_deleg, held, asked: Default::default() });
+        t.p = Nfs3Program::new(t.fs.clone()).with_delegations(d.clone());
+        let before = t.names();
+        for (proc_num, args) in t.every_call() {
+            if !waiting.contains(&proc_num) {
+                continue;
+            }
+            let st = status(proc_num, &t.raw(proc_num, &args, 0, "127.0.0.1:900"));
+            assert_eq!(st, nfsstat3::NFS3ERR_JUKEBOX as i32, "proc {proc_num} (write delegation: {write_deleg})");
+        }
+        // Nothing changed while they waited.
+        assert_eq!(t.names(), before);
+        let mut buf = [0u8; 8];
+        assert_eq!(t.fs.read(&file, 0, &mut buf).unwrap().0, 5);
+        assert_eq!(&buf[..5], b"hello");
+        // REMOVE and RENAME asked about the file their name names, as a change.
+        if held {
+            let asked = d.asked.lock().unwrap().clone();
+            assert!(asked.iter().all(|(fh, _)| *fh == file), "only the file was asked about: {asked:?}");
+            assert_eq!(asked.iter().filter(|(_, w)| *w).count(), 5, "SETATTR, WRITE, REMOVE, RENAME, LINK change it");
+        }
+        // Everything else goes through (against a fresh tree).
+        let mut t = T::new();
+        t.p = Nfs3Program::new(t.fs.clone()).with_delegations(d.clone());
+        for (proc_num, args) in t.every_call() {
+            if waiting.contains(&proc_num) {
+                continue;
+            }
+            let st = status(proc_num, &t.raw(proc_num, &args, 0, "127.0.0.1:900"));
+            assert_ne!(st, nfsstat3::NFS3ERR_JUKEBOX as i32, "proc {proc_num} does not wait");
+        }
+    }
+}

@@ -10,6 +10,10 @@
 //! (or a timeout) and is read with [`Callbacks::poll`] / [`Callbacks::wait`],
 //! or pushed to the `on_done` closure given to
 //! [`Callbacks::layout_recall_notify`].
+//!
+//! Delegations use the same machinery: [`Callbacks::recall_delegation_notify`]
+//! sends CB_RECALL (§20.2) and [`Callbacks::recall_any`] CB_RECALL_ANY
+//! (§20.6); slots, retries on NFS4ERR_DELAY, timeouts and bounds are shared.
 
 use crate::state::{CbBusy, CbCall, ClientId, SessionId, State, Stateid};
 use proto::nfs4 as p;
@@ -64,6 +68,35 @@ pub struct LayoutRecall {
     /// the old one; RFC 8881 §20.3.3).
     pub changed: bool,
     pub kind: RecallKind,
+}
+
+/// CB_RECALL4args: give back the delegation `stateid` on `fh`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DelegRecall {
+    pub fh: FileHandle,
+    pub stateid: Stateid,
+    /// The file is about to be truncated to zero (the client need not flush).
+    pub truncate: bool,
+}
+
+/// The operation a CB_COMPOUND carries after CB_SEQUENCE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CbOp {
+    Layout(LayoutRecall),
+    Deleg(DelegRecall),
+    /// CB_RECALL_ANY: keep at most `keep` objects of the types in `mask`
+    /// (bit numbers RCA4_TYPE_MASK_*).
+    RecallAny { keep: u32, mask: u32 },
+}
+
+impl CbOp {
+    fn opnum(&self) -> i32 {
+        match self {
+            CbOp::Layout(_) => p::OP_CB_LAYOUTRECALL,
+            CbOp::Deleg(_) => p::OP_CB_RECALL,
+            CbOp::RecallAny { .. } => p::OP_CB_RECALL_ANY,
+        }
+    }
 }
 
 /// Names one callback in flight or done (unique for the process life).
@@ -145,7 +178,7 @@ type OnDone = Box<dyn FnOnce(RecallTicket, RecallResult) + Send>;
 struct Job {
     ticket: RecallTicket,
     clientid: ClientId,
-    recall: LayoutRecall,
+    recall: CbOp,
     delays: u32,
     /// A SEQ_MISORDERED after a timed-out call was resynchronised once.
     resynced: bool,
@@ -230,6 +263,11 @@ impl Callbacks {
         self.clock.elapsed().as_millis() as u64
     }
 
+    /// Whether a transport is attached (no callback can be sent before).
+    pub fn attached(&self) -> bool {
+        self.sender.get().is_some()
+    }
+
     fn inner(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -243,7 +281,7 @@ impl Callbacks {
     /// the client is retried (bounded); the result is read with
     /// `poll`/`wait`.
     pub fn layout_recall(&self, clientid: ClientId, recall: LayoutRecall) -> Result<RecallTicket, CbError> {
-        self.submit(clientid, recall, None)
+        self.submit(clientid, CbOp::Layout(recall), None)
     }
 
     /// As `layout_recall`, and `on_done` runs once with the result. It runs
@@ -257,7 +295,28 @@ impl Callbacks {
         recall: LayoutRecall,
         on_done: Box<dyn FnOnce(RecallTicket, RecallResult) + Send>,
     ) -> Result<RecallTicket, CbError> {
-        self.submit(clientid, recall, Some(on_done))
+        self.submit(clientid, CbOp::Layout(recall), Some(on_done))
+    }
+
+    /// CB_COMPOUND { CB_SEQUENCE, CB_RECALL }: ask `clientid` to return a
+    /// delegation. NFS4_OK means it will (DELEGRETURN follows); `on_done`
+    /// runs once with the outcome, as for `layout_recall_notify`.
+    pub fn recall_delegation_notify(
+        &self,
+        clientid: ClientId,
+        recall: DelegRecall,
+        on_done: Box<dyn FnOnce(RecallTicket, RecallResult) + Send>,
+    ) -> Result<RecallTicket, CbError> {
+        self.submit(clientid, CbOp::Deleg(recall), Some(on_done))
+    }
+
+    /// CB_COMPOUND { CB_SEQUENCE, CB_RECALL_ANY }: ask `clientid` to keep
+    /// at most `keep` read and write delegations. The result is read with
+    /// `poll`/`wait` (nothing depends on it: the client returns what it
+    /// chooses with DELEGRETURN).
+    pub fn recall_any(&self, clientid: ClientId, keep: u32) -> Result<RecallTicket, CbError> {
+        let mask = 1 << p::RCA4_TYPE_MASK_RDATA_DLG | 1 << p::RCA4_TYPE_MASK_WDATA_DLG;
+        self.submit(clientid, CbOp::RecallAny { keep, mask }, None)
     }
 
     /// The result of a finished callback (taken: a second poll returns
@@ -296,14 +355,14 @@ impl Callbacks {
         (g.inflight.len(), g.waiting.len())
     }
 
-    fn submit(&self, clientid: ClientId, recall: LayoutRecall, on_done: Option<OnDone>) -> Result<RecallTicket, CbError> {
+    fn submit(&self, clientid: ClientId, recall: CbOp, on_done: Option<OnDone>) -> Result<RecallTicket, CbError> {
         if self.sender.get().is_none() {
             return Err(CbError::NotAttached);
         }
-        if p::layouttype4::from_i32(recall.layout_type as i32).is_none()
-            || p::layoutiomode4::from_i32(recall.iomode as i32).is_none()
-        {
-            return Err(CbError::Invalid);
+        if let CbOp::Layout(l) = &recall {
+            if p::layouttype4::from_i32(l.layout_type as i32).is_none() || p::layoutiomode4::from_i32(l.iomode as i32).is_none() {
+                return Err(CbError::Invalid);
+            }
         }
         let now = self.now_ms();
         let ticket = RecallTicket(self.next_ticket.fetch_add(1, Ordering::Relaxed));
@@ -510,12 +569,15 @@ impl Callbacks {
         if count < 2 {
             return (Some(true), Verdict::Done(Err(CbError::Status(status))));
         }
-        let Ok(op) = decode_op::<p::CB_LAYOUTRECALL4res>(&mut d, p::OP_CB_LAYOUTRECALL) else {
+        // CB_LAYOUTRECALL4res, CB_RECALL4res and CB_RECALL_ANY4res are each
+        // one status word.
+        let Ok(op_status) = decode_op::<i32>(&mut d, f.job.recall.opnum()) else {
             return (Some(true), Verdict::Done(Err(CbError::BadReply)));
         };
-        let v = match op.clorr_status as i32 {
+        let layout = matches!(f.job.recall, CbOp::Layout(_));
+        let v = match op_status {
             s if s == p::NFS4_OK => Verdict::Done(Ok(RecallOutcome::Accepted)),
-            s if s == p::NFS4ERR_NOMATCHING_LAYOUT => Verdict::Done(Ok(RecallOutcome::NoMatchingLayout)),
+            s if layout && s == p::NFS4ERR_NOMATCHING_LAYOUT => Verdict::Done(Ok(RecallOutcome::NoMatchingLayout)),
             s if s == p::NFS4ERR_DELAY => Verdict::Delay,
             s => Verdict::Done(Err(CbError::Status(s))),
         };
@@ -546,18 +608,30 @@ fn decode_op<'a, T: Xdr<'a>>(d: &mut Decoder<'a>, op: i32) -> proto::xdr::Result
     T::decode(d)
 }
 
-/// The RPC record of CB_COMPOUND { CB_SEQUENCE, CB_LAYOUTRECALL } (RFC 8881
-/// §19.2, §20.9, §20.3) for the slot `call` holds.
-fn encode_recall(xid: u32, call: &CbCall, r: &LayoutRecall) -> Result<Vec<u8>, CbError> {
-    if call.ops_max < 2 {
-        return Err(CbError::TooBig);
+/// The operation after CB_SEQUENCE, encoded (`fh_bytes` holds a handle it borrows).
+fn cb_argop<'a>(op: &CbOp, fh_bytes: &'a mut Vec<u8>) -> Result<p::nfs_cb_argop4<'a>, CbError> {
+    match op {
+        CbOp::Layout(r) => layout_argop(r, fh_bytes),
+        CbOp::Deleg(r) => {
+            *fh_bytes = r.fh.to_bytes().to_vec();
+            Ok(p::nfs_cb_argop4::OP_CB_RECALL(p::CB_RECALL4args {
+                stateid: p::stateid4 { seqid: r.stateid.seqid, other: r.stateid.other },
+                truncate: r.truncate,
+                fh: fh_bytes,
+            }))
+        }
+        CbOp::RecallAny { keep, mask } => {
+            Ok(p::nfs_cb_argop4::OP_CB_RECALL_ANY(p::CB_RECALL_ANY4args { craa_objects_to_keep: *keep, craa_type_mask: vec![*mask] }))
+        }
     }
-    let fh_bytes;
+}
+
+fn layout_argop<'a>(r: &LayoutRecall, fh_bytes: &'a mut Vec<u8>) -> Result<p::nfs_cb_argop4<'a>, CbError> {
     let recall = match &r.kind {
         RecallKind::File { fh, stateid, offset, length } => {
-            fh_bytes = fh.to_bytes();
+            *fh_bytes = fh.to_bytes().to_vec();
             p::layoutrecall4::LAYOUTRECALL4_FILE(p::layoutrecall_file4 {
-                lor_fh: &fh_bytes,
+                lor_fh: fh_bytes,
                 lor_offset: *offset,
                 lor_length: *length,
                 lor_stateid: p::stateid4 { seqid: stateid.seqid, other: stateid.other },
@@ -566,6 +640,22 @@ fn encode_recall(xid: u32, call: &CbCall, r: &LayoutRecall) -> Result<Vec<u8>, C
         RecallKind::Fsid { major, minor } => p::layoutrecall4::LAYOUTRECALL4_FSID(p::fsid4 { major: *major, minor: *minor }),
         RecallKind::All => p::layoutrecall4::LAYOUTRECALL4_ALL,
     };
+    Ok(p::nfs_cb_argop4::OP_CB_LAYOUTRECALL(p::CB_LAYOUTRECALL4args {
+        clora_type: p::layouttype4::from_i32(r.layout_type as i32).ok_or(CbError::Invalid)?,
+        clora_iomode: p::layoutiomode4::from_i32(r.iomode as i32).ok_or(CbError::Invalid)?,
+        clora_changed: r.changed,
+        clora_recall: recall,
+    }))
+}
+
+/// The RPC record of CB_COMPOUND { CB_SEQUENCE, `op` } (RFC 8881 §19.2,
+/// §20.9, and §20.3 / §20.2 / §20.6) for the slot `call` holds.
+fn encode_recall(xid: u32, call: &CbCall, op: &CbOp) -> Result<Vec<u8>, CbError> {
+    if call.ops_max < 2 {
+        return Err(CbError::TooBig);
+    }
+    let mut fh_bytes = Vec::new();
+    let second = cb_argop(op, &mut fh_bytes)?;
     let args = p::CB_COMPOUND4args {
         tag: b"",
         minorversion: call.minor,
@@ -579,12 +669,7 @@ fn encode_recall(xid: u32, call: &CbCall, r: &LayoutRecall) -> Result<Vec<u8>, C
                 csa_cachethis: false,
                 csa_referring_call_lists: Vec::new(),
             }),
-            p::nfs_cb_argop4::OP_CB_LAYOUTRECALL(p::CB_LAYOUTRECALL4args {
-                clora_type: p::layouttype4::from_i32(r.layout_type as i32).ok_or(CbError::Invalid)?,
-                clora_iomode: p::layoutiomode4::from_i32(r.iomode as i32).ok_or(CbError::Invalid)?,
-                clora_changed: r.changed,
-                clora_recall: recall,
-            }),
+            second,
         ],
     };
     let mut buf = vec![0u8; CB_RECORD_BYTES_MAX];

@@ -81,6 +81,7 @@ pub fn state_status(e: StateError) -> i32 {
         StateError::ClidInUse => p::NFS4ERR_CLID_INUSE,
         StateError::Perm => p::NFS4ERR_PERM,
         StateError::TooSmall => p::NFS4ERR_TOOSMALL,
+        StateError::DelegRevoked => p::NFS4ERR_DELEG_REVOKED,
     }
 }
 

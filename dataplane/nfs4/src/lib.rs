@@ -8,6 +8,7 @@
 pub mod attrs;
 pub mod callback;
 mod compound;
+pub mod delegations;
 pub mod error;
 pub mod layout;
 mod ops;
@@ -49,6 +50,9 @@ pub struct Config {
     pub locks_max: usize,
     /// Replay-cache memory of all sessions together.
     pub reply_cache_bytes_max: u64,
+    /// Read and write delegations held at once, all clients; 0 turns
+    /// delegations off (chimerad: `server.nfs4_delegations`).
+    pub delegations_max: usize,
 }
 
 impl Default for Config {
@@ -72,6 +76,7 @@ impl Default for Config {
             stateids_max: l.stateids_max,
             locks_max: l.locks_max,
             reply_cache_bytes_max: l.reply_cache_bytes_max,
+            delegations_max: l.delegations_max,
         }
     }
 }
@@ -98,6 +103,7 @@ impl Config {
             locks_max: self.locks_max,
             expired_remembered_max: 4096,
             reply_cache_bytes_max: self.reply_cache_bytes_max,
+            delegations_max: self.delegations_max,
         }
     }
 
@@ -127,6 +133,7 @@ impl Config {
         range("stateids_max", self.stateids_max as u64, 1, 1 << 28)?;
         range("reply_cache_bytes_max", self.reply_cache_bytes_max, u64::from(self.response_cached_bytes_max), 1 << 40)?;
         range("locks_max", self.locks_max as u64, 2, 1 << 28)?;
+        range("delegations_max", self.delegations_max as u64, 0, 1 << 24)?;
         range("server_owner bytes", self.server_owner.len() as u64, 1, OPAQUE_BYTES_MAX as u64)?;
         range("server_scope bytes", self.server_scope.len() as u64, 1, OPAQUE_BYTES_MAX as u64)?;
         Ok(())
@@ -140,9 +147,10 @@ pub struct Nfs4Program {
     state: Arc<Mutex<state::State>>,
     clock: Instant,
     /// Added to the clock: lets tests move time forward (leases, grace).
-    skew_ms: std::sync::atomic::AtomicU64,
+    skew_ms: Arc<std::sync::atomic::AtomicU64>,
     reaper: Option<Reaper>,
     callbacks: Arc<callback::Callbacks>,
+    delegations: Arc<delegations::Delegations>,
     /// pNFS layouts (RFC 8881 §12); None: LAYOUTGET & co. are NOTSUPP.
     layouts: Option<Arc<dyn layout::LayoutServer>>,
     /// Export access rules (`compound::Compound::admit`).
@@ -203,7 +211,22 @@ impl Nfs4Program {
         }
         let state = Arc::new(Mutex::new(st));
         let callbacks = Arc::new(callback::Callbacks::new(state.clone(), u64::from(cfg.lease_time_s) * 1000));
-        Nfs4Program { vfs, cfg, state, clock: Instant::now(), skew_ms: Default::default(), reaper: None, callbacks, layouts: None, access: Default::default() }
+        let clock = Instant::now();
+        let skew_ms: Arc<std::sync::atomic::AtomicU64> = Default::default();
+        let delegations =
+            Arc::new(delegations::Delegations::new(state.clone(), vfs.clone(), callbacks.clone(), clock, skew_ms.clone()));
+        Nfs4Program {
+            vfs,
+            cfg,
+            state,
+            clock,
+            skew_ms,
+            reaper: None,
+            callbacks,
+            delegations,
+            layouts: None,
+            access: Default::default(),
+        }
     }
 
     /// Export access rules to enforce on every operation with a current
@@ -260,6 +283,12 @@ impl Nfs4Program {
     /// The back channel: CB_LAYOUTRECALL and friends (see `callback`).
     pub fn callbacks(&self) -> Arc<callback::Callbacks> {
         self.callbacks.clone()
+    }
+
+    /// The delegations this program grants: NFSv3 on the same files asks
+    /// it before reading or changing one (`vfs::DelegationBreaker`).
+    pub fn delegations(&self) -> Arc<delegations::Delegations> {
+        self.delegations.clone()
     }
 }
 

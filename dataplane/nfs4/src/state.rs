@@ -9,7 +9,12 @@
 //! nfsstat4 in one place. Every table is bounded by a named limit.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use vfs::FileHandle;
+
+mod deleg;
+pub use deleg::{DelegGrant, DelegWant, Recall, RecallAny, DELEG_REGRANT_HOLDOFF_MS, REVOKED_PER_CLIENT_MAX};
 
 /// Bounds and timers of the state machine. Every table is limited so a hostile
 /// or buggy client cannot grow server memory without bound.
@@ -36,6 +41,8 @@ pub struct Limits {
     /// Replay-cache memory of all sessions together (slots x cached reply
     /// size): CREATE_SESSION grants fewer slots when it runs short.
     pub reply_cache_bytes_max: u64,
+    /// Delegations held at once, all clients (0: none are granted).
+    pub delegations_max: usize,
 }
 
 impl Default for Limits {
@@ -54,6 +61,7 @@ impl Default for Limits {
             locks_max: 1 << 20,
             expired_remembered_max: 4096,
             reply_cache_bytes_max: 256 << 20,
+            delegations_max: 0,
         }
     }
 }
@@ -91,6 +99,8 @@ pub enum StateError {
     Perm,
     /// Channel sizes that cannot carry any request (§18.36.3).
     TooSmall,
+    /// A delegation the server revoked (the client frees it with FREE_STATEID).
+    DelegRevoked,
 }
 
 pub type StateResult<T> = Result<T, StateError>;
@@ -272,6 +282,10 @@ struct Client {
     /// The confirmed record of the same owner this unconfirmed one will
     /// replace when confirmed (a client reboot).
     replaces: Option<ClientId>,
+    /// Delegations the server revoked, until the client frees them
+    /// (SEQ4_STATUS_RECALLABLE_STATE_REVOKED while any; at most
+    /// `REVOKED_PER_CLIENT_MAX`, oldest forgotten first).
+    revoked: VecDeque<u64>,
 }
 
 /// Result of EXCHANGE_ID.
@@ -323,6 +337,9 @@ pub enum Locker<'a> {
 enum Kind {
     Open { owner: Vec<u8>, access: u32, deny: u32 },
     Lock { open: u64, owner: Vec<u8> },
+    /// A read or write delegation (§10.4); `recalled_ms`: when CB_RECALL
+    /// was sent (revoked one lease later if not returned).
+    Deleg { write: bool, recalled_ms: Option<u64> },
 }
 
 #[derive(Debug)]
@@ -346,6 +363,7 @@ struct LockRange {
 struct FileState {
     opens: Vec<u64>,
     locks: Vec<LockRange>,
+    delegs: Vec<u64>,
     /// The backend holds an open reference (`vfs::Vfs::pin`) for this
     /// file's opens: released when the record goes (`take_unpins`).
     pinned: bool,
@@ -389,6 +407,16 @@ pub struct State {
     /// Client records to write to (true) or erase from (false) stable
     /// storage (`take_record_changes`).
     record_changes: Vec<(Vec<u8>, bool)>,
+    /// Delegations held (a copy readable without the lock, so paths that
+    /// check for conflicts cost nothing while there are none).
+    deleg_gauge: Arc<AtomicUsize>,
+    /// Delegations being recalled (revoked one lease after the recall).
+    recalling: Vec<u64>,
+    /// Files recently recalled: no new delegation on them for
+    /// `DELEG_REGRANT_HOLDOFF_MS` (the conflicting opener gets its turn).
+    recent_recalls: VecDeque<(FileHandle, u64)>,
+    /// When CB_RECALL_ANY last went out (sent at most once per half lease).
+    recall_any_ms: Option<u64>,
 }
 
 fn range_last(offset: u64, length: u64) -> StateResult<u64> {
@@ -435,6 +463,10 @@ impl State {
             reclaimable: None,
             grace_lifted: false,
             record_changes: Vec::new(),
+            deleg_gauge: Arc::new(AtomicUsize::new(0)),
+            recalling: Vec::new(),
+            recent_recalls: VecDeque::new(),
+            recall_any_ms: None,
         }
     }
 
@@ -592,6 +624,7 @@ impl State {
             sessions: Vec::new(),
             reclaim_complete: false,
             replaces,
+            revoked: VecDeque::new(),
         };
         self.by_owner.insert(c.owner.clone(), id);
         self.clients.insert(id, c);
@@ -1031,6 +1064,7 @@ impl State {
         for id in &dead {
             self.expire_client(*id, true);
         }
+        self.revoke_overdue(now_ms);
         dead.len()
     }
 
@@ -1094,6 +1128,8 @@ impl State {
         let Some(rec) = self.states.get(&key) else {
             return Err(if self.expired.contains(&key) {
                 StateError::Expired
+            } else if self.clients.get(&clientid).is_some_and(|c| c.revoked.contains(&key)) {
+                StateError::DelegRevoked
             } else {
                 StateError::BadStateid
             });
@@ -1119,9 +1155,14 @@ impl State {
         let key = self.next_state;
         self.next_state += 1;
         let is_open = matches!(kind, Kind::Open { .. });
+        let is_deleg = matches!(kind, Kind::Deleg { .. });
         self.states.insert(key, StateRec { clientid, fh, seqid: 1, kind });
         if is_open {
             self.files.entry(fh).or_default().opens.push(key);
+        }
+        if is_deleg {
+            self.files.entry(fh).or_default().delegs.push(key);
+            self.deleg_gauge.fetch_add(1, Ordering::Relaxed);
         }
         Ok(key)
     }
@@ -1147,15 +1188,24 @@ impl State {
                 self.drop_state(c);
             }
         }
+        if let Kind::Deleg { recalled_ms, .. } = rec.kind {
+            self.deleg_gauge.fetch_sub(1, Ordering::Relaxed);
+            if recalled_ms.is_some() {
+                self.recalling.retain(|k| *k != key);
+            }
+        }
         if let Some(f) = self.files.get_mut(&rec.fh) {
             f.opens.retain(|k| *k != key);
+            f.delegs.retain(|k| *k != key);
             let before = f.locks.len();
             f.locks.retain(|l| l.state != key);
             self.locks_total -= before - f.locks.len();
-            if f.opens.is_empty() && f.locks.is_empty() {
-                if f.pinned {
-                    self.unpins.push(rec.fh);
-                }
+            // The backend's open reference is for opens: it goes with the last.
+            if f.opens.is_empty() && f.pinned {
+                f.pinned = false;
+                self.unpins.push(rec.fh);
+            }
+            if f.opens.is_empty() && f.locks.is_empty() && f.delegs.is_empty() {
                 self.files.remove(&rec.fh);
             }
         }
@@ -1216,6 +1266,10 @@ impl State {
                 Some(StateRec { kind: Kind::Open { access, .. }, .. }) => *access,
                 _ => return Err(StateError::BadStateid),
             },
+            // I/O under a delegation stateid (§9.1.3): a write delegation
+            // covers both, a read delegation reads.
+            Kind::Deleg { write: true, .. } => SHARE_BOTH,
+            Kind::Deleg { write: false, .. } => SHARE_READ,
         };
         Ok(Validated { key: Some(key), access })
     }
@@ -1226,11 +1280,22 @@ impl State {
     }
 
     /// FREE_STATEID (§18.38): a lock stateid without locks; anything else is busy.
+    /// A revoked delegation's stateid is forgotten (§8.2.4, §18.38.3).
     pub fn free_stateid(&mut self, clientid: ClientId, sid: &Stateid) -> StateResult<()> {
-        let key = self.lookup(clientid, sid)?;
+        let key = match self.lookup(clientid, sid) {
+            Err(StateError::DelegRevoked) => {
+                let key = u64::from_be_bytes(sid.other[4..].try_into().unwrap());
+                if let Some(c) = self.clients.get_mut(&clientid) {
+                    c.revoked.retain(|k| *k != key);
+                }
+                return Ok(());
+            }
+            r => r?,
+        };
         let rec = &self.states[&key];
         match rec.kind {
-            Kind::Open { .. } => Err(StateError::LocksHeld),
+            // A live delegation is returned with DELEGRETURN, not freed.
+            Kind::Open { .. } | Kind::Deleg { .. } => Err(StateError::LocksHeld),
             Kind::Lock { .. } => {
                 let held = self.files.get(&rec.fh).is_some_and(|f| f.locks.iter().any(|l| l.state == key));
                 if held {
@@ -1361,6 +1426,7 @@ impl State {
         match &rec.kind {
             Kind::Lock { owner, .. } => (rec.clientid, owner),
             Kind::Open { owner, .. } => (rec.clientid, owner),
+            Kind::Deleg { .. } => (rec.clientid, &[]),
         }
     }
 
@@ -1427,7 +1493,7 @@ impl State {
                 let k = self.lookup(clientid, &lock_stateid)?;
                 match &self.states[&k].kind {
                     Kind::Lock { open, owner } => (Some(k), *open, owner.clone()),
-                    Kind::Open { .. } => return Err(StateError::BadStateid.into()),
+                    Kind::Open { .. } | Kind::Deleg { .. } => return Err(StateError::BadStateid.into()),
                 }
             }
         };
@@ -1538,7 +1604,11 @@ impl State {
         assert_eq!(charged, self.reply_cache_bytes, "replay-cache charge matches the sessions");
         assert!(self.reply_cache_bytes <= self.limits.reply_cache_bytes_max);
         for (fh, f) in &self.files {
-            assert!(!f.opens.is_empty() || !f.locks.is_empty(), "empty file entries are dropped");
+            assert!(!f.opens.is_empty() || !f.locks.is_empty() || !f.delegs.is_empty(), "empty file entries are dropped");
+            for k in &f.delegs {
+                let rec = self.states.get(k).expect("delegation in file table exists");
+                assert!(matches!(rec.kind, Kind::Deleg { .. }) && rec.fh == *fh);
+            }
             assert!(!f.pinned || !f.opens.is_empty(), "a pinned file has opens");
             for k in &f.opens {
                 let rec = self.states.get(k).expect("open in file table exists");
@@ -1558,6 +1628,11 @@ impl State {
                     assert!(a.kind == LockKind::Read && b.kind == LockKind::Read, "conflicting locks coexist");
                 }
             }
+        }
+        let delegs = self.states.values().filter(|r| matches!(r.kind, Kind::Deleg { .. })).count();
+        assert_eq!(delegs, self.deleg_gauge.load(Ordering::Relaxed), "delegation gauge matches the table");
+        for k in &self.recalling {
+            assert!(matches!(self.states.get(k), Some(StateRec { kind: Kind::Deleg { recalled_ms: Some(_), .. }, .. })));
         }
         for (k, rec) in &self.states {
             assert!(self.clients.contains_key(&rec.clientid), "state {k} outlived its client");

@@ -119,6 +119,11 @@ impl Reply {
     fn body(&self) -> Decoder<'_> {
         Decoder::new(&self.bytes[self.pos..])
     }
+
+    /// The bytes `body` decodes.
+    fn body_bytes(&self) -> &[u8] {
+        &self.bytes[self.pos..]
+    }
 }
 
 struct Server {
@@ -2512,3 +2517,4 @@ fn restart_within_a_second_refuses_the_old_instances_ids() {
 }
 
 mod v42;
+mod deleg;

@@ -332,6 +332,21 @@ pub fn io_done(payload: Option<&(dyn std::any::Any + Send)>) -> VfsResult<&IoDon
     }
 }
 
+/// Delegations an NFSv4 server holds on files (RFC 8881 §10.4): a protocol
+/// without state (NFSv3) asks here before it reads, writes or renames a
+/// file, so another client's cached copy is recalled first.
+pub trait DelegationBreaker: Send + Sync {
+    /// Whether any delegation is held at all (one atomic load): when not,
+    /// a caller skips the lookups a check would need.
+    fn active(&self) -> bool;
+    /// An access to `fh` (`write`: changes its data, attributes or names;
+    /// otherwise a read, which only a write delegation stands in the way
+    /// of). `true`: a delegation conflicts and is being recalled — answer
+    /// "try again later" (NFS3ERR_JUKEBOX). Cheap when no delegation is
+    /// held (one atomic load); never blocks.
+    fn must_wait(&self, fh: &FileHandle, write: bool) -> bool;
+}
+
 pub trait Vfs: Send + Sync {
     /// Root handle of an export; `Stale` if the export is unknown.
     fn root(&self, export_id: ExportId) -> VfsResult<FileHandle>;

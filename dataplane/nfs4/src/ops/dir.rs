@@ -59,7 +59,8 @@ impl Compound<'_> {
         let (dir, before) = self.cur_dir()?;
         check_component(a.target)?;
         self.require_access(&before, access::MODIFY | access::LOOKUP)?;
-        let (_, ta) = self.prog.vfs.lookup(&dir, a.target)?;
+        let (target, ta) = self.prog.vfs.lookup(&dir, a.target)?;
+        self.deleg_wait(&target, true)?;
         if ta.ftype == FileType::Directory {
             self.prog.vfs.rmdir(&dir, a.target)?;
         } else {
@@ -84,6 +85,12 @@ impl Compound<'_> {
         check_component(a.newname)?;
         self.require_access(&from_before, access::MODIFY)?;
         self.require_access(&to_before, access::MODIFY)?;
+        // The file renamed, and one the new name replaces, change names.
+        for (dir, name) in [(&from, a.oldname), (&to, a.newname)] {
+            if let Ok((fh, _)) = self.prog.vfs.lookup(dir, name) {
+                self.deleg_wait(&fh, true)?;
+            }
+        }
         self.prog.vfs.rename(&from, a.oldname, &to, a.newname)?;
         let from_after = self.prog.vfs.getattr(&from)?;
         let to_after = self.prog.vfs.getattr(&to)?;
@@ -106,6 +113,7 @@ impl Compound<'_> {
             return fail(p::NFS4ERR_ISDIR);
         }
         self.require_access(&before, access::MODIFY)?;
+        self.deleg_wait(&obj, true)?;
         self.prog.vfs.link(&obj, &dir, a.newname)?;
         let after = self.prog.vfs.getattr(&dir)?;
         p::LINK4resok { cinfo: cinfo(&before, &after) }.encode(e)?;

@@ -151,6 +151,8 @@ impl Compound<'_> {
     pub(crate) fn op_getattr(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
         let (req, _beyond) = Bitmap::decode(d)?;
         let fh = self.cur_fh()?;
+        // Another client's write delegation may hide a newer size and times.
+        self.deleg_wait(&fh, false)?;
         let a = self.prog.vfs.getattr(&fh)?;
         self.encode_attrs(&req, &fh, &a, e)
     }
@@ -181,6 +183,7 @@ impl Compound<'_> {
             }
         }
         self.check_setattr_perm(&cur, &set)?;
+        self.deleg_wait(&fh, true)?;
         self.prog.vfs.setattr(&fh, &set, None)?;
         mask.encode(e)?;
         Ok(())

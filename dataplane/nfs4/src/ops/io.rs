@@ -49,6 +49,7 @@ impl Compound<'_> {
         }
         let fh = self.cur_file()?;
         self.io_access(&a.stateid, &fh)?;
+        self.deleg_wait(&fh, false)?;
         let head = e.reserve(8)?;
         let (written, buf) = e.split();
         let mut later = Park4 { c: self, reply: &written[self.reply_start..] };
@@ -80,6 +81,7 @@ impl Compound<'_> {
         if self.io_access(&a.stateid, &fh)? & SHARE_WRITE == 0 {
             return fail(p::NFS4ERR_OPENMODE);
         }
+        self.deleg_wait(&fh, true)?;
         let stable = match a.stable {
             p::stable_how4::UNSTABLE4 => Stability::Unstable,
             p::stable_how4::DATA_SYNC4 => Stability::DataSync,

@@ -6,14 +6,17 @@ use crate::attrs::{self, Bitmap, EXCLCREAT};
 use crate::compound::Compound;
 use crate::error::{fail, state_status, OpResult};
 use crate::ops::{check_component, cinfo, sid_in, sid_out};
-use crate::state::{SHARE_READ, SHARE_WRITE};
+use crate::state::{DelegGrant, DelegWant, SHARE_READ, SHARE_WRITE};
 use proto::nfs4 as p;
 use proto::xdr::{Decoder, Encoder, Xdr};
 use vfs::{access, Attr, CreateMode, FileHandle, FileType, NodeKind, SetAttr, VfsError};
 
 /// OPEN4_SHARE_ACCESS_* and _DENY_* live in the low two bits; the rest of
-/// share_access carries delegation wants (§18.16.3), which we never grant.
+/// share_access carries delegation wants (§18.16.3, `DelegWant`).
 const SHARE_MASK: u32 = 3;
+/// ACE of a delegation's `permissions`: empty (the client checks access
+/// with ACCESS, as it would without the delegation; RFC 8881 §10.4.1).
+const DELEG_ACE: p::nfsace4<'static> = p::nfsace4 { r#type: 0, flag: 0, access_mask: 0, who: b"" };
 /// OPEN4_RESULT_LOCKTYPE_POSIX: our byte-range locks are POSIX-style.
 const RESULT_LOCKTYPE_POSIX: u32 = p::OPEN4_RESULT_LOCKTYPE_POSIX;
 /// OPEN4_RESULT_PRESERVE_UNLINKED: the file stays usable through its
@@ -98,6 +101,7 @@ impl Compound<'_> {
             let (fh, a) = existing.ok_or(VfsError::NoEnt)?;
             Self::openable(&a)?;
             self.require_open_access(&a, share)?;
+            self.deleg_wait(&fh, share & SHARE_WRITE != 0)?;
             return Ok((fh, Bitmap::default(), cinfo(&before, &before)));
         };
         let mut c = create_how(how)?;
@@ -107,6 +111,7 @@ impl Compound<'_> {
                 // An existing file is simply opened; only its size (O_TRUNC) applies.
                 Self::openable(a)?;
                 self.require_open_access(a, share)?;
+                self.deleg_wait(fh, share & SHARE_WRITE != 0 || c.set.size.is_some())?;
                 let mut mask = Bitmap::default();
                 if let Some(size) = c.set.size {
                     if share & SHARE_WRITE == 0 {
@@ -139,7 +144,12 @@ impl Compound<'_> {
 
     /// OPEN (RFC 8881 §18.16): CLAIM_NULL (with UNCHECKED4 / GUARDED4 /
     /// EXCLUSIVE4 / EXCLUSIVE4_1 creation), CLAIM_FH, CLAIM_PREVIOUS
-    /// (reclaim during grace). No delegation is ever granted.
+    /// (reclaim during grace, of a delegation too), CLAIM_DELEGATE_CUR and
+    /// CLAIM_DELEG_CUR_FH (an open under a delegation the client holds,
+    /// sent when it returns one). A read or write delegation is granted
+    /// when the client can be called back and nothing conflicts
+    /// (`State::grant_delegation`); an open that conflicts with another
+    /// client's delegation gets NFS4ERR_DELAY while it is recalled.
     ///
     /// The open-owner's clientid is ignored: the session names the client
     /// (§18.16.3; other clients send 0 there). Whether this client may open
@@ -150,6 +160,7 @@ impl Compound<'_> {
         let clientid = self.clientid()?;
         let share = a.share_access & SHARE_MASK;
         let deny = a.share_deny;
+        let want = DelegWant::of(a.share_access).ok_or(crate::error::Nfs4Error(p::NFS4ERR_INVAL))?;
         if share == 0 || deny > SHARE_MASK {
             return fail(p::NFS4ERR_INVAL);
         }
@@ -159,43 +170,109 @@ impl Compound<'_> {
             p::openflag4::OPEN4_CREATE(how) => Some(how),
             _ => None,
         };
+        // The delegation type a CLAIM_PREVIOUS reclaims (Some(write)).
+        let mut reclaim_deleg = None;
         let (fh, mask, ci, reclaim) = match &a.claim {
             p::open_claim4::CLAIM_NULL(name) => {
                 let (fh, mask, ci) = self.open_by_name(name, how, share)?;
                 (fh, mask, ci, false)
             }
-            p::open_claim4::CLAIM_FH | p::open_claim4::CLAIM_PREVIOUS(_) => {
+            p::open_claim4::CLAIM_FH | p::open_claim4::CLAIM_PREVIOUS(_) | p::open_claim4::CLAIM_DELEG_CUR_FH(_) => {
                 if how.is_some() {
                     return fail(p::NFS4ERR_INVAL);
                 }
-                if let p::open_claim4::CLAIM_PREVIOUS(t) = &a.claim {
-                    if !matches!(t, p::open_delegation_type4::OPEN_DELEGATE_NONE) {
-                        // We never granted a delegation to reclaim.
-                        return fail(p::NFS4ERR_RECLAIM_BAD);
-                    }
-                }
                 let fh = self.cur_fh()?;
+                match &a.claim {
+                    p::open_claim4::CLAIM_PREVIOUS(t) => {
+                        reclaim_deleg = match t {
+                            p::open_delegation_type4::OPEN_DELEGATE_NONE => None,
+                            p::open_delegation_type4::OPEN_DELEGATE_READ => Some(false),
+                            p::open_delegation_type4::OPEN_DELEGATE_WRITE => Some(true),
+                            _ => return fail(p::NFS4ERR_INVAL),
+                        };
+                    }
+                    p::open_claim4::CLAIM_DELEG_CUR_FH(sid) => {
+                        let sid = self.resolve_sid(sid_in(sid))?;
+                        self.prog.state().check_deleg(clientid, &sid, &fh)?;
+                    }
+                    _ => {}
+                }
                 let fa = self.prog.vfs.getattr(&fh)?;
                 Self::openable(&fa)?;
                 self.require_open_access(&fa, share)?;
-                let reclaim = matches!(a.claim, p::open_claim4::CLAIM_PREVIOUS(_));
+                if !reclaim {
+                    self.deleg_wait(&fh, share & SHARE_WRITE != 0)?;
+                }
                 (fh, Bitmap::default(), p::change_info4 { atomic: false, before: 0, after: 0 }, reclaim)
             }
-            // Delegation claims: we hold no delegations.
+            p::open_claim4::CLAIM_DELEGATE_CUR(cur) => {
+                if how.is_some() {
+                    return fail(p::NFS4ERR_INVAL);
+                }
+                let (dir, before) = self.cur_dir()?;
+                check_component(cur.file)?;
+                let (fh, fa) = self.prog.vfs.lookup(&dir, cur.file)?;
+                let sid = self.resolve_sid(sid_in(&cur.delegate_stateid))?;
+                self.prog.state().check_deleg(clientid, &sid, &fh)?;
+                Self::openable(&fa)?;
+                self.require_open_access(&fa, share)?;
+                (fh, Bitmap::default(), cinfo(&before, &before), false)
+            }
+            // CLAIM_DELEGATE_PREV / CLAIM_DELEG_PREV_FH reclaim a delegation
+            // across a client restart, which needs stable storage of
+            // delegations we do not keep (§10.2.1).
             _ => return fail(p::NFS4ERR_NOTSUPP),
         };
         let (sid, preserved) = self.open_state(clientid, a.owner.owner, fh, share, deny, reclaim)?;
         let rflags = RESULT_LOCKTYPE_POSIX | if preserved { RESULT_PRESERVE_UNLINKED } else { 0 };
-        p::OPEN4resok {
-            stateid: sid_out(sid),
-            cinfo: ci,
-            rflags,
-            attrset: mask.to_vec(),
-            delegation: p::open_delegation4::OPEN_DELEGATE_NONE,
-        }
-        .encode(e)?;
+        let grant = self.grant_delegation(clientid, fh, share, want, reclaim_deleg);
+        let delegation = match grant {
+            DelegGrant::Read(d) => p::open_delegation4::OPEN_DELEGATE_READ(p::open_read_delegation4 {
+                stateid: sid_out(d),
+                recall: false,
+                permissions: DELEG_ACE,
+            }),
+            DelegGrant::Write(d) => p::open_delegation4::OPEN_DELEGATE_WRITE(p::open_write_delegation4 {
+                stateid: sid_out(d),
+                recall: false,
+                // No space reservation: writes may grow the file freely.
+                space_limit: p::nfs_space_limit4::NFS_LIMIT_SIZE(u64::MAX),
+                permissions: DELEG_ACE,
+            }),
+            // Why not is told only to a client that expressed a want.
+            DelegGrant::None(_) if want == DelegWant::NoPreference => p::open_delegation4::OPEN_DELEGATE_NONE,
+            DelegGrant::None(why) => p::open_delegation4::OPEN_DELEGATE_NONE_EXT(match why {
+                p::WND4_CONTENTION => p::open_none_delegation4::WND4_CONTENTION(false),
+                p::WND4_RESOURCE => p::open_none_delegation4::WND4_RESOURCE(false),
+                other => p::open_none_delegation4::default(other),
+            }),
+        };
+        p::OPEN4resok { stateid: sid_out(sid), cinfo: ci, rflags, attrset: mask.to_vec(), delegation }.encode(e)?;
         self.cur = Some(fh);
         self.cur_sid = Some(sid);
+        Ok(())
+    }
+
+    /// Grant a delegation after a successful OPEN if the state machine
+    /// allows one (then maybe ask holders to give some back).
+    fn grant_delegation(&self, clientid: u64, fh: FileHandle, share: u32, want: DelegWant, reclaim: Option<bool>) -> DelegGrant {
+        let cb_usable = self.prog.callbacks.attached()
+            && self.seq.is_some_and(|s| {
+                self.prog.state().cb_path_flags(&s.session) & p::SEQ4_STATUS_CB_PATH_DOWN == 0
+            });
+        let g = self.prog.state().grant_delegation(clientid, fh, share, want, cb_usable, reclaim, self.now_ms);
+        if !matches!(g, DelegGrant::None(_)) {
+            self.prog.delegations.maybe_recall_any();
+        }
+        g
+    }
+
+    /// Would this access by the COMPOUND's client conflict with another
+    /// client's delegation? Then NFS4ERR_DELAY while it is recalled.
+    pub(crate) fn deleg_wait(&self, fh: &FileHandle, write: bool) -> OpResult {
+        if self.prog.delegations.must_wait_for(fh, self.seq.map(|s| s.clientid), write) {
+            return fail(p::NFS4ERR_DELAY);
+        }
         Ok(())
     }
 
@@ -265,15 +342,16 @@ impl Compound<'_> {
         Ok(())
     }
 
-    /// DELEGRETURN (RFC 8881 §18.6): we grant no delegations, so no stateid
-    /// can name one: a live open/lock stateid is NFS4ERR_BAD_STATEID too.
+    /// DELEGRETURN (RFC 8881 §18.6): the delegation on the current file
+    /// goes; an open or lock stateid is NFS4ERR_BAD_STATEID, a revoked
+    /// delegation NFS4ERR_DELEG_REVOKED (FREE_STATEID forgets it).
     pub(crate) fn op_delegreturn(&mut self, d: &mut Decoder<'_>, _e: &mut Encoder<'_>) -> OpResult {
         let a = p::DELEGRETURN4args::decode(d)?;
-        self.cur_fh()?;
+        let fh = self.cur_fh()?;
         let clientid = self.clientid()?;
         let sid = self.resolve_sid(sid_in(&a.deleg_stateid))?;
-        self.prog.state().test_stateid(clientid, &sid)?;
-        fail(p::NFS4ERR_BAD_STATEID)
+        self.prog.state().delegreturn(clientid, &sid, &fh)?;
+        Ok(())
     }
 
     /// FREE_STATEID (RFC 8881 §18.38).

@@ -84,7 +84,8 @@ impl Compound<'_> {
         }
         let replay = st.sequence_begin(&a.sa_sessionid, a.sa_slotid, a.sa_sequenceid, self.conn_id, self.now_ms)?;
         // The client learns here that it must bind a back channel (§18.46.3).
-        let status_flags = st.cb_path_flags(&a.sa_sessionid);
+        // And that delegations it held were revoked (§18.46.3, §8.2.4).
+        let status_flags = st.cb_path_flags(&a.sa_sessionid) | st.revoked_flags(clientid);
         drop(st);
         self.seq = Some(Seq {
             session: a.sa_sessionid,

@@ -42,6 +42,7 @@ impl Compound<'_> {
         if write && access & SHARE_WRITE == 0 {
             return fail(p::NFS4ERR_OPENMODE);
         }
+        self.deleg_wait(&fh, write)?;
         Ok(fh)
     }
 
@@ -263,6 +264,7 @@ impl Compound<'_> {
         };
         let clientid = self.seq.map(|s| s.clientid);
         self.prog.state().check_io(clientid, &sid, &src, self.now_ms)?;
+        self.deleg_wait(&src, false)?;
         Ok((src, a.size))
     }
 }

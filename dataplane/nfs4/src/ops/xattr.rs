@@ -53,6 +53,7 @@ impl Compound<'_> {
         let fh = self.cur_fh()?;
         let before = self.prog.vfs.getattr(&fh)?;
         self.require_modify(&before)?;
+        self.deleg_wait(&fh, true)?;
         let after = self.prog.vfs.setxattr(&fh, a.sxa_key, a.sxa_value, how).map_err(xattr_status)?;
         cinfo(&before, &after).encode(e)?;
         Ok(())
@@ -113,6 +114,7 @@ impl Compound<'_> {
         let fh = self.cur_fh()?;
         let before = self.prog.vfs.getattr(&fh)?;
         self.require_modify(&before)?;
+        self.deleg_wait(&fh, true)?;
         let after = self.prog.vfs.removexattr(&fh, a.rxa_name).map_err(xattr_status)?;
         cinfo(&before, &after).encode(e)?;
         Ok(())

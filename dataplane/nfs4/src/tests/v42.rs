@@ -14,7 +14,7 @@ const MIB: u64 = 1 << 20;
 
 /// EXCHANGE_ID, CREATE_SESSION (with a back channel) and
 /// RECLAIM_COMPLETE, all in minor version `minor` (1 or 2).
-fn connect_minor(s: &Server, owner: &[u8], minor: u32) -> Client {
+pub(super) fn connect_minor(s: &Server, owner: &[u8], minor: u32) -> Client {
     let args = p::EXCHANGE_ID4args {
         eia_clientowner: p::client_owner4 { co_verifier: [4; 8], co_ownerid: owner },
         eia_flags: 0,
