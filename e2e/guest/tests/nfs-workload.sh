@@ -65,6 +65,50 @@ esac
 # guest hung in D state until the host's timeout.
 OPTS="$OPTS,soft,timeo=100,retrans=3"
 
+# A second NFS client runs the commands on stdin: another network namespace
+# (the kernel keeps NFS client state per namespace) with its own hostname (so
+# its own client owner) and NIC (eth1 on a second QEMU user network), mounting
+# the same export at /mnt/client2. Its output is in /tmp/client2.out (echoed,
+# indented). Bounded: a server that never answers it fails the step, not the
+# run. eth1 returns to this namespace when the client's namespace ends.
+client2() {
+  ip link show eth1 >/dev/null 2>&1 || fail "no eth1 for the second NFS client (run.sh needs GUEST_NICS=2)"
+  {
+    cat <<HEAD
+echo \$\$ >/tmp/client2.pid
+hostname nfs-client-2
+i=0
+while ! ip link show eth1 >/dev/null 2>&1; do
+  i=\$((i + 1)); [ \$i -lt 200 ] || { echo "client2: eth1 never arrived"; exit 10; }; sleep 0.1
+done
+ip link set lo up && ip link set eth1 up && ip addr add 10.0.2.15/24 dev eth1 || exit 11
+mkdir -p /mnt/client2
+mount.nfs "$SERVER:$EXPORT" /mnt/client2 -o "$OPTS" || { echo "client2: mount failed"; exit 12; }
+HEAD
+    cat
+    echo 'umount /mnt/client2 || echo "client2: umount failed"'
+  } >/tmp/client2.sh
+  rm -f /tmp/client2.pid
+  timeout -s KILL 180 unshare -n -u -m dash /tmp/client2.sh >/tmp/client2.out 2>&1 &
+  c2=$!
+  c2_waited=0
+  # The pid inside the new namespaces comes from the script itself, whatever
+  # timeout does with pids.
+  until [ -s /tmp/client2.pid ] && ip link set eth1 netns "$(cat /tmp/client2.pid)" 2>/dev/null; do
+    [ $c2_waited -lt 100 ] || fail "cannot move eth1 into the second client's namespace"
+    sleep 0.1; c2_waited=$((c2_waited + 1))
+  done
+  wait $c2; c2_rc=$?
+  sed 's/^/  /' /tmp/client2.out
+  [ $c2_rc = 0 ] || fail "second client failed (rc $c2_rc; 137 = killed after 180s)"
+  # Its namespace is gone: wait for eth1 to come back for the next use.
+  c2_waited=0
+  until ip link show eth1 >/dev/null 2>&1; do
+    [ $c2_waited -lt 100 ] || fail "eth1 did not come back from the second client's namespace"
+    sleep 0.1; c2_waited=$((c2_waited + 1))
+  done
+}
+
 step mount
 mkdir -p "$MNT"
 mount -t nfs -o "$OPTS" "$SERVER:$EXPORT" "$MNT" || fail "mount -o $OPTS $SERVER:$EXPORT failed"
@@ -185,38 +229,12 @@ elif [ -n "$MINOR" ]; then
   # state per namespace) with its own hostname (so its own client owner) and
   # NIC (eth1 on a second QEMU user network), mounting the same export. It
   # knows nothing of the holder's lock, so only the server can deny it.
-  ip link show eth1 >/dev/null 2>&1 || fail "no eth1 for the second NFS client (run.sh needs GUEST_NICS=2)"
   rel=${D#"$MNT"/}
-  cat >/tmp/client2.sh <<CLIENT2
-echo \$\$ >/tmp/client2.pid
-hostname nfs-client-2
-i=0
-while ! ip link show eth1 >/dev/null 2>&1; do
-  i=\$((i + 1)); [ \$i -lt 200 ] || { echo "client2: eth1 never arrived"; exit 10; }; sleep 0.1
-done
-ip link set lo up && ip link set eth1 up && ip addr add 10.0.2.15/24 dev eth1 || exit 11
-mkdir -p /mnt/client2
-mount.nfs "$SERVER:$EXPORT" /mnt/client2 -o "$OPTS" || { echo "client2: mount failed"; exit 12; }
+  client2 <<CLIENT2
 lockhelper try "/mnt/client2/$rel/lockfile" 50 100; echo "client2: overlap rc=\$?"
 lockhelper try "/mnt/client2/$rel/lockfile" 100 100; echo "client2: disjoint rc=\$?"
 awk '/^device / {ours = (\$5 == "/mnt/client2")} ours && \$1 == "LOCK:" {print "client2: LOCK ops=" \$2}' /proc/self/mountstats
-umount /mnt/client2 || echo "client2: umount failed"
 CLIENT2
-  # Bounded: a server that never answers the second client must fail this
-  # step, not stall the run until the guest watchdog.
-  rm -f /tmp/client2.pid
-  timeout -s KILL 180 unshare -n -u -m dash /tmp/client2.sh >/tmp/client2.out 2>&1 &
-  client2=$!
-  waited=0
-  # The pid inside the new namespaces comes from the script itself, whatever
-  # timeout does with pids.
-  until [ -s /tmp/client2.pid ] && ip link set eth1 netns "$(cat /tmp/client2.pid)" 2>/dev/null; do
-    [ $waited -lt 100 ] || fail "cannot move eth1 into the second client's namespace"
-    sleep 0.1; waited=$((waited + 1))
-  done
-  wait $client2; rc=$?
-  sed 's/^/  /' /tmp/client2.out
-  [ $rc = 0 ] || fail "second client failed (rc $rc; 137 = killed after 180s)"
   grep -q "client2: overlap rc=2" /tmp/client2.out || fail "the server granted another client [50,150) while [0,100) was held"
   grep -q "client2: disjoint rc=0" /tmp/client2.out || fail "the server refused another client the free range [100,200)"
   ok "second client: the server denies the overlapping range and grants the disjoint one"
@@ -226,6 +244,38 @@ wait $holder || fail "lock holder failed to unlock"
 lockhelper try "$D/lockfile" 0 100; rc=$?
 [ $rc = 0 ] || fail "[0,100) still locked after the holder released it (rc $rc)"
 ok "conflict on overlap, grant on disjoint range, release seen"
+
+if [ -n "$MINOR" ] && [ "${NFS_SECOND_CLIENT:-eth1}" != none ]; then
+  # Delegations (RFC 8881 §10.4): the file this client creates comes with a
+  # write delegation, so its later opens stay local (what it saves: the
+  # OPEN and CLOSE round trips); a second client opening it for writing
+  # makes the server recall it (CB_RECALL): this client writes back and
+  # returns it (DELEGRETURN), and each client then reads the other's data.
+  step delegation
+  f="$D/deleg"
+  printf 'from-client-1\n' >"$f" || fail "write $f"
+  opens_before=$(op_count OPEN); closes_before=$(op_count CLOSE)
+  i=0
+  while [ $i -lt 20 ]; do cat "$f" >/dev/null || fail "read $f"; i=$((i + 1)); done
+  opens=$(( $(op_count OPEN) - opens_before )); closes=$(( $(op_count CLOSE) - closes_before ))
+  [ $opens -eq 0 ] || fail "20 opens of a file this client holds a delegation on sent $opens OPEN calls"
+  echo "note [$STEP] 20 opens for reading under the delegation: $opens OPEN and $closes CLOSE calls (without one: 20 and 20)"
+  returns_before=$(op_count DELEGRETURN)
+  rel=${D#"$MNT"/}
+  client2 <<CLIENT2
+printf 'from-client-2\n' >>"/mnt/client2/$rel/deleg" && echo "client2: appended"
+echo "client2: sees \$(tr '\n' ' ' <"/mnt/client2/$rel/deleg")"
+CLIENT2
+  grep -q "client2: appended" /tmp/client2.out || fail "the second client could not append to $f"
+  grep -q "client2: sees from-client-1 from-client-2 " /tmp/client2.out \
+    || fail "the second client does not see this client's data before its own: $(grep 'client2: sees' /tmp/client2.out)"
+  returns=$(( $(op_count DELEGRETURN) - returns_before ))
+  [ $returns -ge 1 ] || fail "no DELEGRETURN from this client: the delegation was not recalled"
+  got=$(tr '\n' ' ' <"$f")
+  [ "$got" = "from-client-1 from-client-2 " ] || fail "this client reads '$got' after the recall"
+  rm "$f" || fail "remove $f"
+  ok "recalled ($returns DELEGRETURN), both clients read both writes"
+fi
 
 if [ "$MINOR" = 2 ]; then
   # NFSv4.2 space operations (RFC 7862): fallocate is ALLOCATE (the server
