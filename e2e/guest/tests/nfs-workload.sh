@@ -259,7 +259,7 @@ if [ -n "$MINOR" ] && [ "${NFS_SECOND_CLIENT:-eth1}" != none ]; then
   while [ $i -lt 20 ]; do cat "$f" >/dev/null || fail "read $f"; i=$((i + 1)); done
   opens=$(( $(op_count OPEN) - opens_before )); closes=$(( $(op_count CLOSE) - closes_before ))
   [ $opens -eq 0 ] || fail "20 opens of a file this client holds a delegation on sent $opens OPEN calls"
-  echo "note [$STEP] 20 opens for reading under the delegation: $opens OPEN and $closes CLOSE calls (without one: 20 and 20)"
+  echo "note [$STEP] 20 opens for reading under the delegation: $opens OPEN and $closes CLOSE calls (without one, each open is an OPEN and a CLOSE)"
   returns_before=$(op_count DELEGRETURN)
   rel=${D#"$MNT"/}
   client2 <<CLIENT2
