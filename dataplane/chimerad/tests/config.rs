@@ -651,6 +651,32 @@ fn pool_and_parking_limits_are_checked() {
     assert!(msg.contains("parked_per_core_max"), "{msg}");
 }
 
+/// NFSv4 delegations: on by default with the default bound;
+/// `server.nfs4_delegations: false` (the reference format's key) turns them
+/// off; `nfs4_delegations_max` sets the bound; bad values name the key.
+#[test]
+fn delegation_switch_and_bound() {
+    let c = parse(&reference_shaped()).unwrap();
+    assert_eq!(c.server.delegations_max as u64, chimerad::config::DELEGATIONS_DEFAULT);
+    assert!(!c.warnings.iter().any(|w| w.contains("nfs4_delegations")), "implemented, not a warning: {:?}", c.warnings);
+    let mut v = reference_shaped();
+    v["server"]["nfs4_delegations"] = json!(false);
+    v["server"]["nfs4_delegations_max"] = json!(100);
+    assert_eq!(parse(&v).unwrap().server.delegations_max, 0, "switched off wins over a bound");
+    v["server"]["nfs4_delegations"] = json!(true);
+    assert_eq!(parse(&v).unwrap().server.delegations_max, 100);
+    for (path, value, want) in [
+        ("server.nfs4_delegations", json!("no"), "expected true or false"),
+        ("server.nfs4_delegations_max", json!(0), "out of range 1..=16777216"),
+        ("server.nfs4_delegations_max", json!(1u64 << 25), "out of range 1..=16777216"),
+        ("server.nfs4_delegations_max", json!("lots"), "expected a non-negative integer"),
+    ] {
+        let (p, msg) = error_of(&with(path, value.clone()));
+        assert_eq!(p, path, "{path}={value}: {msg}");
+        assert!(msg.contains(want), "{path}={value}: {msg:?} lacks {want:?}");
+    }
+}
+
 /// `exports.<name>.access`: client rules parsed in order with their
 /// defaults; bad CIDRs, unknown keys and options, out-of-range anonymous
 /// ids and conflicting rules on one mount are errors naming the key path.
