@@ -260,8 +260,25 @@ if [ -n "$MINOR" ] && [ "${NFS_SECOND_CLIENT:-eth1}" != none ]; then
   opens=$(( $(op_count OPEN) - opens_before )); closes=$(( $(op_count CLOSE) - closes_before ))
   [ $opens -eq 0 ] || fail "20 opens of a file this client holds a delegation on sent $opens OPEN calls"
   echo "note [$STEP] 20 opens for reading under the delegation: $opens OPEN and $closes CLOSE calls (without one, each open is an OPEN and a CLOSE)"
-  returns_before=$(op_count DELEGRETURN)
   rel=${D#"$MNT"/}
+  if [ -n "${NFS_MOUNT_PORT:-}" ]; then
+    # NFSv3 holds no state: reading a file under this client's write
+    # delegation, its READ waits (NFS3ERR_JUKEBOX, the v3 client retries in
+    # 5 s) while the server recalls the delegation.
+    v3f="$D/deleg-v3"
+    printf 'for-v3\n' >"$v3f" || fail "write $v3f"
+    returns_before=$(op_count DELEGRETURN)
+    mkdir -p /mnt/v3
+    mount -t nfs -o "vers=3,proto=$PROTO,port=$PORT,mountport=$NFS_MOUNT_PORT,mountproto=tcp,nolock,soft,timeo=100,retrans=3" \
+      "$SERVER:$EXPORT" /mnt/v3 || fail "NFSv3 mount of $SERVER:$EXPORT for the delegation check"
+    got=$(cat "/mnt/v3/$rel/deleg-v3") || { umount /mnt/v3; fail "NFSv3 read of a delegated file"; }
+    umount /mnt/v3 || fail "umount /mnt/v3"
+    [ "$got" = for-v3 ] || fail "NFSv3 reads '$got' from a file under a write delegation, want 'for-v3'"
+    [ $(( $(op_count DELEGRETURN) - returns_before )) -ge 1 ] || fail "an NFSv3 read did not recall the write delegation"
+    rm "$v3f" || fail "remove $v3f"
+    echo "note [$STEP] an NFSv3 read recalled the write delegation and read the delegated data"
+  fi
+  returns_before=$(op_count DELEGRETURN)
   client2 <<CLIENT2
 printf 'from-client-2\n' >>"/mnt/client2/$rel/deleg" && echo "client2: appended"
 echo "client2: sees \$(tr '\n' ' ' <"/mnt/client2/$rel/deleg")"
