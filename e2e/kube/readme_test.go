@@ -46,7 +46,8 @@ import (
 )
 
 // deploySteps are the README's blocks, in order. run: TestRealNode runs it
-// (the image blocks are for a real cluster: the guest's images are preloaded).
+// (the image blocks are for a real cluster: the guest's images are
+// preloaded); the others are still checked by TestDeployDocs.
 var deploySteps = []struct {
 	name string
 	run  bool
@@ -62,6 +63,9 @@ var deploySteps = []struct {
 	{"fio", true},
 	{"check-pvc", true},
 	{"check-fio", true},
+	// The flow's own teardown checks more than the README's removal does
+	// (the server volume gone, no NFS mount left on the node).
+	{"cleanup", false},
 }
 
 const (
