@@ -3,12 +3,17 @@
 //
 // TestRealNode proves, against a real kube-apiserver, kube-controller-manager,
 // kube-scheduler and a real kubelet + containerd + runc node whose kernel has
-// the NFS client, with our images built from the Dockerfile:
+// the NFS client, with our images built from the Dockerfile, that the user's
+// path written in the root README works: its `sh deploy:<step>` blocks (helm
+// install, the node label, the ChimeraCluster, the StorageClass, the PVC and
+// fio Job, and each `kubectl wait`/`get` check) are run from README.md, with
+// the guest's differences listed in readme_test.go. It proves:
 //   - `helm install` of charts/chimera runs the operator and the CSI driver
 //     (controller Deployment, node DaemonSet) in containers, and the kubelet
 //     registers the node plugin (CSINode lists csi.chimera.io);
-//   - the TCP/memfs ChimeraCluster sample (1 MDS + 2 DS) turns Available, and
-//     the MDS's admin API lists both DS addresses;
+//   - the TCP/memfs ChimeraCluster sample (1 MDS + 2 DS) runs on the node the
+//     README labelled and turns Available, and the MDS's admin API lists both
+//     DS addresses;
 //   - a PVC on a Chimera StorageClass is Bound to a volume created on the
 //     MDS. The external-provisioner image cannot be had here, so our stand-in
 //     (sidecars/, running as the chart's csi-provisioner container) plays it:
