@@ -22,7 +22,10 @@ KUBE_E2E_TIMEOUT_S ?= 1500
 KUBE_E2E_IMAGES = $(IMAGES_OUT)/pause.tar $(IMAGES_OUT)/chimera-fio.tar $(IMAGES_OUT)/chimera-fio-engine.tar $(IMAGES_OUT)/chimera-operator.tar \
   $(IMAGES_OUT)/chimera-csi.tar $(IMAGES_OUT)/chimerad.tar $(KUBE_SIDECARS_TAR)
 
-TEST_TARGETS += e2e
+# test-docs: the README's deploy path (its `sh deploy:<step>` blocks, which
+# TestRealNode runs) checked without a cluster: blocks present, files and
+# Dockerfile targets named exist, samples parse, images match the defaults.
+TEST_TARGETS += test-docs e2e
 
 # $(1): the tests to run (space-separated, in one boot), $(2): the log's
 # name. Prints the steps, the timelines and go test's verdict; fails unless
@@ -40,7 +43,10 @@ define kube_e2e_run
 	  echo "$(2): PASS (full log: $$log)"
 endef
 
-.PHONY: e2e e2e-setup e2e-node test-kube-node
+.PHONY: e2e e2e-setup e2e-node test-kube-node test-docs
+test-docs: ## the README's "Deploy on Kubernetes" blocks: present, files exist, samples parse (no cluster)
+	nice -n 10 $(GO) test -count=1 -run '^TestDeployDocs$$' ./$(KUBE_E2E)
+
 e2e-setup: setup-operator ## the real-node e2e's tools: kubelet, kubectl, controller-manager, scheduler, helm, sidecar stand-ins
 	hack/tools.sh helm
 	nice -n 10 hack/build-k8s.sh kube-controller-manager kube-scheduler kubelet kubectl
@@ -55,5 +61,5 @@ e2e-node: e2e-setup ## boot the cluster (control plane + guest node) and keep it
 test-kube-node: e2e-setup images ## a real kubelet node in the QEMU guest: preloaded-image pods, logs, exec, CSI registration
 	$(call kube_e2e_run,TestNodeSmoke TestNodeSmokeChart,test-kube-node)
 
-e2e: e2e-setup images ## real kubelet node in the QEMU guest: smoke, then helm install -> ChimeraCluster -> PVC -> fio Job -> teardown, timed
+e2e: test-docs e2e-setup images ## real kubelet node in the QEMU guest: smoke, then helm install -> ChimeraCluster -> PVC -> fio Job -> teardown, timed
 	$(call kube_e2e_run,TestNodeSmoke TestRealNode,e2e)

@@ -14,8 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/chimera-k8s/chimera/operator/render"
 )
 
 // claim creates the sample StorageClass sc as `name` naming the MDS by pod
@@ -24,9 +22,7 @@ import (
 // caller) on it with `bytes` of storage.
 func (e *env) claim(sc *storagev1.StorageClass, name, mdsIP string, pvc *corev1.PersistentVolumeClaim, bytes int64) error {
 	sc.Name = name
-	delete(sc.Parameters, "clusterName")
-	delete(sc.Parameters, "clusterNamespace")
-	sc.Parameters["adminEndpoint"] = fmt.Sprintf("https://%s:%d", mdsIP, render.PortAdmin)
+	guestStorageClass(sc, mdsIP)
 	if err := e.k8s.Create(e.ctx, sc); err != nil {
 		return err
 	}

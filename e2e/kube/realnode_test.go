@@ -3,12 +3,17 @@
 //
 // TestRealNode proves, against a real kube-apiserver, kube-controller-manager,
 // kube-scheduler and a real kubelet + containerd + runc node whose kernel has
-// the NFS client, with our images built from the Dockerfile:
+// the NFS client, with our images built from the Dockerfile, that the user's
+// path written in the root README works: its `sh deploy:<step>` blocks (helm
+// install, the node label, the ChimeraCluster, the StorageClass, the PVC and
+// fio Job, and each `kubectl wait`/`get` check) are run from README.md, with
+// the guest's differences listed in readme_test.go. It proves:
 //   - `helm install` of charts/chimera runs the operator and the CSI driver
 //     (controller Deployment, node DaemonSet) in containers, and the kubelet
 //     registers the node plugin (CSINode lists csi.chimera.io);
-//   - the TCP/memfs ChimeraCluster sample (1 MDS + 2 DS) turns Available, and
-//     the MDS's admin API lists both DS addresses;
+//   - the TCP/memfs ChimeraCluster sample (1 MDS + 2 DS) runs on the node the
+//     README labelled and turns Available, and the MDS's admin API lists both
+//     DS addresses;
 //   - a PVC on a Chimera StorageClass is Bound to a volume created on the
 //     MDS. The external-provisioner image cannot be had here, so our stand-in
 //     (sidecars/, running as the chart's csi-provisioner container) plays it:
@@ -81,7 +86,7 @@ const (
 	clusterName = "chimera"
 	driverName  = "csi.chimera.io"
 	nodeName    = "localhost"
-	scName      = "chimera-e2e"
+	scName      = "chimera" // the sample StorageClass's name
 
 	pollInterval = 500 * time.Millisecond
 	// Budgets per step on a loaded 2-core host running TCG emulation.
@@ -460,16 +465,22 @@ func TestRealNode(t *testing.T) {
 	})
 	samples := filepath.Join(e.repo, "config", "samples")
 
-	tl.run(t, "helm install chimera (e2e values)", func() (string, error) {
-		_, err := e.tool(e.helm, "install", releaseName, filepath.Join(e.repo, "charts", "chimera"),
-			"--namespace", releaseNS, "--create-namespace", "-f", filepath.Join(e.repo, "e2e", "kube", "values-e2e.yaml"))
+	// The user's path is the README's (readme_test.go): its blocks run here,
+	// as written but for the guest's edits listed there.
+	blocks := mustDeployBlocks(t, e.repo)
+	guest := &guestParams{dir: t.TempDir()}
+
+	tl.run(t, "README deploy:install — helm install chimera (+ e2e values)", func() (string, error) {
+		_, err := e.readmeStep(blocks, "install", guest, toolTimeout, nil)
 		return "", err
 	})
-	tl.run(t, "operator Running", func() (string, error) {
-		_, err := e.podsRunning(releaseNS, map[string]string{"app.kubernetes.io/name": "chimera-operator"}, 1)
-		return "", err
-	})
-	tl.run(t, "CSI controller + node plugin Running", func() (string, error) {
+	tl.run(t, "README deploy:check-install — operator, CSI controller + node plugin", func() (string, error) {
+		if _, err := e.readmeStep(blocks, "check-install", guest, 2*podsUpTimeout, nil); err != nil {
+			return "", err
+		}
+		if _, err := e.podsRunning(releaseNS, map[string]string{"app.kubernetes.io/name": "chimera-operator"}, 1); err != nil {
+			return "", err
+		}
 		if _, err := e.podsRunning(releaseNS, map[string]string{"app.kubernetes.io/component": "csi-controller"}, 1); err != nil {
 			return "", err
 		}
@@ -480,53 +491,39 @@ func TestRealNode(t *testing.T) {
 		return "", eventually(e.ctx, podsUpTimeout, func() error { return e.csiNodeHasDriver(true) })
 	})
 
-	// The TCP/memfs sample, scaled to the guest: our image, small requests.
+	tl.run(t, "README deploy:label — the storage node labelled", func() (string, error) {
+		if _, err := e.readmeStep(blocks, "label", guest, toolTimeout, nil); err != nil {
+			return "", err
+		}
+		n := &corev1.Node{}
+		if err := e.k8s.Get(e.ctx, client.ObjectKey{Name: nodeName}, n); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s: chimera.io/storage=%s", nodeName, n.Labels["chimera.io/storage"]), nil
+	})
+
+	// The TCP/memfs sample (1 MDS + 2 DS), scaled to the guest (guestCluster).
 	cc := &chimerav1.ChimeraCluster{}
-	tl.run(t, "ChimeraCluster sample (memfs, TCP, 1 MDS + 2 DS) Available", func() (string, error) {
-		path := filepath.Join(samples, "storage_v1alpha1_chimeracluster_tcp_memfs.yaml")
-		if err := sampleObject(path, "ChimeraCluster", cc); err != nil {
+	tl.run(t, "README deploy:cluster + check-cluster — ChimeraCluster Available", func() (string, error) {
+		if _, err := e.readmeStep(blocks, "cluster", guest, toolTimeout, nil); err != nil {
 			return "", err
 		}
-		if cc.Name != clusterName || cc.Namespace != clusterNS || cc.Spec.DataServers.Count == nil || *cc.Spec.DataServers.Count != 2 {
-			return "", fmt.Errorf("the sample changed shape (%s/%s): update the test", cc.Namespace, cc.Name)
-		}
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: clusterNS}}
-		if err := e.k8s.Create(e.ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := e.readmeStep(blocks, "check-cluster", guest, clusterUpTimeout, nil); err != nil {
 			return "", err
 		}
-		small := corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
-			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
-		}
-		cc.Spec.Image = "localhost/chimerad:dev"
-		cc.Spec.MetadataServer.Resources = small
-		cc.Spec.DataServers.Resources = small
-		cc.Spec.Storage.MemfsCapacityBytes = memfsBytes
-		// One event loop per server: three servers share the guest's 2 vCPUs.
-		cc.Spec.Tuning.Threads = 1
-		// The guest's pods sit on a static CNI bridge (10.88.0.0/24, not a
-		// node pod range): the node's kernel client reaches the MDS pod from
-		// the bridge's address, which the export rules admit only when named.
-		cc.Spec.Network.PodNetworkCIDRs = []string{"10.88.0.0/24"}
-		if err := e.k8s.Create(e.ctx, cc); err != nil {
+		if err := e.k8s.Get(e.ctx, client.ObjectKey{Namespace: clusterNS, Name: clusterName}, cc); err != nil {
 			return "", err
 		}
-		err := eventually(e.ctx, clusterUpTimeout, func() error {
-			if err := e.k8s.Get(e.ctx, client.ObjectKeyFromObject(cc), cc); err != nil {
-				return err
+		if cc.Status.Phase != chimerav1.PhaseAvailable || cc.Status.DataServersReady != 2 || len(cc.Status.DataServers) != 2 {
+			var pods corev1.PodList
+			_ = e.k8s.List(e.ctx, &pods, client.InNamespace(clusterNS))
+			var states []string
+			for i := range pods.Items {
+				states = append(states, pods.Items[i].Name+"="+podState(&pods.Items[i]))
 			}
-			if cc.Status.Phase != chimerav1.PhaseAvailable || cc.Status.DataServersReady != 2 || len(cc.Status.DataServers) != 2 {
-				var pods corev1.PodList
-				_ = e.k8s.List(e.ctx, &pods, client.InNamespace(clusterNS))
-				var states []string
-				for i := range pods.Items {
-					states = append(states, pods.Items[i].Name+"="+podState(&pods.Items[i]))
-				}
-				return fmt.Errorf("phase %q, %d DS ready, status %+v, pods %v", cc.Status.Phase, cc.Status.DataServersReady, cc.Status.DataServers, states)
-			}
-			return nil
-		})
-		return fmt.Sprintf("MDS %s", cc.Status.MetadataServerEndpoint), err
+			return "", fmt.Errorf("Available, yet phase %q, %d DS ready, status %+v, pods %v", cc.Status.Phase, cc.Status.DataServersReady, cc.Status.DataServers, states)
+		}
+		return fmt.Sprintf("MDS %s", cc.Status.MetadataServerEndpoint), nil
 	})
 
 	var mdsIP, token string
@@ -575,33 +572,29 @@ func TestRealNode(t *testing.T) {
 	})
 
 	// The sample StorageClass names the MDS by its Service's DNS name; this
-	// node has no cluster DNS and no kube-proxy, so the class names the MDS
-	// by pod IP (adminEndpoint; the NFS server defaults to the same host).
+	// node has no cluster DNS and no kube-proxy, so the guest's copy names
+	// the MDS by pod IP (guestClass).
 	pvc := &corev1.PersistentVolumeClaim{}
 	var pv corev1.PersistentVolume
 	var serverVolID string
-	tl.run(t, "PVC Bound (provisioner stand-in: CreateVolume + PV)", func() (string, error) {
-		sc := &storagev1.StorageClass{}
-		if err := sampleObject(filepath.Join(samples, "storageclass.yaml"), "StorageClass", sc); err != nil {
+	tl.run(t, "README deploy:storageclass + fio + check-pvc — PVC Bound (provisioner stand-in)", func() (string, error) {
+		guest.mdsIP = mdsIP
+		if _, err := e.readmeStep(blocks, "storageclass", guest, toolTimeout, nil); err != nil {
 			return "", err
 		}
-		if err := sampleObject(filepath.Join(samples, "fio", "fio-kernel-job.yaml"), "PersistentVolumeClaim", pvc); err != nil {
+		// The claim and the fio Job come in one file: the Job starts as
+		// soon as the claim is Bound (its wait is the check-fio step).
+		if _, err := e.readmeStep(blocks, "fio", guest, toolTimeout, nil); err != nil {
 			return "", err
 		}
-		if err := e.claim(sc, scName, mdsIP, pvc, volumeBytes); err != nil {
+		if _, err := e.readmeStep(blocks, "check-pvc", guest, pvcBoundTimeout, nil); err != nil {
+			return "", fmt.Errorf("%w\nevents: %s", err, e.events(clusterNS, pvcName))
+		}
+		if err := e.k8s.Get(e.ctx, client.ObjectKey{Namespace: clusterNS, Name: pvcName}, pvc); err != nil {
 			return "", err
 		}
-		err := eventually(e.ctx, pvcBoundTimeout, func() error {
-			if err := e.k8s.Get(e.ctx, client.ObjectKeyFromObject(pvc), pvc); err != nil {
-				return err
-			}
-			if pvc.Status.Phase != corev1.ClaimBound {
-				return fmt.Errorf("PVC %s: %s", pvc.Status.Phase, e.events(clusterNS, pvc.Name))
-			}
-			return nil
-		})
-		if err != nil {
-			return "", err
+		if pvc.Status.Phase != corev1.ClaimBound {
+			return "", fmt.Errorf("PVC %s: %s", pvc.Status.Phase, e.events(clusterNS, pvc.Name))
 		}
 		if err := e.k8s.Get(e.ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, &pv); err != nil {
 			return "", err
@@ -651,44 +644,30 @@ func TestRealNode(t *testing.T) {
 
 	var fioLog string
 	var layoutGets int64
-	tl.run(t, "fio Job (sample, scaled, verify=crc32c) Completed", func() (string, error) {
-		cm := &corev1.ConfigMap{}
-		if err := sampleObject(filepath.Join(samples, "fio", "fio-workload-configmap.yaml"), "ConfigMap", cm); err != nil {
-			return "", err
+	tl.run(t, "README deploy:check-fio — fio Job (sample, scaled, verify=crc32c) Completed", func() (string, error) {
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: clusterNS, Name: jobName}}
+		failed := func() error {
+			j := &batchv1.Job{}
+			if err := e.k8s.Get(e.ctx, client.ObjectKeyFromObject(job), j); err != nil {
+				return nil
+			}
+			for _, cond := range j.Status.Conditions {
+				if cond.Type == batchv1.JobFailed && cond.Status == corev1.ConditionTrue {
+					return fmt.Errorf("job failed: %s %s", cond.Reason, cond.Message)
+				}
+			}
+			return nil
 		}
-		job := &batchv1.Job{}
-		if err := sampleObject(filepath.Join(samples, "fio", "fio-kernel-job.yaml"), "Job", job); err != nil {
-			return "", err
-		}
-		// verify=crc32c: the layout phase writes each block with a checksum
-		// header and reads everything back checking it.
-		wl := cm.Data["workload.fio"]
-		if !strings.Contains(wl, "[layout]\nrw=write\n") {
-			return "", fmt.Errorf("the sample workload changed shape: update the test")
-		}
-		cm.Data["workload.fio"] = strings.Replace(wl, "[layout]\nrw=write\n", "[layout]\nrw=write\nverify=crc32c\ndo_verify=1\n", 1)
-		// What the test asserts on goes to the pod's log.
-		cm.Data["run.sh"] += `
-for phase in layout randwrite randread; do echo "@@fio-$phase-begin"; cat "/results/$phase.json"; echo "@@fio-$phase-end"; done
-echo "@@mountstats-begin"; cat /proc/self/mountstats; echo "@@mountstats-end"
-echo "@@sha256-begin"; (cd "$DIRECTORY" && sha256sum *); echo "@@sha256-end"
-`
-		if err := e.k8s.Create(e.ctx, cm); err != nil {
-			return "", err
-		}
-		smallFio(&job.Spec.Template.Spec.Containers[0], "localhost/chimera-fio:dev", fioScale, fioRuntimeS)
-		job.Spec.Template.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = pvc.Name
-		if err := e.k8s.Create(e.ctx, job); err != nil {
-			return "", err
-		}
-		err := e.waitJob(job, fioJobTimeout)
-		out, lerr := e.tool(e.kubectl, "logs", "-n", clusterNS, "job/"+job.Name)
+		// The block's last command prints the Job's log: what is asserted on.
+		out, err := e.readmeStep(blocks, "check-fio", guest, fioJobTimeout, failed)
 		fioLog = out
 		if err != nil {
-			return "", fmt.Errorf("%w\nfio log:\n%s", err, out)
-		}
-		if lerr != nil {
-			return "", lerr
+			// waitJob names the pods' states and events.
+			if werr := e.waitJob(job, time.Second); werr != nil {
+				err = fmt.Errorf("%w\n%v", err, werr)
+			}
+			log, _ := e.tool(e.kubectl, "logs", "-n", clusterNS, "job/"+jobName)
+			return "", fmt.Errorf("%w\nfio log:\n%s", err, log)
 		}
 		notes, _, err := fioPhases(fioLog)
 		if err != nil {
