@@ -45,7 +45,10 @@ endef
 
 .PHONY: e2e e2e-setup e2e-node test-kube-node test-docs
 test-docs: ## the README's "Deploy on Kubernetes" blocks: present, files exist, samples parse (no cluster)
-	nice -n 10 $(GO) test -count=1 -run '^TestDeployDocs$$' ./$(KUBE_E2E)
+	@mkdir -p $(CACHE)
+	nice -n 10 $(GO) test -count=1 -v -run '^TestDeployDocs$$' ./$(KUBE_E2E) > $(CACHE)/last-docs-test.log 2>&1; rc=$$?; \
+	  grep -E '^(--- |ok |FAIL|PASS$$)|_test.go:' $(CACHE)/last-docs-test.log; \
+	  [ $$rc -eq 0 ] && grep -q '^--- PASS: TestDeployDocs' $(CACHE)/last-docs-test.log || { echo "test-docs: TestDeployDocs did not pass (or did not run): $(CACHE)/last-docs-test.log"; exit 1; }
 
 e2e-setup: setup-operator ## the real-node e2e's tools: kubelet, kubectl, controller-manager, scheduler, helm, sidecar stand-ins
 	hack/tools.sh helm

@@ -306,8 +306,8 @@ func podTemplate(c *chimerav1.ChimeraCluster, component, configHash, revision st
 		Resources:       withDeviceRequests(c, res, useNVMe),
 		VolumeMounts:    mounts,
 		SecurityContext: securityContext(c, useNVMe),
-		LivenessProbe:   probe(component, "/healthz", 10),
-		ReadinessProbe:  probe(component, "/readyz", 5),
+		LivenessProbe:   probe(component, "/healthz", 10, livenessFailures),
+		ReadinessProbe:  probe(component, "/readyz", 5, readinessFailures),
 	}
 	if component == ComponentDS {
 		// The DS serves no admin API: ready means the NFS listener accepts.
@@ -329,14 +329,32 @@ func podTemplate(c *chimerav1.ChimeraCluster, component, configHash, revision st
 	}
 }
 
-func probe(component, path string, periodS int32) *corev1.Probe {
+// Probe bounds. A restart of chimerad is not free (a memfs server loses
+// every volume; a durable one runs recovery and the NFSv4 grace period), so
+// the liveness probe kills only a server that has not answered for a minute
+// (6 × 10 s), each try allowed 5 s: a busy or CPU-starved node (seen on the
+// e2e's loaded 2-core host, where 1 s timeouts killed a healthy MDS mid-fio)
+// is not a dead one. Readiness reacts sooner: it only takes the pod out of
+// the Service.
+const (
+	probeTimeoutS     = 5
+	livenessFailures  = 6
+	readinessFailures = 3
+)
+
+func probe(component, path string, periodS, failures int32) *corev1.Probe {
 	// The MDS's admin port speaks HTTPS (the kubelet does not verify
 	// probe certificates).
 	port, scheme := "admin", corev1.URISchemeHTTPS
 	if component == ComponentDS {
 		port, scheme = "metrics", corev1.URISchemeHTTP // the DS answers /healthz on its metrics port
 	}
-	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString(port), Scheme: scheme}}, PeriodSeconds: periodS}
+	return &corev1.Probe{
+		ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString(port), Scheme: scheme}},
+		PeriodSeconds:    periodS,
+		TimeoutSeconds:   probeTimeoutS,
+		FailureThreshold: failures,
+	}
 }
 
 // securityContext grants only what the data path needs: IPC_LOCK to pin

@@ -135,6 +135,10 @@ func TestPodsGetOnlyTheNeededPrivileges(t *testing.T) {
 		}
 		if ctr.ReadinessProbe == nil || ctr.LivenessProbe == nil || ctr.LivenessProbe.HTTPGet.Path != "/healthz" {
 			t.Error("probes missing")
+		} else if l := ctr.LivenessProbe; l.TimeoutSeconds < 5 || l.PeriodSeconds*l.FailureThreshold < 60 {
+			// A restart loses a memfs server's data: only a server silent for
+			// a minute is dead, not a slow one.
+			t.Errorf("liveness probe kills after %d × %d s (timeout %d s); want ≥ 60 s, timeout ≥ 5 s", l.FailureThreshold, l.PeriodSeconds, l.TimeoutSeconds)
 		}
 	}
 	if got := ch.DSStatefulSet.Spec.Template.Spec.NodeSelector["chimera.io/storage"]; got != "true" {
