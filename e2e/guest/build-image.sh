@@ -30,7 +30,7 @@ kernel_pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0
 [[ "$kernel_pkg" =~ ^linux-image-([0-9][0-9a-z.+-]*-amd64)$ ]] || die "cannot resolve the kernel package from linux-image-amd64 (got '$kernel_pkg')"
 kver=${BASH_REMATCH[1]}
 
-key=$(cat "$0" "$here/init.sh" "$here/lockhelper.c" <(echo "$kernel_pkg") | sha256sum | cut -c1-16)
+key=$(cat "$0" "$here/init.sh" "$here/lockhelper.c" "$here/filehelper.c" <(echo "$kernel_pkg") | sha256sum | cut -c1-16)
 img=$guest_cache/img-$key
 if [ -s "$img/initrd.img" ] && [ -s "$img/vmlinuz" ]; then
   log "cached: $img"
@@ -117,6 +117,8 @@ for a in modprobe insmod rmmod lsmod depmod modinfo; do ln -sf kmod "$root/usr/s
 
 # The static byte-range lock helper (fcntl F_SETLK/F_GETLK), ours.
 gcc -static -O2 -Wall -Werror -o "$root/usr/sbin/lockhelper" "$here/lockhelper.c"
+# And the file helper (copy_file_range, SEEK_DATA/SEEK_HOLE, xattrs), ours.
+gcc -static -O2 -Wall -Werror -o "$root/usr/sbin/filehelper" "$here/filehelper.c"
 
 # rdma-core user-space providers are dlopen()ed: only the software ones the
 # guest can use (rxe = soft RoCE, siw = soft iWARP), else libibverbs warns

@@ -58,7 +58,8 @@ run_versions() {
   # The workload reaches the guest through the results share.
   mkdir -p "$OUT_DIR/bin"; cp "$here/tests/nfs-workload.sh" "$OUT_DIR/bin/"
   GUEST_NICS=2 "$here/run.sh" -t $timeout_s -o "$OUT_DIR" -e NFS_VERSIONS="$VERSIONS" -e NFS_VERSION_TIMEOUT_S=$per \
-      -e NFS_PORT="$NFS_PORT" -e NFS_MOUNT_PORT="$MNT_PORT" -e NFS_EXPORT="$EXPORT" "$here/tests/nfs-versions.sh" || rc=$?
+      -e NFS_PORT="$NFS_PORT" -e NFS_MOUNT_PORT="$MNT_PORT" -e NFS_EXPORT="$EXPORT" \
+      -e NFS42_BACKEND_OPS="${NFS42_BACKEND_OPS-copy xattr}" "$here/tests/nfs-versions.sh" || rc=$?
   rm -rf "$OUT_DIR/bin"
   # The guest appends "PASS|FAIL vers=V rc=RC secs=S" per version as it ends;
   # a version without a line did not finish (the guest died or ran out of time).
@@ -109,7 +110,9 @@ case "$BACKEND" in
           rm -rf "$(dirname "$dev")"; mkdir -p "$(dirname "$dev")"; truncate -s 1G "$dev"
           mounts='{ "diskfs": { "module": "diskfs", "path": "/" } }'
           vfs=', "vfs": { "diskfs": { "config": { "initialize": true, "devices": [ { "type": "io_uring", "path": "'$dev'" } ] } } }'
-          EXPORT=/diskfs ;;
+          EXPORT=/diskfs
+          # diskfs answers COPY and the xattr operations with NOTSUPP.
+          export NFS42_BACKEND_OPS="" ;;
   *) die "BACKEND=$BACKEND: expected memfs or diskfs" ;;
 esac
 cat >"$cfg_dir/chimerad.json" <<EOF

@@ -11,7 +11,9 @@
 # byte-range locks conflict between two processes (on 4.1 also between two
 # NFS clients, which only the server can arbitrate; v3 runs with nolock, so
 # there the client alone arbitrates), on 4.2 fallocate and punch-hole
-# reserve and give back space over ALLOCATE / DEALLOCATE, remove
+# reserve and give back space over ALLOCATE / DEALLOCATE,
+# and a server-side copy_file_range (COPY, no WRITE), a sparse copy through
+# SEEK that keeps the holes and user.* extended attributes work, remove
 # leaves nothing behind, and unmount succeeds. Every step asserts and fails
 # naming itself. /proc/self/mountstats is saved to /results.
 #
@@ -19,7 +21,8 @@
 # NFS_PROTO (tcp, the default, or rdma: NFS over RPC-over-RDMA; v3's MOUNT
 # stays on TCP),
 # NFS_SERVER (default 10.0.2.2), NFS_EXPORT (default /export),
-# NFS_DATA_MIB (default 64), NFS_SECOND_CLIENT (eth1, the default: a second
+# NFS_DATA_MIB (default 64), NFS42_BACKEND_OPS (default "copy xattr": the 4.2
+# steps the backend supports), NFS_SECOND_CLIENT (eth1, the default: a second
 # client in a network namespace on eth1 for the 4.x lock check; none: a
 # server inside the guest, which that client cannot reach — said in the log).
 set -u
@@ -29,6 +32,9 @@ PORT=${NFS_PORT:?NFS_PORT must name the server port}
 SERVER=${NFS_SERVER:-10.0.2.2}
 EXPORT=${NFS_EXPORT:-/export}
 DATA_MIB=${NFS_DATA_MIB:-64}
+# What the server's backend does beyond the protocol (memfs: both; diskfs:
+# neither — its COPY and xattr operations answer NOTSUPP).
+NFS42_BACKEND_OPS=${NFS42_BACKEND_OPS-copy xattr}
 PROTO=${NFS_PROTO:-tcp}
 DIR_ENTRIES=1000
 MNT=/mnt/nfs
@@ -52,6 +58,7 @@ op_count() {
     ours && $1 == op { print $2; found = 1; exit }
     END { if (!found) print 0 }' /proc/self/mountstats
 }
+backend_has() { case " $NFS42_BACKEND_OPS " in *" $1 "*) return 0 ;; esac; return 1; }
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches || fail "cannot drop caches"; }
 
 case "$VERS" in
@@ -318,6 +325,66 @@ if [ "$MINOR" = 2 ]; then
   [ $(( $(op_count DEALLOCATE) - deallocs_before )) -gt 0 ] || fail "no DEALLOCATE went to the server"
   rm "$f" || fail "remove $f"
   ok "allocated $blocks blocks, $punched after the punch; zeros read back"
+
+  # copy_file_range of the data file: the client sends COPY (or CLONE) and
+  # the server copies; no file data crosses the wire (no WRITE).
+  step copy
+  if backend_has copy; then
+  writes_before=$(op_count WRITE); copies_before=$(( $(op_count COPY) + $(op_count CLONE) ))
+  filehelper copy "$D/data.renamed" "$D/data.copy" || fail "copy_file_range of the $DATA_MIB MiB file"
+  copies=$(( $(op_count COPY) + $(op_count CLONE) - copies_before )); writes=$(( $(op_count WRITE) - writes_before ))
+  [ $copies -gt 0 ] || fail "copy_file_range sent no COPY or CLONE"
+  [ $writes -eq 0 ] || fail "copy_file_range sent $writes WRITE calls (the data crossed the wire)"
+  drop_caches
+  [ "$(sha256sum <"$D/data.copy")" = "$(sha256sum <"$D/data.renamed")" ] || fail "the copy differs from its source"
+  rm "$D/data.copy" || fail "remove the copy"
+  ok "$DATA_MIB MiB copied by the server: $copies COPY/CLONE, 0 WRITE; checksums match"
+  else
+    echo "note [$STEP] not run: the server's backend has no server-side copy (NFS42_BACKEND_OPS='$NFS42_BACKEND_OPS')"
+  fi
+
+  # A sparse copy finds the data with SEEK (SEEK_DATA / SEEK_HOLE) and keeps
+  # the holes: the copy has the source's size, its bytes, and few blocks.
+  step sparse
+  s="$D/sparse"
+  seeks_before=$(op_count SEEK)
+  dd if=/dev/urandom of="$s" bs=4096 count=1 seek=256 2>/dev/null || fail "write at 1 MiB"
+  dd if=/dev/urandom of="$s" bs=4096 count=1 seek=1536 conv=notrunc 2>/dev/null || fail "write at 6 MiB"
+  truncate -s 8388608 "$s" || fail "truncate to 8 MiB"
+  drop_caches
+  out=$(filehelper sparse-copy "$s" "$s.copy") || fail "sparse copy: $out"
+  # Two data segments; each may be rounded up to the backend's block.
+  segs=$(echo "$out" | awk '{print $2}'); data=$(echo "$out" | awk '{print $4}')
+  [ "$segs" = 2 ] && [ "$data" -ge 8192 ] && [ "$data" -le 1048576 ] || fail "sparse copy found '$out', want 2 small segments"
+  [ $(( $(op_count SEEK) - seeks_before )) -gt 0 ] || fail "no SEEK went to the server"
+  drop_caches
+  [ "$(stat -c %s "$s.copy")" = 8388608 ] || fail "the sparse copy's size is $(stat -c %s "$s.copy")"
+  [ "$(sha256sum <"$s.copy")" = "$(sha256sum <"$s")" ] || fail "the sparse copy's bytes differ"
+  blocks=$(stat -c %b "$s.copy")
+  [ "$blocks" -le 4096 ] || fail "the sparse copy uses $blocks 512-byte blocks of 16384: its holes were written"
+  rm "$s" "$s.copy" || fail "remove the sparse files"
+  ok "8 MiB with 2 data blocks copied as $out, $blocks blocks used"
+
+  # Extended attributes (RFC 8276) in the user namespace.
+  step xattr
+  if backend_has xattr; then
+  x="$D/xattrs"
+  : >"$x" || fail "create $x"
+  filehelper xattr-set "$x" user.colour blue || fail "setxattr user.colour"
+  filehelper xattr-set "$x" user.size large || fail "setxattr user.size"
+  drop_caches
+  [ "$(filehelper xattr-get "$x" user.colour)" = blue ] || fail "getxattr user.colour"
+  names=$(filehelper xattr-list "$x" | sort | tr '\n' ' ')
+  [ "$names" = "user.colour user.size " ] || fail "listxattr gives '$names'"
+  filehelper xattr-remove "$x" user.colour || fail "removexattr user.colour"
+  filehelper xattr-get "$x" user.colour; rc=$?
+  [ $rc = 3 ] || fail "user.colour still there after removexattr (rc $rc, want 3 = ENODATA)"
+  [ "$(op_count SETXATTR)" -gt 0 ] && [ "$(op_count GETXATTR)" -gt 0 ] || fail "no SETXATTR/GETXATTR went to the server"
+  rm "$x" || fail "remove $x"
+  ok "set, get, list, remove over SETXATTR / GETXATTR / LISTXATTRS / REMOVEXATTR"
+  else
+    echo "note [$STEP] not run: the server's backend has no extended attributes (NFS42_BACKEND_OPS='$NFS42_BACKEND_OPS')"
+  fi
 fi
 
 step remove
