@@ -330,14 +330,17 @@ if [ "$MINOR" = 2 ]; then
   # the server copies; no file data crosses the wire (no WRITE).
   step copy
   if backend_has copy; then
+  # The source: DATA_MIB of fresh data, written (and on the server) first.
+  dd if=/dev/urandom of="$D/copy-src" bs=1M count="$DATA_MIB" conv=fsync 2>/dev/null || fail "write the copy's source"
   writes_before=$(op_count WRITE); copies_before=$(( $(op_count COPY) + $(op_count CLONE) ))
-  filehelper copy "$D/data.renamed" "$D/data.copy" || fail "copy_file_range of the $DATA_MIB MiB file"
+  out=$(filehelper copy "$D/copy-src" "$D/data.copy") || fail "copy_file_range of the $DATA_MIB MiB file: $out"
+  [ "$out" = "copied $((DATA_MIB * 1048576))" ] || fail "copy_file_range reports '$out', want $((DATA_MIB * 1048576)) bytes"
   copies=$(( $(op_count COPY) + $(op_count CLONE) - copies_before )); writes=$(( $(op_count WRITE) - writes_before ))
   [ $copies -gt 0 ] || fail "copy_file_range sent no COPY or CLONE"
   [ $writes -eq 0 ] || fail "copy_file_range sent $writes WRITE calls (the data crossed the wire)"
   drop_caches
-  [ "$(sha256sum <"$D/data.copy")" = "$(sha256sum <"$D/data.renamed")" ] || fail "the copy differs from its source"
-  rm "$D/data.copy" || fail "remove the copy"
+  [ "$(sha256sum <"$D/data.copy")" = "$(sha256sum <"$D/copy-src")" ] || fail "the copy differs from its source"
+  rm "$D/data.copy" "$D/copy-src" || fail "remove the copy and its source"
   ok "$DATA_MIB MiB copied by the server: $copies COPY/CLONE, 0 WRITE; checksums match"
   else
     echo "note [$STEP] not run: the server's backend has no server-side copy (NFS42_BACKEND_OPS='$NFS42_BACKEND_OPS')"

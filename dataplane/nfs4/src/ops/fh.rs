@@ -14,6 +14,10 @@ use vfs::{access, Attr, FileHandle, FileType, SetTime};
 /// Security flavors offered by SECINFO: AUTH_SYS first (what we map to
 /// identities), then AUTH_NONE.
 const FLAVORS: [u32; 2] = [1, 0];
+/// ACCESS4_XAREAD, _XAWRITE, _XALIST (RFC 8276 §8.4.1.1; not in the XDR we generate from).
+const XAREAD: u32 = 0x40;
+const XAWRITE: u32 = 0x80;
+const XALIST: u32 = 0x100;
 
 impl Compound<'_> {
     /// A new current filehandle from a PUT*FH/LOOKUP: the current stateid
@@ -223,8 +227,21 @@ impl Compound<'_> {
         let a = p::ACCESS4args::decode(d)?;
         let fh = self.cur_fh()?;
         let attr = self.prog.vfs.getattr(&fh)?;
-        let supported = a.access & access::ALL;
-        let granted = vfs::check_access(&attr, &self.cred(), supported);
+        let mut supported = a.access & access::ALL;
+        let mut granted = vfs::check_access(&attr, &self.cred(), supported);
+        // RFC 8276 §8.4.1.1: in 4.2, the extended-attribute bits. Reading
+        // and listing need read permission, writing needs write permission
+        // (the Linux client checks these before GETXATTR / SETXATTR).
+        if self.minor >= 2 {
+            for (bit, needs) in [(XAREAD, access::READ), (XALIST, access::READ), (XAWRITE, access::MODIFY)] {
+                if a.access & bit != 0 {
+                    supported |= bit;
+                    if vfs::check_access(&attr, &self.cred(), needs) == needs {
+                        granted |= bit;
+                    }
+                }
+            }
+        }
         p::ACCESS4resok { supported, access: granted }.encode(e)?;
         Ok(())
     }

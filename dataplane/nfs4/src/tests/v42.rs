@@ -925,3 +925,30 @@ fn clone_shares_data_rfc7862_15_13() {
     assert_eq!(clone42(&s, &mut c, &src, &dst, &clone_args(&future, &dsid, 0, 0, 4096)), p::NFS4ERR_BAD_STATEID);
     assert_eq!(read_via(&s, &mut c, &src, &ssid, 1 << 20), Ok(data), "the source survived it all");
 }
+
+#[test]
+fn access_answers_the_xattr_bits_in_4_2_rfc8276_8_4_1_1() {
+    // The Linux 4.2 client asks ACCESS for XAREAD / XAWRITE / XALIST before
+    // it sends GETXATTR / SETXATTR / LISTXATTRS: unsupported bits made it
+    // refuse setxattr with EACCES. Reading and listing follow read
+    // permission, writing write permission; in 4.1 the bits do not exist.
+    const XA: u32 = 0x40 | 0x80 | 0x100;
+    let s = server();
+    let mut c = connect42(&s, b"xa");
+    let (_, fh) = open42(&s, &mut c, b"xa", p::OPEN4_SHARE_ACCESS_BOTH); // 0644, owned by uid 0
+    let access = |c: &mut Client, uid: u32, minor: u32| -> (u32, u32) {
+        let req = if minor == 2 { seq42(c) } else { c.seq_req(false) };
+        let req = req.op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_ACCESS, &p::ACCESS4args { access: XA | access_bits::READ });
+        let mut r = Reply::parse(s.call_as(sys(uid), 1, &req.bytes()));
+        r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+        r.ok0(p::OP_PUTFH);
+        let ok: p::ACCESS4resok = r.ok(p::OP_ACCESS);
+        (ok.supported, ok.access)
+    };
+    assert_eq!(access(&mut c, 0, 2), (XA | access_bits::READ, XA | access_bits::READ), "the owner may do all");
+    assert_eq!(access(&mut c, 1000, 2), (XA | access_bits::READ, 0x40 | 0x100 | access_bits::READ), "others read and list, not write");
+    let mut c1 = connect(&s, b"xa41");
+    assert_eq!(access(&mut c1, 0, 1).0 & XA, 0, "no xattr bits in 4.1");
+}
+
+use vfs::access as access_bits;
