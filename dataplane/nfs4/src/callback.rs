@@ -79,6 +79,24 @@ pub struct DelegRecall {
     pub truncate: bool,
 }
 
+/// CB_OFFLOAD4args (RFC 7862 §16.1): an asynchronous COPY ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffloadDone {
+    /// The copy's destination file.
+    pub fh: FileHandle,
+    /// The copy stateid COPY answered with (wr_callback_id).
+    pub stateid: Stateid,
+    /// NFS4_OK, or the error that stopped it.
+    pub status: i32,
+    /// Bytes copied.
+    pub count: u64,
+    pub verifier: [u8; 8],
+}
+
+/// OP_CB_OFFLOAD (RFC 7862 §16.1; not in the XDR we generate from, so
+/// encoded by hand).
+pub const OP_CB_OFFLOAD: i32 = 15;
+
 /// The operation a CB_COMPOUND carries after CB_SEQUENCE.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CbOp {
@@ -87,6 +105,7 @@ pub enum CbOp {
     /// CB_RECALL_ANY: keep at most `keep` objects of the types in `mask`
     /// (bit numbers RCA4_TYPE_MASK_*).
     RecallAny { keep: u32, mask: u32 },
+    Offload(OffloadDone),
 }
 
 impl CbOp {
@@ -95,6 +114,7 @@ impl CbOp {
             CbOp::Layout(_) => p::OP_CB_LAYOUTRECALL,
             CbOp::Deleg(_) => p::OP_CB_RECALL,
             CbOp::RecallAny { .. } => p::OP_CB_RECALL_ANY,
+            CbOp::Offload(_) => OP_CB_OFFLOAD,
         }
     }
 }
@@ -314,6 +334,12 @@ impl Callbacks {
     /// at most `keep` read and write delegations. The result is read with
     /// `poll`/`wait` (nothing depends on it: the client returns what it
     /// chooses with DELEGRETURN).
+    /// CB_COMPOUND { CB_SEQUENCE, CB_OFFLOAD }: tell `clientid` an
+    /// asynchronous COPY ended. Nothing waits for the answer.
+    pub fn offload(&self, clientid: ClientId, done: OffloadDone) -> Result<RecallTicket, CbError> {
+        self.submit(clientid, CbOp::Offload(done), Some(Box::new(|_, _| {})))
+    }
+
     pub fn recall_any(&self, clientid: ClientId, keep: u32) -> Result<RecallTicket, CbError> {
         let mask = 1 << p::RCA4_TYPE_MASK_RDATA_DLG | 1 << p::RCA4_TYPE_MASK_WDATA_DLG;
         self.submit(clientid, CbOp::RecallAny { keep, mask }, None)
@@ -623,7 +649,27 @@ fn cb_argop<'a>(op: &CbOp, fh_bytes: &'a mut Vec<u8>) -> Result<p::nfs_cb_argop4
         CbOp::RecallAny { keep, mask } => {
             Ok(p::nfs_cb_argop4::OP_CB_RECALL_ANY(p::CB_RECALL_ANY4args { craa_objects_to_keep: *keep, craa_type_mask: vec![*mask] }))
         }
+        CbOp::Offload(_) => unreachable!("CB_OFFLOAD is encoded by encode_offload"),
     }
+}
+
+/// CB_OFFLOAD4args after its op number: coa_fh, coa_stateid, and
+/// offload_info4 (NFS4_OK: write_response4 with no callback id, the count,
+/// FILE_SYNC4 and the verifier; otherwise the bytes copied).
+fn encode_offload(e: &mut Encoder<'_>, o: &OffloadDone) -> proto::xdr::Result<()> {
+    e.u32(OP_CB_OFFLOAD as u32)?;
+    e.opaque_var(&o.fh.to_bytes())?;
+    p::stateid4 { seqid: o.stateid.seqid, other: o.stateid.other }.encode(e)?;
+    e.i32(o.status)?;
+    if o.status == p::NFS4_OK {
+        e.u32(0)?; // wr_callback_id<1>: empty
+        e.u64(o.count)?;
+        e.i32(p::stable_how4::FILE_SYNC4 as i32)?;
+        e.opaque_fixed(&o.verifier)?;
+    } else {
+        e.u64(o.count)?;
+    }
+    Ok(())
 }
 
 fn layout_argop<'a>(r: &LayoutRecall, fh_bytes: &'a mut Vec<u8>) -> Result<p::nfs_cb_argop4<'a>, CbError> {
@@ -655,28 +701,31 @@ fn encode_recall(xid: u32, call: &CbCall, op: &CbOp) -> Result<Vec<u8>, CbError>
         return Err(CbError::TooBig);
     }
     let mut fh_bytes = Vec::new();
-    let second = cb_argop(op, &mut fh_bytes)?;
-    let args = p::CB_COMPOUND4args {
-        tag: b"",
-        minorversion: call.minor,
-        callback_ident: 0,
-        argarray: vec![
-            p::nfs_cb_argop4::OP_CB_SEQUENCE(p::CB_SEQUENCE4args {
-                csa_sessionid: call.session,
-                csa_sequenceid: call.seqid,
-                csa_slotid: call.slot,
-                csa_highest_slotid: call.highest_slot,
-                csa_cachethis: false,
-                csa_referring_call_lists: Vec::new(),
-            }),
-            second,
-        ],
-    };
+    let seq = p::nfs_cb_argop4::OP_CB_SEQUENCE(p::CB_SEQUENCE4args {
+        csa_sessionid: call.session,
+        csa_sequenceid: call.seqid,
+        csa_slotid: call.slot,
+        csa_highest_slotid: call.highest_slot,
+        csa_cachethis: false,
+        csa_referring_call_lists: Vec::new(),
+    });
     let mut buf = vec![0u8; CB_RECORD_BYTES_MAX];
     let mut e = Encoder::new(&mut buf);
     bc::start_call(&mut e, xid, call.program, p::NFS_CB, p::CB_COMPOUND, &call.cred).map_err(|_| CbError::TooBig)?;
     let args_at = e.position();
-    args.encode(&mut e).map_err(|_| CbError::TooBig)?;
+    // CB_COMPOUND4args: tag, minorversion, callback_ident, two operations.
+    let head = |e: &mut Encoder<'_>| -> proto::xdr::Result<()> {
+        e.opaque_var(b"")?;
+        e.u32(call.minor)?;
+        e.u32(0)?;
+        e.u32(2)?;
+        seq.encode(e)
+    };
+    head(&mut e).map_err(|_| CbError::TooBig)?;
+    match op {
+        CbOp::Offload(o) => encode_offload(&mut e, o).map_err(|_| CbError::TooBig)?,
+        other => cb_argop(other, &mut fh_bytes)?.encode(&mut e).map_err(|_| CbError::TooBig)?,
+    }
     // ca_maxrequestsize counts the RPC header too (§18.36.3); the record
     // mark is not part of the request.
     if e.position() - 4 > call.request_bytes_max as usize {

@@ -359,6 +359,8 @@ impl<'p> Compound<'p> {
             p::OP_READ_PLUS => self.op_read_plus(d, e),
             p::OP_COPY => self.op_copy(d, e),
             p::OP_CLONE => self.op_clone(d, e),
+            p::OP_OFFLOAD_STATUS => self.op_offload_status(d, e),
+            p::OP_OFFLOAD_CANCEL => self.op_offload_cancel(d, e),
             p::OP_GETXATTR => self.op_getxattr(d, e),
             p::OP_SETXATTR => self.op_setxattr(d, e),
             p::OP_LISTXATTRS => self.op_listxattrs(d, e),

@@ -9,6 +9,7 @@ pub mod attrs;
 pub mod callback;
 mod compound;
 pub mod delegations;
+pub mod offload;
 pub mod error;
 pub mod layout;
 mod ops;
@@ -151,6 +152,8 @@ pub struct Nfs4Program {
     reaper: Option<Reaper>,
     callbacks: Arc<callback::Callbacks>,
     delegations: Arc<delegations::Delegations>,
+    /// Asynchronous COPYs (`offload`).
+    offloads: Arc<offload::Offloads>,
     /// pNFS layouts (RFC 8881 §12); None: LAYOUTGET & co. are NOTSUPP.
     layouts: Option<Arc<dyn layout::LayoutServer>>,
     /// Export access rules (`compound::Compound::admit`).
@@ -224,6 +227,7 @@ impl Nfs4Program {
             reaper: None,
             callbacks,
             delegations,
+            offloads: Arc::new(offload::Offloads::new(instance_epoch())),
             layouts: None,
             access: Default::default(),
         }

@@ -256,15 +256,19 @@ impl Compound<'_> {
     /// Grant a delegation after a successful OPEN if the state machine
     /// allows one (then maybe ask holders to give some back).
     fn grant_delegation(&self, clientid: u64, fh: FileHandle, share: u32, want: DelegWant, reclaim: Option<bool>) -> DelegGrant {
-        let cb_usable = self.prog.callbacks.attached()
-            && self.seq.is_some_and(|s| {
-                self.prog.state().cb_path_flags(&s.session) & p::SEQ4_STATUS_CB_PATH_DOWN == 0
-            });
+        let cb_usable = self.cb_usable();
         let g = self.prog.state().grant_delegation(clientid, fh, share, want, cb_usable, reclaim, self.now_ms);
         if !matches!(g, DelegGrant::None(_)) {
             self.prog.delegations.maybe_recall_any();
         }
         g
+    }
+
+    /// Can the server call this COMPOUND's client back (a transport is
+    /// attached and one of its sessions has a usable back channel)?
+    pub(crate) fn cb_usable(&self) -> bool {
+        self.prog.callbacks.attached()
+            && self.seq.is_some_and(|s| self.prog.state().cb_path_flags(&s.session) & p::SEQ4_STATUS_CB_PATH_DOWN == 0)
     }
 
     /// Would this access by the COMPOUND's client conflict with another

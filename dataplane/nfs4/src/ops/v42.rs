@@ -195,13 +195,15 @@ impl Compound<'_> {
 pub(crate) const COPY_BYTES_MAX: u64 = 8 << 20;
 
 impl Compound<'_> {
-    /// COPY (RFC 7862 §15.2), intra-server and synchronous: the saved
-    /// filehandle is the source (read stateid), the current one the
-    /// destination (write stateid, NFS4ERR_OPENMODE otherwise). A copy from
-    /// another server (ca_source_server) is NFS4ERR_NOTSUPP; an asynchronous
-    /// request is answered synchronously (no callback id), which the RFC
-    /// allows. ca_count 0 copies to the source's end; a range past the
-    /// source's end, or overlapping ranges of one file, is NFS4ERR_INVAL.
+    /// COPY (RFC 7862 §15.2), intra-server: the saved filehandle is the
+    /// source (read stateid), the current one the destination (write
+    /// stateid, NFS4ERR_OPENMODE otherwise). A copy from another server
+    /// (ca_source_server) is NFS4ERR_NOTSUPP. Synchronous: one
+    /// `COPY_BYTES_MAX` chunk, answered short. Asynchronous when the client
+    /// allows it and has a back channel: the first chunk here, the rest on
+    /// a worker (`crate::offload`), CB_OFFLOAD at the end. ca_count 0 copies
+    /// to the source's end; a range past the source's end, or overlapping
+    /// ranges of one file, is NFS4ERR_INVAL.
     pub(crate) fn op_copy(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
         let a = p::COPY4args::decode(d)?;
         if !a.ca_source_server.is_empty() {
@@ -212,17 +214,67 @@ impl Compound<'_> {
         let (from, to) = (a.ca_src_offset, a.ca_dst_offset);
         let count = copy_count(from, a.ca_count, size)?;
         check_copy_ranges(&src, &dst, from, to, count)?;
+        // The first chunk is copied here, so a backend without copy_range
+        // says NFS4ERR_NOTSUPP now (the client then copies itself).
         let copied = if count == 0 { 0 } else { self.prog.vfs.copy_range(&src, from, &dst, to, count.min(COPY_BYTES_MAX))? };
+        let mut callback_id = vec![];
+        if !a.ca_synchronous && copied == COPY_BYTES_MAX && count > copied && self.cb_usable() {
+            // The rest runs asynchronously; CB_OFFLOAD reports the total.
+            let job = crate::offload::CopyJob {
+                clientid: self.clientid()?,
+                src,
+                src_offset: from,
+                dst,
+                dst_offset: to,
+                count: count.min(crate::offload::OFFLOAD_BYTES_MAX),
+                chunk: COPY_BYTES_MAX,
+                already: copied,
+            };
+            if let Some(sid) = self.prog.offloads.start(job, self.prog.vfs.clone(), self.prog.callbacks.clone()) {
+                callback_id.push(crate::ops::sid_out(sid));
+            }
+        }
+        let asynchronous = !callback_id.is_empty();
         p::COPY4resok {
             cr_response: p::write_response4 {
-                wr_callback_id: vec![],
-                wr_count: copied,
+                wr_callback_id: callback_id,
+                wr_count: if asynchronous { 0 } else { copied },
                 wr_committed: p::stable_how4::FILE_SYNC4,
                 wr_writeverf: self.prog.vfs.write_verifier(),
             },
-            cr_requirements: p::copy_requirements4 { cr_consecutive: true, cr_synchronous: true },
+            cr_requirements: p::copy_requirements4 { cr_consecutive: true, cr_synchronous: !asynchronous },
         }
         .encode(e)?;
+        Ok(())
+    }
+
+    /// OFFLOAD_STATUS (RFC 7862 §15.9): bytes an asynchronous COPY into
+    /// the current file has copied, and its status once it ended.
+    pub(crate) fn op_offload_status(&mut self, d: &mut Decoder<'_>, e: &mut Encoder<'_>) -> OpResult {
+        let sid = crate::ops::sid_in(&p::stateid4::decode(d)?);
+        let dst = self.cur_fh()?;
+        let clientid = self.clientid()?;
+        let pr = self.prog.offloads.status(clientid, &sid, &dst).ok_or(Nfs4Error(p::NFS4ERR_BAD_STATEID))?;
+        e.u64(pr.copied)?;
+        match pr.complete {
+            Some(st) => {
+                e.u32(1)?;
+                e.i32(st)?;
+            }
+            None => e.u32(0)?,
+        }
+        Ok(())
+    }
+
+    /// OFFLOAD_CANCEL (RFC 7862 §15.8): stop an asynchronous COPY into the
+    /// current file (between chunks; what was copied stays).
+    pub(crate) fn op_offload_cancel(&mut self, d: &mut Decoder<'_>, _e: &mut Encoder<'_>) -> OpResult {
+        let sid = crate::ops::sid_in(&p::stateid4::decode(d)?);
+        let dst = self.cur_fh()?;
+        let clientid = self.clientid()?;
+        if !self.prog.offloads.cancel(clientid, &sid, &dst) {
+            return fail(p::NFS4ERR_BAD_STATEID);
+        }
         Ok(())
     }
 }

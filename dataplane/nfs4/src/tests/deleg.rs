@@ -67,6 +67,8 @@ struct Cb {
 enum CbArg {
     Recall { stateid: p::stateid4, truncate: bool, fh: Vec<u8> },
     RecallAny { keep: u32, mask: Vec<u32> },
+    /// CB_OFFLOAD (decoded by hand: not in the generated XDR).
+    Offload { fh: Vec<u8>, stateid: p::stateid4, status: i32, count: u64 },
 }
 
 impl Srv {
@@ -85,10 +87,27 @@ impl Srv {
                     d.u32().unwrap();
                     d.opaque_var(400).unwrap(); // credential, verifier
                 }
-                let args = p::CB_COMPOUND4args::decode(&mut d).unwrap();
-                assert_eq!(args.argarray.len(), 2, "CB_SEQUENCE + one operation");
-                let p::nfs_cb_argop4::OP_CB_SEQUENCE(seq) = &args.argarray[0] else { panic!("CB_SEQUENCE first") };
-                let op = match &args.argarray[1] {
+                d.opaque_var(64).unwrap(); // tag
+                d.u32().unwrap(); // minorversion: the session's (v42::callbacks_use_the_minor_version_of_the_session)
+                d.u32().unwrap(); // callback_ident
+                assert_eq!(d.u32().unwrap(), 2, "CB_SEQUENCE + one operation");
+                let p::nfs_cb_argop4::OP_CB_SEQUENCE(seq) = p::nfs_cb_argop4::decode(&mut d).unwrap() else { panic!("CB_SEQUENCE first") };
+                if d.clone().u32().unwrap() == crate::callback::OP_CB_OFFLOAD as u32 {
+                    d.u32().unwrap();
+                    let fh = d.opaque_var(128).unwrap().to_vec();
+                    let stateid = p::stateid4::decode(&mut d).unwrap();
+                    let status = d.i32().unwrap();
+                    assert_eq!(status, p::NFS4_OK);
+                    assert_eq!(d.u32().unwrap(), 0, "no callback id in the write_response4");
+                    let count = d.u64().unwrap();
+                    assert_eq!(d.i32().unwrap(), p::stable_how4::FILE_SYNC4 as i32);
+                    d.opaque_fixed::<8>().unwrap();
+                    assert_eq!(d.remaining(), 0);
+                    let op = CbArg::Offload { fh, stateid, status, count };
+                    return Cb { xid, session: seq.csa_sessionid, seqid: seq.csa_sequenceid, slot: seq.csa_slotid, op };
+                }
+                let second = p::nfs_cb_argop4::decode(&mut d).unwrap();
+                let op = match &second {
                     p::nfs_cb_argop4::OP_CB_RECALL(r) => {
                         CbArg::Recall { stateid: r.stateid.clone(), truncate: r.truncate, fh: r.fh.to_vec() }
                     }
@@ -107,6 +126,7 @@ impl Srv {
         let opnum = match cb.op {
             CbArg::Recall { .. } => p::OP_CB_RECALL,
             CbArg::RecallAny { .. } => p::OP_CB_RECALL_ANY,
+            CbArg::Offload { .. } => crate::callback::OP_CB_OFFLOAD,
         };
         let mut b = vec![0u8; 512];
         let mut e = Encoder::new(&mut b);
@@ -477,4 +497,87 @@ fn opens_under_a_delegation_and_hostile_stateids() {
     assert_eq!(prev.status, p::NFS4ERR_NOTSUPP);
     assert_eq!(delegreturn(&s, &mut a, &o.fh, &d), p::NFS4_OK);
     s.s.prog.state().assert_invariants();
+}
+
+// ---- asynchronous COPY and CB_OFFLOAD (RFC 7862 §15.2, §15.8, §15.9, §16.1) ----
+
+fn offload_op(s: &Srv, c: &mut Client, fh: &[u8], opnum: i32, sid: &p::stateid4) -> (i32, Vec<u8>) {
+    let (st, r) = v42::on_fh42(&s.s, c, fh, opnum as u32, &v42::xdr(sid));
+    (st, r.body_bytes().to_vec())
+}
+
+#[test]
+fn an_asynchronous_copy_reports_with_cb_offload_rfc7862_15_2() {
+    const MIB: usize = 1 << 20;
+    let s = srv();
+    let mut c = v42::connect_minor(&s.s, b"copier", 2);
+    let (ssid, src) = v42::open42(&s.s, &mut c, b"src", BOTH);
+    let data: Vec<u8> = (0..20 * MIB).map(|i| (i * 7 % 251) as u8).collect();
+    for (i, chunk) in data.chunks(MIB).enumerate() {
+        v42::write42(&s.s, &mut c, &src, &ssid, (i * MIB) as u64, chunk);
+    }
+    let (dsid, dst) = v42::open42(&s.s, &mut c, b"dst", BOTH);
+    // Asked synchronously: one COPY_BYTES_MAX chunk, answered short.
+    let mut a = v42::copy_args(&ssid, &dsid, 0, 0, 0);
+    let mut r = s.s.call(
+        v42::seq42(&mut c).op(p::OP_PUTFH, &putfh(&src)).raw(p::OP_SAVEFH as u32, &[]).op(p::OP_PUTFH, &putfh(&dst)).op(p::OP_COPY, &a),
+    );
+    assert_eq!(r.status, p::NFS4_OK);
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    r.ok0(p::OP_SAVEFH);
+    r.ok0(p::OP_PUTFH);
+    let ok: p::COPY4resok = r.ok(p::OP_COPY);
+    assert!(ok.cr_requirements.cr_synchronous && ok.cr_response.wr_callback_id.is_empty());
+    assert_eq!(ok.cr_response.wr_count, crate::ops::COPY_BYTES_MAX);
+    // Asynchronous allowed: a copy stateid at once, the rest on a worker.
+    a.ca_synchronous = false;
+    let mut r = s.s.call(
+        v42::seq42(&mut c).op(p::OP_PUTFH, &putfh(&src)).raw(p::OP_SAVEFH as u32, &[]).op(p::OP_PUTFH, &putfh(&dst)).op(p::OP_COPY, &a),
+    );
+    assert_eq!(r.status, p::NFS4_OK);
+    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+    r.ok0(p::OP_PUTFH);
+    r.ok0(p::OP_SAVEFH);
+    r.ok0(p::OP_PUTFH);
+    let ok: p::COPY4resok = r.ok(p::OP_COPY);
+    assert!(!ok.cr_requirements.cr_synchronous, "ran asynchronously");
+    assert_eq!(ok.cr_response.wr_callback_id.len(), 1, "with a copy stateid");
+    assert_eq!(ok.cr_response.wr_count, 0);
+    let copy_sid = ok.cr_response.wr_callback_id[0].clone();
+    // CB_OFFLOAD arrives with the whole count.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let cb = loop {
+        let mut cbs = s.take_cbs();
+        if let Some(cb) = cbs.pop() {
+            break cb;
+        }
+        assert!(std::time::Instant::now() < deadline, "no CB_OFFLOAD within 10 s");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert_eq!(cb.op, CbArg::Offload { fh: dst.clone(), stateid: copy_sid.clone(), status: p::NFS4_OK, count: data.len() as u64 });
+    s.answer(&cb, p::NFS4_OK);
+    assert_eq!(s.s.prog.offloads.running(), 0);
+    let raw_dst = vfs::FileHandle::from_bytes(&dst).unwrap();
+    let mut back = vec![0u8; data.len()];
+    assert_eq!(s.s.fs.read(&raw_dst, 0, &mut back).unwrap().0, data.len());
+    assert!(back == data, "the destination holds the source's bytes");
+    // OFFLOAD_STATUS: done, everything copied; OFFLOAD_CANCEL of a finished copy is harmless.
+    let (st, body) = offload_op(&s, &mut c, &dst, p::OP_OFFLOAD_STATUS, &copy_sid);
+    assert_eq!(st, p::NFS4_OK);
+    let mut d = Decoder::new(&body);
+    assert_eq!(d.u64().unwrap(), data.len() as u64);
+    assert_eq!((d.u32().unwrap(), d.i32().unwrap()), (1, p::NFS4_OK), "osr_complete holds the final status");
+    assert_eq!(offload_op(&s, &mut c, &dst, p::OP_OFFLOAD_CANCEL, &copy_sid).0, p::NFS4_OK);
+    // Hostile: another file, another client, a made-up or an open stateid.
+    assert_eq!(offload_op(&s, &mut c, &src, p::OP_OFFLOAD_STATUS, &copy_sid).0, p::NFS4ERR_BAD_STATEID);
+    let mut other = v42::connect_minor(&s.s, b"other", 2);
+    assert_eq!(offload_op(&s, &mut other, &dst, p::OP_OFFLOAD_STATUS, &copy_sid).0, p::NFS4ERR_BAD_STATEID);
+    assert_eq!(offload_op(&s, &mut other, &dst, p::OP_OFFLOAD_CANCEL, &copy_sid).0, p::NFS4ERR_BAD_STATEID);
+    let forged = p::stateid4 { seqid: 1, other: [0xff; 12] };
+    assert_eq!(offload_op(&s, &mut c, &dst, p::OP_OFFLOAD_STATUS, &forged).0, p::NFS4ERR_BAD_STATEID);
+    assert_eq!(offload_op(&s, &mut c, &dst, p::OP_OFFLOAD_STATUS, &dsid).0, p::NFS4ERR_BAD_STATEID);
+    // Truncated arguments are BADXDR, not a crash.
+    let (st, _) = v42::on_fh42(&s.s, &mut c, &dst, p::OP_OFFLOAD_STATUS as u32, &[0; 7]);
+    assert_eq!(st, p::NFS4ERR_BADXDR);
 }

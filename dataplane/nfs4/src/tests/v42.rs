@@ -49,7 +49,7 @@ fn connect42(s: &Server, owner: &[u8]) -> Client {
 }
 
 /// A minor version 2 COMPOUND starting with SEQUENCE on slot 0.
-fn seq42(c: &mut Client) -> Req {
+pub(super) fn seq42(c: &mut Client) -> Req {
     c.seq += 1;
     Req::new(2).op(
         p::OP_SEQUENCE,
@@ -59,7 +59,7 @@ fn seq42(c: &mut Client) -> Req {
 
 /// SEQUENCE, PUTFH, then one operation given raw, in minor version 2:
 /// the operation's status and the reply positioned at its body.
-fn on_fh42(s: &Server, c: &mut Client, fh: &[u8], opnum: u32, args: &[u8]) -> (i32, Reply) {
+pub(super) fn on_fh42(s: &Server, c: &mut Client, fh: &[u8], opnum: u32, args: &[u8]) -> (i32, Reply) {
     let mut r = s.call(seq42(c).op(p::OP_PUTFH, &putfh(fh)).raw(opnum, args));
     r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
     r.ok0(p::OP_PUTFH);
@@ -67,12 +67,12 @@ fn on_fh42(s: &Server, c: &mut Client, fh: &[u8], opnum: u32, args: &[u8]) -> (i
     (st, r)
 }
 
-fn xdr<'a, T: Xdr<'a>>(v: &T) -> Vec<u8> {
+pub(super) fn xdr<'a, T: Xdr<'a>>(v: &T) -> Vec<u8> {
     proto::xdr::to_vec(v).unwrap()
 }
 
 /// OPEN (create) `name` in a minor version 2 COMPOUND: stateid and handle.
-fn open42(s: &Server, c: &mut Client, name: &[u8], access: u32) -> (p::stateid4, Vec<u8>) {
+pub(super) fn open42(s: &Server, c: &mut Client, name: &[u8], access: u32) -> (p::stateid4, Vec<u8>) {
     let (mask, vals) = fattr_mode(0o644);
     let args = p::OPEN4args {
         seqid: 0,
@@ -92,7 +92,7 @@ fn open42(s: &Server, c: &mut Client, name: &[u8], access: u32) -> (p::stateid4,
     (sid, fh.object.to_vec())
 }
 
-fn write42(s: &Server, c: &mut Client, fh: &[u8], sid: &p::stateid4, offset: u64, data: &[u8]) {
+pub(super) fn write42(s: &Server, c: &mut Client, fh: &[u8], sid: &p::stateid4, offset: u64, data: &[u8]) {
     let w = p::WRITE4args { stateid: sid.clone(), offset, stable: p::stable_how4::FILE_SYNC4, data };
     let (st, _) = on_fh42(s, c, fh, p::OP_WRITE as u32, &xdr(&w));
     assert_eq!(st, p::NFS4_OK, "WRITE at {offset}");
@@ -227,6 +227,8 @@ fn every_4_2_operation_number_is_answered_rfc7862_rfc8276() {
         p::OP_SETXATTR,
         p::OP_LISTXATTRS,
         p::OP_REMOVEXATTR,
+        p::OP_OFFLOAD_STATUS,
+        p::OP_OFFLOAD_CANCEL,
     ];
     let layout = [p::OP_LAYOUTERROR, p::OP_LAYOUTSTATS];
     for op in 59u32..=75 {
@@ -687,7 +689,7 @@ fn extended_attributes_rfc8276() {
     assert_eq!(r.next(p::OP_ILLEGAL), p::NFS4ERR_OP_ILLEGAL);
 }
 
-fn copy_args(src: &p::stateid4, dst: &p::stateid4, from: u64, to: u64, count: u64) -> p::COPY4args<'static> {
+pub(super) fn copy_args(src: &p::stateid4, dst: &p::stateid4, from: u64, to: u64, count: u64) -> p::COPY4args<'static> {
     p::COPY4args {
         ca_src_stateid: src.clone(),
         ca_dst_stateid: dst.clone(),
