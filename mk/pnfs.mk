@@ -13,14 +13,22 @@ PNFS_E2E := e2e/pnfs
 # it (no guest, ~10 s).
 PNFS_CASES ?= topology stripe mirror2 dsfail dsfail1 member engine
 
-TEST_TARGETS += test-pnfs
+# The same under NFSv4.2 (layouts, recalls as 4.2 callbacks, LAYOUTSTATS /
+# LAYOUTERROR as 4.2 operations): a slice in `make test`, every case with
+# `make test-pnfs PNFS_NFS_VERS=4.2`.
+PNFS_42_CASES ?= stripe mirror2
 
-.PHONY: setup-pnfs test-pnfs test-pnfs-topology test-pnfs-engine
+TEST_TARGETS += test-pnfs test-pnfs-42
+
+.PHONY: setup-pnfs test-pnfs test-pnfs-42 test-pnfs-topology test-pnfs-engine
 setup-pnfs:
 	@scripts/apt-ensure.sh iproute2 iptables iputils-ping curl util-linux
 
 test-pnfs: setup-pnfs guest-image build-dataplane build-fio-engine ## pNFS with the kernel client and our fio engine, MDS + 3 DSes in namespaces (PNFS_CASES to pick)
 	FIO_ENGINE=$(FIO_ENGINE) FIO="$$(e2e/peers/fio-libnfs.sh)" $(PNFS_E2E)/test-pnfs.sh $(CHIMERAD) $(PNFS_CASES)
+
+test-pnfs-42: setup-pnfs guest-image build-dataplane ## pNFS with the kernel client mounting NFSv4.2: striping and mirrors=2 (PNFS_42_CASES)
+	PNFS_NFS_VERS=4.2 $(PNFS_E2E)/test-pnfs.sh $(CHIMERAD) $(PNFS_42_CASES)
 
 test-pnfs-topology: setup-pnfs guest-image build-dataplane ## pNFS harness only: 5 namespaces, guest mounts the MDS at its own address (no layouts)
 	$(PNFS_E2E)/test-pnfs.sh $(CHIMERAD) topology
