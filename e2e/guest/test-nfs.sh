@@ -111,8 +111,8 @@ case "$BACKEND" in
           mounts='{ "diskfs": { "module": "diskfs", "path": "/" } }'
           vfs=', "vfs": { "diskfs": { "config": { "initialize": true, "devices": [ { "type": "io_uring", "path": "'$dev'" } ] } } }'
           EXPORT=/diskfs
-          # diskfs answers COPY and the xattr operations with NOTSUPP.
-          export NFS42_BACKEND_OPS="" ;;
+          # diskfs copies (COPY) but keeps no extended attributes (NOTSUPP).
+          export NFS42_BACKEND_OPS="copy" ;;
   *) die "BACKEND=$BACKEND: expected memfs or diskfs" ;;
 esac
 cat >"$cfg_dir/chimerad.json" <<EOF

@@ -497,3 +497,35 @@ fn private_blobs_survive_restart_and_checkpoint_and_die_with_their_inode() {
     assert_eq!(fs.private_get(&a).unwrap().as_deref(), Some(&b"placement-a-2"[..]), "from the newest checkpoint");
     assert_eq!(fs.private_get(&b).unwrap(), None);
 }
+
+/// NFSv4.2 COPY on diskfs: `copy_range` copies (unaligned offsets, more
+/// than one chunk, short at the source's end), the copy is durable across a
+/// restart and fsck stays clean; a directory is refused; CLONE is not
+/// offered (no shared extents).
+#[test]
+fn copy_range_copies_durably_and_clone_is_not_offered() {
+    let dev = mem(16384);
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    let (src, dst) = {
+        let fs = DiskFs::open(vec![dev.clone()], &opts()).unwrap();
+        let root = fs.root(EXPORT).unwrap();
+        let src = create(&fs, &root, "src");
+        let dst = create(&fs, &root, "dst");
+        fs.write(&src, 0, &data, Stability::FileSync).unwrap();
+        assert_eq!(fs.copy_range(&src, 123, &dst, 4567, 2_500_000).unwrap(), 2_500_000);
+        // Asked past the source's end: short.
+        assert_eq!(fs.copy_range(&src, 2_999_000, &dst, 0, 5000).unwrap(), 1000);
+        assert_eq!(fs.copy_range(&root, 0, &dst, 0, 10).unwrap_err(), VfsError::IsDir);
+        assert_eq!(fs.clone_block_bytes(&src), 0, "diskfs does not clone");
+        assert_eq!(fs.clone_range(&src, 0, &dst, 0, 4096).unwrap_err(), VfsError::NotSupported);
+        (src, dst)
+    };
+    fsck_clean(&dev);
+    let fs = DiskFs::open(vec![dev.clone()], &opts()).unwrap();
+    let got = read_all(&fs, &dst);
+    assert_eq!(got.len(), 4567 + 2_500_000);
+    assert_eq!(&got[..1000], &data[2_999_000..], "the short copy at offset 0");
+    assert!(got[1000..4567].iter().all(|&b| b == 0));
+    assert!(got[4567..] == data[123..123 + 2_500_000], "the copied range after a restart");
+    assert_eq!(read_all(&fs, &src), data, "the source is untouched");
+}

@@ -693,6 +693,40 @@ pub const PRIVATE_BYTES_MAX: usize = 4096;
 
 /// Eight random bytes for a write verifier (a new one every start, so
 /// clients know to resend uncommitted writes).
+/// `Vfs::copy_range` done with the backend's own `read` and `write`,
+/// `chunk` bytes at a time through one bounded buffer (FILE_SYNC writes):
+/// for backends that copy rather than share. Returns the bytes copied
+/// (short at the source's end, or when a write fails after some were
+/// copied; that error is returned only when none were).
+pub fn copy_by_chunks(
+    fs: &dyn Vfs,
+    src: &FileHandle,
+    src_offset: u64,
+    dst: &FileHandle,
+    dst_offset: u64,
+    len: u64,
+    chunk: usize,
+) -> VfsResult<u64> {
+    let mut buf = vec![0u8; chunk.min(len as usize)];
+    let mut copied = 0u64;
+    while copied < len {
+        let want = ((len - copied) as usize).min(chunk);
+        let (n, eof) = fs.read(src, src_offset + copied, &mut buf[..want])?;
+        if n == 0 {
+            break;
+        }
+        match fs.write(dst, dst_offset + copied, &buf[..n], Stability::FileSync) {
+            Ok(_) => copied += n as u64,
+            Err(e) if copied == 0 => return Err(e),
+            Err(_) => break,
+        }
+        if eof {
+            break;
+        }
+    }
+    Ok(copied)
+}
+
 pub fn random_verifier() -> [u8; 8] {
     let mut b = [0u8; 8];
     // SAFETY: getrandom writes at most `b.len()` bytes into the buffer we own.

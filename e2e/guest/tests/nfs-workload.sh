@@ -33,7 +33,7 @@ SERVER=${NFS_SERVER:-10.0.2.2}
 EXPORT=${NFS_EXPORT:-/export}
 DATA_MIB=${NFS_DATA_MIB:-64}
 # What the server's backend does beyond the protocol (memfs: both; diskfs:
-# neither — its COPY and xattr operations answer NOTSUPP).
+# copy — its xattr operations answer NOTSUPP).
 NFS42_BACKEND_OPS=${NFS42_BACKEND_OPS-copy xattr}
 PROTO=${NFS_PROTO:-tcp}
 DIR_ENTRIES=1000

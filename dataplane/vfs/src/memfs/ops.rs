@@ -235,24 +235,7 @@ impl Vfs for MemFs {
         if end > FILE_SIZE_MAX_BYTES {
             return Err(VfsError::FileTooBig);
         }
-        let mut buf = vec![0u8; CHUNK.min(len as usize)];
-        let mut copied = 0u64;
-        while copied < len {
-            let want = ((len - copied) as usize).min(CHUNK);
-            let (n, eof) = self.read(src, src_offset + copied, &mut buf[..want])?;
-            if n == 0 {
-                break;
-            }
-            match self.write(dst, dst_offset + copied, &buf[..n], Stability::FileSync) {
-                Ok(_) => copied += n as u64,
-                Err(e) if copied == 0 => return Err(e),
-                Err(_) => break,
-            }
-            if eof {
-                break;
-            }
-        }
-        Ok(copied)
+        crate::copy_by_chunks(self, src, src_offset, dst, dst_offset, len, CHUNK)
     }
 
     fn clone_block_bytes(&self, _fh: &FileHandle) -> u32 {
