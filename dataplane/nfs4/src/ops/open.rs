@@ -256,8 +256,8 @@ impl Compound<'_> {
     /// Grant a delegation after a successful OPEN if the state machine
     /// allows one (then maybe ask holders to give some back).
     fn grant_delegation(&self, clientid: u64, fh: FileHandle, share: u32, want: DelegWant, reclaim: Option<bool>) -> DelegGrant {
-        let cb_usable = self.cb_usable();
-        let g = self.prog.state().grant_delegation(clientid, fh, share, want, cb_usable, reclaim, self.now_ms);
+        let session = self.seq.filter(|_| self.prog.callbacks.attached()).map(|s| s.session);
+        let g = self.prog.state().grant_delegation(clientid, fh, share, want, session, reclaim, self.now_ms);
         if !matches!(g, DelegGrant::None(_)) {
             self.prog.delegations.maybe_recall_any();
         }

@@ -83,7 +83,10 @@ impl State {
 
     /// After `clientid` opened `fh` with `access` (OPEN succeeded): grant a
     /// delegation if it wants one, may have one, and nothing conflicts.
-    /// `cb_usable`: the client has a back channel we can recall through.
+    /// `session`: the OPEN's session when a transport for callbacks is
+    /// attached (None: nothing could recall the delegation); the client
+    /// needs a usable back channel on one of its sessions, checked here
+    /// under the same lock and only when a grant is otherwise possible.
     /// `reclaim`: CLAIM_PREVIOUS of a delegation of that type (granted
     /// back whenever delegations are on and the table has room).
     #[allow(clippy::too_many_arguments)] // the OPEN's facts, each used
@@ -93,7 +96,7 @@ impl State {
         fh: FileHandle,
         access: u32,
         want: DelegWant,
-        cb_usable: bool,
+        session: Option<SessionId>,
         reclaim: Option<bool>,
         now_ms: u64,
     ) -> DelegGrant {
@@ -108,6 +111,7 @@ impl State {
             // Delegations are switched off: the server supports none.
             return none(p::WND4_NOT_SUPP_FTYPE);
         }
+        let cb_usable = session.is_some_and(|s| self.cb_path_flags(&s) & p::SEQ4_STATUS_CB_PATH_DOWN == 0);
         if !cb_usable || self.deleg_count() >= self.limits.delegations_max {
             return none(p::WND4_RESOURCE);
         }

@@ -268,6 +268,17 @@ fn recall_of(cbs: &[Cb]) -> (p::stateid4, Vec<u8>) {
     }
 }
 
+/// `holder` opens "f" for reading (a read delegation), `writer` opens it
+/// for writing: DELAY, and the one CB_RECALL that went out.
+fn recalled_read_delegation(s: &Srv, holder: &mut Client, writer: &mut Client) -> (Opened, p::stateid4, Cb) {
+    let oa = open_name(s, holder, b"oa", b"f", READ);
+    let Deleg::Read(rd) = oa.deleg.clone() else { panic!("read delegation expected, got {:?}", oa.deleg) };
+    assert_eq!(open_name(s, writer, b"ob", b"f", BOTH).status, p::NFS4ERR_DELAY);
+    let mut cbs = s.take_cbs();
+    recall_of(&cbs);
+    (oa, rd, cbs.remove(0))
+}
+
 const READ: u32 = p::OPEN4_SHARE_ACCESS_READ;
 const BOTH: u32 = p::OPEN4_SHARE_ACCESS_BOTH;
 
@@ -367,12 +378,8 @@ fn an_unreturned_delegation_is_revoked_after_a_lease_rfc8881_10_4_6() {
     let s = srv();
     let mut a = client(&s, b"silent");
     let mut b = client(&s, b"waiting");
-    let oa = open_name(&s, &mut a, b"oa", b"f", READ);
-    let Deleg::Read(rd) = oa.deleg.clone() else { panic!("read delegation expected") };
-    assert_eq!(open_name(&s, &mut b, b"ob", b"f", BOTH).status, p::NFS4ERR_DELAY);
-    let cbs = s.take_cbs();
-    recall_of(&cbs);
-    s.answer(&cbs[0], p::NFS4_OK); // accepted, but A never returns it
+    let (oa, rd, cb) = recalled_read_delegation(&s, &mut a, &mut b);
+    s.answer(&cb, p::NFS4_OK); // accepted, but A never returns it
     s.s.prog.advance_clock_ms(u64::from(LEASE_S) * 1000 / 2);
     assert_eq!(seq_flags(&s, &mut a) & p::SEQ4_STATUS_RECALLABLE_STATE_REVOKED, 0);
     assert_eq!(open_name(&s, &mut b, b"ob", b"f", BOTH).status, p::NFS4ERR_DELAY, "half a lease: still waiting");
@@ -395,12 +402,8 @@ fn a_refused_recall_revokes_at_once() {
     let s = srv();
     let mut a = client(&s, b"confused");
     let mut b = client(&s, b"waiting");
-    let oa = open_name(&s, &mut a, b"oa", b"f", READ);
-    assert!(matches!(oa.deleg, Deleg::Read(_)));
-    assert_eq!(open_name(&s, &mut b, b"ob", b"f", BOTH).status, p::NFS4ERR_DELAY);
-    let cbs = s.take_cbs();
-    recall_of(&cbs);
-    s.answer(&cbs[0], p::NFS4ERR_BADHANDLE);
+    let (_, _, cb) = recalled_read_delegation(&s, &mut a, &mut b);
+    s.answer(&cb, p::NFS4ERR_BADHANDLE);
     assert_eq!(open_name(&s, &mut b, b"ob", b"f", BOTH).status, p::NFS4_OK, "no lease-long wait");
     assert_ne!(seq_flags(&s, &mut a) & p::SEQ4_STATUS_RECALLABLE_STATE_REVOKED, 0);
 }
@@ -519,28 +522,12 @@ fn an_asynchronous_copy_reports_with_cb_offload_rfc7862_15_2() {
     let (dsid, dst) = v42::open42(&s.s, &mut c, b"dst", BOTH);
     // Asked synchronously: one COPY_BYTES_MAX chunk, answered short.
     let mut a = v42::copy_args(&ssid, &dsid, 0, 0, 0);
-    let mut r = s.s.call(
-        v42::seq42(&mut c).op(p::OP_PUTFH, &putfh(&src)).raw(p::OP_SAVEFH as u32, &[]).op(p::OP_PUTFH, &putfh(&dst)).op(p::OP_COPY, &a),
-    );
-    assert_eq!(r.status, p::NFS4_OK);
-    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
-    r.ok0(p::OP_PUTFH);
-    r.ok0(p::OP_SAVEFH);
-    r.ok0(p::OP_PUTFH);
-    let ok: p::COPY4resok = r.ok(p::OP_COPY);
+    let ok = v42::copy42_res(&s.s, &mut c, &src, &dst, &a).unwrap();
     assert!(ok.cr_requirements.cr_synchronous && ok.cr_response.wr_callback_id.is_empty());
     assert_eq!(ok.cr_response.wr_count, crate::ops::COPY_BYTES_MAX);
     // Asynchronous allowed: a copy stateid at once, the rest on a worker.
     a.ca_synchronous = false;
-    let mut r = s.s.call(
-        v42::seq42(&mut c).op(p::OP_PUTFH, &putfh(&src)).raw(p::OP_SAVEFH as u32, &[]).op(p::OP_PUTFH, &putfh(&dst)).op(p::OP_COPY, &a),
-    );
-    assert_eq!(r.status, p::NFS4_OK);
-    r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
-    r.ok0(p::OP_PUTFH);
-    r.ok0(p::OP_SAVEFH);
-    r.ok0(p::OP_PUTFH);
-    let ok: p::COPY4resok = r.ok(p::OP_COPY);
+    let ok = v42::copy42_res(&s.s, &mut c, &src, &dst, &a).unwrap();
     assert!(!ok.cr_requirements.cr_synchronous, "ran asynchronously");
     assert_eq!(ok.cr_response.wr_callback_id.len(), 1, "with a copy stateid");
     assert_eq!(ok.cr_response.wr_count, 0);

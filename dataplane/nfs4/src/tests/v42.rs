@@ -702,8 +702,9 @@ pub(super) fn copy_args(src: &p::stateid4, dst: &p::stateid4, from: u64, to: u64
     }
 }
 
-/// SEQUENCE, PUTFH src, SAVEFH, PUTFH dst, COPY: the COPY's status and result.
-fn copy42(s: &Server, c: &mut Client, src: &[u8], dst: &[u8], args: &p::COPY4args<'_>) -> Result<p::write_response4, i32> {
+/// SEQUENCE, PUTFH src, SAVEFH, PUTFH dst, COPY: the COPY's status, or
+/// its whole result (synchronous or not).
+pub(super) fn copy42_res(s: &Server, c: &mut Client, src: &[u8], dst: &[u8], args: &p::COPY4args<'_>) -> Result<p::COPY4resok, i32> {
     let mut r = s.call(
         seq42(c).op(p::OP_PUTFH, &putfh(src)).raw(p::OP_SAVEFH as u32, &[]).op(p::OP_PUTFH, &putfh(dst)).op(p::OP_COPY, args),
     );
@@ -712,15 +713,22 @@ fn copy42(s: &Server, c: &mut Client, src: &[u8], dst: &[u8], args: &p::COPY4arg
     r.ok0(p::OP_SAVEFH);
     r.ok0(p::OP_PUTFH);
     match r.next(p::OP_COPY) {
-        p::NFS4_OK => {
-            let ok = p::COPY4resok::decode(&mut r.body()).unwrap();
+        p::NFS4_OK => Ok(p::COPY4resok::decode(&mut r.body()).unwrap()),
+        st => Err(st),
+    }
+}
+
+/// `copy42_res` of a copy done synchronously: the write_response4.
+fn copy42(s: &Server, c: &mut Client, src: &[u8], dst: &[u8], args: &p::COPY4args<'_>) -> Result<p::write_response4, i32> {
+    match copy42_res(s, c, src, dst, args) {
+        Ok(ok) => {
             assert!(ok.cr_requirements.cr_synchronous && ok.cr_requirements.cr_consecutive);
             assert!(ok.cr_response.wr_callback_id.is_empty(), "done synchronously: no callback id");
             assert_eq!(ok.cr_response.wr_committed, p::stable_how4::FILE_SYNC4);
             assert_eq!(ok.cr_response.wr_writeverf, s.fs.write_verifier());
             Ok(ok.cr_response)
         }
-        st => Err(st),
+        Err(st) => Err(st),
     }
 }
 
