@@ -403,7 +403,7 @@ impl Admin {
                 .map(|d| {
                     json!({ "name": d.name, "address": d.address, "deviceId": d.device_id, "ready": d.ready,
                             "draining": d.draining, "healthy": d.healthy, "errors": d.errors,
-                            "layoutsGranted": d.layouts_granted, "layoutsHeld": d.layouts_held, "files": d.files })
+                            "layoutsGranted": d.layouts_granted, "layoutsHeld": d.layouts_held, "files": d.files, "staleCopies": d.stale_copies })
                 })
                 .collect();
             v["stripeWidth"] = json!(p.config().stripe_width);

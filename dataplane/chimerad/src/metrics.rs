@@ -245,13 +245,16 @@ pub fn render_pnfs(out: &mut String, p: &pnfs::Pnfs) {
     let _ = writeln!(out, "{n}{{error=\"LAYOUTTRYLATER\"}} {}", ld(&m.layoutget_trylater));
     let _ = writeln!(out, "{n}{{error=\"LAYOUTUNAVAILABLE\"}} {}", ld(&m.layoutget_unavailable));
     let _ = writeln!(out, "{n}{{error=\"other\"}} {}", ld(&m.layoutget_bad_stateid));
-    let counters: [(&str, &str, u64); 8] = [
+    let counters: [(&str, &str, u64); 11] = [
         ("chimera_pnfs_layouts_returned_total", "Layouts returned by LAYOUTRETURN.", ld(&m.layouts_returned)),
         ("chimera_pnfs_layouts_recalled_total", "Layouts recalled (DS drain or removal, truncate).", ld(&m.layouts_recalled)),
         ("chimera_pnfs_layoutcommits_total", "LAYOUTCOMMITs applied.", ld(&m.layoutcommits)),
         ("chimera_pnfs_layoutstats_total", "LAYOUTSTATS calls and ff_iostats4 reports received.", ld(&m.layoutstats)),
         ("chimera_pnfs_layouterrors_total", "DS errors reported by clients (LAYOUTERROR, LAYOUTRETURN ff_ioerr4).", ld(&m.layouterrors)),
         ("chimera_pnfs_fences_total", "Files fenced (data files moved to a new synthetic owner).", ld(&m.fences)),
+        ("chimera_pnfs_resyncs_total", "Stale mirror copies copied back in step with a good copy.", ld(&m.resyncs)),
+        ("chimera_pnfs_resync_bytes_total", "Bytes written to stale mirror copies by resyncs.", ld(&m.resync_bytes)),
+        ("chimera_pnfs_resync_failures_total", "Resyncs that stopped (the copy stays stale; tried again later).", ld(&m.resync_failures)),
         ("chimera_pnfs_data_file_removals_total", "Data-file removals queued (last link of a placed file removed).", ld(&m.removals_queued)),
         ("chimera_pnfs_layouts_active", "Layout states held by clients.", p.layouts_active() as u64),
     ];
@@ -264,13 +267,14 @@ pub fn render_pnfs(out: &mut String, p: &pnfs::Pnfs) {
     let _ = writeln!(out, "{n}{{op=\"read\"}} {}", ld(&m.mds_read_bytes));
     let _ = writeln!(out, "{n}{{op=\"write\"}} {}", ld(&m.mds_write_bytes));
     let ds = p.ds_states();
-    let per: [(&str, &str, &str, fn(&pnfs::DsState) -> u64); 6] = [
+    let per: [(&str, &str, &str, fn(&pnfs::DsState) -> u64); 7] = [
         ("chimera_pnfs_ds_healthy", "gauge", "1 while the DS is considered reachable.", |d| d.healthy as u64),
         ("chimera_pnfs_ds_draining", "gauge", "1 while the DS is draining.", |d| d.draining as u64),
         ("chimera_pnfs_ds_errors_total", "counter", "Errors reported for the DS (clients, control calls).", |d| d.errors),
         ("chimera_pnfs_ds_layouts_granted_total", "counter", "Layout segments naming the DS.", |d| d.layouts_granted),
         ("chimera_pnfs_ds_layouts_held", "gauge", "Layout states held now that name the DS (0: drained).", |d| d.layouts_held),
         ("chimera_pnfs_ds_files", "gauge", "Data files placed on the DS.", |d| d.files),
+        ("chimera_pnfs_ds_stale_copies", "gauge", "Copies on the DS that missed writes, not yet resynced (0: in step).", |d| d.stale_copies),
     ];
     for (name, kind, help, get) in per {
         header(out, name, kind, help);

@@ -636,3 +636,136 @@ fn volume_delete_removes_its_data_files() {
     let addr = ds_addr(c.ds[idx].as_ref().unwrap());
     assert_eq!(ds_client(addr, 0, 0).getattr(&kept.1).unwrap().size, 20_000, "a file outside the volume keeps its data");
 }
+
+/// The copy on `ds{i}` of the file as the MDS's admin API counts it:
+/// stale copies per DS (`staleCopies`).
+fn stale_copies(c: &Cluster, i: usize) -> u64 {
+    let (st, body) = admin(c, "GET", "/api/v1/cluster", None);
+    assert_eq!(st, 200, "{body}");
+    let ds = body["pnfs"]["dataServers"].as_array().expect("pnfs.dataServers");
+    let d = ds.iter().find(|d| d["name"] == format!("ds{i}")).expect("listed");
+    d["staleCopies"].as_u64().expect("staleCopies is a number")
+}
+
+/// The whole data file `dfh` on `addr`, read as root.
+fn data_file(addr: std::net::SocketAddr, dfh: &[u8], len: u64) -> Vec<u8> {
+    let mut c = ds_client(addr, 0, 0);
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    while (out.len() as u64) < len {
+        let eof = c.read(dfh, out.len() as u64, 256 << 10, &mut buf).unwrap();
+        out.extend_from_slice(&buf);
+        if eof || buf.is_empty() {
+            break;
+        }
+    }
+    out.resize(len as usize, 0); // a hole at the end reads as zeros
+    out
+}
+
+/// Proves a stale mirror copy comes back (what a rolling restart needs:
+/// otherwise the second DS to restart takes the last good copy with it).
+/// mirrors = 2 on two DSes: draining ds0 makes the next RW layout leave it
+/// out, so its copy goes stale (admin `staleCopies` 1) and misses writes
+/// through the layout and through the MDS, including one that extends the
+/// file. Undrained, the MDS copies the good mirror over it while a second
+/// client keeps writing through the MDS: the counter goes back to 0, both
+/// data files end byte-identical to what was written (the racing writes
+/// included), a new RW layout names both mirrors again, the resync is
+/// counted on /metrics, and with ds1 stopped every byte reads back from
+/// ds0 alone.
+#[test]
+fn stale_mirror_copy_is_resynced() {
+    const MIB: u64 = 1 << 20;
+    let mut c = cluster(2, 2, json!({ "mirrors": 2 }));
+    let mut v = V4::connect(mds_addr(&c), b"resync");
+    let (open, fh) = v.open(&["m"], "mirrored", SHARE_BOTH);
+    // Big enough that copying it takes a while: the racing writer below
+    // gets writes in while the resync copies.
+    const BASE: u64 = 12 * MIB;
+    let mut model = pattern(1, 0, BASE as usize);
+    for off in (0..BASE).step_by(256 << 10) {
+        assert_eq!(v.write(&fh, &open, off, &model[off as usize..(off + (256 << 10)) as usize]), Ok(256 << 10));
+    }
+    let vfh = vfs::FileHandle::from_bytes(&fh).unwrap();
+    let place = c.pnfs().placement_of(&vfh).expect("placed");
+    assert_eq!(place.len(), 2, "a copy on each DS");
+    let dfh = |name: &str| place.iter().find(|(n, _)| n == name).expect("a copy on each DS").1.clone();
+    let entry = |i: usize, draining: bool| json!({ "name": format!("ds{i}"), "address": ds_addr(c.ds[i].as_ref().unwrap()).to_string(), "draining": draining });
+    let (st, body) = admin(&c, "PUT", "/api/v1/dataservers", Some(&json!({ "dataServers": [entry(0, true), entry(1, false)] })));
+    assert_eq!(st, 200, "{body}");
+    let l = v.layoutget(&fh, 4, RW, 0, u64::MAX, 0, &open).expect("RW layout on the one active DS");
+    assert_eq!(l.mirrors.len(), 1, "the draining DS is left out");
+    assert_eq!(v.ds_of(&l.mirrors[0].deviceid), ds_addr(c.ds[1].as_ref().unwrap()));
+    assert_eq!(stale_copies(&c, 0), 1, "ds0's copy missed the writes to come: stale");
+    // Writes ds0 misses: through the layout, and through the MDS (one
+    // extending the file by half a MiB).
+    let a1 = ds_addr(c.ds[1].as_ref().unwrap());
+    let w = pattern(2, 0, MIB as usize);
+    ds_client(a1, l.mirrors[0].uid, l.mirrors[0].gid).write(&l.mirrors[0].fh, 0, &w, 2).unwrap();
+    model[..MIB as usize].copy_from_slice(&w);
+    assert_eq!(v.layoutcommit(&fh, &l.stateid, MIB - 1), Ok(None));
+    let ext = pattern(3, BASE, (MIB / 2) as usize);
+    for (k, chunk) in ext.chunks(64 << 10).enumerate() {
+        assert_eq!(v.write(&fh, &open, BASE + k as u64 * (64 << 10), chunk), Ok(chunk.len() as u32));
+    }
+    model.extend_from_slice(&ext);
+    let size = model.len() as u64;
+    assert_eq!(v.size(&fh), size);
+    assert_ne!(data_file(entry_addr(&c, 0), &dfh("ds0"), size), model, "ds0's copy is behind");
+    // A second client writes through the MDS while the resync runs.
+    let mds = mds_addr(&c);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut w2 = V4::connect(mds, b"resync-racer");
+            let (o2, f2) = w2.open(&["m"], "mirrored", SHARE_BOTH);
+            let mut done: Vec<(u64, Vec<u8>)> = Vec::new();
+            let mut k = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || done.len() < 8 {
+                // Offsets spread over the file, 16 KiB each, a new pattern each round.
+                let off = (k * 7919 * 4096) % (size - (16 << 10));
+                let d = pattern((k % 200) as u8 + 10, off, 16 << 10);
+                assert_eq!(w2.write(&f2, &o2, off, &d), Ok(16 << 10), "a write through the MDS during the resync");
+                done.push((off, d));
+                k += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            done
+        })
+    };
+    let (st, body) = admin(&c, "PUT", "/api/v1/dataservers", Some(&json!({ "dataServers": [entry(0, false), entry(1, false)] })));
+    assert_eq!(st, 200, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while stale_copies(&c, 0) != 0 {
+        assert!(Instant::now() < deadline, "ds0's copy not resynced within 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(300)); // the racer writes on after the resync too
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for (off, d) in writer.join().expect("the racing writer") {
+        model[off as usize..off as usize + d.len()].copy_from_slice(&d);
+    }
+    let copy0 = data_file(entry_addr(&c, 0), &dfh("ds0"), size);
+    let copy1 = data_file(a1, &dfh("ds1"), size);
+    assert!(copy1 == model, "ds1's copy holds every write");
+    assert!(copy0 == model, "ds0's resynced copy holds every write, the racing ones included");
+    let m = metrics(&c);
+    assert!(metric(&m, "chimera_pnfs_resyncs_total").unwrap() >= 1.0, "resync counted");
+    assert!(metric(&m, "chimera_pnfs_resync_bytes_total").unwrap() >= size as f64 * 0.9, "the copy was written");
+    assert_eq!(metric(&m, "chimera_pnfs_ds_stale_copies{ds=\"ds0\"}"), Some(0.0));
+    let l2 = v.layoutget(&fh, 4, RW, 0, u64::MAX, 0, &open).expect("RW layout after the resync");
+    assert_eq!(l2.mirrors.len(), 2, "both mirrors again");
+    // The good copy's DS stops: every byte comes from the resynced copy.
+    c.ds[1].take().unwrap().shutdown();
+    let mut back = Vec::new();
+    for off in (0..size).step_by(256 << 10) {
+        back.extend(v.read(&fh, &open, off, (256 << 10).min(size - off) as u32).expect("READ from the resynced copy"));
+    }
+    assert!(back == model, "read back from ds0 alone");
+}
+
+fn entry_addr(c: &Cluster, i: usize) -> std::net::SocketAddr {
+    ds_addr(c.ds[i].as_ref().unwrap())
+}

@@ -215,6 +215,7 @@ impl Pnfs {
                 for i in newly_stale {
                     f.stale[i] = true;
                 }
+                st.stale_files.insert(*fh);
             }
         }
         drop(st);
@@ -228,7 +229,8 @@ impl Pnfs {
     /// other mirrors only).
     pub(crate) fn mark_stale(&self, fh: &FileHandle, id: u64) {
         let mut newly = false;
-        if let Some(p) = self.state().files.get_mut(fh) {
+        let mut st = self.state();
+        if let Some(p) = st.files.get_mut(fh) {
             for (i, d) in p.dses.iter().enumerate() {
                 if *d == id && !p.stale[i] {
                     p.stale[i] = true;
@@ -236,6 +238,10 @@ impl Pnfs {
                 }
             }
         }
+        if newly {
+            st.stale_files.insert(*fh);
+        }
+        drop(st);
         if newly {
             self.persist(fh);
             // Layouts naming the stale copy (READ layouts of other clients)
@@ -282,6 +288,11 @@ impl Pnfs {
             return Err(p::NFS4ERR_TOOSMALL);
         }
         let mut st = self.state();
+        if st.resyncing.is_some_and(|(f, _)| f == a.fh) {
+            // A stale copy of this file is being brought back: clients do
+            // their I/O through the MDS until it is (`resync`).
+            return Err(p::NFS4ERR_LAYOUTUNAVAILABLE);
+        }
         let key = match existing.filter(|k| st.layouts.contains_key(k)) {
             Some(k) => k,
             None => {

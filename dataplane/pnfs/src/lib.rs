@@ -17,6 +17,7 @@ mod layouts;
 mod mdsio;
 mod persist;
 mod registry;
+mod resync;
 
 pub use mdsio::PnfsVfs;
 pub use registry::{DsSpec, DsState, Netid};
@@ -28,10 +29,10 @@ pub const IO_THREADS: usize = 4;
 use client3::{CtlError, Sattr};
 use nfs4::layout::DeviceId;
 use nfs4::state::Stateid;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 use vfs::{FileHandle, Vfs};
 
@@ -151,6 +152,11 @@ pub struct Metrics {
     pub placements_unreadable: AtomicU64,
     /// Placement changes that did not reach stable storage.
     pub placements_unsaved: AtomicU64,
+    /// Stale copies brought back in step with a good mirror (`resync`).
+    pub resyncs: AtomicU64,
+    pub resync_bytes: AtomicU64,
+    /// Resyncs that stopped (a copy failed or a write to the copy failed).
+    pub resync_failures: AtomicU64,
 }
 
 /// Where one regular file's data lives.
@@ -210,6 +216,17 @@ pub(crate) struct State {
     pub next_layout_key: u32,
     /// Rotates the first DS of each new file (placement spread).
     pub next_first: u64,
+    /// Files in `files` with at least one stale copy (what `resync` walks
+    /// instead of every placement).
+    pub stale_files: HashSet<FileHandle>,
+    /// The copy being resynced (file, slot): no layout of the file is
+    /// granted meanwhile and writes through the MDS go to it too.
+    pub resyncing: Option<(FileHandle, usize)>,
+    /// A write through the MDS missed the copy being resynced: the resync
+    /// must not call it good.
+    pub resync_broken: bool,
+    /// (file, slot) → `now_ms` before which a failed resync is not retried.
+    pub resync_retry_after: HashMap<(FileHandle, usize), u64>,
 }
 
 /// A data-file removal for the control thread.
@@ -225,6 +242,10 @@ pub struct Pnfs {
     pub(crate) place_lock: Mutex<()>,
     /// Serialises writes of stored placements (`persist`).
     pub(crate) persist_lock: Mutex<()>,
+    /// Writes and resizes through the MDS hold it shared; a resync holds it
+    /// exclusively while it copies one chunk, so no write through the MDS
+    /// lands between its read of the good copy and its write of the stale one.
+    pub(crate) resync_gate: RwLock<()>,
     pub(crate) boot: u32,
     pub(crate) recaller: OnceLock<Arc<dyn LayoutRecaller>>,
     pub metrics: Metrics,
@@ -255,11 +276,16 @@ impl Pnfs {
                 per_client: HashMap::new(),
                 next_layout_key: 1,
                 next_first: 0,
+                stale_files: HashSet::new(),
+                resyncing: None,
+                resync_broken: false,
+                resync_retry_after: HashMap::new(),
             }),
             cfg,
             vfs,
             place_lock: Mutex::new(()),
             persist_lock: Mutex::new(()),
+            resync_gate: RwLock::new(()),
             boot,
             recaller: OnceLock::new(),
             metrics: Metrics::default(),
@@ -321,8 +347,10 @@ impl Pnfs {
             }
         }
         let held: HashMap<String, u64> = held_by_id.into_iter().map(|(id, n)| (st.ds.name_of(id), n)).collect();
+        let stale: HashMap<String, u64> = self.stale_by_ds(&st).into_iter().map(|(id, n)| (st.ds.name_of(id), n)).collect();
         for d in &mut out {
             d.layouts_held = held.get(&d.name).copied().unwrap_or(0);
+            d.stale_copies = stale.get(&d.name).copied().unwrap_or(0);
         }
         out
     }
@@ -416,6 +444,8 @@ impl Pnfs {
             let mut st = self.state();
             layouts::forget_file(&mut st, fh);
             let Some(p) = st.files.remove(fh) else { return };
+            st.stale_files.remove(fh);
+            st.resync_retry_after.retain(|(f, _), _| f != fh);
             for id in &p.dses {
                 st.ds.file_count(*id, -1);
             }
@@ -492,6 +522,7 @@ fn control_loop(p: std::sync::Weak<Pnfs>, rx: Receiver<RemoveJob>) {
                 st.ds.mark_unhealthy(id, now);
             }
         }
+        p.resync_some();
     }
 }
 

@@ -92,18 +92,38 @@ impl PnfsVfs {
     }
 
     fn write_placed(&self, fh: &FileHandle, p: &Placement, offset: u64, data: &[u8]) -> VfsResult<()> {
+        // Shared with other writes; a resync's chunk copy excludes it.
+        let _gate = self.pnfs.resync_gate.read().unwrap_or_else(|e| e.into_inner());
         for (off, at, n) in Self::pieces(p, offset, data.len()) {
             let unit = off / p.stripe_unit_bytes;
             let mut ok = 0;
             for m in 0..p.mirrors {
                 let i = p.slot(unit, m);
                 let id = p.dses[i];
-                // Re-read staleness: an earlier piece may have marked it.
-                if self.pnfs.state().files.get(fh).is_none_or(|f| f.stale[i]) {
+                // Re-read staleness: an earlier piece may have marked it. A
+                // stale copy being resynced takes the write too (not counted:
+                // it is not a good copy yet), and one it misses stops the resync.
+                let (skip, resyncing) = {
+                    let st = self.pnfs.state();
+                    let resyncing = st.resyncing == Some((*fh, i));
+                    (st.files.get(fh).is_none_or(|f| f.stale[i]) && !resyncing, resyncing)
+                };
+                if skip {
                     continue;
                 }
-                let Some(conn) = self.pnfs.state().ds.conn(id) else { continue };
+                let Some(conn) = self.pnfs.state().ds.conn(id) else {
+                    if resyncing {
+                        self.pnfs.state().resync_broken = true;
+                    }
+                    continue;
+                };
                 let r = conn.lock().unwrap_or_else(|e| e.into_inner()).client.write(&p.data_fh[i], off, &data[at..at + n], 2);
+                if resyncing {
+                    if !matches!(r, Ok((c, _)) if c as usize == n) {
+                        self.pnfs.state().resync_broken = true;
+                    }
+                    continue;
+                }
                 match r {
                     Ok((c, _)) if c as usize == n => ok += 1,
                     Ok(_) | Err(crate::client3::CtlError::Status(_)) => self.pnfs.mark_stale(fh, id),
@@ -123,6 +143,7 @@ impl PnfsVfs {
 
     /// Resize every data file of a placed file (truncate/extend on the MDS).
     fn resize_placed(&self, p: &Placement, size: u64) {
+        let _gate = self.pnfs.resync_gate.read().unwrap_or_else(|e| e.into_inner());
         for (id, h) in p.dses.iter().zip(&p.data_fh) {
             let Some(conn) = self.pnfs.state().ds.conn(*id) else { continue };
             let r = conn.lock().unwrap_or_else(|e| e.into_inner()).client.setattr(h, &Sattr { size: Some(size), ..Default::default() });

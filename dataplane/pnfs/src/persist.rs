@@ -268,6 +268,9 @@ impl Pnfs {
         for id in &p.dses {
             st.ds.file_count(*id, 1);
         }
+        if p.stale.iter().any(|s| *s) {
+            st.stale_files.insert(*fh);
+        }
         st.files.insert(*fh, p.clone());
         self.metrics.placements_restored.fetch_add(1, Ordering::Relaxed);
         Ok(Some(p))

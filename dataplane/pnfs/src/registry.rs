@@ -45,6 +45,9 @@ pub struct DsState {
     /// fenced) that name the DS: a drain is done when this is 0.
     pub layouts_held: u64,
     pub files: u64,
+    /// Copies on this DS that missed writes (in-memory placements): a
+    /// rolling restart waits for 0 (resynced) before the next DS goes.
+    pub stale_copies: u64,
 }
 
 /// The control connection of one DS and the handle of its data directory.
@@ -309,6 +312,7 @@ impl Registry {
                 layouts_granted: r.layouts_granted,
                 layouts_held: 0, // filled by Pnfs::ds_states, which sees the layouts
                 files: r.files,
+                stale_copies: 0, // filled by Pnfs::ds_states, which sees the placements
             })
             .collect()
     }
