@@ -83,6 +83,9 @@ pub struct Admin {
     /// Export access rules (`/api/v1/access`): the table the data path
     /// enforces, and the mounts (name, export id) they may be set on.
     pub access: Option<ExportAccess>,
+    /// The NFSv4 grace period left, in ms (set once the data path exists;
+    /// unset: no NFSv4 state on this server).
+    pub grace: std::sync::OnceLock<crate::serve::GraceProbe>,
 }
 
 /// The access table and the mounts (name, export id) it is set on.
@@ -100,6 +103,7 @@ impl Admin {
             space: Box::new(|| (0, 0)),
             pnfs: None,
             access: None,
+            grace: std::sync::OnceLock::new(),
         }
     }
 
@@ -385,6 +389,8 @@ impl Admin {
                 "availableBytes": avail,
                 "pnfs": self.pnfs_json(),
                 "dataServers": { "total": ds_total, "ready": ds_ready, "generation": generation },
+                // null without NFSv4 state (a DS); 0 once the grace period is over.
+                "graceRemainingMs": self.grace.get().map(|g| g()),
             }),
         )
     }

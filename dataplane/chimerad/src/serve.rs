@@ -273,7 +273,7 @@ fn dispatcher(
     router: &Arc<Router>,
     pnfs: Option<&Arc<pnfs::Pnfs>>,
     access: &Arc<vfs::clients::AccessTable>,
-) -> (rpc::Dispatcher, Option<Arc<nfs4::callback::Callbacks>>) {
+) -> (rpc::Dispatcher, Option<Arc<nfs4::callback::Callbacks>>, Option<GraceProbe>) {
     let mut d = rpc::Dispatcher::new(limits(cfg));
     // With pNFS, file data lives on the DSes: both NFS versions on the MDS
     // reach it through the wrapper (I/O through the MDS).
@@ -282,10 +282,11 @@ fn dispatcher(
         None => router.clone(),
     };
     let mut nfs3 = nfs3::Nfs3Program::new(vfs.clone()).io_bytes_max(io_bytes_max(cfg)).with_access(access.clone());
-    let mut callbacks = None;
+    let (mut callbacks, mut grace) = (None, None);
     if cfg.server.role.runs_mds() {
-        let (cb, delegations) = register_nfs4(&mut d, &cfg.server, vfs, pnfs, access);
+        let (cb, delegations, g) = register_nfs4(&mut d, &cfg.server, vfs, pnfs, access);
         callbacks = Some(cb);
+        grace = Some(g);
         // NFSv3 calls recall NFSv4 delegations on the files they touch.
         nfs3 = nfs3.with_delegations(delegations);
         let r = router.clone();
@@ -300,8 +301,11 @@ fn dispatcher(
         d.register(Arc::new(nfs3::PortmapProgram::new(portmap_registrations(cfg))), "portmap", &nfs3::portmap::PROC_NAMES);
     }
     d.register(Arc::new(nfs3), "nfs3", &nfs3::PROC_NAMES);
-    (d, callbacks)
+    (d, callbacks, grace)
 }
+
+/// Milliseconds of the NFSv4 grace period left (`Nfs4Program::grace_probe`).
+pub type GraceProbe = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// NFSv4.1 on the NFS port, its request/response budgets (and so
 /// maxread/maxwrite) fitted inside one RPC record.
@@ -311,7 +315,7 @@ fn register_nfs4(
     vfs: Arc<dyn Vfs>,
     pnfs: Option<&Arc<pnfs::Pnfs>>,
     access: &Arc<vfs::clients::AccessTable>,
-) -> (Arc<nfs4::callback::Callbacks>, Arc<nfs4::delegations::Delegations>) {
+) -> (Arc<nfs4::callback::Callbacks>, Arc<nfs4::delegations::Delegations>, GraceProbe) {
     let mut c4 = nfs4::Config {
         lease_time_s: s.lease_time_s,
         grace_time_s: s.grace_time_s,
@@ -335,9 +339,10 @@ fn register_nfs4(
     // REPLY records on NFS connections answer our back-channel calls.
     let callbacks = prog.callbacks();
     let delegations = prog.delegations();
+    let grace = prog.grace_probe();
     d.set_reply_sink(callbacks.clone());
     d.register(Arc::new(prog), "nfs4", &["null", "compound"]);
-    (callbacks, delegations)
+    (callbacks, delegations, grace)
 }
 
 /// Data-path listen addresses: NFS, then MOUNT and portmap when enabled
@@ -502,7 +507,10 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
             limits: limits(cfg),
             ..Default::default()
         };
-        let (d, callbacks) = dispatcher(cfg, &router, pnfs.as_ref(), &access);
+        let (d, callbacks, grace) = dispatcher(cfg, &router, pnfs.as_ref(), &access);
+        if let (Some(a), Some(g)) = (&run.admin, grace) {
+            let _ = a.grace.set(g);
+        }
         let d = Arc::new(d);
         let nfs = runtime::Server::start(rt, d.clone())
             .map_err(|e| format!("server.nfs_port: cannot start the data path on {}:{}: {e}", cfg.server.bind, cfg.server.nfs_port))?;

@@ -698,6 +698,8 @@ fn stale_mirror_copy_is_resynced() {
     assert_eq!(l.mirrors.len(), 1, "the draining DS is left out");
     assert_eq!(v.ds_of(&l.mirrors[0].deviceid), ds_addr(c.ds[1].as_ref().unwrap()));
     assert_eq!(stale_copies(&c, 0), 1, "ds0's copy missed the writes to come: stale");
+    let (_, doc) = admin(&c, "GET", "/api/v1/cluster", None);
+    assert_eq!(doc["graceRemainingMs"], 0, "an MDS with grace_time_s 0 is out of grace: {doc}");
     // Writes ds0 misses: through the layout, and through the MDS (one
     // extending the file by half a MiB).
     let a1 = ds_addr(c.ds[1].as_ref().unwrap());

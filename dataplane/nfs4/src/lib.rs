@@ -285,6 +285,19 @@ impl Nfs4Program {
     }
 
     /// The back channel: CB_LAYOUTRECALL and friends (see `callback`).
+    /// Milliseconds of the grace period left (0 once over or lifted), for
+    /// the admin API: a rolling restart moves on only after it.
+    pub fn grace_probe(&self) -> Arc<dyn Fn() -> u64 + Send + Sync> {
+        let st = Arc::downgrade(&self.state);
+        let (clock, skew) = (self.clock, self.skew_ms.clone());
+        Arc::new(move || {
+            let Some(st) = st.upgrade() else { return 0 };
+            let now = clock.elapsed().as_millis() as u64 + skew.load(std::sync::atomic::Ordering::Relaxed);
+            let g = st.lock().unwrap_or_else(|e| e.into_inner());
+            g.grace_remaining_ms(now)
+        })
+    }
+
     pub fn callbacks(&self) -> Arc<callback::Callbacks> {
         self.callbacks.clone()
     }

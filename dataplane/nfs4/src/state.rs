@@ -500,6 +500,14 @@ impl State {
 
     // ---- grace (§8.4.2) ----
 
+    /// Milliseconds of the grace period left (0: over, or lifted early).
+    pub fn grace_remaining_ms(&self, now_ms: u64) -> u64 {
+        if !self.in_grace(now_ms) {
+            return 0;
+        }
+        (self.started_ms + self.limits.grace_time_s as u64 * 1000).saturating_sub(now_ms)
+    }
+
     pub fn in_grace(&self, now_ms: u64) -> bool {
         !self.grace_lifted && now_ms < self.started_ms + self.limits.grace_time_s as u64 * 1000
     }

@@ -727,6 +727,9 @@ fn quota_and_space_errors() {
 #[test]
 fn grace_period_only_reclaims() {
     let s = server_with(Config { grace_time_s: 10, ..Config::default() }, 64 << 20);
+    // What the admin API shows (a rolling restart waits for 0).
+    let grace = s.prog.grace_probe();
+    assert!((9_000..=10_000).contains(&grace()), "grace left at start: {} ms", grace());
     // Lay a file out directly in the backend (it existed "before the restart").
     let root = s.fs.root(EXPORT).unwrap();
     let (fh, _) = s.fs.create(&root, b"old", vfs::NodeKind::File, 0o644, &vfs::Cred::ROOT, vfs::CreateMode::Guarded).unwrap();
@@ -762,6 +765,7 @@ fn grace_period_only_reclaims() {
     r.ok0(p::OP_PUTFH);
     r.ok::<p::OPEN4resok>(p::OP_OPEN);
     s.prog.advance_clock_ms(11_000);
+    assert_eq!(grace(), 0, "grace over");
     let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(&fh)).op(p::OP_OPEN, &open(prev(), c.clientid)));
     r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
     r.ok0(p::OP_PUTFH);
