@@ -452,10 +452,20 @@ type RolloutSpec struct {
 	// +kubebuilder:default=300
 	// +optional
 	DrainTimeoutSeconds int32 `json:"drainTimeoutSeconds,omitempty"`
+	// ResyncTimeoutSeconds bounds how long the rollout waits, after a data
+	// server came back, for the MDS to resync the mirror copies that went
+	// stale while it was away (no data server reports staleCopies) before
+	// it drains the next one — which may hold the only good copy. Past it
+	// the rollout stops, naming the data servers with stale copies.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	// +kubebuilder:default=1800
+	// +optional
+	ResyncTimeoutSeconds int32 `json:"resyncTimeoutSeconds,omitempty"`
 }
 
 // RolloutStep names what the rollout is doing to status.rollout.pod.
-// +kubebuilder:validation:Enum=Drain;Restart;WaitReady;Undrain
+// +kubebuilder:validation:Enum=Drain;Restart;WaitReady;Undrain;Resync
 type RolloutStep string
 
 const (
@@ -470,6 +480,10 @@ const (
 	RolloutStepWaitReady RolloutStep = "WaitReady"
 	// RolloutStepUndrain: telling the MDS the DS may take layouts again.
 	RolloutStepUndrain RolloutStep = "Undrain"
+	// RolloutStepResync: the DS is back; waiting until the MDS reports no
+	// stale mirror copy on any data server (the copies that missed writes
+	// while it was away are resynced) before the next DS may go.
+	RolloutStepResync RolloutStep = "Resync"
 )
 
 // RolloutStatus is the progress of bringing every server pod to Revision.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // The rollout's admin API calls. They live apart from admin.go (the PUTs
@@ -30,6 +31,25 @@ type MDSDataServer struct {
 	// LayoutsHeld counts the layout states clients hold that name the DS;
 	// nil from a chimerad that predates the field (an MDS not yet rolled).
 	LayoutsHeld *uint64 `json:"layoutsHeld"`
+	// StaleCopies counts mirror copies on the DS that missed writes and are
+	// not resynced yet; nil from a chimerad that predates resync.
+	StaleCopies *uint64 `json:"staleCopies"`
+}
+
+// GraceRemaining reads how long the MDS's NFSv4 grace period still runs
+// (nil: a chimerad that predates the field, or no NFSv4 state).
+func (a *AdminClient) GraceRemaining(ctx context.Context, s AdminServer) (*time.Duration, error) {
+	var doc struct {
+		GraceRemainingMs *uint64 `json:"graceRemainingMs"`
+	}
+	if err := a.getJSON(ctx, s, adminClusterPath, &doc); err != nil {
+		return nil, err
+	}
+	if doc.GraceRemainingMs == nil {
+		return nil, nil
+	}
+	d := time.Duration(*doc.GraceRemainingMs) * time.Millisecond
+	return &d, nil
 }
 
 // DataServerStates reads the MDS's view of every listed data server.

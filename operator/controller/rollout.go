@@ -9,8 +9,12 @@ package controller
 //	DS:  Drain (pushed draining; wait until no layout names it)
 //	     → Restart (delete the pod) → WaitReady (new pod ready at the
 //	     revision, the MDS sees it ready and healthy) → Undrain (pushed
-//	     not draining) → next
-//	MDS: Restart → WaitReady (ready, admin API answers); never on memfs
+//	     not draining) → Resync (wait until the MDS reports no stale
+//	     mirror copy on any DS: the copies that missed writes while the DS
+//	     was away are back in step, so the next DS to go does not take the
+//	     last good copy of a file with it) → next
+//	MDS: Restart → WaitReady (ready, admin API answers, its NFSv4 grace
+//	     period over: clients have reclaimed their state); never on memfs
 //	     without spec.rollout.allowMemfsMetadataServerRestart
 //
 // The state lives in status.rollout, so each reconcile (pod events and a
@@ -44,6 +48,7 @@ const (
 	// Defaults of spec.rollout's timeouts (the CRD defaults them too).
 	defaultPodReadyTimeout = 600 * time.Second
 	defaultDrainTimeout    = 300 * time.Second
+	defaultResyncTimeout   = 1800 * time.Second
 )
 
 // rollout is one reconcile's view of the rolling update.
@@ -139,15 +144,18 @@ func (ro *rollout) elapsed() time.Duration {
 	return ro.now.Sub(ro.st.StepStartTime.Time)
 }
 
-func timeouts(c *chimerav1.ChimeraCluster) (ready, drain time.Duration) {
-	ready, drain = defaultPodReadyTimeout, defaultDrainTimeout
+func timeouts(c *chimerav1.ChimeraCluster) (ready, drain, resync time.Duration) {
+	ready, drain, resync = defaultPodReadyTimeout, defaultDrainTimeout, defaultResyncTimeout
 	if s := c.Spec.Rollout.PodReadyTimeoutSeconds; s > 0 {
 		ready = time.Duration(s) * time.Second
 	}
 	if s := c.Spec.Rollout.DrainTimeoutSeconds; s > 0 {
 		drain = time.Duration(s) * time.Second
 	}
-	return ready, drain
+	if s := c.Spec.Rollout.ResyncTimeoutSeconds; s > 0 {
+		resync = time.Duration(s) * time.Second
+	}
+	return ready, drain, resync
 }
 
 // planRollout reads the pods and the last status and moves the rollout one
@@ -270,7 +278,7 @@ func (r *Reconciler) pickNext(c *chimerav1.ChimeraCluster, ro *rollout, obs *ren
 
 // step runs the current step of ro.st.Pod as far as it can go now.
 func (r *Reconciler) step(ctx context.Context, c *chimerav1.ChimeraCluster, ro *rollout, token string) error {
-	readyTimeout, drainTimeout := timeouts(c)
+	readyTimeout, drainTimeout, resyncTimeout := timeouts(c)
 	name := ro.st.Pod
 	switch ro.st.Step {
 	case chimerav1.RolloutStepDrain:
@@ -309,9 +317,43 @@ func (r *Reconciler) step(ctx context.Context, c *chimerav1.ChimeraCluster, ro *
 			ro.done()
 			return nil
 		}
-		ro.enter(chimerav1.RolloutStepUndrain) // pushed after this; finishRollout completes it
+		ro.enter(chimerav1.RolloutStepUndrain) // pushed after this; finishRollout moves it to Resync
+	case chimerav1.RolloutStepResync:
+		done, why := r.resynced(ctx, c, ro, token)
+		if !done {
+			if ro.elapsed() > resyncTimeout {
+				ro.fail("mirror copies not resynced within %v: %s", resyncTimeout, why)
+			}
+			return nil
+		}
+		ro.done()
 	}
 	return nil
+}
+
+// resynced: no data server holds a stale mirror copy. Every DS counts, not
+// only the one just back: the next DS to drain may hold the only good copy
+// of a file whose other copy went stale for any reason. An MDS that
+// predates staleCopies (not rolled yet) has no resync to wait for.
+func (r *Reconciler) resynced(ctx context.Context, c *chimerav1.ChimeraCluster, ro *rollout, token string) (bool, string) {
+	if ro.mds == nil || ro.mds.Status.PodIP == "" {
+		return false, "no MDS pod to ask"
+	}
+	states, err := r.Admin.DataServerStates(ctx, AdminServer{URL: r.AdminURL(c, ro.mds), Name: render.MDSAdminServerName(c), Token: token})
+	if err != nil {
+		return false, err.Error()
+	}
+	var stale []string
+	for name, s := range states {
+		if s.StaleCopies != nil && *s.StaleCopies > 0 {
+			stale = append(stale, fmt.Sprintf("%s: %d", name, *s.StaleCopies))
+		}
+	}
+	if len(stale) > 0 {
+		sort.Strings(stale)
+		return false, "stale mirror copies at the MDS (" + strings.Join(stale, ", ") + ")"
+	}
+	return true, ""
 }
 
 // drained: the MDS lists the DS as draining and no layout names it. An MDS
@@ -361,6 +403,15 @@ func (r *Reconciler) replaced(ctx context.Context, c *chimerav1.ChimeraCluster, 
 		return false, "the MDS admin API: " + err.Error()
 	}
 	if ro.isMDS(p.Name) {
+		// Moving on during grace would restart nothing more, but the
+		// rollout reports done only once clients can open files again.
+		left, err := r.Admin.GraceRemaining(ctx, AdminServer{URL: r.AdminURL(c, ro.mds), Name: render.MDSAdminServerName(c), Token: token})
+		switch {
+		case err != nil:
+			return false, "the MDS admin API: " + err.Error()
+		case left != nil && *left > 0:
+			return false, fmt.Sprintf("the MDS is in its NFSv4 grace period (%v left): clients reclaim their state", left.Round(time.Second))
+		}
 		return true, ""
 	}
 	s, ok := states[p.Name]
@@ -397,7 +448,7 @@ func (ro *rollout) finishRollout(obs *render.Observed) {
 			return
 		}
 		if obs.DSListInSync {
-			ro.done()
+			ro.enter(chimerav1.RolloutStepResync)
 		}
 	}
 }

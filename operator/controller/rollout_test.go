@@ -44,6 +44,11 @@ type rolloutLog struct {
 	events      []string
 	maxDraining int
 	snapshots   map[string]string // pod → status.rollout seen when its deletion was noticed
+	// graceGets: how many more GET /api/v1/cluster answer the MDS in its
+	// grace period (set when the fake kubelet recreates the MDS pod).
+	graceGets int
+	// staleForever: the DS whose stale copies never resync.
+	staleForever string
 }
 
 func (l *rolloutLog) add(e string) {
@@ -77,13 +82,18 @@ type pushedDS struct {
 // rolloutMDS fakes the MDS admin API the rollout uses. A DS that starts
 // draining is reported holding one layout on the first GET /api/v1/cluster
 // and none after (the operator must wait for that); "drained X" is logged
-// when it first reports none.
+// when it first reports none. A DS undrained is reported with a stale copy
+// on the next two GETs ("resynced X" logged when it first reports none): the
+// operator must not drain the next DS before. An MDS pod just recreated is
+// in its grace period for log.graceGets GETs ("grace over" logged after).
+
 func rolloutMDS(t *testing.T, c *chimerav1.ChimeraCluster, token string, log *rolloutLog, refuseDrainOf string) string {
 	var mu sync.Mutex
 	var list []pushedDS
 	draining := map[string]bool{}
 	held := map[string]int{}
 	drainedTold := map[string]bool{}
+	stale := map[string]int{}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer "+token {
 			http.Error(w, `{"error":"missing or invalid bearer token"}`, http.StatusUnauthorized)
@@ -120,6 +130,7 @@ func rolloutMDS(t *testing.T, c *chimerav1.ChimeraCluster, token string, log *ro
 						log.add("undrain " + d.Name + " while not ready")
 					}
 					log.add("undrain " + d.Name)
+					stale[d.Name] = 2
 				}
 				draining[d.Name] = d.Draining
 				if d.Draining {
@@ -134,6 +145,17 @@ func rolloutMDS(t *testing.T, c *chimerav1.ChimeraCluster, token string, log *ro
 			_, _ = w.Write(out)
 		case r.Method == http.MethodGet && r.URL.Path == "/api/v1/cluster":
 			var ds []map[string]any
+			log.mu.Lock()
+			forever := log.staleForever
+			grace := 0
+			if log.graceGets > 0 {
+				log.graceGets--
+				grace = 30000
+				if log.graceGets == 0 {
+					log.events = append(log.events, "grace over")
+				}
+			}
+			log.mu.Unlock()
 			for _, d := range list {
 				h := held[d.Name]
 				if d.Draining && h > 0 {
@@ -142,10 +164,20 @@ func rolloutMDS(t *testing.T, c *chimerav1.ChimeraCluster, token string, log *ro
 					drainedTold[d.Name] = true
 					log.add("drained " + d.Name)
 				}
+				sc := 0
+				switch {
+				case d.Name == forever:
+					sc = 3
+				case stale[d.Name] > 0:
+					sc = 1
+					if stale[d.Name]--; stale[d.Name] == 0 {
+						log.add("resynced " + d.Name)
+					}
+				}
 				ds = append(ds, map[string]any{"name": d.Name, "address": d.Address, "ready": d.Ready, "draining": d.Draining,
-					"healthy": true, "layoutsHeld": h})
+					"healthy": true, "layoutsHeld": h, "staleCopies": sc})
 			}
-			out, _ := json.Marshal(map[string]any{"role": "mds", "pnfs": map[string]any{"enabled": true, "dataServers": ds}})
+			out, _ := json.Marshal(map[string]any{"role": "mds", "graceRemainingMs": grace, "pnfs": map[string]any{"enabled": true, "dataServers": ds}})
 			_, _ = w.Write(out)
 		default:
 			http.Error(w, `{"error":"not found"}`, http.StatusNotFound)
@@ -204,6 +236,11 @@ func fakeKubelet(ctx context.Context, c *chimerav1.ChimeraCluster, pods map[stri
 					component = render.ComponentMDS
 				}
 				ready := name != neverReady
+				if component == render.ComponentMDS {
+					log.mu.Lock()
+					log.graceGets = 3
+					log.mu.Unlock()
+				}
 				if err := createPod(ctx, c, name, component, ip, ready); err != nil {
 					log.add("recreate " + name + " failed: " + err.Error())
 					continue
@@ -337,10 +374,10 @@ func rolled(name string, n int, mds bool) []string {
 	var want []string
 	for i := 0; i < n; i++ {
 		p := fmt.Sprintf("%s-ds-%d", name, i)
-		want = append(want, "drain "+p, "drained "+p, "deleted "+p, "ready "+p, "undrain "+p)
+		want = append(want, "drain "+p, "drained "+p, "deleted "+p, "ready "+p, "undrain "+p, "resynced "+p)
 	}
 	if mds {
-		want = append(want, "deleted "+name+"-mds-0", "ready "+name+"-mds-0")
+		want = append(want, "deleted "+name+"-mds-0", "ready "+name+"-mds-0", "grace over")
 	}
 	return want
 }
@@ -415,7 +452,7 @@ func TestRolloutStopsAtADataServerThatNeverBecomesReady(t *testing.T) {
 	}
 	setPodStatus(t, p, "10.0.9.12", true)
 	waitCondition(t, c, rolloutTimeout, "MetadataServerRestartRefused")
-	want = append(want, "undrain stuck-ds-1", "drain stuck-ds-2", "drained stuck-ds-2", "deleted stuck-ds-2", "ready stuck-ds-2", "undrain stuck-ds-2")
+	want = append(want, "undrain stuck-ds-1", "resynced stuck-ds-1", "drain stuck-ds-2", "drained stuck-ds-2", "deleted stuck-ds-2", "ready stuck-ds-2", "undrain stuck-ds-2", "resynced stuck-ds-2")
 	sameLog(t, log, want)
 }
 
@@ -474,4 +511,22 @@ func TestRolloutStopsWhenTheMDSRefusesTheDrain(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+func TestRolloutWaitsForStaleMirrorCopiesAndStopsWhenTheyStay(t *testing.T) {
+	c, log := rollingCluster(t, "stale", 2, func(c *chimerav1.ChimeraCluster) {
+		durable(c)
+		c.Spec.Rollout.ResyncTimeoutSeconds = 3
+	}, "")
+	log.mu.Lock()
+	log.staleForever = "stale-ds-0" // its copies are stale until the MDS says otherwise
+	log.mu.Unlock()
+	change(t, c, func(c *chimerav1.ChimeraCluster) { c.Spec.Image = "localhost/chimera/chimerad:v4" })
+	cur := waitCondition(t, c, rolloutTimeout, "RolloutFailed", "step Resync of pod stale-ds-0", "not resynced within 3s", "stale-ds-0: 3")
+	if r := cur.Status.Rollout; r.Pod != "stale-ds-0" || r.Step != chimerav1.RolloutStepResync || r.DataServersUpdated != 1 {
+		t.Fatalf("status.rollout %+v", r)
+	}
+	// Stopped: stale-ds-1 (which may hold the only good copies) is not drained.
+	time.Sleep(3 * time.Second)
+	sameLog(t, log, []string{"drain stale-ds-0", "drained stale-ds-0", "deleted stale-ds-0", "ready stale-ds-0", "undrain stale-ds-0"})
 }
