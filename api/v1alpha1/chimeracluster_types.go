@@ -139,9 +139,10 @@ type DataServersSpec struct {
 }
 
 // NVMeSpec binds the data servers' devices: through a device plugin
-// (resourceName), by PCI address on every node (pciAddresses), or as block
-// devices on every node (devicePaths) — exactly one.
-// +kubebuilder:validation:XValidation:rule="(has(self.resourceName) ? 1 : 0) + (has(self.pciAddresses) ? 1 : 0) + (has(self.devicePaths) ? 1 : 0) == 1",message="storage.nvme: set exactly one of resourceName, pciAddresses or devicePaths"
+// (resourceName), by PCI address on every node (pciAddresses), as block
+// devices on every node (devicePaths), or as an image file on a
+// PersistentVolume per pod (volumeClaim) — exactly one.
+// +kubebuilder:validation:XValidation:rule="(has(self.resourceName) ? 1 : 0) + (has(self.pciAddresses) ? 1 : 0) + (has(self.devicePaths) ? 1 : 0) + (has(self.volumeClaim) ? 1 : 0) == 1",message="storage.nvme: set exactly one of resourceName, pciAddresses, devicePaths or volumeClaim"
 type NVMeSpec struct {
 	// ResourceName is the device-plugin resource that hands out NVMe VFIO
 	// devices, e.g. chimera.io/nvme (the SR-IOV network device plugin's
@@ -173,6 +174,26 @@ type NVMeSpec struct {
 	// +listType=set
 	// +optional
 	DevicePaths []DevicePath `json:"devicePaths,omitempty"`
+	// VolumeClaim gives each data-server pod a PersistentVolume of its own
+	// (a volume claim template of the DS StatefulSet, kept when the cluster
+	// is deleted) holding a diskfs image file that chimerad drives through
+	// io_uring with O_DIRECT, as the MDS keeps its namespace: durable data
+	// where no NVMe device can be handed to chimerad (kind, clusters whose
+	// nodes' disks are offered through a local-volume StorageClass). The
+	// pods need no privilege. StatefulSet mode only.
+	// +optional
+	VolumeClaim *DataVolumeClaimSpec `json:"volumeClaim,omitempty"`
+}
+
+// DataVolumeClaimSpec is each data-server pod's PersistentVolume.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="storage.nvme.volumeClaim is immutable: the DS StatefulSet's volume claim template cannot change (the data lives on it)"
+type DataVolumeClaimSpec struct {
+	// StorageClassName of the claims (Filesystem volumes).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	StorageClassName string `json:"storageClassName"`
+	// Size of each claim; the diskfs image takes 90 % of it. At least 1Gi.
+	Size resource.Quantity `json:"size"`
 }
 
 // DevicePath is an absolute block-device path under /dev.
@@ -371,6 +392,7 @@ type TuningSpec struct {
 
 // ChimeraClusterSpec is the desired state of a Chimera storage cluster.
 // +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(self.storage.backend) || self.storage.backend != 'nvme' || (has(self.metadataServer) && has(self.metadataServer.storage))",message="spec.metadataServer.storage is required when storage.backend is nvme (the MDS keeps its namespace on that PersistentVolume)",fieldPath=".metadataServer.storage"
+// +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(self.storage.nvme) || !has(self.storage.nvme.volumeClaim) || !has(self.dataServers) || !has(self.dataServers.mode) || self.dataServers.mode != 'DaemonSet'",message="storage.nvme.volumeClaim needs dataServers.mode StatefulSet (a DaemonSet has no volume claims)",fieldPath=".storage.nvme.volumeClaim"
 type ChimeraClusterSpec struct {
 	// Image of chimerad (the dataplane server).
 	// +kubebuilder:validation:MinLength=1

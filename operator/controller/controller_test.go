@@ -135,6 +135,16 @@ func TestInvalidSpecsAreRejectedNamingTheField(t *testing.T) {
 			durable(c)
 			c.Spec.Storage.NVMe.DevicePaths = []chimerav1.DevicePath{"/dev/nvme0n1"}
 		}, "spec.storage.nvme"},
+		{"block devices and a data volume both set", func(c *chimerav1.ChimeraCluster) {
+			durable(c)
+			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{DevicePaths: []chimerav1.DevicePath{"/dev/nvme0n1"}, VolumeClaim: &chimerav1.DataVolumeClaimSpec{StorageClassName: "local-path", Size: resource.MustParse("1Gi")}}
+		}, "spec.storage.nvme"},
+		{"data volume with a DaemonSet (CEL and webhook)", func(c *chimerav1.ChimeraCluster) {
+			durable(c)
+			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{VolumeClaim: &chimerav1.DataVolumeClaimSpec{StorageClassName: "local-path", Size: resource.MustParse("1Gi")}}
+			c.Spec.DataServers.Mode = chimerav1.DataServerModeDaemonSet
+			c.Spec.DataServers.Count = nil
+		}, "spec.storage.nvme.volumeClaim"},
 		{"block device outside /dev", func(c *chimerav1.ChimeraCluster) {
 			durable(c)
 			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{DevicePaths: []chimerav1.DevicePath{"/etc/shadow"}}

@@ -107,21 +107,32 @@ func Build(c *chimerav1.ChimeraCluster, access []AccessRule) (*Children, error) 
 		}
 	} else {
 		ch.DSStatefulSet = statefulSet(c, DSName(c), ComponentDS, DesiredDataServers(c), dsPod)
+		if v := dataVolumeClaim(c); v != nil { // each DS's data on its own volume
+			ch.DSStatefulSet.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{volumeClaim(c, ComponentDS, DataClaimName, v.StorageClassName, v.Size)}
+			ch.DSStatefulSet.Spec.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+				WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+				WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+			}
+		}
 	}
 	return ch, nil
 }
 
 // metadataClaim is the MDS's metadata volume (spec.metadataServer.storage).
 func metadataClaim(c *chimerav1.ChimeraCluster, st *chimerav1.MetadataStorageSpec) corev1.PersistentVolumeClaim {
-	class := st.StorageClassName
+	return volumeClaim(c, ComponentMDS, MetadataClaimName, st.StorageClassName, st.Size)
+}
+
+// volumeClaim is a server's claim template: one Filesystem volume of class.
+func volumeClaim(c *chimerav1.ChimeraCluster, component, name, class string, size resource.Quantity) corev1.PersistentVolumeClaim {
 	fs := corev1.PersistentVolumeFilesystem
 	return corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: MetadataClaimName, Labels: Labels(c, ComponentMDS)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: Labels(c, component)},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			StorageClassName: &class,
 			VolumeMode:       &fs,
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: st.Size}},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
 		},
 	}
 }
@@ -292,6 +303,8 @@ func podTemplate(c *chimerav1.ChimeraCluster, component, configHash, revision st
 		env = startEnv(c, component)
 		if component == ComponentMDS {
 			mounts = append(mounts, corev1.VolumeMount{Name: MetadataClaimName, MountPath: MetadataDir})
+		} else if dataVolumeClaim(c) != nil {
+			mounts = append(mounts, corev1.VolumeMount{Name: DataClaimName, MountPath: DataDir})
 		}
 	}
 
@@ -365,8 +378,8 @@ func probe(component, path string, periodS, failures int32) *corev1.Probe {
 // container gets.
 func securityContext(c *chimerav1.ChimeraCluster, useNVMe bool) *corev1.SecurityContext {
 	caps := []corev1.Capability{"IPC_LOCK", "NET_BIND_SERVICE"}
-	if useNVMe && len(c.Spec.Storage.NVMe.DevicePaths) == 0 {
-		caps = append(caps, "SYS_RAWIO") // VFIO; block devices through io_uring need none
+	if n := c.Spec.Storage.NVMe; useNVMe && (len(n.PCIAddresses) > 0 || n.ResourceName != "") {
+		caps = append(caps, "SYS_RAWIO") // VFIO; block devices and image files through io_uring need none
 	}
 	f, ro := false, true
 	sc := &corev1.SecurityContext{

@@ -208,8 +208,9 @@ func mountFor(c *chimerav1.ChimeraCluster) mountSection {
 
 // diskfsFor renders server.vfs.diskfs.config. The MDS's one device is the
 // image file on its metadata volume; a DS drives the devices of
-// spec.storage.nvme: PCI addresses (vfio), block-device paths (io_uring), or
-// the device plugin's, known only inside the pod (the placeholder).
+// spec.storage.nvme: PCI addresses (vfio), block-device paths (io_uring), the
+// image file on its own volume (io_uring), or the device plugin's, known only
+// inside the pod (the placeholder).
 func diskfsFor(c *chimerav1.ChimeraCluster, role string) diskfsConfig {
 	d := diskfsConfig{}
 	if t := c.Spec.Storage.Diskfs; t != nil {
@@ -233,6 +234,10 @@ func diskfsFor(c *chimerav1.ChimeraCluster, role string) diskfsConfig {
 	case n.ResourceName != "":
 		d.Devices = DevicesPlaceholder
 		return d
+	case n.VolumeClaim != nil:
+		// As the MDS's image: the start script formats it while blank.
+		d.Initialize = false
+		devs = append(devs, diskfsDevice{Type: "io_uring", Path: DataImagePath})
 	case len(n.PCIAddresses) > 0:
 		for _, a := range n.PCIAddresses {
 			devs = append(devs, diskfsDevice{Type: "vfio", Path: string(a)})

@@ -190,6 +190,46 @@ func TestDiskfsRendering(t *testing.T) {
 		t.Error("no device-plugin variable without a device plugin")
 	}
 
+	// A volume of its own per DS: the claim template (retained), mounted,
+	// the image file as the device, formatted by the script while blank;
+	// no host device, so no privilege and no SYS_RAWIO.
+	vc := durableCluster()
+	vc.Spec.Storage.NVMe = &chimerav1.NVMeSpec{VolumeClaim: &chimerav1.DataVolumeClaimSpec{StorageClassName: "e2e-local", Size: resource.MustParse("2Gi")}}
+	vc.Spec.Storage.Diskfs.Initialize = true
+	cfg, _ = RenderConfig(vc, ComponentDS, nil)
+	if got := devices(t, cfg); got != `[{"path":"/var/lib/chimera/data/diskfs.img","type":"io_uring"}]` {
+		t.Errorf("volume-claim DS devices %s", got)
+	}
+	if parseDiskfs(t, cfg).Server.VFS.Diskfs.Config.Initialize {
+		t.Error("a DS image is formatted by the start script (while blank), never by initialize")
+	}
+	vch, err := Build(vc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dss := vch.DSStatefulSet.Spec
+	if len(dss.VolumeClaimTemplates) != 1 || dss.VolumeClaimTemplates[0].Name != DataClaimName || *dss.VolumeClaimTemplates[0].Spec.StorageClassName != "e2e-local" ||
+		dss.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage().String() != "2Gi" {
+		t.Fatalf("DS claims %+v", dss.VolumeClaimTemplates)
+	}
+	if p := dss.PersistentVolumeClaimRetentionPolicy; p == nil || p.WhenDeleted != appsv1.RetainPersistentVolumeClaimRetentionPolicyType {
+		t.Errorf("data claims must be retained on deletion: %+v", p)
+	}
+	vctr := dss.Template.Spec.Containers[0]
+	vm := map[string]string{}
+	for _, m := range vctr.VolumeMounts {
+		vm[m.Name] = m.MountPath
+	}
+	if vm[DataClaimName] != DataDir || env(vctr, EnvImageFile) != DataImagePath || env(vctr, EnvImageBytes) != "1932525568" || env(vctr, EnvPCIDeviceVar) != "" {
+		t.Errorf("volume-claim DS mounts %v env %+v", vm, vctr.Env)
+	}
+	if sc := vctr.SecurityContext; sc.Privileged != nil || strings.Contains(strings.Join(capStrings(sc.Capabilities.Add), ","), "SYS_RAWIO") {
+		t.Errorf("an image file on a volume needs no privilege: %+v", sc)
+	}
+	if len(vch.MDS.Spec.VolumeClaimTemplates) != 1 || vch.MDS.Spec.VolumeClaimTemplates[0].Name != MetadataClaimName {
+		t.Errorf("the MDS keeps only its metadata claim: %+v", vch.MDS.Spec.VolumeClaimTemplates)
+	}
+
 	// Never an MDS without its metadata volume (admission refuses it too).
 	bare := durableCluster()
 	bare.Spec.MetadataServer.Storage = nil

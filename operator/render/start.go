@@ -18,7 +18,8 @@ import (
 //     not read the environment, so the script writes them into the config in
 //     place of DevicesPlaceholder, as vfio devices;
 //   - the MDS keeps its namespace in a diskfs image file on its metadata
-//     volume (spec.metadataServer.storage); the script creates the file the
+//     volume (spec.metadataServer.storage), and a DS with
+//     storage.nvme.volumeClaim its data on its own volume; the script creates the file the
 //     first time (fallocate, else a sparse truncate) and asks chimerad to
 //     format it (initialize) while its first MiB is still all zeros, i.e. no
 //     format ever reached it — a crash between creating and formatting is
@@ -42,6 +43,12 @@ const (
 	// MetadataClaimName is the MDS StatefulSet's volume claim template; the
 	// claim of pod <cluster>-mds-0 is metadata-<cluster>-mds-0.
 	MetadataClaimName = "metadata"
+	// DataDir is where a DS's own volume (storage.nvme.volumeClaim) is
+	// mounted, and DataImagePath the diskfs image file on it; its claim
+	// template is DataClaimName (claim data-<cluster>-ds-<n>).
+	DataDir       = "/var/lib/chimera/data"
+	DataImagePath = DataDir + "/diskfs.img"
+	DataClaimName = "data"
 	// MetadataImagePercent of the claim's size goes to the image; the rest
 	// is left to the volume's file system (its journal, inode tables and
 	// reserved blocks).
@@ -93,7 +100,7 @@ if [ -n "${CHIMERA_IMAGE_FILE:-}" ]; then
     bytes=${CHIMERA_IMAGE_BYTES:?CHIMERA_IMAGE_BYTES must be set with CHIMERA_IMAGE_FILE}
     fallocate -l "$bytes" "$img.new" 2>/dev/null || truncate -s "$bytes" "$img.new"
     mv "$img.new" "$img"
-    echo "chimera-start: created the metadata image $img ($bytes bytes)" >&2
+    echo "chimera-start: created the image $img ($bytes bytes)" >&2
   fi
   if [ ! -f "$img" ] || ! head -c 1048576 "$img" > /dev/null; then
     echo "chimera-start: $img is not a readable regular file" >&2
@@ -142,5 +149,16 @@ func startEnv(c *chimerav1.ChimeraCluster, component string) []corev1.EnvVar {
 	if n := c.Spec.Storage.NVMe; n != nil && n.ResourceName != "" {
 		return []corev1.EnvVar{{Name: EnvPCIDeviceVar, Value: PCIDeviceEnv(n.ResourceName)}}
 	}
+	if v := dataVolumeClaim(c); v != nil {
+		return []corev1.EnvVar{{Name: EnvImageFile, Value: DataImagePath}, {Name: EnvImageBytes, Value: strconv.FormatInt(MetadataImageBytes(v.Size), 10)}}
+	}
 	return nil
+}
+
+// dataVolumeClaim is storage.nvme.volumeClaim of a backend-nvme cluster, or nil.
+func dataVolumeClaim(c *chimerav1.ChimeraCluster) *chimerav1.DataVolumeClaimSpec {
+	if c.Spec.Storage.Backend != chimerav1.BackendNVMe || c.Spec.Storage.NVMe == nil {
+		return nil
+	}
+	return c.Spec.Storage.NVMe.VolumeClaim
 }

@@ -121,6 +121,16 @@ func Validate(c *chimerav1.ChimeraCluster) field.ErrorList {
 			seen[a] = true
 		}
 		errs = append(errs, validateDevicePaths(p.Child("devicePaths"), n.DevicePaths)...)
+		if v := n.VolumeClaim; v != nil {
+			vp := p.Child("volumeClaim")
+			for _, msg := range validation.IsDNS1123Subdomain(v.StorageClassName) {
+				errs = append(errs, field.Invalid(vp.Child("storageClassName"), v.StorageClassName, "not a StorageClass name: "+msg))
+			}
+			errs = append(errs, validateImageSize(vp.Child("size"), v.Size)...)
+			if ds.Mode == chimerav1.DataServerModeDaemonSet {
+				errs = append(errs, field.Forbidden(vp, "needs spec.dataServers.mode StatefulSet (a DaemonSet has no volume claims)"))
+			}
+		}
 	} else if c.Spec.Storage.Backend == chimerav1.BackendNVMe {
 		errs = append(errs, field.Required(spec.Child("storage", "nvme"), "backend nvme needs the NVMe devices"))
 	}
@@ -187,11 +197,17 @@ func validateDurable(c *chimerav1.ChimeraCluster) field.ErrorList {
 	for _, msg := range validation.IsDNS1123Subdomain(st.StorageClassName) {
 		errs = append(errs, field.Invalid(p.Child("storageClassName"), st.StorageClassName, "not a StorageClass name: "+msg))
 	}
-	if st.Size.Cmp(*resource.NewQuantity(chimerav1.MetadataSizeBytesMin, resource.BinarySI)) < 0 {
-		errs = append(errs, field.Invalid(p.Child("size"), st.Size.String(), "must be at least 1Gi (the diskfs image holds the superblocks, the intent log and the inode tables)"))
+	return append(errs, validateImageSize(p.Child("size"), st.Size)...)
+}
+
+// validateImageSize: a volume holding a diskfs image file.
+func validateImageSize(p *field.Path, size resource.Quantity) field.ErrorList {
+	var errs field.ErrorList
+	if size.Cmp(*resource.NewQuantity(chimerav1.MetadataSizeBytesMin, resource.BinarySI)) < 0 {
+		errs = append(errs, field.Invalid(p, size.String(), "must be at least 1Gi (the diskfs image holds the superblocks, the intent log and the inode tables)"))
 	}
-	if st.Size.Cmp(resource.MustParse("1Pi")) > 0 {
-		errs = append(errs, field.Invalid(p.Child("size"), st.Size.String(), "must be at most 1Pi"))
+	if size.Cmp(resource.MustParse("1Pi")) > 0 {
+		errs = append(errs, field.Invalid(p, size.String(), "must be at most 1Pi"))
 	}
 	return errs
 }

@@ -64,6 +64,9 @@ func TestDurableAndAccessSpecs(t *testing.T) {
 			c.Spec.Storage.Diskfs = &chimerav1.DiskfsSpec{BlockCacheBlocks: 4096}
 		},
 		"metadata 1Gi": func(c *chimerav1.ChimeraCluster) { c.Spec.MetadataServer.Storage.Size = resource.MustParse("1Gi") },
+		"data volume claims": func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{VolumeClaim: &chimerav1.DataVolumeClaimSpec{StorageClassName: "local-path", Size: resource.MustParse("1Gi")}}
+		},
 		"access rules": func(c *chimerav1.ChimeraCluster) {
 			c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"10.0.0.9", "fd00::/8", "*"}, Access: chimerav1.AccessRO, Squash: chimerav1.SquashAll, AnonUID: ptr64(1000)}}
 		},
@@ -97,6 +100,17 @@ func TestDurableAndAccessSpecs(t *testing.T) {
 		"bad class name":            {func(c *chimerav1.ChimeraCluster) { c.Spec.MetadataServer.Storage.StorageClassName = "Fast_SSD" }, "spec.metadataServer.storage.storageClassName", "StorageClass"},
 		"metadata volume too small": {func(c *chimerav1.ChimeraCluster) { c.Spec.MetadataServer.Storage.Size = resource.MustParse("1023Mi") }, "spec.metadataServer.storage.size", "1Gi"},
 		"metadata volume zero":      {func(c *chimerav1.ChimeraCluster) { c.Spec.MetadataServer.Storage.Size = resource.Quantity{} }, "spec.metadataServer.storage.size", "1Gi"},
+		"data volume too small": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{VolumeClaim: &chimerav1.DataVolumeClaimSpec{StorageClassName: "local-path", Size: resource.MustParse("100Mi")}}
+		}, "spec.storage.nvme.volumeClaim.size", "1Gi"},
+		"data volume bad class": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{VolumeClaim: &chimerav1.DataVolumeClaimSpec{StorageClassName: "No Such", Size: resource.MustParse("1Gi")}}
+		}, "spec.storage.nvme.volumeClaim.storageClassName", "StorageClass"},
+		"data volume with a DaemonSet": {func(c *chimerav1.ChimeraCluster) {
+			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{VolumeClaim: &chimerav1.DataVolumeClaimSpec{StorageClassName: "local-path", Size: resource.MustParse("1Gi")}}
+			c.Spec.DataServers.Mode = chimerav1.DataServerModeDaemonSet
+			c.Spec.DataServers.Count = nil
+		}, "spec.storage.nvme.volumeClaim", "StatefulSet"},
 		"device path escapes /dev": {func(c *chimerav1.ChimeraCluster) {
 			c.Spec.Storage.NVMe = &chimerav1.NVMeSpec{DevicePaths: []chimerav1.DevicePath{"/dev/../etc/shadow"}}
 		}, "spec.storage.nvme.devicePaths[0]", "clean"},
