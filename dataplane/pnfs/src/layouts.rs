@@ -173,7 +173,7 @@ impl Pnfs {
                 e.u32(slots.len() as u32)?;
                 for &i in slots {
                     e.u32(1)?;
-                    e.opaque_fixed(&crate::registry::device_id(p.dses[i]))?;
+                    e.opaque_fixed(&st.ds.get(p.dses[i]).map_or_else(|| crate::registry::device_id(p.dses[i]), |r| r.device()))?;
                     e.u32(1)?; // ffds_efficiency
                     e.u32(0)?; // ffds_stateid: anonymous (loosely coupled, RFC 8435 §5.1)
                     e.opaque_fixed(&[0u8; 12])?;
@@ -350,7 +350,12 @@ impl Pnfs {
                 continue;
             }
             self.metrics.layouterrors.fetch_add(1, Ordering::Relaxed);
-            if let Some(id) = crate::registry::id_of_device(&de.deviceid) {
+            if let Some((id, gen)) = crate::registry::id_and_gen(&de.deviceid) {
+                // An error reported against the address a DS had before it
+                // moved says nothing of where it is now.
+                if self.state().ds.get(id).is_some_and(|r| r.gen != gen) {
+                    continue;
+                }
                 self.ds_failed(id);
                 self.mark_stale(fh, id);
             }
@@ -410,7 +415,7 @@ impl LayoutServer for Pnfs {
 
     fn getdevicelist(&self) -> Vec<DeviceId> {
         let st = self.state();
-        st.ds.recs.iter().filter(|r| r.present).map(|r| crate::registry::device_id(r.id)).collect()
+        st.ds.recs.iter().filter(|r| r.present).map(|r| r.device()).collect()
     }
 
     fn layoutreturn(&self, clientid: u64, _iomode: Option<IoMode>, r: &Return<'_>) -> Result<Option<Stateid>, i32> {

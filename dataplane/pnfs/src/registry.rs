@@ -95,9 +95,16 @@ pub(crate) struct DsRec {
     pub conn: Arc<Mutex<DsConn>>,
     /// Resolved address for netaddr4 (IP literal), if resolvable.
     pub ip: Option<std::net::IpAddr>,
+    /// Address generation: moves with the address (`device_id_gen`).
+    pub gen: u32,
 }
 
 impl DsRec {
+    /// The device id layouts name now.
+    pub fn device(&self) -> DeviceId {
+        device_id_gen(self.id, self.gen)
+    }
+
     /// May take new files and new layouts.
     pub fn active(&self) -> bool {
         self.present && self.spec.ready && !self.spec.draining && self.healthy
@@ -109,18 +116,33 @@ pub(crate) struct Registry {
     timeout: Duration,
 }
 
+/// Device id of DS `id` at address generation 0.
 pub fn device_id(id: u64) -> DeviceId {
+    device_id_gen(id, 0)
+}
+
+/// "CHDS", the DS's address generation, its id. The generation moves when
+/// the DS's address does (a restarted pod with a new IP), so a client
+/// asks GETDEVICEINFO again instead of dialling the old address it cached
+/// for the id (the Linux client keeps a device's addresses as long as the
+/// id lives).
+pub fn device_id_gen(id: u64, gen: u32) -> DeviceId {
     let mut d = [0u8; 16];
     d[..4].copy_from_slice(b"CHDS");
+    d[4..8].copy_from_slice(&gen.to_be_bytes());
     d[8..].copy_from_slice(&id.to_be_bytes());
     d
 }
 
 pub fn id_of_device(d: &DeviceId) -> Option<u64> {
-    if &d[..4] != b"CHDS" || d[4..8] != [0; 4] {
+    id_and_gen(d).map(|(id, _)| id)
+}
+
+pub fn id_and_gen(d: &DeviceId) -> Option<(u64, u32)> {
+    if &d[..4] != b"CHDS" {
         return None;
     }
-    Some(u64::from_be_bytes(d[8..].try_into().unwrap()))
+    Some((u64::from_be_bytes(d[8..].try_into().unwrap()), u32::from_be_bytes(d[4..8].try_into().unwrap())))
 }
 
 fn addr(host: &str, port: u16) -> String {
@@ -174,6 +196,7 @@ impl Registry {
                     if moved {
                         let id = self.recs[i].id;
                         self.recs[i].conn = self.new_conn(id, &s);
+                        self.recs[i].gen = self.recs[i].gen.wrapping_add(1);
                     }
                     let r = &mut self.recs[i];
                     r.spec = s;
@@ -194,6 +217,7 @@ impl Registry {
                         files: 0,
                         conn,
                         ip,
+                        gen: 0,
                     });
                 }
             }
@@ -253,6 +277,7 @@ impl Registry {
             files: 0,
             conn,
             ip: None,
+            gen: 0,
         });
         Some(id)
     }
@@ -304,7 +329,7 @@ impl Registry {
             .map(|r| DsState {
                 name: r.spec.name.clone(),
                 address: addr(&r.spec.host, r.spec.port),
-                device_id: device_id(r.id).iter().map(|b| format!("{b:02x}")).collect(),
+                device_id: r.device().iter().map(|b| format!("{b:02x}")).collect(),
                 ready: r.spec.ready,
                 draining: r.spec.draining,
                 healthy: r.healthy,

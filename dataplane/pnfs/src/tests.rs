@@ -52,9 +52,22 @@ fn device_ids_round_trip_and_reject_foreign_ones() {
     let mut foreign = device_id(7);
     foreign[0] = b'X';
     assert_eq!(id_of_device(&foreign), None);
-    let mut high = device_id(7);
-    high[5] = 1;
-    assert_eq!(id_of_device(&high), None, "reserved bytes must be zero");
+    let moved = crate::registry::device_id_gen(7, 3);
+    assert_ne!(moved, device_id(7), "a moved DS gets another device id");
+    assert_eq!(crate::registry::id_and_gen(&moved), Some((7, 3)));
+}
+
+#[test]
+fn a_moved_data_server_gets_a_new_device_id() {
+    let mut r = Registry::new(Duration::from_millis(100));
+    r.replace(vec![spec("ds0", "10.0.0.5", 2049, Netid::Tcp)]).unwrap();
+    let before = r.states()[0].device_id.clone();
+    r.replace(vec![spec("ds0", "10.0.0.5", 2049, Netid::Tcp)]).unwrap();
+    assert_eq!(r.states()[0].device_id, before, "same address: same device id");
+    r.replace(vec![spec("ds0", "10.0.0.9", 2049, Netid::Tcp)]).unwrap();
+    let after = r.states()[0].device_id.clone();
+    assert_ne!(after, before, "a new address: a new device id (clients must not dial the old one)");
+    assert_eq!(&after[16..], &before[16..], "the same DS id");
 }
 
 #[test]
