@@ -123,7 +123,7 @@ func runSuite(m *testing.M) int {
 	rec := &controller.Reconciler{
 		AdminCA:  suiteCA,
 		CABundle: types.NamespacedName{Namespace: adminClientNS, Name: suiteCABundle}, APIReader: mgr.GetAPIReader(),
-		Client:  mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorderFor("chimera-operator"),
+		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorderFor("chimera-operator"),
 		AdminURL: func(*chimerav1.ChimeraCluster, *corev1.Pod) string { return adminURL.url.Load() },
 		// As the chart runs it: the admin clients live in the release namespace.
 		NetworkPolicy: render.NetworkPolicyOptions{Enabled: true, AdminClientNamespace: adminClientNS},

@@ -2,8 +2,10 @@
 // chimerad admin API: one CA per operator installation (a Secret in the
 // operator's namespace), and a server certificate per ChimeraCluster signed
 // by it. The operator and the CSI controller trust only this CA when they
-// call an admin API. Pure functions over PEM bytes, plus EnsureCA, which
-// keeps the CA Secret and the CA bundle ConfigMap the CSI driver mounts.
+// call an admin API, except for a cluster whose certificate cert-manager
+// issues (its Secret's ca.crt, checked by VerifyServer). Pure functions over
+// PEM bytes, plus EnsureCA, which keeps the CA Secret and the CA bundle
+// ConfigMap the CSI driver mounts.
 package pki
 
 import (
