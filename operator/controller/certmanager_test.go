@@ -108,6 +108,7 @@ func TestAdminCertificateFromCertManager(t *testing.T) {
 		t.Errorf("Degraded %+v", d)
 	}
 	noServers(c)
+	event(t, ns, "cm", corev1.EventTypeWarning, "CertManagerNotInstalled")
 
 	// 2. The kind appears; the operator needs no restart (a touch of the
 	// cluster saves waiting for the 30 s resync).
@@ -158,6 +159,8 @@ func TestAdminCertificateFromCertManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "CertificateIssued", adminTLS(c, "CertificateIssued", "Certificate cm-admin-tls"))
+	event(t, ns, "cm", corev1.EventTypeNormal, "WaitingForCertificate")
+	event(t, ns, "cm", corev1.EventTypeNormal, "CertificateIssued")
 	eventually(t, "the MDS StatefulSet", func() error { return k8s.Get(ctx, key("cm-mds"), &appsv1.StatefulSet{}) })
 	eventually(t, "the CA published for the CSI controller", func() error {
 		if got := bundle()[render.CABundleKey(c)]; got != string(caPEM) {
@@ -246,6 +249,23 @@ func TestAdminCertificateFromCertManager(t *testing.T) {
 			return fmt.Errorf("Certificate still there: %v", err)
 		}
 		return nil
+	})
+}
+
+// event waits for an event of reason on cluster name.
+func event(t *testing.T, ns, name, kind, reason string) {
+	t.Helper()
+	eventually(t, "event "+reason, func() error {
+		evs := &corev1.EventList{}
+		if err := k8s.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == name && e.Reason == reason && e.Type == kind {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s event %s on %s among %d", kind, reason, name, len(evs.Items))
 	})
 }
 

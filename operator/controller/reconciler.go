@@ -605,6 +605,10 @@ func (r *Reconciler) tellAccessChange(c *chimerav1.ChimeraCluster, access []rend
 
 func (r *Reconciler) writeStatus(ctx context.Context, c *chimerav1.ChimeraCluster, obs render.Observed) error {
 	before := c.Status.Phase
+	tlsBefore := ""
+	if a := meta.FindStatusCondition(c.Status.Conditions, chimerav1.ConditionAdminTLSReady); a != nil {
+		tlsBefore = a.Reason
+	}
 	st := render.Status(c, obs, metav1.Now())
 	// Optimistic lock: a reconcile that read a stale cluster (the cache
 	// behind our own last write) must not merge its view of status.rollout
@@ -620,6 +624,15 @@ func (r *Reconciler) writeStatus(ctx context.Context, c *chimerav1.ChimeraCluste
 			kind = corev1.EventTypeWarning
 		}
 		r.Recorder.Eventf(c, kind, "Phase"+string(st.Phase), "phase %s → %s", phaseOr(before), st.Phase)
+	}
+	// The cert-manager path's transitions (the operator's own issuing has
+	// its own events).
+	switch tls := obs.AdminTLS; {
+	case tls.Reason == tlsBefore || tls.Reason == "" || tls.Reason == render.ReasonSelfManagedCA:
+	case tls.Reason == render.ReasonCertManagerNotInstalled:
+		r.Recorder.Event(c, corev1.EventTypeWarning, tls.Reason, tls.Message)
+	default:
+		r.Recorder.Event(c, corev1.EventTypeNormal, tls.Reason, tls.Message)
 	}
 	return nil
 }
