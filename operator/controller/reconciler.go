@@ -375,7 +375,7 @@ func (r *Reconciler) ensureCertManagerTLS(ctx context.Context, c *chimerav1.Chim
 		if meta.IsNoMatchError(err) {
 			return nil, render.AdminTLSState{Reason: render.ReasonCertManagerNotInstalled, Message: fmt.Sprintf(
 				"spec.adminTLS.issuerRef names %s, but the API server does not serve %s (CRD %s): install cert-manager, "+
-					"or remove spec.adminTLS.issuerRef to use the operator's admin CA; the servers are not started until then",
+					"or remove spec.adminTLS.issuerRef to use the operator's admin CA; no server is started or rolled, nor its admin API called, until then",
 				render.IssuerDescription(ref), render.CertificateGVK.GroupVersion().WithKind("Certificate"), render.CertificateCRDName)}, nil
 		}
 		return nil, render.AdminTLSState{}, err
@@ -393,7 +393,7 @@ func (r *Reconciler) ensureCertManagerTLS(ctx context.Context, c *chimerav1.Chim
 	}
 	if problem != "" {
 		return nil, render.AdminTLSState{Reason: render.ReasonWaitingForCertificate, Message: fmt.Sprintf(
-			"waiting for cert-manager to issue Certificate %s from %s: %s; the servers are not started until it does",
+			"waiting for cert-manager to issue Certificate %s from %s: %s; no server is started or rolled, nor its admin API called, until it does",
 			cert.GetName(), render.IssuerDescription(ref), problem)}, nil
 	}
 	return s.Data[render.SecretKeyCA], render.AdminTLSState{Ready: true, Reason: render.ReasonCertificateIssued, Message: fmt.Sprintf(
