@@ -45,7 +45,8 @@ test-operator: setup-operator build-dataplane ## unit tests, generated-file stal
 	  for t in TestGeneratedFilesUpToDate TestRenderedConfigPassesChimerad TestInvalidSpecsAreRejectedNamingTheField TestStorageAddressesReachTheMDSAndConditionsProgress \
 	           TestExportClientsFollowNodes TestStartScript TestAccessInConfigButNotInHash \
 	           TestRolloutImageChangeRollsDataServersOneAtATimeThenTheMDS TestRolloutStopsAtADataServerThatNeverBecomesReady \
-	           TestRolloutOfAConfigChangeLeavesAMemfsMDSUntilOptedIn TestRolloutStopsWhenTheMDSRefusesTheDrain TestRevisionFollowsImageAndConfigOnly; do \
+	           TestRolloutOfAConfigChangeLeavesAMemfsMDSUntilOptedIn TestRolloutStopsWhenTheMDSRefusesTheDrain TestRevisionFollowsImageAndConfigOnly \
+	           TestAdminCertificateFromCertManager TestAdminCertificate TestAdminTLSSecretProblem; do \
 	    grep -q -- "^--- PASS: $$t " $$log || { echo "test-operator: $$t did not run (skipped?)"; exit 1; }; done
 
 test-chart: ## helm lint + kubeconform (strict, offline schemas, our CRD) over the chart, config/ and its kustomize renders

@@ -443,7 +443,57 @@ type ChimeraClusterSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Rollout RolloutSpec `json:"rollout,omitempty"`
+	// AdminTLS chooses who issues the MDS admin API's server certificate:
+	// the operator's own admin CA (the default), or cert-manager through
+	// an issuer named here.
+	// +optional
+	AdminTLS AdminTLSSpec `json:"adminTLS,omitempty"`
 }
+
+// AdminTLSSpec: where the MDS admin API's server certificate comes from.
+type AdminTLSSpec struct {
+	// IssuerRef names a cert-manager Issuer (in the cluster's namespace) or
+	// ClusterIssuer. When set, the operator keeps a cert-manager
+	// Certificate <cluster>-admin-tls (owned by this cluster) for the MDS
+	// Service and pod names, whose Secret <cluster>-admin-tls the MDS
+	// mounts; the operator and the CSI controller then trust only that
+	// Secret's ca.crt for this cluster, so the issuer must fill ca.crt (a CA
+	// or self-signed issuer does; ACME does not). The servers are not
+	// started until the Secret holds a certificate for those names that
+	// verifies against its ca.crt (condition AdminTLSReady). Unset: the
+	// operator's own admin CA signs the certificate.
+	// +optional
+	IssuerRef *IssuerReference `json:"issuerRef,omitempty"`
+}
+
+// IssuerReference names a cert-manager issuer (its ObjectReference shape).
+type IssuerReference struct {
+	// Name of the Issuer or ClusterIssuer.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// Kind of the issuer: Issuer (namespaced, in the cluster's namespace) or
+	// ClusterIssuer.
+	// +kubebuilder:validation:Enum=Issuer;ClusterIssuer
+	// +kubebuilder:default=Issuer
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// Group of the issuer's API.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +kubebuilder:default=cert-manager.io
+	// +optional
+	Group string `json:"group,omitempty"`
+}
+
+// Defaults of an IssuerReference (the schema fills them in).
+const (
+	IssuerKindIssuer        = "Issuer"
+	IssuerKindClusterIssuer = "ClusterIssuer"
+	IssuerGroupCertManager  = "cert-manager.io"
+)
 
 // RolloutSpec bounds the steps of a rolling update and says whether a memfs
 // MDS may be restarted.
@@ -575,6 +625,11 @@ const (
 	// False while rolling (RollingOut), when a step failed (RolloutFailed)
 	// and when only a memfs MDS is left (MetadataServerRestartRefused).
 	ConditionUpToDate = "UpToDate"
+	// ConditionAdminTLSReady: the MDS admin API's certificate Secret holds
+	// a certificate for the MDS names. False while cert-manager has not
+	// issued it (WaitingForCertificate) or cert-manager is not installed
+	// (CertManagerNotInstalled): the servers are not started meanwhile.
+	ConditionAdminTLSReady = "AdminTLSReady"
 )
 
 // ChimeraClusterStatus is the observed state.
@@ -585,7 +640,7 @@ type ChimeraClusterStatus struct {
 	// Phase summarises the conditions.
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
-	// Conditions: Available, Progressing, Degraded, UpToDate.
+	// Conditions: Available, Progressing, Degraded, UpToDate, AdminTLSReady.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chimera-k8s/chimera/operator/pki"
 	"github.com/chimera-k8s/chimera/operator/render"
 )
 
@@ -28,44 +29,65 @@ const (
 
 // AdminServer is one MDS admin endpoint: where to dial, the name its
 // certificate must carry (render.MDSAdminServerName: the operator dials the
-// pod IP, which no certificate names), and the bearer token.
+// pod IP, which no certificate names), the bearer token, and the CA bundle
+// (PEM) its certificate must chain to: the ca.crt of the cluster's
+// cert-manager-issued Secret; empty: the client's RootCAs (the operator's
+// admin CA).
 type AdminServer struct {
 	URL   string
 	Name  string
 	Token string
+	CAPEM []byte
 }
 
 // AdminClient speaks the MDS admin API (DESIGN.md: bearer-token HTTP/JSON)
-// over HTTPS, trusting only RootCAs (the operator's admin CA).
+// over HTTPS, trusting only RootCAs (the operator's admin CA) or the CA
+// each AdminServer names.
 type AdminClient struct {
 	RootCAs *x509.CertPool
-	// transports by server name: one connection pool per MDS.
+	// transports by server name: one connection pool per MDS, replaced
+	// when the CA it trusts changes.
 	mu         sync.Mutex
-	transports map[string]*http.Transport
+	transports map[string]adminTransport
+}
+
+type adminTransport struct {
+	caPEM string // "" for RootCAs
+	t     *http.Transport
 }
 
 // NewAdminClient returns a client that verifies servers against roots.
 func NewAdminClient(roots *x509.CertPool) *AdminClient {
-	return &AdminClient{RootCAs: roots, transports: map[string]*http.Transport{}}
+	return &AdminClient{RootCAs: roots, transports: map[string]adminTransport{}}
 }
 
-func (a *AdminClient) client(serverName string) *http.Client {
+func (a *AdminClient) client(s AdminServer) (*http.Client, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.transports == nil {
-		a.transports = map[string]*http.Transport{}
+		a.transports = map[string]adminTransport{}
 	}
-	t, ok := a.transports[serverName]
-	if !ok {
-		t = &http.Transport{
-			TLSClientConfig:     &tls.Config{RootCAs: a.RootCAs, ServerName: serverName, MinVersion: tls.VersionTLS12},
+	cur, ok := a.transports[s.Name]
+	if !ok || cur.caPEM != string(s.CAPEM) {
+		roots := a.RootCAs
+		if len(s.CAPEM) > 0 {
+			var err error
+			if roots, err = pki.PoolFromPEM(s.CAPEM); err != nil {
+				return nil, fmt.Errorf("admin API %s: CA for %s: %w", s.URL, s.Name, err)
+			}
+		}
+		if ok {
+			cur.t.CloseIdleConnections() // verified against the CA no longer trusted
+		}
+		cur = adminTransport{caPEM: string(s.CAPEM), t: &http.Transport{
+			TLSClientConfig:     &tls.Config{RootCAs: roots, ServerName: s.Name, MinVersion: tls.VersionTLS12},
 			TLSHandshakeTimeout: AdminCallTimeout,
 			MaxIdleConnsPerHost: 2,
 			IdleConnTimeout:     ResyncInterval * 2,
-		}
-		a.transports[serverName] = t
+		}}
+		a.transports[s.Name] = cur
 	}
-	return &http.Client{Transport: t, Timeout: AdminCallTimeout}
+	return &http.Client{Transport: cur.t, Timeout: AdminCallTimeout}, nil
 }
 
 // PutDataServers replaces the MDS's data-server list. The call is idempotent:
@@ -100,7 +122,11 @@ func (a *AdminClient) put(ctx context.Context, s AdminServer, path string, doc a
 	}
 	req.Header.Set("Authorization", "Bearer "+s.Token)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := a.client(s.Name).Do(req)
+	hc, err := a.client(s)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("PUT %s%s (certificate checked for %s): %w", s.URL, path, s.Name, err)
 	}

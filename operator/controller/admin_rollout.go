@@ -86,7 +86,11 @@ func (a *AdminClient) getJSON(ctx context.Context, s AdminServer, path string, i
 		return fmt.Errorf("admin API %s: %w", baseURL, err)
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := a.client(s.Name).Do(req)
+	hc, err := a.client(s)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("GET %s%s (certificate checked for %s): %w", baseURL, path, s.Name, err)
 	}

@@ -87,3 +87,52 @@ func TestAdminClientRefusesAnUntrustedServer(t *testing.T) {
 		t.Fatalf("wrong token: want HTTP 401, got %v", err)
 	}
 }
+
+// Proves the per-server CA of a cluster whose certificate cert-manager
+// issues: its server is verified against that CA (AdminServer.CAPEM) and
+// not the client's own; without it, or with another CA, it is refused; the
+// connection pool follows a change of CA.
+func TestAdminClientTrustsTheClustersOwnCA(t *testing.T) {
+	operatorCA, err := pki.NewCA(pki.CACommonName, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer, _ := pki.NewCA("cert-manager issuer", time.Now())
+	other, _ := pki.NewCA("another issuer", time.Now())
+	certPEM, keyPEM, err := issuer.IssueServer([]string{adminTestName}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reached atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		reached.Add(1)
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	srv.StartTLS()
+	defer srv.Close()
+	a := controller.NewAdminClient(operatorCA.Pool())
+	s := controller.AdminServer{URL: srv.URL, Name: adminTestName, Token: "tok"}
+	if err := a.PutDataServers(t.Context(), s, nil); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("without the cluster's CA the operator's own must refuse it, got %v", err)
+	}
+	s.CAPEM = issuer.CertPEM
+	if err := a.PutDataServers(t.Context(), s, nil); err != nil {
+		t.Fatalf("verified against the cluster's CA: %v", err)
+	}
+	s.CAPEM = other.CertPEM
+	if err := a.PutDataServers(t.Context(), s, nil); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("a changed CA must be used (not the pooled connection), got %v", err)
+	}
+	s.CAPEM = []byte("junk")
+	if err := a.PutDataServers(t.Context(), s, nil); err == nil || !strings.Contains(err.Error(), "CA for "+adminTestName) {
+		t.Fatalf("an unreadable CA must be named, got %v", err)
+	}
+	if n := reached.Load(); n != 1 {
+		t.Fatalf("%d requests reached the server, want the 1 verified one", n)
+	}
+}

@@ -168,6 +168,15 @@ func TestInvalidSpecsAreRejectedNamingTheField(t *testing.T) {
 			c.Spec.Access = []chimerav1.AccessRule{{Clients: []string{"*"}, AnonUID: &big}}
 		}, "spec.access[0].anonUid"},
 		{"pod network with host bits (webhook)", func(c *chimerav1.ChimeraCluster) { c.Spec.Network.PodNetworkCIDRs = []string{"10.244.1.1/16"} }, "spec.network.podNetworkCIDRs[0]"},
+		{"issuer kind neither Issuer nor ClusterIssuer", func(c *chimerav1.ChimeraCluster) {
+			c.Spec.AdminTLS.IssuerRef = &chimerav1.IssuerReference{Name: "vault", Kind: "VaultIssuer"}
+		}, "spec.adminTLS.issuerRef.kind"},
+		{"issuer without a name", func(c *chimerav1.ChimeraCluster) {
+			c.Spec.AdminTLS.IssuerRef = &chimerav1.IssuerReference{Kind: "ClusterIssuer"}
+		}, "spec.adminTLS.issuerRef.name"},
+		{"issuer group not a DNS name", func(c *chimerav1.ChimeraCluster) {
+			c.Spec.AdminTLS.IssuerRef = &chimerav1.IssuerReference{Name: "ca", Group: "Cert Manager"}
+		}, "spec.adminTLS.issuerRef.group"},
 	}
 	if len(cases) < 10 {
 		t.Fatal("the suite promises at least ten invalid specs")
@@ -484,6 +493,20 @@ func serveAdminTLS(t *testing.T, c *chimerav1.ChimeraCluster, srv *http.Server) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveTLSListener(t, srv, l, pair)
+}
+
+// serveTLSPair serves srv on 127.0.0.1 with pair and returns its https URL.
+func serveTLSPair(t *testing.T, srv *http.Server, pair tls.Certificate) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveTLSListener(t, srv, l, pair)
+}
+
+func serveTLSListener(t *testing.T, srv *http.Server, l net.Listener, pair tls.Certificate) string {
 	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{pair}}
 	go func() { _ = srv.ServeTLS(l, "", "") }()
 	t.Cleanup(func() { _ = srv.Close() })

@@ -22,7 +22,9 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -50,7 +52,18 @@ const (
 	TeardownPollInterval = 2 * time.Second
 	// adminTokenBytes of randomness in a generated admin token.
 	adminTokenBytes = 32
+	// CertificatePollInterval: how often a cluster waiting for cert-manager
+	// to issue its admin certificate looks again (besides the Secret's
+	// events).
+	CertificatePollInterval = 5 * time.Second
 )
+
+// adminAuth is what admin calls to one cluster's MDS need: the bearer token
+// and the CA its certificate is verified against.
+type adminAuth struct {
+	Token string
+	CAPEM []byte
+}
 
 // Reconciler reconciles one ChimeraCluster at a time.
 type Reconciler struct {
@@ -68,6 +81,14 @@ type Reconciler struct {
 	AdminCA *pki.CA
 	// Now is the clock certificates are issued and checked against.
 	Now func() time.Time
+	// CABundle is the admin CA ConfigMap the CSI controller mounts
+	// (pki.EnsureCA keeps its ca.crt); the reconciler publishes there, under
+	// render.CABundleKey, the ca.crt of each cluster whose certificate
+	// cert-manager issues. Empty: nothing is published.
+	CABundle types.NamespacedName
+	// APIReader reads the CABundle ConfigMap, which the chart creates
+	// without the labels the manager's cache selects. Required with CABundle.
+	APIReader client.Reader
 
 	// accessPushed remembers, per cluster (namespace/name), the export rules
 	// last pushed, so a change is told once as an event. In memory only: a
@@ -86,6 +107,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create;update;patch;delete
 
 // SetupWithManager registers the reconciler and its watches.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -94,6 +116,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.Now == nil {
 		r.Now = time.Now
+	}
+	if r.CABundle.Name != "" && r.APIReader == nil {
+		return errors.New("reconciler: APIReader is required with CABundle")
 	}
 	if r.Admin == nil {
 		r.Admin = NewAdminClient(r.AdminCA.Pool())
@@ -112,10 +137,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Secret{}).
+		// The admin TLS Secret cert-manager writes is not ours to own; it
+		// carries the cluster's labels (the Certificate's secretTemplate).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(labelledToCluster)).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		// Pods are not owned by us but their readiness and network status
 		// drive status and the DS list: map them to their cluster by label.
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(labelledToCluster)).
 		// The exports (and the NetworkPolicy's NFS ports) admit the nodes'
 		// addresses: a node that joins, leaves or changes address
 		// reconciles every cluster, which pushes the new client rules.
@@ -151,7 +179,9 @@ func nodeAddressesChanged() predicate.Funcs {
 	}}
 }
 
-func podToCluster(_ context.Context, o client.Object) []reconcile.Request {
+// labelledToCluster maps an object carrying the cluster labels the builders
+// write (pods, the admin TLS Secret) to its cluster.
+func labelledToCluster(_ context.Context, o client.Object) []reconcile.Request {
 	name, ok := o.GetLabels()[render.LabelCluster]
 	if !ok || o.GetLabels()[render.LabelManagedBy] != render.ManagedBy {
 		return nil
@@ -182,11 +212,20 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *chimerav1.ChimeraCl
 	var obs render.Observed
 	var access []render.AccessRule
 	var revision string
-	token, err := r.ensureAdminSecret(ctx, c)
+	var auth adminAuth
+	var err error
+	auth.Token, err = r.ensureAdminSecret(ctx, c)
 	if err == nil {
-		err = r.ensureAdminTLS(ctx, c)
+		auth.CAPEM, obs.AdminTLS, err = r.ensureAdminTLS(ctx, c)
 	}
 	if err == nil {
+		err = r.publishCA(ctx, c, auth.CAPEM)
+	}
+	// Without a usable certificate the servers are not started nor rolled:
+	// an MDS pod would wait for its Secret volume, and the admin API could
+	// not be verified.
+	tlsWaiting := !obs.AdminTLS.Ready
+	if err == nil && !tlsWaiting {
 		access, revision, err = r.applyChildren(ctx, c)
 	}
 	if err != nil {
@@ -198,12 +237,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *chimerav1.ChimeraCl
 	}
 	var ro *rollout
 	var rolloutErr error
-	if obs.ApplyErr == nil {
+	if obs.ApplyErr == nil && !tlsWaiting {
 		// Only with the templates applied: a pod deleted now comes back
 		// at the new revision.
-		ro, rolloutErr = r.planRollout(ctx, c, revision, token, &obs)
+		ro, rolloutErr = r.planRollout(ctx, c, revision, auth, &obs)
 		if ro != nil { // else the pods could not be read: pushing now could undrain a draining DS
-			r.pushToMDS(ctx, c, token, access, ro.draining(), &obs)
+			r.pushToMDS(ctx, c, auth, access, ro.draining(), &obs)
 			ro.finishRollout(&obs)
 		}
 	}
@@ -212,6 +251,13 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *chimerav1.ChimeraCl
 	}
 	if obs.ApplyErr != nil {
 		return ctrl.Result{}, obs.ApplyErr // retried with backoff
+	}
+	switch obs.AdminTLS.Reason {
+	case render.ReasonWaitingForCertificate:
+		// The Secret's change reconciles too; this bounds a missed one.
+		return ctrl.Result{RequeueAfter: CertificatePollInterval}, nil
+	case render.ReasonCertManagerNotInstalled:
+		return ctrl.Result{RequeueAfter: ResyncInterval}, nil
 	}
 	if rolloutErr != nil {
 		return ctrl.Result{}, rolloutErr
@@ -253,13 +299,29 @@ func (r *Reconciler) ensureAdminSecret(ctx context.Context, c *chimerav1.Chimera
 	return tok, nil
 }
 
-// ensureAdminTLS keeps the MDS's admin server certificate Secret valid:
+// ensureAdminTLS keeps the MDS's admin certificate Secret usable and
+// returns the CA admin clients must verify the MDS against: the operator's
+// own (ensureSelfManagedTLS) or, when the cluster names a cert-manager
+// issuer, the ca.crt of the Secret cert-manager fills
+// (ensureCertManagerTLS).
+func (r *Reconciler) ensureAdminTLS(ctx context.Context, c *chimerav1.ChimeraCluster) ([]byte, render.AdminTLSState, error) {
+	if render.IssuerRef(c) != nil {
+		return r.ensureCertManagerTLS(ctx, c)
+	}
+	if err := r.ensureSelfManagedTLS(ctx, c); err != nil {
+		return nil, render.AdminTLSState{}, err
+	}
+	return r.AdminCA.CertPEM, render.AdminTLSState{Ready: true, Reason: render.ReasonSelfManagedCA,
+		Message: fmt.Sprintf("Secret %s holds a certificate from the operator's admin CA", render.AdminTLSSecretName(c))}, nil
+}
+
+// ensureSelfManagedTLS keeps the MDS's admin server certificate Secret valid:
 // issued by the admin CA for render.AdminTLSNames, reissued when the CA
 // changed, a name is missing, it is damaged or within
 // pki.ServerRenewBefore of expiry. chimerad watches the mounted files and
 // serves a reissued certificate without a restart (once the kubelet has
 // updated the Secret volume).
-func (r *Reconciler) ensureAdminTLS(ctx context.Context, c *chimerav1.ChimeraCluster) error {
+func (r *Reconciler) ensureSelfManagedTLS(ctx context.Context, c *chimerav1.ChimeraCluster) error {
 	names := render.AdminTLSNames(c)
 	now := r.Now()
 	s := &corev1.Secret{}
@@ -271,6 +333,11 @@ func (r *Reconciler) ensureAdminTLS(ctx context.Context, c *chimerav1.ChimeraClu
 	if exists && r.AdminCA.ServerValid(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], names, now) &&
 		string(s.Data[render.SecretKeyCA]) == string(r.AdminCA.CertPEM) {
 		return nil
+	}
+	// The cluster may have named an issuer before: its Certificate would
+	// have cert-manager overwrite what is written here.
+	if err := r.deleteAdminCertificate(ctx, c); err != nil {
+		return err
 	}
 	certPEM, keyPEM, err := r.AdminCA.IssueServer(names, now)
 	if err != nil {
@@ -292,6 +359,95 @@ func (r *Reconciler) ensureAdminTLS(ctx context.Context, c *chimerav1.ChimeraClu
 		return fmt.Errorf("renew admin TLS secret: %w", err)
 	}
 	r.Recorder.Eventf(c, corev1.EventTypeNormal, "AdminCertificateRenewed", "reissued the admin API certificate in Secret %s", s.Name)
+	return nil
+}
+
+// ensureCertManagerTLS applies the cluster's cert-manager Certificate and
+// reads the Secret cert-manager fills. Not ready (the servers wait) until
+// the Secret holds a certificate for the MDS names that verifies against
+// its own ca.crt, which is then the CA returned. cert-manager not being
+// installed is a condition, not an error: nothing to retry faster than the
+// resync.
+func (r *Reconciler) ensureCertManagerTLS(ctx context.Context, c *chimerav1.ChimeraCluster) ([]byte, render.AdminTLSState, error) {
+	ref := render.IssuerRef(c)
+	cert := render.AdminCertificate(c)
+	if err := r.apply(ctx, c, cert); err != nil {
+		if meta.IsNoMatchError(err) {
+			return nil, render.AdminTLSState{Reason: render.ReasonCertManagerNotInstalled, Message: fmt.Sprintf(
+				"spec.adminTLS.issuerRef names %s, but the API server does not serve %s (CRD %s): install cert-manager, "+
+					"or remove spec.adminTLS.issuerRef to use the operator's admin CA; no server is started or rolled, nor its admin API called, until then",
+				render.IssuerDescription(ref), render.CertificateGVK.GroupVersion().WithKind("Certificate"), render.CertificateCRDName)}, nil
+		}
+		return nil, render.AdminTLSState{}, err
+	}
+	s := &corev1.Secret{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: render.AdminTLSSecretName(c)}, s)
+	problem := ""
+	switch {
+	case apierrors.IsNotFound(err):
+		problem = fmt.Sprintf("no Secret %s yet", render.AdminTLSSecretName(c))
+	case err != nil:
+		return nil, render.AdminTLSState{}, err
+	default:
+		problem = render.AdminTLSSecretProblem(c, s.Data, r.Now())
+	}
+	if problem != "" {
+		return nil, render.AdminTLSState{Reason: render.ReasonWaitingForCertificate, Message: fmt.Sprintf(
+			"waiting for cert-manager to issue Certificate %s from %s: %s; no server is started or rolled, nor its admin API called, until it does",
+			cert.GetName(), render.IssuerDescription(ref), problem)}, nil
+	}
+	return s.Data[render.SecretKeyCA], render.AdminTLSState{Ready: true, Reason: render.ReasonCertificateIssued, Message: fmt.Sprintf(
+		"Secret %s holds the certificate cert-manager issued (Certificate %s from %s); admin clients verify it against the Secret's ca.crt",
+		render.AdminTLSSecretName(c), cert.GetName(), render.IssuerDescription(ref))}, nil
+}
+
+// deleteAdminCertificate removes the cluster's cert-manager Certificate, if
+// any (none, or no cert-manager installed, is success).
+func (r *Reconciler) deleteAdminCertificate(ctx context.Context, c *chimerav1.ChimeraCluster) error {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(render.CertificateGVK)
+	u.SetNamespace(c.Namespace)
+	u.SetName(render.AdminCertificateName(c))
+	err := r.Client.Delete(ctx, u)
+	if err == nil || apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+		return nil
+	}
+	return fmt.Errorf("delete Certificate %s: %w", u.GetName(), err)
+}
+
+// publishCA keeps the cluster's key (render.CABundleKey) in the admin CA
+// ConfigMap the CSI controller mounts: the Secret's ca.crt while cert-manager
+// issues the certificate (caPEM), absent otherwise (the operator's own CA,
+// ca.crt, covers the cluster then). A JSON merge patch of the one key, so
+// concurrent writers of other keys are not overwritten.
+func (r *Reconciler) publishCA(ctx context.Context, c *chimerav1.ChimeraCluster, caPEM []byte) error {
+	if r.CABundle.Name == "" {
+		return nil
+	}
+	var want *string
+	if render.IssuerRef(c) != nil && c.DeletionTimestamp == nil && len(caPEM) > 0 {
+		v := string(caPEM)
+		want = &v
+	}
+	cm := &corev1.ConfigMap{}
+	if err := r.APIReader.Get(ctx, r.CABundle, cm); err != nil {
+		if apierrors.IsNotFound(err) && want == nil {
+			return nil
+		}
+		return fmt.Errorf("admin CA bundle ConfigMap %s: %w", r.CABundle, err)
+	}
+	key := render.CABundleKey(c)
+	have, ok := cm.Data[key]
+	if (want == nil && !ok) || (want != nil && ok && have == *want) {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"data": map[string]*string{key: want}})
+	if err != nil {
+		return err
+	}
+	if err := r.Client.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("publish %s in the admin CA bundle ConfigMap %s: %w", key, r.CABundle, err)
+	}
 	return nil
 }
 
@@ -403,7 +559,7 @@ func (r *Reconciler) observe(ctx context.Context, c *chimerav1.ChimeraCluster, o
 // in status (Degraded) and retried on the next resync, not returned: the rest
 // of the reconcile is still right.
 // draining names the DS the rollout drains ("" for none).
-func (r *Reconciler) pushToMDS(ctx context.Context, c *chimerav1.ChimeraCluster, token string, access []render.AccessRule, draining string, obs *render.Observed) {
+func (r *Reconciler) pushToMDS(ctx context.Context, c *chimerav1.ChimeraCluster, auth adminAuth, access []render.AccessRule, draining string, obs *render.Observed) {
 	mds := &corev1.Pod{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: render.MDSName(c) + "-0"}, mds); err != nil {
 		return // no MDS yet: nothing to push to
@@ -414,7 +570,7 @@ func (r *Reconciler) pushToMDS(ctx context.Context, c *chimerav1.ChimeraCluster,
 	st, _ := render.DataServerStatuses(c, obs.DSPods)
 	list := render.DSList(c, st, draining)
 	url := r.AdminURL(c, mds)
-	server := AdminServer{URL: url, Name: render.MDSAdminServerName(c), Token: token}
+	server := AdminServer{URL: url, Name: render.MDSAdminServerName(c), Token: auth.Token, CAPEM: auth.CAPEM}
 	if err := r.Admin.PutDataServers(ctx, server, list); err != nil {
 		obs.PushErr = err
 	} else {
@@ -449,6 +605,10 @@ func (r *Reconciler) tellAccessChange(c *chimerav1.ChimeraCluster, access []rend
 
 func (r *Reconciler) writeStatus(ctx context.Context, c *chimerav1.ChimeraCluster, obs render.Observed) error {
 	before := c.Status.Phase
+	tlsBefore := ""
+	if a := meta.FindStatusCondition(c.Status.Conditions, chimerav1.ConditionAdminTLSReady); a != nil {
+		tlsBefore = a.Reason
+	}
 	st := render.Status(c, obs, metav1.Now())
 	// Optimistic lock: a reconcile that read a stale cluster (the cache
 	// behind our own last write) must not merge its view of status.rollout
@@ -464,6 +624,15 @@ func (r *Reconciler) writeStatus(ctx context.Context, c *chimerav1.ChimeraCluste
 			kind = corev1.EventTypeWarning
 		}
 		r.Recorder.Eventf(c, kind, "Phase"+string(st.Phase), "phase %s → %s", phaseOr(before), st.Phase)
+	}
+	// The cert-manager path's transitions (the operator's own issuing has
+	// its own events).
+	switch tls := obs.AdminTLS; {
+	case tls.Reason == tlsBefore || tls.Reason == "" || tls.Reason == render.ReasonSelfManagedCA:
+	case tls.Reason == render.ReasonCertManagerNotInstalled:
+		r.Recorder.Event(c, corev1.EventTypeWarning, tls.Reason, tls.Message)
+	default:
+		r.Recorder.Event(c, corev1.EventTypeNormal, tls.Reason, tls.Message)
 	}
 	return nil
 }
@@ -483,6 +652,13 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, c *chimerav1.ChimeraCl
 		return ctrl.Result{}, nil
 	}
 	r.accessPushed.Delete(c.Namespace + "/" + c.Name)
+	if err := r.publishCA(ctx, c, nil); err != nil {
+		return ctrl.Result{}, err
+	}
+	// Before its Secret: cert-manager would write the Secret again.
+	if err := r.deleteAdminCertificate(ctx, c); err != nil {
+		return ctrl.Result{}, err
+	}
 	if c.Status.Phase != chimerav1.PhaseDeleting {
 		patch := client.MergeFrom(c.DeepCopy())
 		c.Status.Phase = chimerav1.PhaseDeleting

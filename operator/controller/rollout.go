@@ -161,7 +161,7 @@ func timeouts(c *chimerav1.ChimeraCluster) (ready, drain, resync time.Duration) 
 // planRollout reads the pods and the last status and moves the rollout one
 // step when it can. It runs before the DS list is pushed (so a drain it
 // starts goes out in the same reconcile) and may delete one pod.
-func (r *Reconciler) planRollout(ctx context.Context, c *chimerav1.ChimeraCluster, rev, token string, obs *render.Observed) (*rollout, error) {
+func (r *Reconciler) planRollout(ctx context.Context, c *chimerav1.ChimeraCluster, rev string, auth adminAuth, obs *render.Observed) (*rollout, error) {
 	ro := &rollout{now: time.Now(), event: func(kind, reason, msg string) { r.Recorder.Event(c, kind, reason, msg) }}
 	if prev := c.Status.Rollout; prev != nil && prev.Revision == rev {
 		ro.st = prev.DeepCopy()
@@ -202,7 +202,7 @@ func (r *Reconciler) planRollout(ctx context.Context, c *chimerav1.ChimeraCluste
 			return ro, nil // the drain goes out with this reconcile's push; checked next time
 		}
 	}
-	return ro, r.step(ctx, c, ro, token)
+	return ro, r.step(ctx, c, ro, auth)
 }
 
 // count refreshes the progress counters and reports whether an existing
@@ -277,12 +277,12 @@ func (r *Reconciler) pickNext(c *chimerav1.ChimeraCluster, ro *rollout, obs *ren
 }
 
 // step runs the current step of ro.st.Pod as far as it can go now.
-func (r *Reconciler) step(ctx context.Context, c *chimerav1.ChimeraCluster, ro *rollout, token string) error {
+func (r *Reconciler) step(ctx context.Context, c *chimerav1.ChimeraCluster, ro *rollout, auth adminAuth) error {
 	readyTimeout, drainTimeout, resyncTimeout := timeouts(c)
 	name := ro.st.Pod
 	switch ro.st.Step {
 	case chimerav1.RolloutStepDrain:
-		done, why := r.drained(ctx, c, ro, token)
+		done, why := r.drained(ctx, c, ro, auth)
 		if !done {
 			if ro.elapsed() > drainTimeout {
 				ro.fail("not drained within %v: %s", drainTimeout, why)
@@ -306,7 +306,7 @@ func (r *Reconciler) step(ctx context.Context, c *chimerav1.ChimeraCluster, ro *
 		ro.enter(chimerav1.RolloutStepWaitReady)
 		return nil
 	case chimerav1.RolloutStepWaitReady:
-		ok, why := r.replaced(ctx, c, ro, token)
+		ok, why := r.replaced(ctx, c, ro, auth)
 		if !ok {
 			if ro.elapsed() > readyTimeout {
 				ro.fail("not ready within %v: %s", readyTimeout, why)
@@ -319,7 +319,7 @@ func (r *Reconciler) step(ctx context.Context, c *chimerav1.ChimeraCluster, ro *
 		}
 		ro.enter(chimerav1.RolloutStepUndrain) // pushed after this; finishRollout moves it to Resync
 	case chimerav1.RolloutStepResync:
-		done, why := r.resynced(ctx, c, ro, token)
+		done, why := r.resynced(ctx, c, ro, auth)
 		if !done {
 			if ro.elapsed() > resyncTimeout {
 				ro.fail("mirror copies not resynced within %v: %s", resyncTimeout, why)
@@ -335,11 +335,11 @@ func (r *Reconciler) step(ctx context.Context, c *chimerav1.ChimeraCluster, ro *
 // only the one just back: the next DS to drain may hold the only good copy
 // of a file whose other copy went stale for any reason. An MDS that
 // predates staleCopies (not rolled yet) has no resync to wait for.
-func (r *Reconciler) resynced(ctx context.Context, c *chimerav1.ChimeraCluster, ro *rollout, token string) (bool, string) {
+func (r *Reconciler) resynced(ctx context.Context, c *chimerav1.ChimeraCluster, ro *rollout, auth adminAuth) (bool, string) {
 	if ro.mds == nil || ro.mds.Status.PodIP == "" {
 		return false, "no MDS pod to ask"
 	}
-	states, err := r.Admin.DataServerStates(ctx, AdminServer{URL: r.AdminURL(c, ro.mds), Name: render.MDSAdminServerName(c), Token: token})
+	states, err := r.Admin.DataServerStates(ctx, AdminServer{URL: r.AdminURL(c, ro.mds), Name: render.MDSAdminServerName(c), Token: auth.Token, CAPEM: auth.CAPEM})
 	if err != nil {
 		return false, err.Error()
 	}
@@ -359,11 +359,11 @@ func (r *Reconciler) resynced(ctx context.Context, c *chimerav1.ChimeraCluster, 
 // drained: the MDS lists the DS as draining and no layout names it. An MDS
 // that predates layoutsHeld (not rolled yet: it goes last) is taken at its
 // word once it reports draining, since it recalled the layouts then.
-func (r *Reconciler) drained(ctx context.Context, c *chimerav1.ChimeraCluster, ro *rollout, token string) (bool, string) {
+func (r *Reconciler) drained(ctx context.Context, c *chimerav1.ChimeraCluster, ro *rollout, auth adminAuth) (bool, string) {
 	if ro.mds == nil || ro.mds.Status.PodIP == "" {
 		return false, "no MDS pod to ask"
 	}
-	states, err := r.Admin.DataServerStates(ctx, AdminServer{URL: r.AdminURL(c, ro.mds), Name: render.MDSAdminServerName(c), Token: token})
+	states, err := r.Admin.DataServerStates(ctx, AdminServer{URL: r.AdminURL(c, ro.mds), Name: render.MDSAdminServerName(c), Token: auth.Token, CAPEM: auth.CAPEM})
 	if err != nil {
 		return false, err.Error()
 	}
@@ -385,7 +385,7 @@ func (r *Reconciler) drained(ctx context.Context, c *chimerav1.ChimeraCluster, r
 // replaced: the pod was recreated (another UID) at the revision and is
 // ready; a DS is also ready and healthy at the MDS, the MDS's admin API
 // answers.
-func (r *Reconciler) replaced(ctx context.Context, c *chimerav1.ChimeraCluster, ro *rollout, token string) (bool, string) {
+func (r *Reconciler) replaced(ctx context.Context, c *chimerav1.ChimeraCluster, ro *rollout, auth adminAuth) (bool, string) {
 	p := ro.pod(ro.st.Pod)
 	switch {
 	case p == nil:
@@ -398,14 +398,14 @@ func (r *Reconciler) replaced(ctx context.Context, c *chimerav1.ChimeraCluster, 
 	if ro.mds == nil || ro.mds.Status.PodIP == "" {
 		return false, "no MDS pod to ask"
 	}
-	states, err := r.Admin.DataServerStates(ctx, AdminServer{URL: r.AdminURL(c, ro.mds), Name: render.MDSAdminServerName(c), Token: token})
+	states, err := r.Admin.DataServerStates(ctx, AdminServer{URL: r.AdminURL(c, ro.mds), Name: render.MDSAdminServerName(c), Token: auth.Token, CAPEM: auth.CAPEM})
 	if err != nil {
 		return false, "the MDS admin API: " + err.Error()
 	}
 	if ro.isMDS(p.Name) {
 		// Moving on during grace would restart nothing more, but the
 		// rollout reports done only once clients can open files again.
-		left, err := r.Admin.GraceRemaining(ctx, AdminServer{URL: r.AdminURL(c, ro.mds), Name: render.MDSAdminServerName(c), Token: token})
+		left, err := r.Admin.GraceRemaining(ctx, AdminServer{URL: r.AdminURL(c, ro.mds), Name: render.MDSAdminServerName(c), Token: auth.Token, CAPEM: auth.CAPEM})
 		switch {
 		case err != nil:
 			return false, "the MDS admin API: " + err.Error()

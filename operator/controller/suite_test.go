@@ -22,7 +22,9 @@ import (
 	"github.com/chimera-k8s/chimera/operator/render"
 	"github.com/chimera-k8s/chimera/operator/webhook"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -37,8 +39,12 @@ import (
 // Every wait in the suite is bounded by this.
 const waitTimeout = 30 * time.Second
 
-// adminClientNS plays the release namespace the operator runs in.
-const adminClientNS = "chimera-system"
+// adminClientNS plays the release namespace the operator runs in, and
+// suiteCABundle the admin CA's Secret and ConfigMap there (--admin-ca).
+const (
+	adminClientNS = "chimera-system"
+	suiteCABundle = "chimera-admin-ca"
+)
 
 var (
 	// suiteCA plays the operator's admin CA (pki.EnsureCA in the binary).
@@ -105,13 +111,19 @@ func runSuite(m *testing.M) int {
 		println(err.Error())
 		return 1
 	}
-	if suiteCA, err = pki.NewCA(pki.CACommonName, time.Now()); err != nil {
+	// The admin CA and its bundle ConfigMap, as the binary keeps them.
+	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: adminClientNS}}); err != nil {
+		println(err.Error())
+		return 1
+	}
+	if suiteCA, err = pki.EnsureCA(context.Background(), k8s, adminClientNS, suiteCABundle, time.Now()); err != nil {
 		println(err.Error())
 		return 1
 	}
 	rec := &controller.Reconciler{
-		AdminCA: suiteCA,
-		Client:  mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorderFor("chimera-operator"),
+		AdminCA:  suiteCA,
+		CABundle: types.NamespacedName{Namespace: adminClientNS, Name: suiteCABundle}, APIReader: mgr.GetAPIReader(),
+		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorderFor("chimera-operator"),
 		AdminURL: func(*chimerav1.ChimeraCluster, *corev1.Pod) string { return adminURL.url.Load() },
 		// As the chart runs it: the admin clients live in the release namespace.
 		NetworkPolicy: render.NetworkPolicyOptions{Enabled: true, AdminClientNamespace: adminClientNS},

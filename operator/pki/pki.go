@@ -2,8 +2,10 @@
 // chimerad admin API: one CA per operator installation (a Secret in the
 // operator's namespace), and a server certificate per ChimeraCluster signed
 // by it. The operator and the CSI controller trust only this CA when they
-// call an admin API. Pure functions over PEM bytes, plus EnsureCA, which
-// keeps the CA Secret and the CA bundle ConfigMap the CSI driver mounts.
+// call an admin API, except for a cluster whose certificate cert-manager
+// issues (its Secret's ca.crt, checked by VerifyServer). Pure functions over
+// PEM bytes, plus EnsureCA, which keeps the CA Secret and the CA bundle
+// ConfigMap the CSI driver mounts.
 package pki
 
 import (
@@ -163,33 +165,91 @@ func (ca *CA) IssueServer(names []string, now time.Time) (certPEM, keyPEM []byte
 // not within ServerRenewBefore of expiry, and keyPEM is its key. Anything
 // else (a new CA, a name added, a damaged Secret) means: issue again.
 func (ca *CA) ServerValid(certPEM, keyPEM []byte, names []string, now time.Time) bool {
-	leaf, err := ParseCert(certPEM)
+	return VerifyServer(ca.Pool(), certPEM, keyPEM, names, now.Add(ServerRenewBefore)) == nil
+}
+
+// VerifyServer checks a server certificate Secret's pair as a client will:
+// the first certificate of certPEM (the others are taken as intermediates)
+// chains to roots for server authentication at time at, carries every one
+// of names, and keyPEM (PKCS#8, PKCS#1 or SEC 1) is its key. The error says
+// which of these failed.
+func VerifyServer(roots *x509.CertPool, certPEM, keyPEM []byte, names []string, at time.Time) error {
+	certs, err := parseCerts(certPEM)
 	if err != nil {
-		return false
+		return fmt.Errorf("tls.crt: %w", err)
 	}
-	opts := x509.VerifyOptions{Roots: ca.Pool(), CurrentTime: now.Add(ServerRenewBefore), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	leaf, inter := certs[0], x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	opts := x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: at, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	if _, err := leaf.Verify(opts); err != nil {
-		return false
+		return fmt.Errorf("tls.crt does not verify against the CA: %w", err)
 	}
 	for _, n := range names {
-		if leaf.VerifyHostname(n) != nil {
-			return false
+		if err := leaf.VerifyHostname(n); err != nil {
+			return fmt.Errorf("tls.crt: %w", err)
 		}
 	}
-	b, _ := pem.Decode(keyPEM)
-	if b == nil {
-		return false
-	}
-	key, err := x509.ParsePKCS8PrivateKey(b.Bytes)
+	signer, err := parseKey(keyPEM)
 	if err != nil {
-		return false
+		return fmt.Errorf("tls.key: %w", err)
+	}
+	pub, err := x509.MarshalPKIXPublicKey(signer.Public())
+	if err != nil || !bytes.Equal(pub, leaf.RawSubjectPublicKeyInfo) {
+		return errors.New("tls.key is not the key of tls.crt")
+	}
+	return nil
+}
+
+// parseCerts reads every CERTIFICATE block of a PEM bundle; at least one.
+func parseCerts(p []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	for {
+		var b *pem.Block
+		b, p = pem.Decode(p)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no PEM certificate")
+	}
+	return out, nil
+}
+
+// parseKey reads a PEM private key in any of the encodings issuers write.
+func parseKey(p []byte) (crypto.Signer, error) {
+	b, _ := pem.Decode(p)
+	if b == nil {
+		return nil, errors.New("no PEM block")
+	}
+	var key any
+	var err error
+	switch b.Type {
+	case "EC PRIVATE KEY":
+		key, err = x509.ParseECPrivateKey(b.Bytes)
+	case "RSA PRIVATE KEY":
+		key, err = x509.ParsePKCS1PrivateKey(b.Bytes)
+	default:
+		key, err = x509.ParsePKCS8PrivateKey(b.Bytes)
+	}
+	if err != nil {
+		return nil, err
 	}
 	signer, ok := key.(crypto.Signer)
 	if !ok {
-		return false
+		return nil, errors.New("not a signing key")
 	}
-	pub, err := x509.MarshalPKIXPublicKey(signer.Public())
-	return err == nil && bytes.Equal(pub, leaf.RawSubjectPublicKeyInfo)
+	return signer, nil
 }
 
 // ParseCert reads the first certificate of a PEM bundle.

@@ -69,7 +69,8 @@ func ConfigMapName(c *chimerav1.ChimeraCluster) string   { return c.Name + "-con
 func AdminSecretName(c *chimerav1.ChimeraCluster) string { return c.Name + "-admin-token" }
 
 // AdminTLSSecretName is the Secret (kubernetes.io/tls) with the MDS's admin
-// server certificate, issued by the operator's admin CA.
+// server certificate, issued by the operator's admin CA or, when the cluster
+// names an issuer, by cert-manager (AdminCertificate).
 func AdminTLSSecretName(c *chimerav1.ChimeraCluster) string { return c.Name + "-admin-tls" }
 func MDSName(c *chimerav1.ChimeraCluster) string            { return c.Name + "-mds" }
 func DSName(c *chimerav1.ChimeraCluster) string             { return c.Name + "-ds" }

@@ -136,7 +136,25 @@ type Observed struct {
 	// MDSRestartRefused: only the MDS is left to roll and its backend is
 	// memfs without spec.rollout.allowMemfsMetadataServerRestart.
 	MDSRestartRefused bool
+	// AdminTLS is the state of the MDS's admin certificate (the
+	// AdminTLSReady condition; a zero value leaves the condition as it was).
+	AdminTLS AdminTLSState
 }
+
+// AdminTLSState: whether the admin TLS Secret can serve the MDS, and why not.
+type AdminTLSState struct {
+	Ready   bool
+	Reason  string
+	Message string
+}
+
+// Reasons of the AdminTLSReady condition.
+const (
+	ReasonSelfManagedCA           = "SelfManagedCA"
+	ReasonCertificateIssued       = "CertificateIssued"
+	ReasonWaitingForCertificate   = "WaitingForCertificate"
+	ReasonCertManagerNotInstalled = "CertManagerNotInstalled"
+)
 
 // Status computes the status from what was observed. now is passed in so
 // the function stays pure (conditions carry transition times).
@@ -162,9 +180,21 @@ func Status(c *chimerav1.ChimeraCluster, o Observed, now metav1.Time) chimerav1.
 	usable := o.MDSReady && st.DataServersReady >= mirrors && o.DSListInSync
 
 	rolling := o.Rollout != nil && o.Rollout.Failure == "" && !o.MDSRestartRefused && (o.Rollout.Pod != "" || o.RolloutWaiting != "" || o.RolloutPending)
+	tlsWaiting := o.AdminTLS.Reason != "" && !o.AdminTLS.Ready
+	if o.AdminTLS.Reason != "" {
+		s := metav1.ConditionFalse
+		if o.AdminTLS.Ready {
+			s = metav1.ConditionTrue
+		}
+		set(chimerav1.ConditionAdminTLSReady, s, o.AdminTLS.Reason, truncate(o.AdminTLS.Message, 1024))
+	}
 	switch {
 	case o.ApplyErr != nil:
 		set(chimerav1.ConditionProgressing, metav1.ConditionFalse, "ApplyFailed", o.ApplyErr.Error())
+	case tlsWaiting && o.AdminTLS.Reason == ReasonCertManagerNotInstalled:
+		set(chimerav1.ConditionProgressing, metav1.ConditionFalse, o.AdminTLS.Reason, truncate(o.AdminTLS.Message, 1024))
+	case tlsWaiting:
+		set(chimerav1.ConditionProgressing, metav1.ConditionTrue, o.AdminTLS.Reason, truncate(o.AdminTLS.Message, 1024))
 	case o.Rollout != nil && o.Rollout.Failure != "":
 		set(chimerav1.ConditionProgressing, metav1.ConditionFalse, ReasonRolloutFailed, truncate(o.Rollout.Failure, 1024))
 	case rolling:
@@ -189,6 +219,9 @@ func Status(c *chimerav1.ChimeraCluster, o Observed, now metav1.Time) chimerav1.
 	if o.AccessErr != nil {
 		degraded = append(degraded, "pushing the export client rules to the MDS failed: "+o.AccessErr.Error())
 	}
+	if tlsWaiting && o.AdminTLS.Reason == ReasonCertManagerNotInstalled {
+		degraded = append(degraded, o.AdminTLS.Message)
+	}
 	degraded = append(degraded, problems...)
 	if usable && st.DataServersReady < o.DSDesired {
 		degraded = append(degraded, fmt.Sprintf("%d of %d data servers not ready", o.DSDesired-st.DataServersReady, o.DSDesired))
@@ -208,7 +241,7 @@ func Status(c *chimerav1.ChimeraCluster, o Observed, now metav1.Time) chimerav1.
 	switch {
 	case c.DeletionTimestamp != nil:
 		st.Phase = chimerav1.PhaseDeleting
-	case len(degraded) > 0 && (usable || o.ApplyErr != nil || o.PushErr != nil || o.AccessErr != nil):
+	case len(degraded) > 0 && (usable || o.ApplyErr != nil || o.PushErr != nil || o.AccessErr != nil || o.AdminTLS.Reason == ReasonCertManagerNotInstalled):
 		st.Phase = chimerav1.PhaseDegraded
 	case usable && allReady:
 		st.Phase = chimerav1.PhaseAvailable
@@ -279,6 +312,8 @@ func degradedReason(o Observed, problems []string) string {
 		return "DataServerPushFailed"
 	case o.AccessErr != nil:
 		return "AccessPushFailed"
+	case !o.AdminTLS.Ready && o.AdminTLS.Reason == ReasonCertManagerNotInstalled:
+		return ReasonCertManagerNotInstalled
 	case len(problems) > 0:
 		return "StorageAddressUnknown"
 	}

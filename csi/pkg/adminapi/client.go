@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -110,6 +111,27 @@ func LoadCABundle(path string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("admin CA bundle %s: no PEM certificate in it", path)
 	}
 	return pool, nil
+}
+
+// ServerCAFileSuffix: beside the operator's CA bundle (its admin CA
+// ConfigMap, mounted as a directory), the operator publishes the CA of each
+// cluster whose admin certificate cert-manager issues, as the file
+// "<server name>.ca.crt" (operator/render.CABundleKey).
+const ServerCAFileSuffix = ".ca.crt"
+
+// CABundleFor is the CA bundle a server named serverName is verified
+// against: that server's own file beside caFile (ServerCAFileSuffix) when
+// there is one, so a cluster's issuer is trusted for its own name only;
+// else caFile (the operator's admin CA).
+func CABundleFor(caFile, serverName string) string {
+	if serverName == "" || strings.ContainsAny(serverName, `/\`) || strings.HasPrefix(serverName, ".") {
+		return caFile
+	}
+	p := filepath.Join(filepath.Dir(caFile), serverName+ServerCAFileSuffix)
+	if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+		return p
+	}
+	return caFile
 }
 
 // ParseEndpoint checks an admin endpoint URL and names what is wrong with it.

@@ -74,8 +74,13 @@ func (s *controllerServer) client(endpoint string, secrets map[string]string) (*
 		t = &adminapi.TLS{ServerName: s.d.cfg.AdminTLSServerName}
 		if f := s.d.cfg.AdminCAFile; f != "" {
 			// Read per call: the operator may publish a new CA, and the
-			// kubelet updates the mounted ConfigMap in place.
-			if t.RootCAs, err = adminapi.LoadCABundle(f); err != nil {
+			// kubelet updates the mounted ConfigMap in place. A cluster
+			// whose certificate cert-manager issues has its own CA file.
+			name := t.ServerName
+			if u, perr := adminapi.ParseEndpoint(endpoint); name == "" && perr == nil {
+				name = u.Hostname()
+			}
+			if t.RootCAs, err = adminapi.LoadCABundle(adminapi.CABundleFor(f, name)); err != nil {
 				return nil, status.Errorf(codes.Unavailable, "%v (the operator publishes it in its admin CA ConfigMap)", err)
 			}
 		}

@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -218,6 +219,9 @@ func run(o options) error {
 	r := &controller.Reconciler{
 		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorderFor("chimera-operator"),
 		NetworkPolicy: o.netpol, AdminCA: ca,
+		// Clusters whose certificate cert-manager issues publish their CA
+		// beside the operator's, for the CSI controller.
+		CABundle: types.NamespacedName{Namespace: namespace, Name: o.adminCA}, APIReader: mgr.GetAPIReader(),
 	}
 	if o.mdsAdminURL != "" {
 		r.AdminURL = func(*chimerav1.ChimeraCluster, *corev1.Pod) string { return o.mdsAdminURL }
