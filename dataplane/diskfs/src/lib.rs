@@ -1513,6 +1513,13 @@ impl Vfs for DiskFs {
         })
     }
 
+    fn volume_of(&self, fh: &FileHandle) -> VfsResult<Option<Ino>> {
+        self.check(fh)?;
+        let m = self.inner.meta();
+        let i = m.st.get(fh.ino, fh.generation)?;
+        Ok((i.rec.volume != 0).then_some(i.rec.volume))
+    }
+
     fn remove_tree(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
         self.check(dir)?;
         check_name(name)?;
