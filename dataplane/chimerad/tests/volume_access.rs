@@ -1,8 +1,9 @@
 //! Per-volume client rules through the real binary, the admin API and the
 //! userspace client's NFSv3 and NFSv4.1 (peer 127.0.0.1, uid 0):
 //! - a volume made read-only (`PATCH ... {"access": [ro]}`) refuses WRITE,
-//!   CREATE, MKDIR, SETATTR and REMOVE with NFS3ERR_ROFS and OPEN-create
-//!   with NFS4ERR_ROFS, on handles learned before the change, while reads
+//!   CREATE, MKDIR, SETATTR and REMOVE with NFS3ERR_ROFS, OPEN-create and
+//!   an open file's WRITE with NFS4ERR_ROFS, on handles learned before the
+//!   change, while reads
 //!   work and another volume of the same export takes every change;
 //! - `root_squash` on a volume makes files root creates there (NFSv3
 //!   CREATE, NFSv4.1 OPEN) belong to the volume's anonymous uid/gid, while
@@ -146,6 +147,15 @@ fn volume_rules_narrow_the_export_over_nfs3_and_nfs41() {
         other => panic!("OPEN create in a read-only volume: {other:?}"),
     }
     let o = v4.open("memfs/volumes/vol-rw", "v4", 3, Some(0o644)).unwrap();
+    v4.write(&o, 0, b"v4 data", true).unwrap();
+    // A rule change reaches the open file: WRITE on the stateid and handle
+    // from before is ROFS while vol-rw is read-only, and works again after.
+    patch(&up, "vol-rw", json!({ "access": [{ "clients": "*", "access_type": "ro", "squash": "no_root_squash" }] }));
+    match v4.write(&o, 0, b"refused", true) {
+        Err(client::Error::Nfs4 { code, .. }) => assert_eq!(code, ROFS),
+        other => panic!("NFSv4.1 WRITE after the volume turned read-only: {other:?}"),
+    }
+    patch(&up, "vol-rw", json!({ "access": null }));
     v4.write(&o, 0, b"v4 data", true).unwrap();
     v4.close(&o).unwrap();
 
