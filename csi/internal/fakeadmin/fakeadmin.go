@@ -1,7 +1,8 @@
 // Package fakeadmin is an in-process stand-in for chimerad's admin API, used by
 // the driver's tests until (and where) the real chimerad is not available. It
 // follows the DESIGN.md contract strictly: bearer token or 401 with nothing
-// changed, create idempotent by name (another capacity -> 409), delete
+// changed, create idempotent by name (another capacity or other access rules
+// -> 409), delete
 // idempotent, expand never below use (400), 404 for unknown ids, 400 naming the
 // field for bad JSON.
 package fakeadmin
@@ -12,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -31,6 +33,39 @@ type Volume struct {
 	ExportPath    string `json:"exportPath"`
 	CapacityBytes int64  `json:"capacityBytes"`
 	UsedBytes     int64  `json:"usedBytes"`
+	// Access is the volume's own client rules (null: none).
+	Access []AccessRule `json:"access"`
+}
+
+// AccessRule is one client rule as chimerad stores and shows it (every
+// field present).
+type AccessRule struct {
+	Clients      []string `json:"clients"`
+	AccessType   string   `json:"access_type"`
+	Squash       string   `json:"squash"`
+	AnonymousUID uint32   `json:"anonymous_uid"`
+	AnonymousGID uint32   `json:"anonymous_gid"`
+}
+
+// checkAccess is the part of chimerad's rule validation the driver can get
+// wrong: the values, named by their key like chimerad does.
+func checkAccess(rules []AccessRule) string {
+	for i, r := range rules {
+		if len(r.Clients) == 0 {
+			return fmt.Sprintf("access[%d].clients: required", i)
+		}
+		switch r.AccessType {
+		case "rw", "ro", "none":
+		default:
+			return fmt.Sprintf("access[%d].access_type: %q is not rw, ro or none", i, r.AccessType)
+		}
+		switch r.Squash {
+		case "root_squash", "all_squash", "no_root_squash":
+		default:
+			return fmt.Sprintf("access[%d].squash: %q is not root_squash, all_squash or no_root_squash", i, r.Squash)
+		}
+	}
+	return ""
 }
 
 // Server is a running fake admin API on 127.0.0.1.
@@ -128,11 +163,16 @@ func (s *Server) volumes(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusOK, map[string]any{"volumes": out})
 	case http.MethodPost:
 		var req struct {
-			Name           string `json:"name"`
-			CapacityBytes  *int64 `json:"capacityBytes"`
-			SourceSnapshot string `json:"sourceSnapshot"`
+			Name           string       `json:"name"`
+			CapacityBytes  *int64       `json:"capacityBytes"`
+			SourceSnapshot string       `json:"sourceSnapshot"`
+			Access         []AccessRule `json:"access"`
 		}
 		if !decode(w, r, &req) {
+			return
+		}
+		if msg := checkAccess(req.Access); msg != "" {
+			fail(w, http.StatusBadRequest, msg)
 			return
 		}
 		if req.Name == "" || strings.ContainsAny(req.Name, "/\x00") {
@@ -155,6 +195,10 @@ func (s *Server) volumes(w http.ResponseWriter, r *http.Request) {
 					fail(w, http.StatusConflict, fmt.Sprintf("volume %q exists with capacityBytes %d", v.Name, v.CapacityBytes))
 					return
 				}
+				if !reflect.DeepEqual(v.Access, req.Access) {
+					fail(w, http.StatusConflict, fmt.Sprintf("volume %q exists with other access rules", v.Name))
+					return
+				}
 				reply(w, http.StatusOK, v)
 				return
 			}
@@ -165,7 +209,7 @@ func (s *Server) volumes(w http.ResponseWriter, r *http.Request) {
 		}
 		s.nextID++
 		id := fmt.Sprintf("v%06d", s.nextID)
-		v := &Volume{ID: id, Name: req.Name, ExportPath: "/volumes/" + id, CapacityBytes: *req.CapacityBytes}
+		v := &Volume{ID: id, Name: req.Name, ExportPath: "/volumes/" + id, CapacityBytes: *req.CapacityBytes, Access: req.Access}
 		s.byID[id] = v
 		reply(w, http.StatusCreated, v)
 	default:

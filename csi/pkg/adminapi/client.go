@@ -39,6 +39,21 @@ type Volume struct {
 	ExportPath    string `json:"exportPath"`
 	CapacityBytes int64  `json:"capacityBytes"`
 	UsedBytes     int64  `json:"usedBytes,omitempty"`
+	// Access is the volume's own client rules (nil: its export's alone).
+	Access []AccessRule `json:"access,omitempty"`
+}
+
+// AccessRule is one client rule, in the syntax of chimerad's export rules
+// (dataplane/chimerad/CONFIG.md, exports.<name>.access). A volume's rules
+// narrow its export's: they can take rights away, never add any.
+type AccessRule struct {
+	Clients []string `json:"clients"`
+	// AccessType: rw, ro or none.
+	AccessType string `json:"access_type"`
+	// Squash: root_squash, all_squash or no_root_squash.
+	Squash       string `json:"squash"`
+	AnonymousUID uint32 `json:"anonymous_uid"`
+	AnonymousGID uint32 `json:"anonymous_gid"`
 }
 
 // Error is a non-2xx answer from the admin API.
@@ -156,10 +171,15 @@ func ParseEndpoint(endpoint string) (*url.URL, error) {
 	return u, nil
 }
 
-// CreateVolume is idempotent by name on the server: the same name and capacity
-// returns the existing volume; the same name with another capacity is HTTP 409.
-func (c *Client) CreateVolume(ctx context.Context, name string, capacityBytes int64) (*Volume, error) {
+// CreateVolume is idempotent by name on the server: the same name, capacity
+// and rules returns the existing volume; the same name with another capacity
+// or other rules is HTTP 409. access nil sends none (the export's rules
+// alone apply).
+func (c *Client) CreateVolume(ctx context.Context, name string, capacityBytes int64, access []AccessRule) (*Volume, error) {
 	body := map[string]any{"name": name, "capacityBytes": capacityBytes}
+	if access != nil {
+		body["access"] = access
+	}
 	var v Volume
 	if err := c.do(ctx, "create volume", http.MethodPost, "/api/v1/volumes", body, &v); err != nil {
 		return nil, err

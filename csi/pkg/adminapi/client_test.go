@@ -7,8 +7,10 @@ package adminapi
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -93,5 +95,35 @@ func TestParseEndpoint(t *testing.T) {
 		if _, err := ParseEndpoint(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// CreateVolume's body: the rules when the class has some, exactly in the
+// admin API's syntax; no "access" key at all when it has none.
+func TestCreateVolumeBody(t *testing.T) {
+	var bodies []string
+	c := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bodies = append(bodies, string(b))
+		w.WriteHeader(201)
+		w.Write([]byte(`{"id":"a","exportPath":"/v/a","capacityBytes":1,"access":[{"clients":["*"],"access_type":"ro","squash":"root_squash","anonymous_uid":7,"anonymous_gid":8}]}`))
+	})
+	rules := []AccessRule{{Clients: []string{"*"}, AccessType: "ro", Squash: "root_squash", AnonymousUID: 7, AnonymousGID: 8}}
+	v, err := c.CreateVolume(context.Background(), "a", 1, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(v.Access, rules) {
+		t.Fatalf("access read back %+v", v.Access)
+	}
+	if _, err := c.CreateVolume(context.Background(), "a", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`{"access":[{"clients":["*"],"access_type":"ro","squash":"root_squash","anonymous_uid":7,"anonymous_gid":8}],"capacityBytes":1,"name":"a"}`,
+		`{"capacityBytes":1,"name":"a"}`,
+	}
+	if len(bodies) != 2 || strings.TrimSpace(bodies[0]) != want[0] || strings.TrimSpace(bodies[1]) != want[1] {
+		t.Fatalf("bodies %q, want %q", bodies, want)
 	}
 }

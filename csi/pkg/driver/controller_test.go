@@ -12,6 +12,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/chimera-k8s/chimera/csi/internal/testbackend"
+	"github.com/chimera-k8s/chimera/csi/pkg/adminapi"
 )
 
 func newController(t *testing.T) (*controllerServer, *testbackend.Backend) {
@@ -180,6 +182,63 @@ func TestControllerLifecycle(t *testing.T) {
 	wantCode(t, err, codes.NotFound, "")
 	_, err = c.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.VolumeId, Secrets: map[string]string{SecretKeyToken: "wrong"}})
 	wantCode(t, err, codes.Unauthenticated, "")
+}
+
+// The StorageClass's readOnly / squash / anonymous ids reach the admin API
+// as the volume's rule (read back from the server), readOnly reaches the
+// node in the context, a retry is the same volume, and the same name asked
+// with other rules is AlreadyExists; a class without them sets no rule.
+func TestControllerVolumeAccess(t *testing.T) {
+	c, b := newController(t)
+	ctx := context.Background()
+	req := createReq(b, "pvc-ro", 8<<20)
+	req.Parameters[ParamReadOnly] = "true"
+	req.Parameters[ParamSquash] = SquashAll
+	req.Parameters[ParamAnonymousUID] = "1001"
+	req.Parameters[ParamAnonymousGID] = "1002"
+	resp, err := c.CreateVolume(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Volume.VolumeContext[CtxReadOnly] != "true" {
+		t.Fatalf("volume context %v", resp.Volume.VolumeContext)
+	}
+	_, id, _ := decodeVolumeID(resp.Volume.VolumeId)
+	ac, err := adminapi.New(b.URL, b.Token, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ac.GetVolume(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []adminapi.AccessRule{{Clients: []string{"*"}, AccessType: "ro", Squash: SquashAll, AnonymousUID: 1001, AnonymousGID: 1002}}
+	if !reflect.DeepEqual(got.Access, want) {
+		t.Fatalf("server has access %+v, want %+v", got.Access, want)
+	}
+	again, err := c.CreateVolume(ctx, req)
+	if err != nil || again.Volume.VolumeId != resp.Volume.VolumeId {
+		t.Fatalf("retry: %v %v", again, err)
+	}
+	other := createReq(b, "pvc-ro", 8<<20)
+	_, err = c.CreateVolume(ctx, other)
+	wantCode(t, err, codes.AlreadyExists, "access rules")
+
+	plain, err := c.CreateVolume(ctx, createReq(b, "pvc-plain", 8<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := plain.Volume.VolumeContext[CtxReadOnly]; ok {
+		t.Fatalf("plain context %v", plain.Volume.VolumeContext)
+	}
+	_, id, _ = decodeVolumeID(plain.Volume.VolumeId)
+	if got, err := ac.GetVolume(ctx, id); err != nil || got.Access != nil {
+		t.Fatalf("plain volume: %+v %v", got, err)
+	}
+	bad := createReq(b, "pvc-bad", 8<<20)
+	bad.Parameters[ParamSquash] = "squash_all"
+	_, err = c.CreateVolume(ctx, bad)
+	wantCode(t, err, codes.InvalidArgument, "parameters.squash")
 }
 
 func TestControllerListPagination(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"reflect"
 	"sort"
 	"strings"
 
@@ -131,10 +132,11 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, err
 	}
 
-	v, err := c.CreateVolume(ctx, req.GetName(), capacityBytes)
+	v, err := c.CreateVolume(ctx, req.GetName(), capacityBytes, p.access)
 	if adminapi.StatusOf(err) == http.StatusConflict {
 		// The server keys idempotency on exact capacity; CSI on the range. An
-		// existing volume whose size fits the range is the answer.
+		// existing volume whose size fits the range (and whose rules are the
+		// class's) is the answer.
 		existing, lerr := findByName(ctx, c, req.GetName())
 		if lerr != nil {
 			return nil, adminError(lerr, "create volume: look up existing volume "+req.GetName())
@@ -145,6 +147,9 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		if !capacityFits(existing.CapacityBytes, req.GetCapacityRange()) {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q already exists with capacity %d bytes, outside the requested range [%d, %d]",
 				req.GetName(), existing.CapacityBytes, req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes())
+		}
+		if !reflect.DeepEqual(existing.Access, p.access) {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q already exists with other access rules (readOnly, squash, anonymousUid/Gid) than the StorageClass asks for", req.GetName())
 		}
 		v, err = existing, nil
 	}

@@ -165,7 +165,8 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		// Nothing to stage: each publish mounts /dev/fuse for its pod's sidecar.
 		return &csi.NodeStageVolumeResponse{}, checkSidecarCapability(req.GetVolumeCapability().GetMount().GetMountFlags())
 	}
-	readOnly := readOnlyMode(req.GetVolumeCapability().GetAccessMode().GetMode())
+	// A readOnly class's volume is read-only at the server: mount it so.
+	readOnly := readOnlyMode(req.GetVolumeCapability().GetAccessMode().GetMode()) || spec.readOnly
 	opts, err := buildMountOptions(spec, req.GetVolumeCapability().GetMount().GetMountFlags(), readOnly)
 	if err != nil {
 		return nil, err
@@ -303,7 +304,7 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		if err != nil {
 			return nil, status.Errorf(codes.FailedPrecondition, "staging mount %s is stale and cannot be recovered: %v", req.GetStagingTargetPath(), status.Convert(err).Message())
 		}
-		readOnly := readOnlyMode(req.GetVolumeCapability().GetAccessMode().GetMode())
+		readOnly := readOnlyMode(req.GetVolumeCapability().GetAccessMode().GetMode()) || spec.readOnly
 		opts, err := buildMountOptions(spec, req.GetVolumeCapability().GetMount().GetMountFlags(), readOnly)
 		if err != nil {
 			return nil, err
@@ -325,7 +326,7 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		return &csi.NodePublishVolumeResponse{}, nil
 	}
 	opts := []string{"bind"}
-	if req.GetReadonly() || readOnlyMode(req.GetVolumeCapability().GetAccessMode().GetMode()) {
+	if req.GetReadonly() || readOnlyMode(req.GetVolumeCapability().GetAccessMode().GetMode()) || req.GetVolumeContext()[CtxReadOnly] == "true" {
 		opts = append(opts, "ro")
 	}
 	if err := s.d.cfg.Mounter.Mount(req.GetStagingTargetPath(), req.GetTargetPath(), "", opts); err != nil {
@@ -354,7 +355,7 @@ func (s *nodeServer) publishSidecarVolume(req *csi.NodePublishVolumeRequest, spe
 	if err := s.checkSingleWriter(req); err != nil {
 		return nil, err
 	}
-	readOnly := req.GetReadonly() || readOnlyMode(req.GetVolumeCapability().GetAccessMode().GetMode())
+	readOnly := req.GetReadonly() || readOnlyMode(req.GetVolumeCapability().GetAccessMode().GetMode()) || spec.readOnly
 	if err := s.publishSidecar(req.GetVolumeId(), req.GetTargetPath(), spec, req.GetVolumeContext()[CtxPodUID], readOnly); err != nil {
 		return nil, err
 	}

@@ -156,6 +156,37 @@ func TestNodeStagePublishUnpublishUnstage(t *testing.T) {
 	}
 }
 
+// A readOnly class's volume (volume context readOnly=true) is mounted ro at
+// staging and at the target even when the pod asked for read-write.
+func TestNodeMountsReadOnlyVolumesRo(t *testing.T) {
+	f := newNode(t)
+	f.ctx[CtxReadOnly] = "true"
+	if err := f.stage(t); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"vers=4.1", "proto=tcp", "port=2049", "nconnect=2", "hard", "ro"}; !reflect.DeepEqual(f.mountAt(f.staging).Opts, want) {
+		t.Fatalf("staging options %q, want %q", f.mountAt(f.staging).Opts, want)
+	}
+	if err := f.publish(t, false); err != nil {
+		t.Fatal(err)
+	}
+	if tp := f.mountAt(f.target); tp == nil || !reflect.DeepEqual(tp.Opts, []string{"bind", "ro"}) {
+		t.Fatalf("target mount %+v", tp)
+	}
+	// Without the key (or "false") a read-write publish stays read-write.
+	g := newNode(t)
+	g.ctx[CtxReadOnly] = "false"
+	if err := g.stage(t); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.publish(t, false); err != nil {
+		t.Fatal(err)
+	}
+	if tp := g.mountAt(g.target); tp == nil || !reflect.DeepEqual(tp.Opts, []string{"bind"}) {
+		t.Fatalf("target mount %+v", tp)
+	}
+}
+
 func TestNodeStaleMountRecovery(t *testing.T) {
 	f := newNode(t)
 	ctx := context.Background()

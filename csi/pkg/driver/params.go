@@ -34,6 +34,15 @@ const (
 	ParamTransport        = "transport"
 	ParamNConnect         = "nconnect"
 	ParamMountOptions     = "mountOptions"
+	// ParamReadOnly ("true"/"false") makes every client's access to the
+	// volume read-only at the server, and the node mount it ro.
+	ParamReadOnly = "readOnly"
+	// ParamSquash narrows the export's squash for the volume:
+	// root_squash, all_squash or no_root_squash.
+	ParamSquash = "squash"
+	// ParamAnonymousUID and ParamAnonymousGID: who squashed callers become.
+	ParamAnonymousUID = "anonymousUid"
+	ParamAnonymousGID = "anonymousGid"
 
 	// Volume context keys: what the node needs to mount a volume.
 	CtxServer       = "server"
@@ -42,6 +51,9 @@ const (
 	CtxTransport    = "transport"
 	CtxNConnect     = "nconnect"
 	CtxMountOptions = "mountOptions"
+	// CtxReadOnly is "true" for a readOnly class's volumes: the node mounts
+	// them ro (the server refuses writes anyway).
+	CtxReadOnly = "readOnly"
 	// CtxMountMode is set to "sidecar" for sidecar volumes; absent means kernel.
 	CtxMountMode = "mountMode"
 	// CtxPodUID is what the kubelet adds to NodePublishVolume's context
@@ -52,6 +64,14 @@ const (
 	MountModeSidecar = "sidecar"
 	TransportTCP     = "tcp"
 	TransportRDMA    = "rdma"
+
+	SquashRoot   = "root_squash"
+	SquashAll    = "all_squash"
+	SquashNoRoot = "no_root_squash"
+	// anonymousIDDefault is chimerad's anonymous uid/gid (nobody).
+	anonymousIDDefault = 65534
+	// anonymousIDMax: 4294967295 is "no id" to the kernel.
+	anonymousIDMax = 4294967294
 
 	// AdminPortDefault is chimerad's admin API port (DESIGN.md).
 	AdminPortDefault = 8080
@@ -97,7 +117,8 @@ var (
 	knownParams = map[string]bool{
 		ParamClusterName: true, ParamClusterNamespace: true, ParamAdminEndpoint: true, ParamAdminPort: true,
 		ParamNFSServer: true, ParamNFSPort: true, ParamMountMode: true, ParamTransport: true,
-		ParamNConnect: true, ParamMountOptions: true,
+		ParamNConnect: true, ParamMountOptions: true, ParamReadOnly: true, ParamSquash: true,
+		ParamAnonymousUID: true, ParamAnonymousGID: true,
 	}
 )
 
@@ -110,6 +131,11 @@ type volumeParams struct {
 	nconnect      int // 0: the kernel's default
 	mountOptions  []string
 	mountMode     string // kernel | sidecar
+	// access is the volume's own rule list sent to the admin API; nil when
+	// the class sets none of readOnly, squash, anonymousUid/Gid.
+	access []adminapi.AccessRule
+	// readOnly: the volume's rule is ro, and the node mounts it ro.
+	readOnly bool
 }
 
 func invalid(format string, args ...any) error {
@@ -126,7 +152,7 @@ func parseParameters(params map[string]string, defaultEndpoint string) (*volumeP
 	sort.Strings(keys)
 	for _, k := range keys {
 		if !knownParams[k] && !strings.HasPrefix(k, paramPrefixReserved) {
-			return nil, invalid("parameters: unknown key %q (known: clusterName, clusterNamespace, adminEndpoint, adminPort, nfsServer, nfsPort, mountMode, transport, nconnect, mountOptions)", k)
+			return nil, invalid("parameters: unknown key %q (known: clusterName, clusterNamespace, adminEndpoint, adminPort, nfsServer, nfsPort, mountMode, transport, nconnect, mountOptions, readOnly, squash, anonymousUid, anonymousGid)", k)
 		}
 	}
 	p := &volumeParams{mountMode: MountModeKernel}
@@ -225,7 +251,64 @@ func parseParameters(params map[string]string, defaultEndpoint string) (*volumeP
 			return nil, err
 		}
 	}
+	if err := p.parseAccess(params); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+// parseAccess turns readOnly, squash and anonymousUid/Gid into the volume's
+// own rule: every client ("*": the export's rules, which the operator keeps
+// to the nodes and pod networks, still decide who gets in at all; a volume
+// rule only narrows them), ro or rw, squashed as asked. Squash unset is
+// no_root_squash, which narrows nothing: the export's squash stays in force
+// (the stricter of the two applies). None of the four set: no rule at all.
+func (p *volumeParams) parseAccess(params map[string]string) error {
+	set := false
+	for _, k := range []string{ParamReadOnly, ParamSquash, ParamAnonymousUID, ParamAnonymousGID} {
+		_, ok := params[k]
+		set = set || ok
+	}
+	if !set {
+		return nil
+	}
+	rule := adminapi.AccessRule{Clients: []string{"*"}, AccessType: "rw", Squash: SquashNoRoot, AnonymousUID: anonymousIDDefault, AnonymousGID: anonymousIDDefault}
+	if v, ok := params[ParamReadOnly]; ok {
+		switch v {
+		case "true":
+			rule.AccessType, p.readOnly = "ro", true
+		case "false":
+		default:
+			return invalid("parameters.readOnly: %q is not \"true\" or \"false\"", v)
+		}
+	}
+	if sq, ok := params[ParamSquash]; ok {
+		switch sq {
+		case SquashRoot, SquashAll, SquashNoRoot:
+			rule.Squash = sq
+		default:
+			return invalid("parameters.squash: %q is not one of %q, %q, %q", sq, SquashRoot, SquashAll, SquashNoRoot)
+		}
+	}
+	for _, id := range []struct {
+		key string
+		to  *uint32
+	}{{ParamAnonymousUID, &rule.AnonymousUID}, {ParamAnonymousGID, &rule.AnonymousGID}} {
+		s, ok := params[id.key]
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || n > anonymousIDMax {
+			return invalid("parameters.%s: %q must be an integer in 0..%d", id.key, s, uint64(anonymousIDMax))
+		}
+		if rule.Squash == SquashNoRoot {
+			return invalid("parameters.%s: only with squash %q or %q (with %q nobody becomes the anonymous identity)", id.key, SquashRoot, SquashAll, SquashNoRoot)
+		}
+		*id.to = uint32(n)
+	}
+	p.access = []adminapi.AccessRule{rule}
+	return nil
 }
 
 // sidecarLimits refuses what the kernel NFS client has and chimera-fuse has
@@ -321,6 +404,9 @@ func (p *volumeParams) volumeContext(exportPath string) map[string]string {
 	if p.mountMode == MountModeSidecar {
 		ctx[CtxMountMode] = MountModeSidecar
 	}
+	if p.readOnly {
+		ctx[CtxReadOnly] = "true"
+	}
 	return ctx
 }
 
@@ -333,6 +419,7 @@ type mountSpec struct {
 	nconnect   int
 	options    []string
 	sidecar    bool // mountMode sidecar: chimera-fuse in the pod, no kernel NFS mount
+	readOnly   bool // the volume is read-only at the server: mount it ro
 }
 
 // parseVolumeContext validates the context on the node: it crossed the CO and
@@ -374,6 +461,13 @@ func parseVolumeContext(ctx map[string]string) (*mountSpec, error) {
 			return nil, invalid("volume_context.mountOptions: %v", err)
 		}
 		m.options = opts
+	}
+	switch ro := ctx[CtxReadOnly]; ro {
+	case "", "false":
+	case "true":
+		m.readOnly = true
+	default:
+		return nil, invalid("volume_context.readOnly: %q is not \"true\" or \"false\"", ro)
 	}
 	switch mode := ctx[CtxMountMode]; mode {
 	case "", MountModeKernel:

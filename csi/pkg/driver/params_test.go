@@ -13,6 +13,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/chimera-k8s/chimera/csi/pkg/adminapi"
 )
 
 func wantCode(t *testing.T, err error, code codes.Code, mention string) {
@@ -82,6 +84,62 @@ func TestParseParametersValid(t *testing.T) {
 	}
 }
 
+// The access parameters become the volume's one rule for every client
+// (the export's rules still decide who gets in), and readOnly travels in the
+// volume context so the node mounts ro; a class without them sends no rule.
+func TestAccessParameters(t *testing.T) {
+	base := map[string]string{ParamClusterName: "c", ParamClusterNamespace: "ns"}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	rule := func(access, squash string, uid, gid uint32) []adminapi.AccessRule {
+		return []adminapi.AccessRule{{Clients: []string{"*"}, AccessType: access, Squash: squash, AnonymousUID: uid, AnonymousGID: gid}}
+	}
+	cases := []struct {
+		name     string
+		params   map[string]string
+		access   []adminapi.AccessRule
+		readOnly bool
+	}{
+		{"none set", with(), nil, false},
+		{"readOnly", with(ParamReadOnly, "true"), rule("ro", SquashNoRoot, 65534, 65534), true},
+		{"readOnly false", with(ParamReadOnly, "false"), rule("rw", SquashNoRoot, 65534, 65534), false},
+		{"root squash", with(ParamSquash, SquashRoot), rule("rw", SquashRoot, 65534, 65534), false},
+		{"all squash with ids", with(ParamReadOnly, "true", ParamSquash, SquashAll, ParamAnonymousUID, "1000", ParamAnonymousGID, "0"), rule("ro", SquashAll, 1000, 0), true},
+		{"largest id", with(ParamSquash, SquashRoot, ParamAnonymousUID, "4294967294"), rule("rw", SquashRoot, 4294967294, 65534), false},
+		{"no root squash", with(ParamSquash, SquashNoRoot), rule("rw", SquashNoRoot, 65534, 65534), false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := parseParameters(c.params, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(p.access, c.access) {
+				t.Fatalf("access %+v, want %+v", p.access, c.access)
+			}
+			ctx := p.volumeContext("/v")
+			if got := ctx[CtxReadOnly]; (got == "true") != c.readOnly || (!c.readOnly && got != "") {
+				t.Fatalf("context readOnly %q, want %v", got, c.readOnly)
+			}
+			m, err := parseVolumeContext(ctx)
+			if err != nil || m.readOnly != c.readOnly {
+				t.Fatalf("context parsed: %+v %v", m, err)
+			}
+		})
+	}
+	bad := map[string]string{CtxServer: "h", CtxPort: "2049", CtxExportPath: "/v", CtxReadOnly: "yes"}
+	_, err := parseVolumeContext(bad)
+	wantCode(t, err, codes.InvalidArgument, "volume_context.readOnly")
+}
+
 func TestParseParametersInvalid(t *testing.T) {
 	base := func(kv ...string) map[string]string {
 		m := map[string]string{ParamClusterName: "c", ParamClusterNamespace: "ns"}
@@ -120,6 +178,16 @@ func TestParseParametersInvalid(t *testing.T) {
 		{"space inside", base(ParamMountOptions, "sec=sys krb5"), "characters outside"},
 		{"nfsServer junk", base(ParamNFSServer, "a b"), "parameters.nfsServer"},
 		{"too many options", base(ParamMountOptions, strings.Repeat("hard,", 40)+"hard"), "at most"},
+		{"readOnly yes", base(ParamReadOnly, "yes"), "parameters.readOnly"},
+		{"readOnly empty", base(ParamReadOnly, ""), "parameters.readOnly"},
+		{"readOnly capital", base(ParamReadOnly, "True"), "parameters.readOnly"},
+		{"squash none", base(ParamSquash, "none"), "parameters.squash"},
+		{"squash empty", base(ParamSquash, ""), "parameters.squash"},
+		{"anonymousUid text", base(ParamSquash, SquashRoot, ParamAnonymousUID, "nobody"), "parameters.anonymousUid"},
+		{"anonymousUid negative", base(ParamSquash, SquashRoot, ParamAnonymousUID, "-1"), "parameters.anonymousUid"},
+		{"anonymousGid no id", base(ParamSquash, SquashAll, ParamAnonymousGID, "4294967295"), "parameters.anonymousGid"},
+		{"anonymousUid without squash", base(ParamAnonymousUID, "1000"), "parameters.anonymousUid"},
+		{"anonymousGid with no_root_squash", base(ParamSquash, SquashNoRoot, ParamAnonymousGID, "1000"), "parameters.anonymousGid"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -61,6 +61,10 @@ csi:
       clusterName: prod
       clusterNamespace: storage
       transport: rdma
+      readOnly: true
+      squash: all_squash
+      anonymousUid: 0
+      anonymousGid: 4294967294
     - name: chimera-fuse
       clusterName: chimera
       clusterNamespace: chimera
@@ -271,6 +275,15 @@ func TestCSITemplates(t *testing.T) {
 
 	if len(o.classes) != 3 {
 		t.Fatalf("%d StorageClasses, want 3", len(o.classes))
+	}
+	// The per-volume access keys pass through as strings the driver parses.
+	for k, want := range map[string]string{"readOnly": "true", "squash": "all_squash", "anonymousUid": "0", "anonymousGid": "4294967294"} {
+		if got, ok := o.classes[1].Parameters[k]; !ok || got != want {
+			t.Errorf("StorageClass %s: %s %q, want %q", o.classes[1].Name, k, got, want)
+		}
+	}
+	if _, ok := o.classes[0].Parameters["readOnly"]; ok {
+		t.Errorf("StorageClass %s: readOnly rendered without being set", o.classes[0].Name)
 	}
 	if m := o.classes[2].Parameters["mountMode"]; m != "sidecar" {
 		t.Errorf("StorageClass %s: mountMode %q, want sidecar", o.classes[2].Name, m)

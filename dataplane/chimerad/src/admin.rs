@@ -10,7 +10,7 @@
 use crate::config::{split_host_port, Netid};
 use crate::http::{Handler, Request, Response};
 use crate::log;
-use crate::volumes::{VolError, Volume, Volumes};
+use crate::volumes::{AccessChange, VolError, Volume, Volumes};
 use serde_json::{json, Map, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -218,7 +218,8 @@ impl Admin {
     }
 
     /// `PUT /api/v1/access/<mount>` with `{"access": [rules] | null}`: the
-    /// mount's rules (every export and volume in it), applied to the next
+    /// mount's rules (every export and volume in it; a volume's own rules
+    /// narrow them further), applied to the next
     /// call, handles learned before included. Not kept across restarts
     /// (the config's `exports.<name>.access` is what a restart starts from).
     fn put_access(&self, req: &Request, mount: &str) -> Response {
@@ -264,9 +265,11 @@ impl Admin {
             Ok(b) => b,
             Err(r) => return r,
         };
-        if let Some(r) = volume_access_refused(&body) {
-            return r;
-        }
+        let access = match volume_access(&body) {
+            Ok(AccessChange::Set(r)) => r,
+            Ok(AccessChange::Keep) => None,
+            Err(r) => return r,
+        };
         let name = match body.get("name") {
             Some(Value::String(s)) => s.clone(),
             Some(other) => return bad(format!("name: expected a string, got {}", kind(other))),
@@ -282,24 +285,38 @@ impl Admin {
             Some(other) => return bad(format!("sourceSnapshot: expected a string, got {}", kind(other))),
         }
         self.with_volumes(|v| {
-            let (vol, created) = v.create(&name, cap)?;
+            let (vol, created) = v.create(&name, cap, access)?;
             Ok(Response::json(if created { 201 } else { 200 }, &volume_json(&vol)))
         })
     }
 
+    /// `PATCH /api/v1/volumes/<id>`: `capacityBytes` (expand or shrink)
+    /// and/or `access` (the volume's rules; `null` removes them), at least
+    /// one.
     fn resize_volume(&self, req: &Request, id: &str) -> Response {
         let body = match parse_object(req, &["capacityBytes", "access"]) {
             Ok(b) => b,
             Err(r) => return r,
         };
-        if let Some(r) = volume_access_refused(&body) {
-            return r;
-        }
-        let cap = match required_u64(&body, "capacityBytes") {
-            Ok(c) => c,
+        let access = match volume_access(&body) {
+            Ok(a) => a,
             Err(r) => return r,
         };
-        self.with_volumes(|v| v.resize(id, cap).map(|vol| Response::json(200, &volume_json(&vol))))
+        let cap = match body.get("capacityBytes") {
+            None | Some(Value::Null) if access != AccessChange::Keep => None,
+            _ => match required_u64(&body, "capacityBytes") {
+                Ok(c) => Some(c),
+                Err(r) => return r,
+            },
+        };
+        let changed = access != AccessChange::Keep;
+        self.with_volumes(|v| {
+            let vol = v.update(id, cap, access)?;
+            if changed {
+                log::info("volume access rules changed", &[("volume", vol.id.as_str().into())]);
+            }
+            Ok(Response::json(200, &volume_json(&vol)))
+        })
     }
 
     fn data_servers_json(&self) -> Value {
@@ -478,6 +495,7 @@ fn volume_json(v: &Volume) -> Value {
         "exportPath": v.export_path,
         "capacityBytes": v.capacity_bytes,
         "usedBytes": v.used_bytes,
+        "access": v.access.as_deref().map_or(Value::Null, crate::config::access_json),
     })
 }
 
@@ -494,20 +512,17 @@ fn vol_error(e: VolError) -> Response {
     }
 }
 
-/// Rules per volume are not enforceable yet: a file handle names its
-/// mount, not the volume directory it is under, so a client could use a
-/// handle past them. The field is validated (a malformed list is named as
-/// such) and then refused rather than stored and not enforced.
-fn volume_access_refused(body: &Map<String, Value>) -> Option<Response> {
+/// A volume body's `access`: absent keeps the rules, `null` removes them,
+/// a list (the export rules' syntax) sets them; a bad list is 400 naming
+/// the key (`access[0].clients`).
+fn volume_access(body: &Map<String, Value>) -> Result<AccessChange, Response> {
     match body.get("access") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(match crate::config::parse_access("access", v) {
-            Err(e) => bad(format!("{}: {}", e.path, e.msg)),
-            Ok(_) => bad(
-                "access: rules per volume are not supported yet (a file handle names its mount, not the volume); \
-                 set the mount's rules with PUT /api/v1/access/<mount>",
-            ),
-        }),
+        None => Ok(AccessChange::Keep),
+        Some(Value::Null) => Ok(AccessChange::Set(None)),
+        Some(v) => match crate::config::parse_access("access", v) {
+            Ok(r) => Ok(AccessChange::Set(Some(r))),
+            Err(e) => Err(bad(format!("{}: {}", e.path, e.msg))),
+        },
     }
 }
 

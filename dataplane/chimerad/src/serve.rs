@@ -255,9 +255,10 @@ fn portmap_registrations(cfg: &Config) -> Vec<nfs3::Registration> {
 /// it runs.
 /// The configured exports' rules, keyed by the export id of the mount each
 /// export is in (a handle carries that id; config validation made the
-/// exports of one mount agree).
-pub fn access_table(cfg: &Config, router: &Router) -> Arc<vfs::clients::AccessTable> {
-    let t = vfs::clients::AccessTable::new();
+/// exports of one mount agree). The router tells which volume a handle is
+/// in, for the volumes' own rules (set through the admin API).
+pub fn access_table(cfg: &Config, router: &Arc<Router>) -> Arc<vfs::clients::AccessTable> {
+    let t = vfs::clients::AccessTable::with_volumes(router.clone());
     for e in &cfg.exports {
         let Some(rules) = &e.access else { continue };
         let name = crate::config::mount_of(&e.path);
@@ -482,7 +483,13 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
                 Some(p) => Arc::new(pnfs::PnfsVfs::new(p.clone())),
                 None => router.clone(),
             };
-            Some(Volumes::new(vfs, parent, &cfg.volumes_path))
+            let v = Volumes::new(vfs, parent, &cfg.volumes_path).with_access(access.clone());
+            // Before any listener opens: no call sees a volume without its rules.
+            let n = v.load_access().map_err(|e| format!("volumes.path: cannot load the volumes' access rules: {e:?}"))?;
+            if n > 0 {
+                log::info("volume access rules loaded", &[("volumes", (n as u64).into())]);
+            }
+            Some(v)
         };
         let mut admin = Admin::new(cfg.admin.token.clone(), volumes, initial_data_servers(cfg), cluster_info(cfg));
         admin.pnfs = pnfs.clone();

@@ -206,6 +206,50 @@ fn kill_9_under_load_keeps_every_acknowledged_write() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A volume's access rules are kept with it on diskfs: after a kill -9
+/// and restart `GET` shows them and the data path enforces them (CREATE
+/// in the read-only volume is NFS3ERR_ROFS, another volume takes it);
+/// a volume deleted and made again under its name has none.
+#[test]
+fn volume_access_rules_survive_kill_9() {
+    let dir = scratch("volaccess");
+    let cfg = config(&dir);
+    let token = Some("diskfs-test-token");
+    let up = start(&cfg);
+    let ro = json!([{ "clients": "*", "access_type": "ro", "squash": "all_squash", "anonymous_uid": 7, "anonymous_gid": 8 }]);
+    let r = common::send(up.admin, "POST", "/api/v1/volumes", token, &json!({"name": "pvc-ro", "capacityBytes": 4 << 20, "access": ro}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let shown = r.json()["access"].clone();
+    for name in ["pvc-rw", "pvc-gone"] {
+        let r = common::send(up.admin, "POST", "/api/v1/volumes", token, &json!({"name": name, "capacityBytes": 4 << 20}));
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+    let r = common::send(up.admin, "PATCH", "/api/v1/volumes/pvc-gone", token, &json!({"access": [{"clients": "10.0.0.0/8"}]}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = common::send(up.admin, "DELETE", "/api/v1/volumes/pvc-gone", token, &json!({}));
+    assert_eq!(r.status, 204, "{}", r.text());
+    drop(up); // SIGKILL
+    let up = start(&cfg);
+    assert_eq!(common::get(up.admin, "/api/v1/volumes/pvc-ro", token).json()["access"], shown, "the rules came back");
+    assert_eq!(common::get(up.admin, "/api/v1/volumes/pvc-rw", token).json()["access"], Value::Null);
+    let r = common::send(up.admin, "POST", "/api/v1/volumes", token, &json!({"name": "pvc-gone", "capacityBytes": 4 << 20}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["access"], Value::Null, "a deleted volume's rules went with it");
+    let mut c = Nfs3::connect(&up.nfs, &Auth::sys(0, 0), limits()).unwrap();
+    let vro = client::nfs3::mount_at(&up.nfs, "/ds/volumes/pvc-ro", &Auth::sys(0, 0), limits()).unwrap();
+    match c.create(&vro, b"f", 0o644, true) {
+        Err(client::Error::Nfs3 { code: 30, .. }) => {}
+        other => panic!("CREATE in a read-only volume after a restart: {other:?}"),
+    }
+    for name in ["pvc-rw", "pvc-gone"] {
+        let v = client::nfs3::mount_at(&up.nfs, &format!("/ds/volumes/{name}"), &Auth::sys(0, 0), limits()).unwrap();
+        let f = c.create(&v, b"f", 0o644, true).unwrap();
+        assert_eq!(c.getattr(&f).unwrap().uid, 0, "{name}: no squash");
+    }
+    drop(up);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn admin_volumes_and_their_data_survive_kill_9() {
     let dir = scratch("volumes");

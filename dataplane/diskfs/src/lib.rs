@@ -1513,6 +1513,20 @@ impl Vfs for DiskFs {
         })
     }
 
+    /// `check` and the lookup under one metadata lock: this runs on every
+    /// call into a mount with volume access rules.
+    fn volume_of(&self, fh: &FileHandle) -> VfsResult<Option<Ino>> {
+        if fh.export_id != self.view.export_id {
+            return Err(VfsError::Stale);
+        }
+        let m = self.inner.meta();
+        let i = m.st.get(fh.ino, fh.generation)?;
+        if self.view.tree != 0 && i.rec.tree != self.view.tree {
+            return Err(VfsError::Stale);
+        }
+        Ok((i.rec.volume != 0).then_some(i.rec.volume))
+    }
+
     fn remove_tree(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
         self.check(dir)?;
         check_name(name)?;

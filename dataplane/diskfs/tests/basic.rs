@@ -341,6 +341,50 @@ fn data_spreads_over_several_devices_and_they_must_stay_in_order() {
     }
 }
 
+/// `volume_of` names the quota root an object is in (the root itself
+/// included), nothing outside volumes, and survives a restart; in a view
+/// of a top-level directory, handles of another tree are Stale as for
+/// every other call.
+#[test]
+fn volume_of_names_the_quota_root_across_restart_and_views() {
+    let dev = mem(8192);
+    let (vol, inner, file, outside);
+    {
+        let fs = DiskFs::open(vec![dev.clone()], &opts()).unwrap();
+        let root = fs.root(EXPORT).unwrap();
+        vol = mkdir(&fs, &root, "vol");
+        fs.set_quota(&vol, 1 << 20).unwrap();
+        inner = mkdir(&fs, &vol, "d");
+        file = create(&fs, &inner, "f");
+        outside = create(&fs, &root, "g");
+        assert_eq!(fs.volume_of(&vol), Ok(Some(vol.ino)));
+        assert_eq!(fs.volume_of(&file), Ok(Some(vol.ino)));
+        assert_eq!(fs.volume_of(&outside), Ok(None));
+        assert_eq!(fs.volume_of(&root), Ok(None));
+    }
+    fsck_clean(&dev);
+    let fs = DiskFs::open(vec![dev.clone()], &opts()).unwrap();
+    assert_eq!(fs.volume_of(&file), Ok(Some(vol.ino)), "after a restart");
+    assert_eq!(fs.volume_of(&inner), Ok(Some(vol.ino)));
+    fs.remove(&inner, b"f").unwrap();
+    assert_eq!(fs.volume_of(&file), Err(VfsError::Stale));
+    assert_eq!(fs.volume_of(&FileHandle { export_id: EXPORT + 1, ..vol }), Err(VfsError::Stale));
+    // Views: a volume under /m is found through /m's mount; /m's handles
+    // mean nothing in /n's.
+    let root = fs.root(EXPORT).unwrap();
+    mkdir(&fs, &root, "m");
+    mkdir(&fs, &root, "n");
+    let m = fs.view("/m", 2).unwrap();
+    let n = fs.view("/n", 3).unwrap();
+    let mv = mkdir(&m, &m.root(2).unwrap(), "vol");
+    m.set_quota(&mv, 1 << 20).unwrap();
+    let mf = create(&m, &mv, "f");
+    assert_eq!(m.volume_of(&mf), Ok(Some(mv.ino)));
+    assert_eq!(n.volume_of(&FileHandle { export_id: 3, ..mf }), Err(VfsError::Stale));
+    drop((m, n, fs));
+    fsck_clean(&dev);
+}
+
 #[test]
 fn mounts_of_top_level_directories_do_not_reach_each_other() {
     let dev = mem(8192);

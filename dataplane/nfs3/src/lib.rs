@@ -200,7 +200,8 @@ impl Nfs3Program {
     }
 
     /// The export access check, before anything reaches the backend: the
-    /// export is the one in the call's handle(s); a procedure that modifies
+    /// export is the one in the call's handle(s), narrowed by the rules of
+    /// the volume a handle is in (if it has any); a procedure that modifies
     /// needs a writable grant. `Err` is the status to answer. A handle that
     /// does not parse is left to the procedure (BADHANDLE without a backend
     /// call). Runs again when a parked call resumes (same answer unless the
@@ -210,7 +211,7 @@ impl Nfs3Program {
         let mut d = Decoder::new(args);
         let check = |raw: Option<&[u8]>| -> Result<Grant, nfsstat3> {
             match raw.and_then(|b| FileHandle::from_bytes(b).ok()) {
-                Some(fh) => self.access.check(fh.export_id, ip).ok_or(nfsstat3::NFS3ERR_ACCES),
+                Some(fh) => self.access.check_fh(&fh, ip).ok_or(nfsstat3::NFS3ERR_ACCES),
                 None => Ok(Grant::OPEN),
             }
         };

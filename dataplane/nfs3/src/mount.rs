@@ -41,7 +41,8 @@ impl Mount3Program {
     }
 
     /// Export access rules: MNT answers MNT3ERR_ACCES to a client they do
-    /// not admit to the export the path resolves into (default: no rules).
+    /// not admit to the export the path resolves into, or to the volume it
+    /// is in (default: no rules).
     pub fn with_access(mut self, access: Arc<AccessTable>) -> Self {
         self.access = access;
         self
@@ -77,7 +78,7 @@ impl Mount3Program {
             return e.i32(mountstat3::MNT3ERR_NOENT as i32).map_err(|_| CallError::SystemErr);
         };
         match (self.resolve)(&path) {
-            Ok(fh) if self.access.check(fh.export_id, ctx.peer.ip()).is_none() => {
+            Ok(fh) if self.access.check_fh(&fh, ctx.peer.ip()).is_none() => {
                 e.i32(mountstat3::MNT3ERR_ACCES as i32).map_err(|_| CallError::SystemErr)
             }
             Ok(fh) => {

@@ -4,7 +4,8 @@
 //! `ro` gets NFS3ERR_ROFS on every procedure that modifies and nothing
 //! changes, squash rewrites the credential the backend sees, a rule change
 //! applies to handles learned before it, MNT refuses a client the rules do
-//! not admit.
+//! not admit; a volume's own rules narrow the export's for handles inside
+//! it only.
 
 use nfs3::{Export, Mount3Program, Nfs3Program};
 use proto::nfs3::*;
@@ -48,11 +49,25 @@ impl T {
     fn new() -> T {
         let fs = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: 64 << 20 }));
         let root = fs.root(1).unwrap();
+        T::at(fs, root, Arc::new(AccessTable::new()))
+    }
+
+    /// The same objects inside a volume (directory `vol`, a quota root):
+    /// `root` is the volume's root, and the table may hold volume rules.
+    fn in_volume() -> T {
+        let fs = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: 64 << 20 }));
+        let root = fs.root(1).unwrap();
+        let (vol, _) = fs.create(&root, b"vol", NodeKind::Directory, 0o777, &Cred::ROOT, vfs::CreateMode::Guarded).unwrap();
+        fs.set_quota(&vol, 16 << 20).unwrap();
+        let table = Arc::new(AccessTable::with_volumes(fs.clone()));
+        T::at(fs, vol, table)
+    }
+
+    fn at(fs: Arc<MemFs>, root: FileHandle, table: Arc<AccessTable>) -> T {
         fs.setattr(&root, &vfs::SetAttr { mode: Some(0o777), ..Default::default() }, None).unwrap();
         let (file, _) = fs.create(&root, b"f", NodeKind::File, 0o666, &Cred::ROOT, vfs::CreateMode::Guarded).unwrap();
         fs.write(&file, 0, b"hello", vfs::Stability::FileSync).unwrap();
         let (dir, _) = fs.create(&root, b"d", NodeKind::Directory, 0o777, &Cred::ROOT, vfs::CreateMode::Guarded).unwrap();
-        let table = Arc::new(AccessTable::new());
         T {
             p: Nfs3Program::new(fs.clone()).with_access(table.clone()),
             fs,
@@ -326,6 +341,73 @@ fn a_rule_change_applies_to_handles_learned_before() {
     assert_eq!(status(NFSPROC3_READ, &t.raw(NFSPROC3_READ, &args, 0, "10.0.0.2:1")), 0);
     t.table.set(1, None);
     assert_eq!(status(NFSPROC3_READ, &t.raw(NFSPROC3_READ, &args, 0, "10.0.0.1:1")), 0);
+}
+
+/// A volume's own rules, every procedure on handles inside it: `none` is
+/// NFS3ERR_ACCES everywhere, `ro` NFS3ERR_ROFS on every change (nothing
+/// changes), root_squash in the volume rewrites root's credential while
+/// the export itself is open; the same calls in a second volume of the
+/// export, and in the export outside any volume, are untouched; RENAME and
+/// LINK into the read-only volume from another are ROFS (their second
+/// handle is checked too).
+#[test]
+fn volume_rules_apply_to_every_procedure_inside_the_volume() {
+    let t = T::in_volume();
+    let vol = FileHandle::from_bytes(&t.root).unwrap();
+    let export_root = t.fs.root(1).unwrap();
+    let (other, _) = t.fs.create(&export_root, b"other", NodeKind::Directory, 0o777, &Cred::ROOT, vfs::CreateMode::Guarded).unwrap();
+    t.fs.set_quota(&other, 16 << 20).unwrap();
+    let (other_file, _) = t.fs.create(&other, b"g", NodeKind::File, 0o666, &Cred::ROOT, vfs::CreateMode::Guarded).unwrap();
+    let before = t.names();
+
+    t.table.set_volume(1, vol.ino, Some(vec![rule(&["10.9.0.0/16"], AccessType::ReadWrite, Squash::NoRootSquash)])).unwrap();
+    for (p, args) in t.every_call() {
+        let r = t.raw(p, &args, 0, "10.1.2.3:1");
+        assert_eq!(status(p, &r), nfsstat3::NFS3ERR_ACCES as i32, "proc {p} (no match in the volume)");
+    }
+    t.table.set_volume(1, vol.ino, Some(vec![rule(&["*"], AccessType::ReadOnly, Squash::NoRootSquash)])).unwrap();
+    for (p, args) in t.every_call() {
+        let s = status(p, &t.raw(p, &args, 0, "10.1.2.3:1"));
+        if MODIFYING.contains(&p) {
+            assert_eq!(s, nfsstat3::NFS3ERR_ROFS as i32, "proc {p}");
+        } else {
+            assert!(s != nfsstat3::NFS3ERR_ROFS as i32 && s != nfsstat3::NFS3ERR_ACCES as i32, "proc {p}: {s}");
+        }
+    }
+    assert_eq!(t.names(), before, "nothing created or removed in the volume");
+    let at = t.fs.getattr(&FileHandle::from_bytes(&t.file).unwrap()).unwrap();
+    assert_eq!((at.mode & 0o777, at.size), (0o666, 5), "no SETATTR, no WRITE");
+
+    // Across volumes: the target directory's volume is read-only.
+    let og = other_file.to_bytes();
+    let ob = other.to_bytes();
+    let rename = RENAME3args {
+        from: diropargs3 { dir: nfs_fh3 { data: &ob }, name: b"g" },
+        to: diropargs3 { dir: nfs_fh3 { data: &t.dir }, name: b"moved" },
+    };
+    assert_eq!(status(NFSPROC3_RENAME, &t.raw(NFSPROC3_RENAME, &to_vec(&rename).unwrap(), 0, "10.1.2.3:1")), nfsstat3::NFS3ERR_ROFS as i32);
+    let link = LINK3args { file: nfs_fh3 { data: &og }, link: diropargs3 { dir: nfs_fh3 { data: &t.dir }, name: b"hard" } };
+    assert_eq!(status(NFSPROC3_LINK, &t.raw(NFSPROC3_LINK, &to_vec(&link).unwrap(), 0, "10.1.2.3:1")), nfsstat3::NFS3ERR_ROFS as i32);
+
+    // The other volume and the export's root take changes, root unsquashed.
+    let create = |dir: &[u8], name: &'static [u8]| -> i32 {
+        let args = CREATE3args { r#where: diropargs3 { dir: nfs_fh3 { data: dir }, name }, how: createhow3::GUARDED(unset()) };
+        status(NFSPROC3_CREATE, &t.raw(NFSPROC3_CREATE, &to_vec(&args).unwrap(), 0, "10.1.2.3:1"))
+    };
+    assert_eq!(create(&ob, b"new"), 0);
+    assert_eq!(create(&export_root.to_bytes(), b"new"), 0);
+    assert_eq!(t.fs.lookup(&other, b"new").unwrap().1.uid, 0);
+
+    // Root squash in the volume only; the export stays unsquashed.
+    t.table.set_volume(1, vol.ino, Some(vec![rule(&["*"], AccessType::ReadWrite, Squash::RootSquash)])).unwrap();
+    assert_eq!(create(&t.root, b"by-root"), 0);
+    assert_eq!(t.fs.lookup(&vol, b"by-root").map(|(_, a)| (a.uid, a.gid)).unwrap(), (4242, 4343));
+    assert_eq!(create(&ob, b"by-root"), 0);
+    assert_eq!(t.fs.lookup(&other, b"by-root").unwrap().1.uid, 0);
+    // Cleared: the export's (open) grant again.
+    t.table.set_volume(1, vol.ino, None).unwrap();
+    assert_eq!(create(&t.root, b"by-root-2"), 0);
+    assert_eq!(t.fs.lookup(&vol, b"by-root-2").unwrap().1.uid, 0);
 }
 
 #[test]

@@ -50,7 +50,7 @@ fn call(xid: u32, proc_num: u32, args: &[u8]) -> Vec<u8> {
 
 #[test]
 fn read_and_write_allocate_nothing_per_call() {
-    run(None);
+    run(|_, _| None);
 }
 
 /// The export access check (rules walked, the credential squashed) adds
@@ -68,13 +68,41 @@ fn read_and_write_under_access_rules_allocate_nothing_per_call() {
     };
     t.set(1, Some(vec![rule("10.0.0.0/8", AccessType::None), rule("127.0.0.0/8", AccessType::ReadWrite)]));
     t.set(2, Some(vec![rule("*", AccessType::None)]));
-    run(Some(Arc::new(t)));
+    let t = Arc::new(t);
+    run(|_, _| Some(t));
 }
 
-fn run(access: Option<Arc<vfs::clients::AccessTable>>) {
+/// Nor do a volume's own rules: the backend is asked which volume the
+/// handle is in, and the volume's rules are walked, on every call.
+#[test]
+fn read_and_write_under_volume_rules_allocate_nothing_per_call() {
+    use vfs::clients::{AccessTable, AccessType, Net, Rule, Squash};
+    let rule = |c: &str, access| Rule {
+        clients: vec![Net::parse("fd00::/8").unwrap(), Net::parse(c).unwrap()],
+        access,
+        squash: Squash::RootSquash,
+        anon_uid: 65534,
+        anon_gid: 65534,
+    };
+    run(|fs, vol| {
+        let t = AccessTable::with_volumes(fs.clone());
+        t.set(1, Some(vec![rule("127.0.0.0/8", AccessType::ReadWrite)]));
+        t.set_volume(1, vol, Some(vec![rule("10.0.0.0/8", AccessType::None), rule("127.0.0.0/8", AccessType::ReadWrite)])).unwrap();
+        t.set_volume(1, vol + 1000, Some(vec![rule("*", AccessType::None)])).unwrap();
+        Some(Arc::new(t))
+    });
+}
+
+/// The file READ and WRITE use lives in a volume (directory `vol`, a quota
+/// root); `access` makes the rules from the backend and the volume's inode.
+fn run(access: impl FnOnce(&Arc<MemFs>, vfs::Ino) -> Option<Arc<vfs::clients::AccessTable>>) {
     let fs = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: 64 << 20 }));
     let root = fs.root(1).unwrap();
-    let (fh, _) = fs.create(&root, b"f", NodeKind::File, 0o666, &Cred::ROOT, CreateMode::Guarded).unwrap();
+    let (vol, _) = fs.create(&root, b"vol", NodeKind::Directory, 0o777, &Cred::ROOT, CreateMode::Guarded).unwrap();
+    fs.set_quota(&vol, 32 << 20).unwrap();
+    let (fh, _) = fs.create(&vol, b"f", NodeKind::File, 0o666, &Cred::ROOT, CreateMode::Guarded).unwrap();
+    assert_eq!(fs.volume_of(&fh).unwrap(), Some(vol.ino));
+    let access = access(&fs, vol.ino);
     fs.write(&fh, 0, &vec![1u8; 1 << 20], vfs::Stability::FileSync).unwrap();
     let limits = Limits::default();
     let mut d = Dispatcher::new(limits);

@@ -241,7 +241,8 @@ impl<'p> Compound<'p> {
     /// operations succeed and the operation that uses the filehandle
     /// answers): an operation that works on the current (and for RENAME /
     /// LINK the saved) filehandle is NFS4ERR_ACCESS unless the rules of its
-    /// export admit the peer, NFS4ERR_ROFS when it would modify and the
+    /// export (and of the volume it is in, when that has rules) admit the
+    /// peer, NFS4ERR_ROFS when it would modify and the
     /// grant is read-only; the credential is squashed as the rule says.
     /// COPY's and CLONE's source (the saved filehandle) must be admitted,
     /// for reading.
@@ -281,11 +282,11 @@ impl<'p> Compound<'p> {
         let mut grant = vfs::clients::Grant::OPEN;
         if uses_fh {
             if let Some(fh) = self.cur {
-                grant = table.check(fh.export_id, self.peer).ok_or(Nfs4Error(p::NFS4ERR_ACCESS))?;
+                grant = table.check_fh(&fh, self.peer).ok_or(Nfs4Error(p::NFS4ERR_ACCESS))?;
             }
             if matches!(op, p::OP_RENAME | p::OP_LINK | p::OP_COPY | p::OP_CLONE) {
                 if let Some(fh) = self.saved {
-                    let g = table.check(fh.export_id, self.peer).ok_or(Nfs4Error(p::NFS4ERR_ACCESS))?;
+                    let g = table.check_fh(&fh, self.peer).ok_or(Nfs4Error(p::NFS4ERR_ACCESS))?;
                     // COPY and CLONE only read their source (the saved filehandle).
                     if !matches!(op, p::OP_COPY | p::OP_CLONE) {
                         grant.writable &= g.writable;

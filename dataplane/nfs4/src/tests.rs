@@ -2434,6 +2434,62 @@ fn export_access_rules_on_operations() {
     assert_eq!(getattr_via(&s, &mut c, &fh), p::NFS4_OK);
 }
 
+/// A volume's own rules (a quota root with rules in the table) on the
+/// operations that use a handle inside it: `ro` makes CREATE, REMOVE,
+/// SETATTR ROFS there while a second volume of the export takes them;
+/// RENAME from that second volume into the read-only one is ROFS (the
+/// target is the current filehandle) and so is the other way (the saved
+/// one); `none` / no match is NFS4ERR_ACCESS inside the volume only.
+#[test]
+fn volume_rules_on_operations() {
+    use vfs::clients::{AccessTable, AccessType::*, Squash::*};
+    use vfs::{CreateMode, Cred, NodeKind};
+    let Server { prog, fs } = server();
+    let table = Arc::new(AccessTable::with_volumes(fs.clone()));
+    let s = Server { prog: prog.with_access(table.clone()), fs };
+    let root = s.fs.root(EXPORT).unwrap();
+    let volume = |name: &[u8]| {
+        let (d, _) = s.fs.create(&root, name, NodeKind::Directory, 0o777, &Cred::ROOT, CreateMode::Guarded).unwrap();
+        s.fs.set_quota(&d, 1 << 20).unwrap();
+        s.fs.create(&d, b"f", NodeKind::File, 0o666, &Cred::ROOT, CreateMode::Guarded).unwrap();
+        d
+    };
+    let (ro, rw) = (volume(b"ro"), volume(b"rw"));
+    let (rob, rwb) = (ro.to_bytes(), rw.to_bytes());
+    from_peer("10.0.0.1:900");
+    let mut c = connect(&s, b"volumes");
+    table.set_volume(EXPORT, ro.ino, Some(vec![access_rule(&["*"], ReadOnly, NoRootSquash)])).unwrap();
+
+    let mkdir = p::CREATE4args { objtype: p::createtype4::NF4DIR, objname: b"d", createattrs: p::fattr4 { attrmask: vec![], attr_vals: b"" } };
+    assert_eq!(on_fh(&s, &mut c, &rob, p::OP_CREATE, &mkdir).0, p::NFS4ERR_ROFS);
+    assert_eq!(on_fh(&s, &mut c, &rwb, p::OP_CREATE, &mkdir).0, p::NFS4_OK);
+    let (mask, vals) = fattr_mode(0o600);
+    let sa = p::SETATTR4args { stateid: stateid0(), obj_attributes: p::fattr4 { attrmask: mask, attr_vals: &vals } };
+    assert_eq!(on_fh(&s, &mut c, &rob, p::OP_SETATTR, &sa).0, p::NFS4ERR_ROFS);
+    assert_eq!(on_fh(&s, &mut c, &rwb, p::OP_SETATTR, &sa).0, p::NFS4_OK);
+    let rename = |from: &[u8], to: &[u8], c: &mut Client| {
+        let rn = p::RENAME4args { oldname: b"f", newname: b"moved" };
+        let mut r = s.call(c.seq_req(false).op(p::OP_PUTFH, &putfh(from)).raw(p::OP_SAVEFH as u32, &[]).op(p::OP_PUTFH, &putfh(to)).op(p::OP_RENAME, &rn));
+        r.ok::<p::SEQUENCE4resok>(p::OP_SEQUENCE);
+        r.ok0(p::OP_PUTFH);
+        r.ok0(p::OP_SAVEFH);
+        r.ok0(p::OP_PUTFH);
+        r.next(p::OP_RENAME)
+    };
+    assert_eq!(rename(&rwb, &rob, &mut c), p::NFS4ERR_ROFS, "into the read-only volume");
+    assert_eq!(rename(&rob, &rwb, &mut c), p::NFS4ERR_ROFS, "out of it");
+    assert_eq!(on_fh(&s, &mut c, &rob, p::OP_REMOVE, &p::REMOVE4args { target: b"f" }).0, p::NFS4ERR_ROFS);
+    assert!(s.fs.lookup(&ro, b"f").is_ok() && s.fs.lookup(&ro, b"d").is_err());
+    assert_eq!(on_fh(&s, &mut c, &rwb, p::OP_REMOVE, &p::REMOVE4args { target: b"f" }).0, p::NFS4_OK);
+
+    table.set_volume(EXPORT, ro.ino, Some(vec![access_rule(&["10.9.0.0/16"], ReadWrite, NoRootSquash)])).unwrap();
+    assert_eq!(getattr_via(&s, &mut c, &rob), p::NFS4ERR_ACCESS);
+    assert_eq!(getattr_via(&s, &mut c, &rwb), p::NFS4_OK);
+    assert_eq!(getattr_via(&s, &mut c, &root.to_bytes()), p::NFS4_OK, "the export root is in no volume");
+    from_peer("10.9.1.1:900");
+    assert_eq!(getattr_via(&s, &mut c, &rob), p::NFS4_OK);
+}
+
 /// Over the router: LOOKUP from the pseudo-root into an export the client
 /// may not use is NFS4ERR_ACCESS (the current filehandle stays the
 /// pseudo-root's); another export and an admitted client get through;

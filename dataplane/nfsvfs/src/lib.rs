@@ -863,6 +863,11 @@ impl Vfs for NfsVfs {
         Ok(None)
     }
 
+    /// No volumes here (quotas are the remote's), so no call goes out.
+    fn volume_of(&self, _fh: &FileHandle) -> VfsResult<Option<vfs::Ino>> {
+        Ok(None)
+    }
+
     fn remove_tree(&self, _dir: &FileHandle, _name: &[u8]) -> VfsResult<()> {
         Err(VfsError::NotSupported)
     }

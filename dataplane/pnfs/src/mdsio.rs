@@ -377,6 +377,10 @@ impl Vfs for PnfsVfs {
         self.inner().quota(fh)
     }
 
+    fn volume_of(&self, fh: &FileHandle) -> VfsResult<Option<vfs::Ino>> {
+        self.inner().volume_of(fh)
+    }
+
     fn remove_tree(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
         if let Ok((top, a)) = self.inner().lookup(dir, name) {
             if a.ftype == FileType::Directory {

@@ -14,11 +14,19 @@
 //! behaviour before rules existed). IPv4-mapped IPv6 addresses
 //! (`::ffff:a.b.c.d`) are the IPv4 address, on both sides.
 //!
+//! Volumes (quota roots, the admin API's volumes) may carry rules of their
+//! own. A call whose handle lives inside such a volume gets the export's
+//! grant narrowed by the volume's (`Grant::narrow`): a volume's rules can
+//! take rights away, never add any. Which volume a handle is in is the
+//! backend's answer (`Vfs::volume_of`), asked only when the handle's
+//! export has volume rules at all.
+//!
 //! Nothing here allocates on the call path: a lookup takes a read lock,
-//! finds the export's rule slice and walks it.
+//! finds the export's rule slice and walks it (and, for an export with
+//! volume rules, asks the backend for the volume and looks it up).
 
 use crate::idhash::IdHashMap;
-use crate::{Cred, ExportId};
+use crate::{Cred, ExportId, FileHandle, Ino, Vfs};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -220,6 +228,22 @@ impl Grant {
     pub const OPEN: Grant =
         Grant { writable: true, squash: Squash::NoRootSquash, anon_uid: ANON_ID_DEFAULT, anon_gid: ANON_ID_DEFAULT };
 
+    /// Both grants at once (an export's and a volume's inside it): read-only
+    /// if either is, the stricter squash with its anonymous identity; on
+    /// equal squash the anonymous identity is `inner`'s (the volume's, the
+    /// narrower scope).
+    pub fn narrow(self, inner: Grant) -> Grant {
+        fn rank(s: Squash) -> u8 {
+            match s {
+                Squash::NoRootSquash => 0,
+                Squash::RootSquash => 1,
+                Squash::AllSquash => 2,
+            }
+        }
+        let ids = if rank(self.squash) > rank(inner.squash) { self } else { inner };
+        Grant { writable: self.writable && inner.writable, squash: ids.squash, anon_uid: ids.anon_uid, anon_gid: ids.anon_gid }
+    }
+
     /// The credential the backend sees: `cred` squashed as the rule says
     /// (a squashed credential has no supplementary groups).
     pub fn squash<'a>(&self, cred: Cred<'a>) -> Cred<'a> {
@@ -247,13 +271,38 @@ pub fn evaluate(rules: &[Rule], ip: IpAddr) -> Option<Grant> {
     }
 }
 
-/// Rules per export id, changeable while serving (a change applies to the
-/// next call, handles learned earlier included).
+/// Most volumes of one export with rules of their own (the admin API's
+/// volume bound).
+pub const VOLUMES_WITH_RULES_MAX: usize = 65536;
+
+/// The rules of one export (a mount) and of the volumes in it.
+#[derive(Default)]
+struct MountRules {
+    /// `None`: open to all.
+    export: Option<Arc<[Rule]>>,
+    /// Per volume root inode; empty for most exports, and then a call
+    /// never asks the backend which volume its handle is in.
+    volumes: IdHashMap<Ino, Arc<[Rule]>>,
+}
+
+impl MountRules {
+    fn is_empty(&self) -> bool {
+        self.export.is_none() && self.volumes.is_empty()
+    }
+}
+
+/// Rules per export id, and per volume inside an export, changeable while
+/// serving (a change applies to the next call, handles learned earlier
+/// included).
 #[derive(Default)]
 pub struct AccessTable {
-    /// False until some export has rules: the common open case skips the lock.
+    /// False until some export or volume has rules: the common open case
+    /// skips the lock.
     any: AtomicBool,
-    rules: RwLock<IdHashMap<ExportId, Arc<[Rule]>>>,
+    rules: RwLock<IdHashMap<ExportId, MountRules>>,
+    /// Which volume a handle is in (`Vfs::volume_of`); needed only for
+    /// volume rules.
+    backend: Option<Arc<dyn Vfs>>,
 }
 
 impl std::fmt::Debug for AccessTable {
@@ -267,34 +316,104 @@ impl AccessTable {
         AccessTable::default()
     }
 
-    /// Set (`Some`) or clear (`None`: open to all) the rules of an export.
-    pub fn set(&self, export: ExportId, rules: Option<Vec<Rule>>) {
+    /// A table that may also hold volume rules: `backend` says which
+    /// volume a handle is in (the router, over every mount).
+    pub fn with_volumes(backend: Arc<dyn Vfs>) -> AccessTable {
+        AccessTable { backend: Some(backend), ..AccessTable::default() }
+    }
+
+    fn update(&self, export: ExportId, f: impl FnOnce(&mut MountRules)) {
         let mut m = self.rules.write().unwrap();
-        match rules {
-            Some(r) => {
-                m.insert(export, r.into());
-            }
-            None => {
-                m.remove(&export);
-            }
+        let e = m.entry(export).or_default();
+        f(e);
+        if e.is_empty() {
+            m.remove(&export);
         }
         self.any.store(!m.is_empty(), Ordering::Release);
     }
 
-    /// The rules of an export, `None` when it is open to all.
-    pub fn get(&self, export: ExportId) -> Option<Arc<[Rule]>> {
-        self.rules.read().unwrap().get(&export).cloned()
+    /// Set (`Some`) or clear (`None`: open to all) the rules of an export.
+    pub fn set(&self, export: ExportId, rules: Option<Vec<Rule>>) {
+        self.update(export, |e| e.export = rules.map(Into::into));
     }
 
-    /// What `ip` may do on `export`; `None`: no access.
+    /// The rules of an export, `None` when it is open to all.
+    pub fn get(&self, export: ExportId) -> Option<Arc<[Rule]>> {
+        self.rules.read().unwrap().get(&export).and_then(|e| e.export.clone())
+    }
+
+    /// Set (`Some`) or clear (`None`: the export's rules alone decide) the
+    /// rules of the volume whose root directory is inode `root` of
+    /// `export`. Refused (`Err`) on a table without a backend to find
+    /// volumes with, and beyond `VOLUMES_WITH_RULES_MAX` volumes.
+    pub fn set_volume(&self, export: ExportId, root: Ino, rules: Option<Vec<Rule>>) -> Result<(), String> {
+        if self.backend.is_none() {
+            return Err("this access table cannot find volumes (no backend)".into());
+        }
+        let mut full = false;
+        self.update(export, |e| match rules {
+            Some(r) => {
+                if !e.volumes.contains_key(&root) && e.volumes.len() >= VOLUMES_WITH_RULES_MAX {
+                    full = true;
+                } else {
+                    e.volumes.insert(root, r.into());
+                }
+            }
+            None => {
+                e.volumes.remove(&root);
+            }
+        });
+        if full {
+            return Err(format!("more than {VOLUMES_WITH_RULES_MAX} volumes with rules in one export"));
+        }
+        Ok(())
+    }
+
+    /// The rules of a volume, `None` when it has none of its own.
+    pub fn get_volume(&self, export: ExportId, root: Ino) -> Option<Arc<[Rule]>> {
+        self.rules.read().unwrap().get(&export).and_then(|e| e.volumes.get(&root).cloned())
+    }
+
+    /// What `ip` may do on `export` by the export's rules alone (volume
+    /// rules not applied: for what is not inside a volume, such as an
+    /// export's root); `None`: no access.
     pub fn check(&self, export: ExportId, ip: IpAddr) -> Option<Grant> {
         if !self.any.load(Ordering::Acquire) {
             return Some(Grant::OPEN);
         }
         let m = self.rules.read().unwrap();
-        match m.get(&export) {
+        match m.get(&export).and_then(|e| e.export.as_deref()) {
             None => Some(Grant::OPEN),
             Some(rules) => evaluate(rules, ip),
+        }
+    }
+
+    /// What `ip` may do with the object `fh` names: its export's grant,
+    /// narrowed by its volume's rules when it lives in a volume that has
+    /// some; `None`: no access. An export without volume rules costs what
+    /// `check` costs; otherwise one `Vfs::volume_of` and a map lookup, no
+    /// allocation. A handle the backend does not know (stale, bad) gets the
+    /// export's grant: the operation itself then fails on it.
+    pub fn check_fh(&self, fh: &FileHandle, ip: IpAddr) -> Option<Grant> {
+        if !self.any.load(Ordering::Acquire) {
+            return Some(Grant::OPEN);
+        }
+        let m = self.rules.read().unwrap();
+        let Some(e) = m.get(&fh.export_id) else { return Some(Grant::OPEN) };
+        let grant = match e.export.as_deref() {
+            None => Grant::OPEN,
+            Some(rules) => evaluate(rules, ip)?,
+        };
+        if e.volumes.is_empty() {
+            return Some(grant);
+        }
+        let backend = self.backend.as_ref()?;
+        match backend.volume_of(fh) {
+            Ok(Some(root)) => match e.volumes.get(&root) {
+                Some(rules) => Some(grant.narrow(evaluate(rules, ip)?)),
+                None => Some(grant),
+            },
+            Ok(None) | Err(_) => Some(grant),
         }
     }
 }
@@ -423,5 +542,83 @@ mod tests {
         t.set(1, None);
         assert_eq!(t.check(1, ip("1.2.3.4")), Some(Grant::OPEN));
         assert!(t.get(1).is_none());
+    }
+
+    #[test]
+    fn narrowing_takes_the_stricter_of_each() {
+        let g = |w, s, id| Grant { writable: w, squash: s, anon_uid: id, anon_gid: id };
+        use Squash::*;
+        assert!(!g(true, NoRootSquash, 1).narrow(g(false, NoRootSquash, 2)).writable, "ro inside wins");
+        assert!(!g(false, NoRootSquash, 1).narrow(g(true, NoRootSquash, 2)).writable, "ro outside wins");
+        assert!(g(true, NoRootSquash, 1).narrow(g(true, NoRootSquash, 2)).writable);
+        for (outer, inner, want, id) in [
+            (NoRootSquash, RootSquash, RootSquash, 2),
+            (RootSquash, NoRootSquash, RootSquash, 1),
+            (AllSquash, RootSquash, AllSquash, 1),
+            (RootSquash, AllSquash, AllSquash, 2),
+            (RootSquash, RootSquash, RootSquash, 2),
+        ] {
+            let n = g(true, outer, 1).narrow(g(true, inner, 2));
+            assert_eq!((n.squash, n.anon_uid, n.anon_gid), (want, id, id), "{outer:?} then {inner:?}");
+        }
+    }
+
+    /// Volume rules over a real memfs: a handle inside a volume with rules
+    /// gets them on top of the export's; a handle in another volume or
+    /// outside any gets the export's alone; removing the rules reopens.
+    #[test]
+    fn volume_rules_narrow_handles_inside_the_volume() {
+        use crate::memfs::{MemFs, MemFsConfig};
+        use crate::{CreateMode, NodeKind};
+        let fs = Arc::new(MemFs::new(MemFsConfig { export_id: 3, capacity_bytes: 16 << 20 }));
+        let root = fs.root(3).unwrap();
+        let mk = |dir: &FileHandle, name: &[u8], kind| fs.create(dir, name, kind, 0o777, &Cred::ROOT, CreateMode::Guarded).unwrap().0;
+        let a = mk(&root, b"a", NodeKind::Directory);
+        let b = mk(&root, b"b", NodeKind::Directory);
+        fs.set_quota(&a, 1 << 20).unwrap();
+        fs.set_quota(&b, 1 << 20).unwrap();
+        let in_a = mk(&a, b"f", NodeKind::File);
+        let in_b = mk(&b, b"f", NodeKind::File);
+        let outside = mk(&root, b"f", NodeKind::File);
+        assert_eq!(fs.volume_of(&in_a).unwrap(), Some(a.ino));
+        assert_eq!(fs.volume_of(&a).unwrap(), Some(a.ino), "a volume's root is inside it");
+        assert_eq!(fs.volume_of(&outside).unwrap(), None);
+
+        assert!(AccessTable::new().set_volume(3, a.ino, Some(vec![])).is_err(), "no backend, no volume rules");
+        let t = AccessTable::with_volumes(fs.clone());
+        let peer = ip("10.0.0.1");
+        t.set_volume(3, a.ino, Some(vec![rule(&["*"], AccessType::ReadOnly, Squash::RootSquash)])).unwrap();
+        assert_eq!(t.check(3, peer), Some(Grant::OPEN), "the export alone is open");
+        let g = t.check_fh(&in_a, peer).unwrap();
+        assert!(!g.writable);
+        assert_eq!((g.squash, g.anon_uid), (Squash::RootSquash, 1234));
+        assert!(!t.check_fh(&a, peer).unwrap().writable, "the volume root too");
+        assert_eq!(t.check_fh(&in_b, peer), Some(Grant::OPEN), "another volume");
+        assert_eq!(t.check_fh(&outside, peer), Some(Grant::OPEN), "outside every volume");
+        assert_eq!(t.check_fh(&root, peer), Some(Grant::OPEN));
+
+        // The export's rules still apply, and refuse before the volume's.
+        t.set(3, Some(vec![rule(&["10.0.0.0/8"], AccessType::ReadWrite, Squash::AllSquash)]));
+        let g = t.check_fh(&in_a, peer).unwrap();
+        assert_eq!((g.writable, g.squash), (false, Squash::AllSquash));
+        assert_eq!(t.check_fh(&in_a, ip("11.0.0.1")), None);
+        assert!(t.check_fh(&in_b, peer).unwrap().writable);
+        // A volume rule of `none`, or no match, refuses inside it only.
+        t.set_volume(3, a.ino, Some(vec![rule(&["10.9.0.0/16"], AccessType::ReadWrite, Squash::NoRootSquash)])).unwrap();
+        assert_eq!(t.check_fh(&in_a, peer), None);
+        assert!(t.check_fh(&in_a, ip("10.9.1.1")).is_some());
+        assert!(t.check_fh(&in_b, peer).is_some());
+        assert_eq!(t.get_volume(3, a.ino).unwrap().len(), 1);
+        // Cleared: the export's rules alone; with those gone too, open.
+        t.set_volume(3, a.ino, None).unwrap();
+        assert!(t.check_fh(&in_a, peer).unwrap().writable);
+        t.set(3, None);
+        assert_eq!(t.check_fh(&in_a, ip("11.0.0.1")), Some(Grant::OPEN));
+        assert!(t.get_volume(3, a.ino).is_none());
+        // A stale handle gets the export's grant (its call fails on it).
+        t.set_volume(3, a.ino, Some(vec![])).unwrap();
+        fs.remove(&a, b"f").unwrap();
+        assert_eq!(t.check_fh(&in_a, peer), Some(Grant::OPEN));
+        assert_eq!(t.check_fh(&a, peer), None);
     }
 }

@@ -479,6 +479,13 @@ pub trait Vfs: Send + Sync {
     /// The quota of the volume `fh` belongs to, if any.
     fn quota(&self, fh: &FileHandle) -> VfsResult<Option<QuotaUsage>>;
 
+    /// The volume (quota root) `fh` lives in, named by its root directory's
+    /// inode (a volume's root is inside its own volume), or `None` outside
+    /// every volume. Asked on every call into an export that has
+    /// per-volume access rules (`clients::AccessTable`), so it must not
+    /// allocate. A handle naming no live object is `Stale`.
+    fn volume_of(&self, fh: &FileHandle) -> VfsResult<Option<Ino>>;
+
     /// Remove a directory and everything below it (volume deletion).
     /// Pinned files below it lose their names and live on until unpinned.
     fn remove_tree(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()>;

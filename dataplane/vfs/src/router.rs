@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::{
-    check_name, Attr, CreateMode, Cred, DirEntry, ExportId, FileHandle, FileType, FsStat, NodeKind, QuotaUsage,
+    check_name, Attr, CreateMode, Cred, DirEntry, ExportId, FileHandle, FileType, FsStat, Ino, NodeKind, QuotaUsage,
     SetAttr, Stability, Time, Vfs, VfsError, VfsResult,
 };
 
@@ -409,6 +409,13 @@ impl Vfs for Router {
         match self.target(fh)? {
             Target::Pseudo => Ok(None),
             Target::Backend(v) => v.quota(fh),
+        }
+    }
+
+    fn volume_of(&self, fh: &FileHandle) -> VfsResult<Option<Ino>> {
+        match self.target(fh)? {
+            Target::Pseudo => Ok(None),
+            Target::Backend(v) => v.volume_of(fh),
         }
     }
 

@@ -661,6 +661,13 @@ impl Vfs for MemFs {
             .map(|v| QuotaUsage { capacity_bytes: v.space.capacity_bytes(), used_bytes: v.space.used_bytes() }))
     }
 
+    fn volume_of(&self, fh: &FileHandle) -> VfsResult<Option<Ino>> {
+        let inode = self.get(fh)?;
+        let st = inode.read();
+        live(&st)?;
+        Ok(st.volume.as_ref().map(|v| v.root_ino))
+    }
+
     fn pin(&self, fh: &FileHandle) -> VfsResult<()> {
         let inode = self.get(fh)?;
         let mut st = inode.write();
