@@ -18,7 +18,7 @@ KUBE_SIDECARS_TAR := $(KUBE_CACHE)/sidecars.tar
 KUBE_E2E_TEST := $(KUBE_CACHE)/kube-e2e.test
 # Whole run (boot, flow, teardown) on a loaded 2-core host under TCG; the
 # test binary's own budget sits below it.
-KUBE_E2E_TIMEOUT_S ?= 1500
+KUBE_E2E_TIMEOUT_S ?= 2100
 KUBE_E2E_IMAGES = $(IMAGES_OUT)/pause.tar $(IMAGES_OUT)/chimera-fio.tar $(IMAGES_OUT)/chimera-fio-engine.tar $(IMAGES_OUT)/chimera-operator.tar \
   $(IMAGES_OUT)/chimera-csi.tar $(IMAGES_OUT)/chimerad.tar $(KUBE_SIDECARS_TAR)
 
@@ -35,7 +35,7 @@ define kube_e2e_run
 	@set +e; cd $(KUBE_E2E) && IMAGES="$(KUBE_E2E_IMAGES)" GUEST_MEM_MB=3072 \
 	  HELM=$(CACHE)/bin/helm KUBECTL=$(K8S_ASSETS)/kubectl CHIMERA_REPO=$(CURDIR) NODE_SHARE=$(KUBE_CACHE)/run/share \
 	  CHIMERA_KUBE_E2E=1 timeout -k 20 $(KUBE_E2E_TIMEOUT_S) ./run.sh $(KUBE_E2E_TEST) -test.v -test.count=1 \
-	  -test.run '^($(subst $(KUBE_E2E_SPACE),|,$(strip $(1))))$$' -test.timeout 22m > $(CACHE)/last-$(2).log 2>&1; rc=$$?; set -e; \
+	  -test.run '^($(subst $(KUBE_E2E_SPACE),|,$(strip $(1))))$$' -test.timeout 32m > $(CACHE)/last-$(2).log 2>&1; rc=$$?; set -e; \
 	  log=$(CACHE)/last-$(2).log; \
 	  grep -E '^kube-e2e:|STEP |FLEXFILES-CHECK|^ +[0-9.]+s +\+|timeline|^(    )?--- (PASS|FAIL|SKIP)|^(ok|FAIL|PASS)$$|^panic:' $$log; \
 	  for t in $(1); do grep -q -- "^--- PASS: $$t " $$log || { echo "$(2): $$t did not pass (rc $$rc; full log: $$log, cluster logs: $(KUBE_CACHE)/run)"; exit 1; }; done; \

@@ -42,7 +42,7 @@ mkdir -p "$deb_dir"
 
 # Whole packages are unpacked into the root (Debian's own non-merged layout:
 # /bin, /lib, /usr/...), so their files sit where their binaries expect them.
-tools_pkgs=(busybox-static kmod mount util-linux iptables containerd runc containernetworking-plugins
+tools_pkgs=(busybox-static kmod mount util-linux iptables conntrack containerd runc containernetworking-plugins
   libc6 libgcc-s1)
 lib_pkgs=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
     --no-breaks --no-replaces --no-enhances "${tools_pkgs[@]}" 2>/dev/null \

@@ -27,7 +27,7 @@ hostname localhost
 
 for m in virtio_net 9p 9pnet_virtio overlay br_netfilter veth bridge nf_conntrack nf_nat nf_tables \
     nft_compat nft_chain_nat xt_nat xt_MASQUERADE xt_conntrack xt_addrtype xt_comment xt_mark \
-    sunrpc nfs nfsv4 nfs_layout_flexfiles fuse; do
+    nf_conntrack_netlink sunrpc nfs nfsv4 nfs_layout_flexfiles fuse; do
   modprobe "$m" 2>/dev/null || say "modprobe $m failed"
 done
 sysctl -qw net.ipv4.ip_forward=1
@@ -57,11 +57,48 @@ iptables -t nat -A PREROUTING -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-de
 iptables -t nat -A OUTPUT -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.2.2:6443
 iptables -t nat -A POSTROUTING -s 10.88.0.0/24 -d 10.0.2.0/24 -j MASQUERADE || say "iptables rules failed"
 
+# The run's PersistentVolume disk (run.sh), for hostPath volumes.
+mkdir -p /var/lib/chimera-pv
+mount -L chimera-pv /var/lib/chimera-pv || say "no PV disk (label chimera-pv): hostPath volumes land on the root disk"
+
+# Service addresses the test maps to pods (there is no kube-proxy): the
+# host-side test writes "VIP POD-IP" lines to /run/kube/vips; each change is
+# applied as DNAT rules (for the node's own traffic and for pods') and
+# acknowledged in /run/kube/vips.applied. Pod traffic to a VIP that lands on
+# another pod of the bridge is masqueraded, so the reply comes back the way
+# it went.
+iptables -t nat -N CHIMERA-VIPS
+iptables -t nat -A PREROUTING -j CHIMERA-VIPS
+iptables -t nat -A OUTPUT -j CHIMERA-VIPS
+iptables -t nat -A POSTROUTING -m conntrack --ctstate DNAT -s 10.88.0.0/24 -d 10.88.0.0/24 -j MASQUERADE
+(
+  while :; do
+    if [ -f /run/kube/vips ] && ! cmp -s /run/kube/vips /run/vips.cur; then
+      cp /run/kube/vips /run/vips.new
+      iptables -t nat -F CHIMERA-VIPS
+      while read -r vip to; do
+        [ -n "$vip" ] && iptables -t nat -A CHIMERA-VIPS -d "$vip/32" -p tcp -j DNAT --to-destination "$to"
+      done </run/vips.new
+      # Connections to a VIP's old pod must not keep their old translation
+      # (the NFS client reconnects from the same port: its SYNs would follow
+      # the old entry to the gone pod until it timed out).
+      conntrack -D -p tcp >/dev/null 2>&1 || true
+      mv /run/vips.new /run/vips.cur
+      cp /run/vips.cur /run/kube/vips.applied.tmp && mv /run/kube/vips.applied.tmp /run/kube/vips.applied
+      say "VIPs: $(tr '\n' ';' </run/vips.cur)"
+    fi
+    sleep 1
+  done
+) &
+
 containerd --config /etc/containerd/config.toml >/run/kube/logs/containerd.log 2>&1 &
 i=0
 while [ ! -S /run/containerd/containerd.sock ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 [ -S /run/containerd/containerd.sock ] || say "containerd did not start (see logs/containerd.log)"
 say "containerd up; images: $(ctr -n k8s.io images ls -q 2>/dev/null | tr '\n' ' ')"
+# A second tag of the same chimerad image: what the rolling upgrade changes
+# spec.image to (a new revision, nothing to pull).
+ctr -n k8s.io images tag localhost/chimerad:dev localhost/chimerad:dev2 >/dev/null 2>&1 || say "could not tag localhost/chimerad:dev2"
 
 (
   n=0

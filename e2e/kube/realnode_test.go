@@ -913,6 +913,13 @@ func TestRealNode(t *testing.T) {
 		})
 	})
 
+	// Upgrades without an I/O error (rollout_e2e_test.go): a durable
+	// cluster of its own, rolled to a second image tag under a fio verify
+	// Job; it cleans up after itself, so the checks below still hold.
+	tl.run(t, "rolling upgrade (diskfs on PVs, pNFS mirrors 2) under a fio verify Job: zero errors", func() (string, error) {
+		return e.rollingUpgrade(cc, samples)
+	})
+
 	tl.run(t, "helm uninstall: nothing left, no mounts", func() (string, error) {
 		if _, err := e.tool(e.helm, "uninstall", releaseName, "--namespace", releaseNS, "--wait", "--timeout", "120s"); err != nil {
 			return "", err

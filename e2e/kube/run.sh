@@ -11,7 +11,8 @@
 # Environment: IMAGES (space-separated OCI archives to preload), K8S_BIN
 # ($CACHE/k8s/v1.34.4), RUN_DIR ($CACHE/kube/run: logs, console, certificates
 # of the last run), GUEST_MEM_MB (2048), NODE_READY_TIMEOUT_S (180, per boot),
-# NODE_BOOT_ATTEMPTS (2: a guest whose kernel stalls at boot is booted again).
+# NODE_BOOT_ATTEMPTS (2: a guest whose kernel stalls at boot is booted again),
+# PV_DISK_MB (4096: the sparse disk hostPath PersistentVolumes live on).
 #
 # Addresses: the apiserver binds 127.0.0.1:6443 and advertises 10.0.2.2 (the
 # host as the guest sees it through QEMU user networking); the node is named
@@ -72,6 +73,7 @@ cleanup() {
     sleep 0.2
   done
   for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+  rm -f "$RUN_DIR/pv.img"
   log "torn down (logs: $RUN_DIR)"
   exit $rc
 }
@@ -194,6 +196,11 @@ log "control plane up in $((SECONDS - t0))s (https://127.0.0.1:$APISERVER_PORT)"
 # --- the node ---
 drives=(-drive "file=$node/root.img,if=virtio,format=raw,snapshot=on")
 if [ -n "$images_img" ]; then drives+=(-drive "file=$images_img,if=virtio,format=raw,snapshot=on"); fi
+# Room for PersistentVolumes (hostPath, under /var/lib/chimera-pv in the
+# guest: the durable cluster's MDS and data-server volumes): a sparse ext4
+# image of this run, found by its label, removed at teardown.
+mkfs.ext4 -q -F -L chimera-pv "$RUN_DIR/pv.img" "${PV_DISK_MB:-4096}M" || die "cannot make the PV disk"
+drives+=(-drive "file=$RUN_DIR/pv.img,if=virtio,format=raw")
 # A TCG guest now and then stalls in its own kernel at boot on this shared
 # host (soft lockups, RCU stalls: the emulated CPUs stop making progress, and
 # the node never registers). That is the emulator, not the node: the node is
