@@ -59,7 +59,16 @@ iptables -t nat -A POSTROUTING -s 10.88.0.0/24 -d 10.0.2.0/24 -j MASQUERADE || s
 
 # The run's PersistentVolume disk (run.sh), for hostPath volumes.
 mkdir -p /var/lib/chimera-pv
-mount -L chimera-pv /var/lib/chimera-pv || say "no PV disk (label chimera-pv): hostPath volumes land on the root disk"
+# By label, found with util-linux's blkid: the mount first on PATH is
+# busybox's, which has no -L.
+pv_dev=$(/sbin/blkid -L chimera-pv 2>/dev/null || true)
+if [ -z "$pv_dev" ]; then
+  say "no PV disk (no block device labelled chimera-pv): hostPath volumes land on the root disk"
+elif ! mount -t ext4 "$pv_dev" /var/lib/chimera-pv; then
+  say "the PV disk $pv_dev (label chimera-pv) did not mount: hostPath volumes land on the root disk"
+else
+  say "PV disk $pv_dev mounted at /var/lib/chimera-pv ($(df -h /var/lib/chimera-pv | tail -1))"
+fi
 
 # Service addresses the test maps to pods (there is no kube-proxy): the
 # host-side test writes "VIP POD-IP" lines to /run/kube/vips; each change is

@@ -7,7 +7,7 @@ package kube
 // kernel-mounted pNFS volume (NFSv4.1) under a fio Job that writes and
 // verifies (crc32c, O_DIRECT) a file round after round. spec.image changes
 // to a second tag of the same image (localhost/chimerad:dev2, tagged by
-// node-init): the operator must replace roll-ds-0, roll-ds-1 and the MDS in
+// node-init): the operator must replace chimera-ds-0, chimera-ds-1 and the MDS in
 // that order (drain, restart, ready, undrain, resync; the MDS done after its
 // grace period) while the rounds go on, and the Job must end with zero
 // errors, a round completed after the rollout, and the file it wrote before
@@ -41,7 +41,11 @@ import (
 )
 
 const (
-	rollName   = "roll"
+	// The flow's cluster is gone by now, and this one takes its name: the
+	// CSI controller reaches MDSes by address (here the VIP), so the e2e
+	// values pin the name it checks on their certificates to
+	// chimera-mds.chimera.svc (csi.adminTLSServerName).
+	rollName   = "chimera"
 	rollVIP    = "10.96.0.53"
 	rollClass  = "chimera-e2e-local"
 	rollPVDir  = "/var/lib/chimera-pv"
