@@ -245,6 +245,7 @@ pub struct PnfsConfig {
     pub layouts_max: u32,
     pub ds_timeout_ms: u32,
     pub remove_queue_max: u32,
+    pub recall_timeout_ms: u32,
     pub data_servers: Vec<DataServer>,
 }
 
@@ -253,6 +254,7 @@ pub const LAYOUTS_PER_CLIENT_MAX_DEFAULT: u64 = 4096;
 pub const LAYOUTS_MAX_DEFAULT: u64 = 262_144;
 pub const DS_TIMEOUT_MS_DEFAULT: u64 = 3000;
 pub const REMOVE_QUEUE_MAX_DEFAULT: u64 = 65_536;
+pub const RECALL_TIMEOUT_MS_DEFAULT: u64 = 60_000;
 
 impl PnfsConfig {
     fn defaults() -> PnfsConfig {
@@ -267,6 +269,7 @@ impl PnfsConfig {
             layouts_max: LAYOUTS_MAX_DEFAULT as u32,
             ds_timeout_ms: DS_TIMEOUT_MS_DEFAULT as u32,
             remove_queue_max: REMOVE_QUEUE_MAX_DEFAULT as u32,
+            recall_timeout_ms: RECALL_TIMEOUT_MS_DEFAULT as u32,
             data_servers: Vec::new(),
         }
     }
@@ -1176,6 +1179,7 @@ fn parse_pnfs(v: &Value) -> Result<PnfsConfig, ConfigError> {
         layouts_max: o.u64_in("layouts_max", 1, 1 << 24)?.map_or(d.layouts_max, |v| v as u32),
         ds_timeout_ms: o.u64_in("ds_timeout_ms", 100, 60_000)?.map_or(d.ds_timeout_ms, |v| v as u32),
         remove_queue_max: o.u64_in("remove_queue_max", 1, 1 << 20)?.map_or(d.remove_queue_max, |v| v as u32),
+        recall_timeout_ms: o.u64_in("recall_timeout_ms", 1000, 600_000)?.map_or(d.recall_timeout_ms, |v| v as u32),
         data_servers: Vec::new(),
     };
     if !p.stripe_unit_bytes.is_power_of_two() {

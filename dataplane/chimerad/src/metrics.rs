@@ -245,13 +245,14 @@ pub fn render_pnfs(out: &mut String, p: &pnfs::Pnfs) {
     let _ = writeln!(out, "{n}{{error=\"LAYOUTTRYLATER\"}} {}", ld(&m.layoutget_trylater));
     let _ = writeln!(out, "{n}{{error=\"LAYOUTUNAVAILABLE\"}} {}", ld(&m.layoutget_unavailable));
     let _ = writeln!(out, "{n}{{error=\"other\"}} {}", ld(&m.layoutget_bad_stateid));
-    let counters: [(&str, &str, u64); 11] = [
+    let counters: [(&str, &str, u64); 12] = [
         ("chimera_pnfs_layouts_returned_total", "Layouts returned by LAYOUTRETURN.", ld(&m.layouts_returned)),
         ("chimera_pnfs_layouts_recalled_total", "Layouts recalled (DS drain or removal, truncate).", ld(&m.layouts_recalled)),
         ("chimera_pnfs_layoutcommits_total", "LAYOUTCOMMITs applied.", ld(&m.layoutcommits)),
         ("chimera_pnfs_layoutstats_total", "LAYOUTSTATS calls and ff_iostats4 reports received.", ld(&m.layoutstats)),
         ("chimera_pnfs_layouterrors_total", "DS errors reported by clients (LAYOUTERROR, LAYOUTRETURN ff_ioerr4).", ld(&m.layouterrors)),
         ("chimera_pnfs_fences_total", "Files fenced (data files moved to a new synthetic owner).", ld(&m.fences)),
+        ("chimera_pnfs_layouts_revoked_total", "Recalled layouts not returned within recall_timeout_ms, revoked by fencing their file.", ld(&m.layouts_revoked)),
         ("chimera_pnfs_resyncs_total", "Stale mirror copies copied back in step with a good copy.", ld(&m.resyncs)),
         ("chimera_pnfs_resync_bytes_total", "Bytes written to stale mirror copies by resyncs.", ld(&m.resync_bytes)),
         ("chimera_pnfs_resync_failures_total", "Resyncs that stopped (the copy stays stale; tried again later).", ld(&m.resync_failures)),

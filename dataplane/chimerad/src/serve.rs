@@ -409,6 +409,7 @@ fn start_pnfs(cfg: &Config, router: &Arc<Router>) -> Result<Option<Arc<pnfs::Pnf
         layouts_max: pc.layouts_max as usize,
         ds_timeout_ms: pc.ds_timeout_ms.into(),
         remove_queue_max: pc.remove_queue_max as usize,
+        recall_timeout_ms: pc.recall_timeout_ms.into(),
         ds_io_bytes_max: io_bytes_max(cfg),
         ..Default::default()
     };

@@ -351,6 +351,7 @@ fn membership_add_and_drain() {
     assert_eq!(body["dataServers"][drained]["draining"], true);
     let m = metrics(&c);
     assert!(metric(&m, "chimera_pnfs_layouts_recalled_total").unwrap() >= 1.0, "layouts naming the drained DS recalled");
+    assert_eq!(metric(&m, "chimera_pnfs_layouts_revoked_total"), Some(0.0), "fenced at once (no back channel), nothing left to revoke");
     assert_eq!(metric(&m, &format!("chimera_pnfs_ds_draining{{ds=\"ds{drained}\"}}")), Some(1.0));
     // Drained: no layout state names it any more (recalled, here fenced),
     // which is what the operator's rolling update waits for.
@@ -568,10 +569,11 @@ fn pnfs_config_keys_are_checked() {
     };
     let ok = parse(json!({ "enabled": true, "stripe_width": 2, "synthetic_uid": 5000, "synthetic_gid": 6000,
                            "layouts_per_client_max": 10, "layouts_max": 100, "ds_timeout_ms": 500, "remove_queue_max": 8,
+                           "recall_timeout_ms": 2000,
                            "data_servers": [ { "name": "a", "uaddr": "10.0.0.1" }, { "uaddr": "10.0.0.2:2050" } ] }))
     .unwrap();
     let p = &ok.server.pnfs;
-    assert_eq!((p.stripe_width, p.synthetic_uid, p.synthetic_gid, p.ds_timeout_ms), (2, 5000, 6000, 500));
+    assert_eq!((p.stripe_width, p.synthetic_uid, p.synthetic_gid, p.ds_timeout_ms, p.recall_timeout_ms), (2, 5000, 6000, 500, 2000));
     assert_eq!(p.data_servers[0].name.as_deref(), Some("a"));
     assert_eq!(p.data_servers[1].name, None);
     for (bad, path) in [
@@ -579,6 +581,8 @@ fn pnfs_config_keys_are_checked() {
         (json!({ "synthetic_uid": 0 }), "server.pnfs.synthetic_uid"),
         (json!({ "ds_timeout_ms": 5 }), "server.pnfs.ds_timeout_ms"),
         (json!({ "layouts_max": 0 }), "server.pnfs.layouts_max"),
+        (json!({ "recall_timeout_ms": 999 }), "server.pnfs.recall_timeout_ms"),
+        (json!({ "recall_timeout_ms": 600_001 }), "server.pnfs.recall_timeout_ms"),
         (json!({ "data_servers": [ { "name": "", "uaddr": "h" } ] }), "server.pnfs.data_servers[0].name"),
         (json!({ "stripes": 2 }), "server.pnfs.stripes"),
     ] {

@@ -298,7 +298,7 @@ impl Pnfs {
             None => {
                 let k = st.next_layout_key;
                 st.next_layout_key = st.next_layout_key.wrapping_add(1).max(1);
-                st.layouts.insert(k, LayoutState { clientid: a.clientid, fh: a.fh, fsid: a.fsid, seqid: 0, dses: Vec::new() });
+                st.layouts.insert(k, LayoutState { clientid: a.clientid, fh: a.fh, fsid: a.fsid, seqid: 0, dses: Vec::new(), recalled_ms: None });
                 st.by_client_file.insert((a.clientid, a.fh), k);
                 *st.per_client.entry(a.clientid).or_insert(0) += 1;
                 k

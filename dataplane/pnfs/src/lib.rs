@@ -66,6 +66,10 @@ pub struct PnfsConfig {
     pub ds_recheck_ms: u64,
     /// rsize/wsize advertised for DS I/O (ffdv_rsize/ffdv_wsize).
     pub ds_io_bytes_max: u32,
+    /// How long a client may keep a recalled layout before the MDS revokes
+    /// it (fences the file): a client that never answers its recall must
+    /// not hold a drain (or a resync) for ever.
+    pub recall_timeout_ms: u64,
 }
 
 impl Default for PnfsConfig {
@@ -82,6 +86,7 @@ impl Default for PnfsConfig {
             remove_queue_max: 65_536,
             ds_recheck_ms: 30_000,
             ds_io_bytes_max: 1 << 20,
+            recall_timeout_ms: 60_000,
         }
     }
 }
@@ -107,6 +112,7 @@ impl PnfsConfig {
         range("ds_timeout_ms", self.ds_timeout_ms, 100, 60_000)?;
         range("remove_queue_max", self.remove_queue_max as u64, 1, 1 << 20)?;
         range("ds_io_bytes_max", self.ds_io_bytes_max.into(), 4096, 1 << 20)?;
+        range("recall_timeout_ms", self.recall_timeout_ms, 1000, 600_000)?;
         Ok(())
     }
 }
@@ -143,6 +149,8 @@ pub struct Metrics {
     pub layoutstats: AtomicU64,
     pub layouterrors: AtomicU64,
     pub fences: AtomicU64,
+    /// Recalled layouts not returned in time, revoked by fencing their file.
+    pub layouts_revoked: AtomicU64,
     pub mds_read_bytes: AtomicU64,
     pub mds_write_bytes: AtomicU64,
     pub removals_queued: AtomicU64,
@@ -205,6 +213,9 @@ pub(crate) struct LayoutState {
     pub seqid: u32,
     /// DS ids any segment granted under this state names.
     pub dses: Vec<u64>,
+    /// When its first recall was sent (`now_ms`): not returned within
+    /// `recall_timeout_ms`, it is revoked.
+    pub recalled_ms: Option<u64>,
 }
 
 pub(crate) struct State {
@@ -398,11 +409,36 @@ impl Pnfs {
                 Some(r) => r.recall_file(l.clientid, &l.fh, &sid),
                 None => Err("no back channel wired".into()),
             };
-            if sent.is_err() && fence_on_failure && !fence.contains(&l.fh) {
-                fence.push(l.fh);
+            match sent {
+                Ok(()) => {
+                    let now = self.now_ms();
+                    if let Some(l) = self.state().layouts.get_mut(&key) {
+                        l.recalled_ms.get_or_insert(now);
+                    }
+                }
+                Err(_) if fence_on_failure && !fence.contains(&l.fh) => fence.push(l.fh),
+                Err(_) => {}
             }
         }
         for fh in fence {
+            self.fence(&fh);
+        }
+    }
+
+    /// Revoke the layouts recalled more than `recall_timeout_ms` ago and
+    /// still held: their files are fenced (a revoked layout no longer
+    /// writes on the DSes; the client falls back to the MDS and asks again).
+    pub(crate) fn revoke_unreturned(&self) {
+        let now = self.now_ms();
+        let mut files: Vec<FileHandle> = {
+            let st = self.state();
+            st.layouts.values().filter(|l| l.recalled_ms.is_some_and(|t| now.saturating_sub(t) >= self.cfg.recall_timeout_ms)).map(|l| l.fh).collect()
+        };
+        files.sort_unstable_by_key(|f| f.to_bytes());
+        files.dedup();
+        for fh in files {
+            self.metrics.layouts_revoked.fetch_add(1, Ordering::Relaxed);
+            eprintln!("pnfs: a recalled layout of {} was not returned within {} ms: revoked (file fenced)", data_file_name(&fh), self.cfg.recall_timeout_ms);
             self.fence(&fh);
         }
     }
@@ -522,6 +558,7 @@ fn control_loop(p: std::sync::Weak<Pnfs>, rx: Receiver<RemoveJob>) {
                 st.ds.mark_unhealthy(id, now);
             }
         }
+        p.revoke_unreturned();
         p.resync_some();
     }
 }

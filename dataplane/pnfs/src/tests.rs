@@ -425,3 +425,39 @@ fn a_placement_stored_without_handles_finds_them_on_the_ds() {
     drop(pn);
     ds.shutdown();
 }
+
+/// A recaller that sends nothing and reports every recall as sent: the
+/// client that acknowledges CB_LAYOUTRECALL and never returns its layout.
+struct DeafClient;
+
+impl crate::LayoutRecaller for DeafClient {
+    fn recall_file(&self, _clientid: u64, _fh: &FileHandle, _stateid: &Stateid) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_recalled_layout_never_returned_is_revoked_after_the_timeout() {
+    use vfs::{CreateMode, Cred, NodeKind, Vfs};
+    let memfs: Arc<dyn vfs::Vfs> = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: 16 << 20 }));
+    let pn = Pnfs::new(PnfsConfig { recall_timeout_ms: 1000, ..PnfsConfig::default() }, memfs, vec![]).unwrap();
+    pn.set_recaller(Arc::new(DeafClient));
+    let v = crate::mdsio::PnfsVfs::new(pn.clone());
+    let root = v.root(1).unwrap();
+    let f = v.create(&root, b"held", NodeKind::File, 0o644, &Cred::ROOT, CreateMode::Guarded).unwrap().0;
+    pn.state().files.insert(f, placement(1, 1));
+    pn.state().layouts.insert(7, crate::LayoutState { clientid: 9, fh: f, fsid: 1, seqid: 1, dses: vec![1], recalled_ms: None });
+    let held = || pn.state().layouts.len();
+    let revoked = || pn.metrics.layouts_revoked.load(std::sync::atomic::Ordering::Relaxed);
+    pn.revoke_unreturned();
+    assert_eq!((held(), revoked()), (1, 0), "never recalled: kept");
+    pn.recall_where(|_| true, true);
+    pn.revoke_unreturned();
+    assert_eq!((held(), revoked()), (1, 0), "recalled just now: the client has time to return it");
+    let epoch = pn.state().files[&f].epoch;
+    std::thread::sleep(Duration::from_millis(1100));
+    pn.revoke_unreturned();
+    assert_eq!((held(), revoked()), (0, 1), "not returned within recall_timeout_ms: revoked");
+    assert_eq!(pn.state().files[&f].epoch, epoch + 1, "revoked by fencing: the data files have a new owner");
+    assert!(PnfsConfig { recall_timeout_ms: 10, ..PnfsConfig::default() }.check().unwrap_err().contains("recall_timeout_ms"));
+}
