@@ -84,14 +84,24 @@ iptables -t nat -A POSTROUTING -m conntrack --ctstate DNAT -s 10.88.0.0/24 -d 10
   while :; do
     if [ -f /run/kube/vips ] && ! cmp -s /run/kube/vips /run/vips.cur; then
       cp /run/kube/vips /run/vips.new
+      touch /run/vips.cur
       iptables -t nat -F CHIMERA-VIPS
+      # The old VIPs' routes go, and connections to them must not keep their
+      # old translation (the NFS client reconnects from the same port: its
+      # SYNs would follow the old entry to the gone pod until it timed out).
       while read -r vip to; do
-        [ -n "$vip" ] && iptables -t nat -A CHIMERA-VIPS -d "$vip/32" -p tcp -j DNAT --to-destination "$to"
+        [ -n "$vip" ] || continue
+        ip route del "$vip/32" dev cni0 2>/dev/null || true
+        conntrack -D -p tcp --orig-dst "$vip" >/dev/null 2>&1 || true
+      done </run/vips.cur
+      # The node has no default route: the node's own connections (the CSI
+      # node plugin's kernel mounts) need one to the VIP before OUTPUT's DNAT
+      # sends them to the pod on the bridge.
+      while read -r vip to; do
+        [ -n "$vip" ] || continue
+        iptables -t nat -A CHIMERA-VIPS -d "$vip/32" -p tcp -j DNAT --to-destination "$to"
+        ip route replace "$vip/32" dev cni0 || say "no route to VIP $vip (cni0 missing?)"
       done </run/vips.new
-      # Connections to a VIP's old pod must not keep their old translation
-      # (the NFS client reconnects from the same port: its SYNs would follow
-      # the old entry to the gone pod until it timed out).
-      conntrack -D -p tcp >/dev/null 2>&1 || true
       mv /run/vips.new /run/vips.cur
       cp /run/vips.cur /run/kube/vips.applied.tmp && mv /run/kube/vips.applied.tmp /run/kube/vips.applied
       say "VIPs: $(tr '\n' ';' </run/vips.cur)"

@@ -158,6 +158,9 @@ func (e *env) waitRound(after int, timeout time.Duration) (int, error) {
 func (e *env) rollingUpgrade(base *chimerav1.ChimeraCluster, samples string) (note string, err error) {
 	cc := &chimerav1.ChimeraCluster{ObjectMeta: metav1.ObjectMeta{Name: rollName, Namespace: clusterNS}, Spec: *base.Spec.DeepCopy()}
 	defer func() {
+		if err != nil {
+			e.rollDiag(cc)
+		}
 		if cerr := e.rollCleanup(cc); cerr != nil && err == nil {
 			err = fmt.Errorf("cleanup: %w", cerr)
 		}
@@ -369,6 +372,31 @@ func (e *env) rollingUpgrade(base *chimerav1.ChimeraCluster, samples string) (no
 	}
 	return fmt.Sprintf("replaced %v in %s (%s); fio rounds: %d before, %d during, %d at the end, zero errors, keep.dat verified; MDS moved IP %0.f time(s), resyncs seen %.0f",
 		order, took.Round(time.Second), done, before, during-before, after, moves, resyncs), nil
+}
+
+// rollDiag logs, before the cleanup removes them, what a failed rollout
+// needs to be understood: the servers' logs, the MDS's pNFS metrics and
+// admin view of the data servers, the rollout's events.
+func (e *env) rollDiag(cc *chimerav1.ChimeraCluster) {
+	for _, p := range []string{render.MDSName(cc) + "-0", rollName + "-ds-0", rollName + "-ds-1"} {
+		out, _ := e.tool(e.kubectl, "logs", "-n", clusterNS, p, "--tail=80", "--timestamps")
+		e.t.Logf("rollout diagnostics: logs of %s:\n%s", p, out)
+	}
+	if ip, err := e.podIP(render.MDSName(cc) + "-0"); err == nil && ip != "" {
+		if code, body, err := e.nodeGet(fmt.Sprintf("http://%s:%d/metrics", ip, render.PortMetrics), ""); err == nil && code == 200 {
+			var keep []string
+			for _, l := range strings.Split(body, "\n") {
+				if strings.HasPrefix(l, "chimera_pnfs_") {
+					keep = append(keep, l)
+				}
+			}
+			e.t.Logf("rollout diagnostics: MDS pNFS metrics:\n%s", strings.Join(keep, "\n"))
+		}
+	}
+	out, _ := e.tool(e.kubectl, "get", "events", "-n", clusterNS, "--sort-by=.lastTimestamp", "--field-selector", "involvedObject.kind=ChimeraCluster")
+	e.t.Logf("rollout diagnostics: the cluster's events:\n%s", out)
+	out, _ = e.tool(e.kubectl, "logs", "-n", clusterNS, "job/"+rollJob, "--timestamps")
+	e.t.Logf("rollout diagnostics: the fio Job:\n%s", out)
 }
 
 // rolloutOrder lists the pods the operator deleted for the rollout, in the
