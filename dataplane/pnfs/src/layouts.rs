@@ -39,6 +39,11 @@ pub(crate) fn forget_file(st: &mut State, fh: &FileHandle) {
     }
 }
 
+/// Forget one layout state (returned, or the client holds none of it).
+pub(crate) fn forget_layout(st: &mut State, key: u32) {
+    drop_layout(st, key);
+}
+
 fn drop_layout(st: &mut State, key: u32) {
     if let Some(l) = st.layouts.remove(&key) {
         st.by_client_file.remove(&(l.clientid, l.fh));
@@ -298,7 +303,7 @@ impl Pnfs {
             None => {
                 let k = st.next_layout_key;
                 st.next_layout_key = st.next_layout_key.wrapping_add(1).max(1);
-                st.layouts.insert(k, LayoutState { clientid: a.clientid, fh: a.fh, fsid: a.fsid, seqid: 0, dses: Vec::new(), recalled_ms: None });
+                st.layouts.insert(k, LayoutState { clientid: a.clientid, fh: a.fh, fsid: a.fsid, seqid: 0, dses: Vec::new(), recalled_ms: None, revoke_now: false });
                 st.by_client_file.insert((a.clientid, a.fh), k);
                 *st.per_client.entry(a.clientid).or_insert(0) += 1;
                 k

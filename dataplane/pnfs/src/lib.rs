@@ -117,21 +117,43 @@ impl PnfsConfig {
     }
 }
 
+/// How a CB_LAYOUTRECALL ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecallEnd {
+    /// The client will LAYOUTRETURN what was recalled.
+    Accepted,
+    /// NFS4ERR_NOMATCHING_LAYOUT: the client holds none of it; the server
+    /// treats the layout as returned (RFC 8881 §20.3.4).
+    NoMatchingLayout,
+    /// Refused with another error, or never answered (timeouts, no back
+    /// channel any more).
+    Failed(String),
+}
+
 /// Sends CB_LAYOUTRECALL (implemented over `nfs4::callback::Callbacks` by
-/// chimerad's wiring; tests use their own). Never blocks.
+/// chimerad's wiring; tests use their own). Never blocks; `on_done` runs
+/// once with the outcome when the recall was sent (Ok), on whichever
+/// thread sees it — it only queues it.
 pub trait LayoutRecaller: Send + Sync {
-    fn recall_file(&self, clientid: u64, fh: &FileHandle, stateid: &Stateid) -> Result<(), String>;
+    fn recall_file(&self, clientid: u64, fh: &FileHandle, stateid: &Stateid, on_done: Box<dyn FnOnce(RecallEnd) + Send>) -> Result<(), String>;
 }
 
 impl LayoutRecaller for nfs4::callback::Callbacks {
-    fn recall_file(&self, clientid: u64, fh: &FileHandle, stateid: &Stateid) -> Result<(), String> {
+    fn recall_file(&self, clientid: u64, fh: &FileHandle, stateid: &Stateid, on_done: Box<dyn FnOnce(RecallEnd) + Send>) -> Result<(), String> {
         let r = nfs4::callback::LayoutRecall {
             layout_type: LAYOUT4_FLEX_FILES,
             iomode: 3,
             changed: true,
             kind: nfs4::callback::RecallKind::File { fh: *fh, stateid: *stateid, offset: 0, length: u64::MAX },
         };
-        self.layout_recall(clientid, r).map(|_| ()).map_err(|e| e.to_string())
+        let done = Box::new(move |_t: nfs4::callback::RecallTicket, res: nfs4::callback::RecallResult| {
+            on_done(match res {
+                Ok(nfs4::callback::RecallOutcome::Accepted) => RecallEnd::Accepted,
+                Ok(nfs4::callback::RecallOutcome::NoMatchingLayout) => RecallEnd::NoMatchingLayout,
+                Err(e) => RecallEnd::Failed(format!("{e:?}")),
+            })
+        });
+        self.layout_recall_notify(clientid, r, done).map(|_| ()).map_err(|e| e.to_string())
     }
 }
 
@@ -216,6 +238,9 @@ pub(crate) struct LayoutState {
     /// When its first recall was sent (`now_ms`): not returned within
     /// `recall_timeout_ms`, it is revoked.
     pub recalled_ms: Option<u64>,
+    /// The recall failed (refused, or not answered): revoke at the next
+    /// tick instead of waiting for `recall_timeout_ms`.
+    pub revoke_now: bool,
 }
 
 pub(crate) struct State {
@@ -261,6 +286,9 @@ pub struct Pnfs {
     pub(crate) recaller: OnceLock<Arc<dyn LayoutRecaller>>,
     pub metrics: Metrics,
     pub(crate) remove_tx: Mutex<Option<SyncSender<RemoveJob>>>,
+    /// Outcomes of CB_LAYOUTRECALLs (layout key, client, file, end), queued
+    /// by the callback's completion and applied by the control thread.
+    pub(crate) recall_ends: Arc<Mutex<Vec<(u32, u64, FileHandle, RecallEnd)>>>,
     pub(crate) started: Instant,
     control: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Workers for I/O proxied through the MDS (`PnfsVfs`).
@@ -301,6 +329,7 @@ impl Pnfs {
             recaller: OnceLock::new(),
             metrics: Metrics::default(),
             remove_tx: Mutex::new(Some(tx)),
+            recall_ends: Arc::new(Mutex::new(Vec::new())),
             started: Instant::now(),
             control: Mutex::new(None),
             io: vfs::iopool::IoPool::start("pnfs-io", IO_THREADS)?,
@@ -405,8 +434,15 @@ impl Pnfs {
         for (key, l) in victims {
             self.metrics.layouts_recalled.fetch_add(1, Ordering::Relaxed);
             let sid = self.layout_stateid(key, l.seqid);
+            let ends = Arc::clone(&self.recall_ends);
+            let (clientid, fh) = (l.clientid, l.fh);
+            let on_done: Box<dyn FnOnce(RecallEnd) + Send> = Box::new(move |end| {
+                if end != RecallEnd::Accepted {
+                    ends.lock().unwrap_or_else(|e| e.into_inner()).push((key, clientid, fh, end));
+                }
+            });
             let sent = match self.recaller.get() {
-                Some(r) => r.recall_file(l.clientid, &l.fh, &sid),
+                Some(r) => r.recall_file(l.clientid, &l.fh, &sid, on_done),
                 None => Err("no back channel wired".into()),
             };
             match sent {
@@ -425,6 +461,36 @@ impl Pnfs {
         }
     }
 
+    /// Apply the recalls' outcomes: a client that holds no matching layout
+    /// has returned it (§20.3.4); a recall that failed is revoked now.
+    pub(crate) fn apply_recall_ends(&self) {
+        let ends = std::mem::take(&mut *self.recall_ends.lock().unwrap_or_else(|e| e.into_inner()));
+        if ends.is_empty() {
+            return;
+        }
+        let mut st = self.state();
+        for (key, clientid, fh, end) in ends {
+            // The key may have been reused since: it must still be this
+            // client's layout of this file.
+            if !st.layouts.get(&key).is_some_and(|l| l.clientid == clientid && l.fh == fh) {
+                continue;
+            }
+            match end {
+                RecallEnd::NoMatchingLayout => {
+                    self.metrics.layouts_returned.fetch_add(1, Ordering::Relaxed);
+                    layouts::forget_layout(&mut st, key);
+                }
+                RecallEnd::Failed(why) => {
+                    eprintln!("pnfs: the layout recall of {} to client {clientid:#x} failed ({why}): revoking it", data_file_name(&fh));
+                    if let Some(l) = st.layouts.get_mut(&key) {
+                        l.revoke_now = true;
+                    }
+                }
+                RecallEnd::Accepted => {}
+            }
+        }
+    }
+
     /// Revoke the layouts recalled more than `recall_timeout_ms` ago and
     /// still held: their files are fenced (a revoked layout no longer
     /// writes on the DSes; the client falls back to the MDS and asks again).
@@ -432,7 +498,11 @@ impl Pnfs {
         let now = self.now_ms();
         let mut files: Vec<FileHandle> = {
             let st = self.state();
-            st.layouts.values().filter(|l| l.recalled_ms.is_some_and(|t| now.saturating_sub(t) >= self.cfg.recall_timeout_ms)).map(|l| l.fh).collect()
+            st.layouts
+                .values()
+                .filter(|l| l.revoke_now || l.recalled_ms.is_some_and(|t| now.saturating_sub(t) >= self.cfg.recall_timeout_ms))
+                .map(|l| l.fh)
+                .collect()
         };
         files.sort_unstable_by_key(|f| f.to_bytes());
         files.dedup();
@@ -558,6 +628,7 @@ fn control_loop(p: std::sync::Weak<Pnfs>, rx: Receiver<RemoveJob>) {
                 st.ds.mark_unhealthy(id, now);
             }
         }
+        p.apply_recall_ends();
         p.revoke_unreturned();
         p.resync_some();
     }

@@ -431,7 +431,7 @@ fn a_placement_stored_without_handles_finds_them_on_the_ds() {
 struct DeafClient;
 
 impl crate::LayoutRecaller for DeafClient {
-    fn recall_file(&self, _clientid: u64, _fh: &FileHandle, _stateid: &Stateid) -> Result<(), String> {
+    fn recall_file(&self, _clientid: u64, _fh: &FileHandle, _stateid: &Stateid, _on_done: Box<dyn FnOnce(crate::RecallEnd) + Send>) -> Result<(), String> {
         Ok(())
     }
 }
@@ -446,7 +446,7 @@ fn a_recalled_layout_never_returned_is_revoked_after_the_timeout() {
     let root = v.root(1).unwrap();
     let f = v.create(&root, b"held", NodeKind::File, 0o644, &Cred::ROOT, CreateMode::Guarded).unwrap().0;
     pn.state().files.insert(f, placement(1, 1));
-    pn.state().layouts.insert(7, crate::LayoutState { clientid: 9, fh: f, fsid: 1, seqid: 1, dses: vec![1], recalled_ms: None });
+    pn.state().layouts.insert(7, crate::LayoutState { clientid: 9, fh: f, fsid: 1, seqid: 1, dses: vec![1], recalled_ms: None, revoke_now: false });
     let held = || pn.state().layouts.len();
     let revoked = || pn.metrics.layouts_revoked.load(std::sync::atomic::Ordering::Relaxed);
     pn.revoke_unreturned();
@@ -460,4 +460,39 @@ fn a_recalled_layout_never_returned_is_revoked_after_the_timeout() {
     assert_eq!((held(), revoked()), (0, 1), "not returned within recall_timeout_ms: revoked");
     assert_eq!(pn.state().files[&f].epoch, epoch + 1, "revoked by fencing: the data files have a new owner");
     assert!(PnfsConfig { recall_timeout_ms: 10, ..PnfsConfig::default() }.check().unwrap_err().contains("recall_timeout_ms"));
+}
+
+/// A recaller whose client answers every recall with `end` (at once).
+struct Answers(crate::RecallEnd);
+
+impl crate::LayoutRecaller for Answers {
+    fn recall_file(&self, _clientid: u64, _fh: &FileHandle, _stateid: &Stateid, on_done: Box<dyn FnOnce(crate::RecallEnd) + Send>) -> Result<(), String> {
+        on_done(self.0.clone());
+        Ok(())
+    }
+}
+
+#[test]
+fn a_recall_answered_nomatching_layout_forgets_the_state_and_a_failed_one_revokes_it() {
+    use vfs::{CreateMode, Cred, NodeKind, Vfs};
+    for (end, held_after, revoked_after) in [
+        (crate::RecallEnd::NoMatchingLayout, 0, 0),
+        (crate::RecallEnd::Failed("BADHANDLE".into()), 0, 1),
+        (crate::RecallEnd::Accepted, 1, 0),
+    ] {
+        let memfs: Arc<dyn vfs::Vfs> = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: 16 << 20 }));
+        let pn = Pnfs::new(PnfsConfig { recall_timeout_ms: 600_000, ..PnfsConfig::default() }, memfs, vec![]).unwrap();
+        pn.set_recaller(Arc::new(Answers(end.clone())));
+        let v = crate::mdsio::PnfsVfs::new(pn.clone());
+        let root = v.root(1).unwrap();
+        let f = v.create(&root, b"f", NodeKind::File, 0o644, &Cred::ROOT, CreateMode::Guarded).unwrap().0;
+        pn.state().files.insert(f, placement(1, 1));
+        pn.state().layouts.insert(7, crate::LayoutState { clientid: 9, fh: f, fsid: 1, seqid: 1, dses: vec![1], recalled_ms: None, revoke_now: false });
+        pn.recall_where(|_| true, false);
+        pn.apply_recall_ends();
+        pn.revoke_unreturned();
+        let held = pn.state().layouts.len();
+        let revoked = pn.metrics.layouts_revoked.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!((held, revoked), (held_after, revoked_after), "{end:?}");
+    }
 }
