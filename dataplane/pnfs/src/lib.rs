@@ -426,9 +426,20 @@ impl Pnfs {
     /// used when a DS leaves or drains, never on the common paths
     /// (truncate), because a fenced client sees NFS3ERR_ACCES from the DS.
     pub(crate) fn recall_where(&self, pred: impl Fn(&LayoutState) -> bool, fence_on_failure: bool) {
+        // A recall is a new state of the layout (RFC 8881 §12.5.5.2.1): its
+        // stateid carries the next seqid, which the Linux client checks
+        // (one it already has is NFS4ERR_OLD_STATEID), and the client's
+        // LAYOUTRETURN then names that seqid.
         let victims: Vec<(u32, LayoutState)> = {
-            let st = self.state();
-            st.layouts.iter().filter(|(_, l)| pred(l)).map(|(k, l)| (*k, l.clone())).collect()
+            let mut st = self.state();
+            st.layouts
+                .iter_mut()
+                .filter(|(_, l)| pred(l))
+                .map(|(k, l)| {
+                    l.seqid = if l.seqid == u32::MAX { 1 } else { l.seqid + 1 };
+                    (*k, l.clone())
+                })
+                .collect()
         };
         let mut fence = Vec::new();
         for (key, l) in victims {
@@ -437,9 +448,7 @@ impl Pnfs {
             let ends = Arc::clone(&self.recall_ends);
             let (clientid, fh) = (l.clientid, l.fh);
             let on_done: Box<dyn FnOnce(RecallEnd) + Send> = Box::new(move |end| {
-                if end != RecallEnd::Accepted {
-                    ends.lock().unwrap_or_else(|e| e.into_inner()).push((key, clientid, fh, end));
-                }
+                ends.lock().unwrap_or_else(|e| e.into_inner()).push((key, clientid, fh, end));
             });
             let sent = match self.recaller.get() {
                 Some(r) => r.recall_file(l.clientid, &l.fh, &sid, on_done),
@@ -477,6 +486,7 @@ impl Pnfs {
             }
             match end {
                 RecallEnd::NoMatchingLayout => {
+                    eprintln!("pnfs: client {clientid:#x} holds no layout of {} (NFS4ERR_NOMATCHING_LAYOUT): taken as returned", data_file_name(&fh));
                     self.metrics.layouts_returned.fetch_add(1, Ordering::Relaxed);
                     layouts::forget_layout(&mut st, key);
                 }
@@ -486,7 +496,7 @@ impl Pnfs {
                         l.revoke_now = true;
                     }
                 }
-                RecallEnd::Accepted => {}
+                RecallEnd::Accepted => eprintln!("pnfs: client {clientid:#x} accepted the layout recall of {}", data_file_name(&fh)),
             }
         }
     }

@@ -496,3 +496,31 @@ fn a_recall_answered_nomatching_layout_forgets_the_state_and_a_failed_one_revoke
         assert_eq!((held, revoked), (held_after, revoked_after), "{end:?}");
     }
 }
+
+/// Records the stateids recalls carry.
+struct Records(std::sync::Mutex<Vec<Stateid>>);
+
+impl crate::LayoutRecaller for Records {
+    fn recall_file(&self, _clientid: u64, _fh: &FileHandle, stateid: &Stateid, _on_done: Box<dyn FnOnce(crate::RecallEnd) + Send>) -> Result<(), String> {
+        self.0.lock().unwrap().push(*stateid);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_recall_carries_the_next_seqid_of_the_layout_stateid() {
+    let memfs: Arc<dyn vfs::Vfs> = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: 16 << 20 }));
+    let pn = Pnfs::new(PnfsConfig::default(), memfs, vec![]).unwrap();
+    let rec = Arc::new(Records(std::sync::Mutex::new(Vec::new())));
+    pn.set_recaller(rec.clone());
+    let mut b = [0u8; 24];
+    (b[0], b[7], b[15], b[23]) = (1, 1, 5, 1);
+    let f = FileHandle::from_bytes(&b).expect("a file handle");
+    pn.state().layouts.insert(7, crate::LayoutState { clientid: 9, fh: f, fsid: 1, seqid: 3, dses: vec![1], recalled_ms: None, revoke_now: false });
+    pn.recall_where(|_| true, false);
+    pn.recall_where(|_| true, false);
+    let seqids: Vec<u32> = rec.0.lock().unwrap().iter().map(|s| s.seqid).collect();
+    // The client holds seqid 3 from LAYOUTGET: each recall is the next state.
+    assert_eq!(seqids, vec![4, 5]);
+    assert_eq!(pn.state().layouts[&7].seqid, 5, "the client's LAYOUTRETURN names the recall's seqid");
+}
