@@ -117,6 +117,10 @@ impl PnfsConfig {
     }
 }
 
+/// A recall's outcome as queued: layout key, client, file, end, and whether
+/// the recall revokes (fences) when it fails.
+pub(crate) type RecallEndEntry = (u32, u64, FileHandle, RecallEnd, bool);
+
 /// How a CB_LAYOUTRECALL ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecallEnd {
@@ -288,7 +292,7 @@ pub struct Pnfs {
     pub(crate) remove_tx: Mutex<Option<SyncSender<RemoveJob>>>,
     /// Outcomes of CB_LAYOUTRECALLs (layout key, client, file, end), queued
     /// by the callback's completion and applied by the control thread.
-    pub(crate) recall_ends: Arc<Mutex<Vec<(u32, u64, FileHandle, RecallEnd)>>>,
+    pub(crate) recall_ends: Arc<Mutex<Vec<RecallEndEntry>>>,
     pub(crate) started: Instant,
     control: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Workers for I/O proxied through the MDS (`PnfsVfs`).
@@ -448,19 +452,23 @@ impl Pnfs {
             let ends = Arc::clone(&self.recall_ends);
             let (clientid, fh) = (l.clientid, l.fh);
             let on_done: Box<dyn FnOnce(RecallEnd) + Send> = Box::new(move |end| {
-                ends.lock().unwrap_or_else(|e| e.into_inner()).push((key, clientid, fh, end));
+                ends.lock().unwrap_or_else(|e| e.into_inner()).push((key, clientid, fh, end, fence_on_failure));
             });
             let sent = match self.recaller.get() {
                 Some(r) => r.recall_file(l.clientid, &l.fh, &sid, on_done),
                 None => Err("no back channel wired".into()),
             };
             match sent {
-                Ok(()) => {
+                // Only the recalls that fence when they cannot be sent (a DS
+                // leaving or draining, a resync) are revoked when not
+                // answered in time; a truncation's recall never fences.
+                Ok(()) if fence_on_failure => {
                     let now = self.now_ms();
                     if let Some(l) = self.state().layouts.get_mut(&key) {
                         l.recalled_ms.get_or_insert(now);
                     }
                 }
+                Ok(()) => {}
                 Err(_) if fence_on_failure && !fence.contains(&l.fh) => fence.push(l.fh),
                 Err(_) => {}
             }
@@ -478,7 +486,7 @@ impl Pnfs {
             return;
         }
         let mut st = self.state();
-        for (key, clientid, fh, end) in ends {
+        for (key, clientid, fh, end, revocable) in ends {
             // The key may have been reused since: it must still be this
             // client's layout of this file.
             if !st.layouts.get(&key).is_some_and(|l| l.clientid == clientid && l.fh == fh) {
@@ -490,12 +498,13 @@ impl Pnfs {
                     self.metrics.layouts_returned.fetch_add(1, Ordering::Relaxed);
                     layouts::forget_layout(&mut st, key);
                 }
-                RecallEnd::Failed(why) => {
+                RecallEnd::Failed(why) if revocable => {
                     eprintln!("pnfs: the layout recall of {} to client {clientid:#x} failed ({why}): revoking it", data_file_name(&fh));
                     if let Some(l) = st.layouts.get_mut(&key) {
                         l.revoke_now = true;
                     }
                 }
+                RecallEnd::Failed(why) => eprintln!("pnfs: the layout recall of {} to client {clientid:#x} failed ({why})", data_file_name(&fh)),
                 RecallEnd::Accepted => eprintln!("pnfs: client {clientid:#x} accepted the layout recall of {}", data_file_name(&fh)),
             }
         }

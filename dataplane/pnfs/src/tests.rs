@@ -475,10 +475,13 @@ impl crate::LayoutRecaller for Answers {
 #[test]
 fn a_recall_answered_nomatching_layout_forgets_the_state_and_a_failed_one_revokes_it() {
     use vfs::{CreateMode, Cred, NodeKind, Vfs};
-    for (end, held_after, revoked_after) in [
-        (crate::RecallEnd::NoMatchingLayout, 0, 0),
-        (crate::RecallEnd::Failed("BADHANDLE".into()), 0, 1),
-        (crate::RecallEnd::Accepted, 1, 0),
+    for (end, fencing, held_after, revoked_after) in [
+        (crate::RecallEnd::NoMatchingLayout, true, 0, 0),
+        (crate::RecallEnd::NoMatchingLayout, false, 0, 0),
+        (crate::RecallEnd::Failed("BADHANDLE".into()), true, 0, 1),
+        // A truncation's recall (no fencing) is never revoked.
+        (crate::RecallEnd::Failed("BADHANDLE".into()), false, 1, 0),
+        (crate::RecallEnd::Accepted, true, 1, 0),
     ] {
         let memfs: Arc<dyn vfs::Vfs> = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: 16 << 20 }));
         let pn = Pnfs::new(PnfsConfig { recall_timeout_ms: 600_000, ..PnfsConfig::default() }, memfs, vec![]).unwrap();
@@ -488,12 +491,12 @@ fn a_recall_answered_nomatching_layout_forgets_the_state_and_a_failed_one_revoke
         let f = v.create(&root, b"f", NodeKind::File, 0o644, &Cred::ROOT, CreateMode::Guarded).unwrap().0;
         pn.state().files.insert(f, placement(1, 1));
         pn.state().layouts.insert(7, crate::LayoutState { clientid: 9, fh: f, fsid: 1, seqid: 1, dses: vec![1], recalled_ms: None, revoke_now: false });
-        pn.recall_where(|_| true, false);
+        pn.recall_where(|_| true, fencing);
         pn.apply_recall_ends();
         pn.revoke_unreturned();
         let held = pn.state().layouts.len();
         let revoked = pn.metrics.layouts_revoked.load(std::sync::atomic::Ordering::Relaxed);
-        assert_eq!((held, revoked), (held_after, revoked_after), "{end:?}");
+        assert_eq!((held, revoked), (held_after, revoked_after), "{end:?}, fencing {fencing}");
     }
 }
 
