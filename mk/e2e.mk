@@ -34,7 +34,7 @@ define kube_e2e_run
 	@for f in $(KUBE_E2E_IMAGES); do [ -s $$f ] || { echo "$(2): image archive $$f missing (make images)"; exit 1; }; done
 	@set +e; cd $(KUBE_E2E) && IMAGES="$(KUBE_E2E_IMAGES)" GUEST_MEM_MB=3072 \
 	  HELM=$(CACHE)/bin/helm KUBECTL=$(K8S_ASSETS)/kubectl CHIMERA_REPO=$(CURDIR) NODE_SHARE=$(KUBE_CACHE)/run/share \
-	  CHIMERA_KUBE_E2E=1 timeout -k 20 $(KUBE_E2E_TIMEOUT_S) ./run.sh $(KUBE_E2E_TEST) -test.v -test.count=1 \
+	  CHIMERA_KUBE_E2E=1 CHIMERA_E2E_ROLLOUT=$(CHIMERA_E2E_ROLLOUT) timeout -k 20 $(KUBE_E2E_TIMEOUT_S) ./run.sh $(KUBE_E2E_TEST) -test.v -test.count=1 \
 	  -test.run '^($(subst $(KUBE_E2E_SPACE),|,$(strip $(1))))$$' -test.timeout 32m > $(CACHE)/last-$(2).log 2>&1; rc=$$?; set -e; \
 	  log=$(CACHE)/last-$(2).log; \
 	  grep -E '^kube-e2e:|STEP |FLEXFILES-CHECK|^ +[0-9.]+s +\+|timeline|^(    )?--- (PASS|FAIL|SKIP)|^(ok|FAIL|PASS)$$|^panic:' $$log; \
@@ -43,7 +43,7 @@ define kube_e2e_run
 	  echo "$(2): PASS (full log: $$log)"
 endef
 
-.PHONY: e2e e2e-setup e2e-node test-kube-node test-docs
+.PHONY: e2e e2e-rollout e2e-setup e2e-node test-kube-node test-docs
 test-docs: ## the README's "Deploy on Kubernetes" blocks: present, files exist, samples parse (no cluster)
 	@mkdir -p $(CACHE)
 	nice -n 10 $(GO) test -count=1 -v -run '^TestDeployDocs$$' ./$(KUBE_E2E) > $(CACHE)/last-docs-test.log 2>&1; rc=$$?; \
@@ -63,6 +63,13 @@ e2e-node: e2e-setup ## boot the cluster (control plane + guest node) and keep it
 
 test-kube-node: e2e-setup images ## a real kubelet node in the QEMU guest: preloaded-image pods, logs, exec, CSI registration
 	$(call kube_e2e_run,TestNodeSmoke TestNodeSmokeChart,test-kube-node)
+
+# e2e-rollout: the same boot and flow, plus the rolling upgrade of a durable
+# cluster under a fio verify Job (rollout_e2e_test.go; ~10 more minutes).
+CHIMERA_E2E_ROLLOUT ?=
+e2e-rollout: CHIMERA_E2E_ROLLOUT = 1
+e2e-rollout: test-docs e2e-setup images ## e2e plus the rolling upgrade: a durable cluster (diskfs on PVs, mirrors 2) rolled to a new image tag under a fio verify Job
+	$(call kube_e2e_run,TestNodeSmoke TestRealNode,e2e-rollout)
 
 e2e: test-docs e2e-setup images ## real kubelet node in the QEMU guest: smoke, then helm install -> ChimeraCluster -> PVC -> fio Job -> teardown, timed
 	$(call kube_e2e_run,TestNodeSmoke TestRealNode,e2e)

@@ -916,9 +916,15 @@ func TestRealNode(t *testing.T) {
 	// Upgrades without an I/O error (rollout_e2e_test.go): a durable
 	// cluster of its own, rolled to a second image tag under a fio verify
 	// Job; it cleans up after itself, so the checks below still hold.
-	tl.run(t, "rolling upgrade (diskfs on PVs, pNFS mirrors 2) under a fio verify Job: zero errors", func() (string, error) {
-		return e.rollingUpgrade(cc, samples)
-	})
+	// Its own target (make e2e-rollout: ~10 more minutes on this guest),
+	// not make test's e2e.
+	if os.Getenv("CHIMERA_E2E_ROLLOUT") == "1" {
+		tl.run(t, "rolling upgrade (diskfs on PVs, pNFS mirrors 2) under a fio verify Job: zero errors", func() (string, error) {
+			return e.rollingUpgrade(cc, samples)
+		})
+	} else {
+		t.Logf("the rolling-upgrade step is not part of this run: make e2e-rollout runs it")
+	}
 
 	tl.run(t, "helm uninstall: nothing left, no mounts", func() (string, error) {
 		if _, err := e.tool(e.helm, "uninstall", releaseName, "--namespace", releaseNS, "--wait", "--timeout", "120s"); err != nil {

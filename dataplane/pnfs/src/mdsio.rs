@@ -84,6 +84,7 @@ impl PnfsVfs {
                 }
             }
             if !done {
+                eprintln!("pnfs: a read through the MDS of {} at {off} found no copy that answered (stale {:?}): EIO", crate::data_file_name(fh), p.stale);
                 return Err(VfsError::Io);
             }
         }
@@ -134,6 +135,8 @@ impl PnfsVfs {
                 }
             }
             if ok == 0 {
+                let stale = self.pnfs.state().files.get(fh).map(|f| f.stale.clone());
+                eprintln!("pnfs: a write through the MDS of {} at {off} reached no good copy (stale {stale:?}): EIO", crate::data_file_name(fh));
                 return Err(VfsError::Io);
             }
         }
