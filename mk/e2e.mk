@@ -7,6 +7,8 @@
 #                   registration through the kubelet -> ChimeraCluster -> PVC
 #                   -> fio Job -> engine fio Job -> RWX reader -> teardown,
 #                   timed). In TEST_TARGETS.
+#   e2e-rollout     the same, plus the rolling upgrade of a durable cluster
+#                   under a fio verify Job (not in TEST_TARGETS: ~3-10 more minutes)
 #   test-kube-node  the smoke tests alone, with the chart's CSI registration
 #                   on its own (TestNodeSmokeChart; quicker, for harness work)
 
