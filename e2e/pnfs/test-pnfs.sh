@@ -443,18 +443,16 @@ run_case() {  # $1: case name
   drv=$(ms_pnfs_driver "$w"); xprts=$(ms_xprts "$w")
   echo "pnfs-test:   mountstats: layout driver '$drv', $xprts MDS transport(s); bytes: $(awk '/^device / { ours = ($5 == "/mnt/pnfs") } ours && $1 == "bytes:" { print "serverwritten " $7; exit }' "$w"), $(awk '/^device / { ours = ($5 == "/mnt/pnfs") } ours && $1 == "bytes:" { print "serverread " $6; exit }' "$r")"
   echo "pnfs-test:   mountstats: LAYOUTGET $lg, GETDEVICEINFO $gdi; per-op (the mount's, DS I/O included) WRITE $(ms_op "$w" WRITE 2) ops / $mds_wr bytes sent, READ $(ms_op "$r" READ 2) ops / $mds_rd bytes received; MDS transport sends: write phase $(ms_xprt_sends "$w"), read phase $(ms_xprt_sends "$r"); events pnfs_write $ev_pw, pnfs_read $ev_pr"
-  local tcp_line="" conns tcp_file=$d/results/tcp-write.txt
+  local tcp_line="" conns f tcp_file=$d/results/tcp-write.txt
   # After the last write: in the member case ds3 only serves the late file.
   [ -s "$d/results/tcp-write2.txt" ] && tcp_file=$d/results/tcp-write2.txt
   for n in "${DS_NODES[@]}"; do
     # The member case's ds1 is drained at the change: once the client has
     # returned the recalled layouts naming it, it may close its connection
     # (Linux 6.1 does), so ds1 is judged on the sample after the first files.
-    if [ "$c" = member ] && [ "$n" = ds1 ]; then
-      conns=$(tcp_conns "$d/results/tcp-write.txt" "${ADDR[$n]}" $NFS_PORT)
-    else
-      conns=$(tcp_conns "$tcp_file" "${ADDR[$n]}" $NFS_PORT)
-    fi
+    f=$tcp_file
+    if [ "$c" = member ] && [ "$n" = ds1 ]; then f=$d/results/tcp-write.txt; fi
+    conns=$(tcp_conns "$f" "${ADDR[$n]}" $NFS_PORT)
     tcp_line+=" $n=$conns"
     eval "conns_$n=$conns"
   done
