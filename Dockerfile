@@ -45,12 +45,22 @@ ENTRYPOINT ["/usr/local/bin/chimera-csi"]
 # The target dir is a cache mount (not part of any layer), so the binary is
 # copied out within the same RUN. CARGO_HOME is /usr/local/cargo in the rust
 # image and in ours.
+# Cargo judges our own crates fresh by mtime, and the cache outlives the
+# sources it was built from: a checkout whose files are older than the cache's
+# last build (another clone built since) would get that clone's binary. So
+# every source file whose content differs from the last build's (sha256 list
+# kept in the cache) is touched first; unchanged files keep the incremental
+# build.
 FROM ${RUST_BASE} AS rust-build
 WORKDIR /src/dataplane
 COPY dataplane/ ./
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/dataplane/target \
+    find . -path ./target -prune -o -type f -print | sort | xargs sha256sum >/tmp/src.sums && \
+    touch target/src.sums && \
+    awk 'FILENAME == ARGV[1] { old[$2] = $1; next } old[$2] != $1 { print $2 }' target/src.sums /tmp/src.sums | xargs -r touch && \
     cargo build --release --locked -p chimerad -p chimera-fuse && \
+    cp /tmp/src.sums target/src.sums && \
     cp target/release/chimerad /chimerad && cp target/release/chimera-fuse /chimera-fuse
 
 # ---- dataplane: chimerad; capabilities come from the pod spec. Root: it binds

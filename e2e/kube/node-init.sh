@@ -130,11 +130,34 @@ ctr -n k8s.io images tag localhost/chimerad:dev localhost/chimerad:dev2 >/dev/nu
     sleep 1
   done
 ) &
+# The NFS client's tracepoints, for a step that asks (the rolling upgrade):
+# the host creates nfs-trace.on to start them (a bounded ring buffer) and
+# nfs-trace.dump to have the buffer, the kernel log and mountstats copied to
+# logs/ (nfs-trace.done says it is there).
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+T=/sys/kernel/tracing
+nfs_trace() {
+  if [ -e /run/kube/nfs-trace.on ] && [ ! -e /run/nfs-trace.enabled ]; then
+    echo 8192 >$T/buffer_size_kb
+    for ev in nfs4 nfs; do echo 1 >"$T/events/$ev/enable" || say "no $ev tracepoints"; done
+    echo 1 >$T/tracing_on
+    : >/run/nfs-trace.enabled
+    say "NFS client tracepoints on"
+  fi
+  if [ -e /run/kube/nfs-trace.dump ]; then
+    cat $T/trace >/run/kube/logs/nfs-trace.txt
+    dmesg >/run/kube/logs/dmesg.txt
+    cat /proc/self/mountstats >/run/kube/logs/mountstats.txt
+    rm -f /run/kube/nfs-trace.dump
+    : >/run/kube/logs/nfs-trace.done
+  fi
+}
 # The host-side test reads the node's NFS mounts from here (no pod needed).
 (
   while :; do
     grep -E ' nfs4? ' /proc/mounts >/run/kube/nfs-mounts.tmp
     mv -f /run/kube/nfs-mounts.tmp /run/kube/nfs-mounts
+    nfs_trace
     sleep 1
   done
 ) &

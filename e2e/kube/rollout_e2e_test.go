@@ -166,6 +166,11 @@ func (e *env) rollingUpgrade(base *chimerav1.ChimeraCluster, samples string) (no
 		}
 	}()
 
+	// The node's NFS client tracepoints, dumped by rollDiag on a failure.
+	if err := os.WriteFile(filepath.Join(e.share, "nfs-trace.on"), nil, 0o644); err != nil {
+		return "", err
+	}
+
 	// Three hostPath volumes for the MDS's and the data servers' claims.
 	if err := e.k8s.Create(e.ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: rollClass}, Provisioner: "kubernetes.io/no-provisioner"}); err != nil {
 		return "", err
@@ -397,6 +402,51 @@ func (e *env) rollDiag(cc *chimerav1.ChimeraCluster) {
 	e.t.Logf("rollout diagnostics: the cluster's events:\n%s", out)
 	out, _ = e.tool(e.kubectl, "logs", "-n", clusterNS, "job/"+rollJob, "--timestamps")
 	e.t.Logf("rollout diagnostics: the fio Job:\n%s", out)
+	e.nodeNFSTrace()
+}
+
+// nodeNFSTrace has the node copy its NFS client trace, kernel log and
+// mountstats to the share's logs/ and logs what stands out in them: the
+// trace's error results and layout events, and the kernel log's NFS lines.
+func (e *env) nodeNFSTrace() {
+	logs := filepath.Join(e.share, "logs")
+	done := filepath.Join(logs, "nfs-trace.done")
+	os.Remove(done)
+	if err := os.WriteFile(filepath.Join(e.share, "nfs-trace.dump"), nil, 0o644); err != nil {
+		e.t.Logf("rollout diagnostics: asking the node for its NFS trace: %v", err)
+		return
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(done); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.t.Logf("rollout diagnostics: the node did not dump its NFS trace in 30 s")
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	pick := func(file string, keep *regexp.Regexp, max int) string {
+		b, err := os.ReadFile(filepath.Join(logs, file))
+		if err != nil {
+			return err.Error()
+		}
+		var got []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if keep.MatchString(l) {
+				got = append(got, l)
+			}
+		}
+		if len(got) > max {
+			got = got[len(got)-max:]
+		}
+		return strings.Join(got, "\n")
+	}
+	e.t.Logf("rollout diagnostics: the node's NFS trace (logs/nfs-trace.txt), errors and layout events, last 200:\n%s",
+		pick("nfs-trace.txt", regexp.MustCompile(`(?i)error=-|status=-|error=[1-9]|layout|recall|pnfs|ff_|short`), 200))
+	e.t.Logf("rollout diagnostics: the node's kernel log, NFS lines:\n%s",
+		pick("dmesg.txt", regexp.MustCompile(`(?i)nfs|rpc|pnfs`), 60))
 }
 
 // rolloutOrder lists the pods the operator deleted for the rollout, in the

@@ -433,20 +433,24 @@ impl Pnfs {
         // A recall is a new state of the layout (RFC 8881 §12.5.5.2.1): its
         // stateid carries the next seqid, which the Linux client checks
         // (one it already has is NFS4ERR_OLD_STATEID), and the client's
-        // LAYOUTRETURN then names that seqid.
-        let victims: Vec<(u32, LayoutState)> = {
+        // LAYOUTRETURN then names that seqid. A recall that never reaches
+        // the client gives the seqid back: the client's next recall must
+        // be exactly one ahead of what it holds (further ahead, Linux
+        // answers NFS4ERR_DELAY until the recall times out).
+        let victims: Vec<(u32, u32, LayoutState)> = {
             let mut st = self.state();
             st.layouts
                 .iter_mut()
                 .filter(|(_, l)| pred(l))
                 .map(|(k, l)| {
+                    let prev = l.seqid;
                     l.seqid = if l.seqid == u32::MAX { 1 } else { l.seqid + 1 };
-                    (*k, l.clone())
+                    (*k, prev, l.clone())
                 })
                 .collect()
         };
         let mut fence = Vec::new();
-        for (key, l) in victims {
+        for (key, prev, l) in victims {
             self.metrics.layouts_recalled.fetch_add(1, Ordering::Relaxed);
             let sid = self.layout_stateid(key, l.seqid);
             let ends = Arc::clone(&self.recall_ends);
@@ -469,8 +473,16 @@ impl Pnfs {
                     }
                 }
                 Ok(()) => {}
-                Err(_) if fence_on_failure && !fence.contains(&l.fh) => fence.push(l.fh),
-                Err(_) => {}
+                Err(_) => {
+                    if let Some(held) = self.state().layouts.get_mut(&key) {
+                        if held.clientid == l.clientid && held.fh == l.fh && held.seqid == l.seqid {
+                            held.seqid = prev;
+                        }
+                    }
+                    if fence_on_failure && !fence.contains(&l.fh) {
+                        fence.push(l.fh);
+                    }
+                }
             }
         }
         for fh in fence {

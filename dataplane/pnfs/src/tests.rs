@@ -527,3 +527,37 @@ fn a_recall_carries_the_next_seqid_of_the_layout_stateid() {
     assert_eq!(seqids, vec![4, 5]);
     assert_eq!(pn.state().layouts[&7].seqid, 5, "the client's LAYOUTRETURN names the recall's seqid");
 }
+
+/// A back channel that is down for the first `down` recalls.
+struct DownThenUp {
+    down: std::sync::atomic::AtomicUsize,
+    sent: std::sync::Mutex<Vec<Stateid>>,
+}
+
+impl crate::LayoutRecaller for DownThenUp {
+    fn recall_file(&self, _clientid: u64, _fh: &FileHandle, stateid: &Stateid, _on_done: Box<dyn FnOnce(crate::RecallEnd) + Send>) -> Result<(), String> {
+        if self.down.fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            return Err("no back channel".into());
+        }
+        self.sent.lock().unwrap().push(*stateid);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_recall_that_is_not_sent_gives_its_seqid_back() {
+    let memfs: Arc<dyn vfs::Vfs> = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: 16 << 20 }));
+    let pn = Pnfs::new(PnfsConfig::default(), memfs, vec![]).unwrap();
+    let rec = Arc::new(DownThenUp { down: 1.into(), sent: std::sync::Mutex::new(Vec::new()) });
+    pn.set_recaller(rec.clone());
+    let mut b = [0u8; 24];
+    (b[0], b[7], b[15], b[23]) = (1, 1, 5, 1);
+    let f = FileHandle::from_bytes(&b).expect("a file handle");
+    pn.state().layouts.insert(7, crate::LayoutState { clientid: 9, fh: f, fsid: 1, seqid: 3, dses: vec![1], recalled_ms: None, revoke_now: false });
+    pn.recall_where(|_| true, false);
+    assert_eq!(pn.state().layouts[&7].seqid, 3, "the client never saw the recall: it still holds seqid 3");
+    pn.recall_where(|_| true, false);
+    // The recall that reaches the client is exactly one ahead of its seqid.
+    assert_eq!(rec.sent.lock().unwrap().iter().map(|s| s.seqid).collect::<Vec<_>>(), vec![4]);
+    assert_eq!(pn.state().layouts[&7].seqid, 4);
+}
