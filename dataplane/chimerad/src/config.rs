@@ -246,6 +246,8 @@ pub struct PnfsConfig {
     pub ds_timeout_ms: u32,
     pub remove_queue_max: u32,
     pub recall_timeout_ms: u32,
+    /// 0: no orphan sweep.
+    pub orphan_sweep_interval_ms: u64,
     pub data_servers: Vec<DataServer>,
 }
 
@@ -255,6 +257,8 @@ pub const LAYOUTS_MAX_DEFAULT: u64 = 262_144;
 pub const DS_TIMEOUT_MS_DEFAULT: u64 = 3000;
 pub const REMOVE_QUEUE_MAX_DEFAULT: u64 = 65_536;
 pub const RECALL_TIMEOUT_MS_DEFAULT: u64 = 60_000;
+pub const ORPHAN_SWEEP_INTERVAL_MS_DEFAULT: u64 = 3_600_000;
+pub const ORPHAN_SWEEP_INTERVAL_MS_MAX: u64 = 7 * 86_400_000;
 
 impl PnfsConfig {
     fn defaults() -> PnfsConfig {
@@ -270,6 +274,7 @@ impl PnfsConfig {
             ds_timeout_ms: DS_TIMEOUT_MS_DEFAULT as u32,
             remove_queue_max: REMOVE_QUEUE_MAX_DEFAULT as u32,
             recall_timeout_ms: RECALL_TIMEOUT_MS_DEFAULT as u32,
+            orphan_sweep_interval_ms: ORPHAN_SWEEP_INTERVAL_MS_DEFAULT,
             data_servers: Vec::new(),
         }
     }
@@ -1180,6 +1185,12 @@ fn parse_pnfs(v: &Value) -> Result<PnfsConfig, ConfigError> {
         ds_timeout_ms: o.u64_in("ds_timeout_ms", 100, 60_000)?.map_or(d.ds_timeout_ms, |v| v as u32),
         remove_queue_max: o.u64_in("remove_queue_max", 1, 1 << 20)?.map_or(d.remove_queue_max, |v| v as u32),
         recall_timeout_ms: o.u64_in("recall_timeout_ms", 1000, 600_000)?.map_or(d.recall_timeout_ms, |v| v as u32),
+        orphan_sweep_interval_ms: match o.u64_in("orphan_sweep_interval_ms", 0, ORPHAN_SWEEP_INTERVAL_MS_MAX)? {
+            Some(v) if v != 0 && v < 1000 => {
+                return err("server.pnfs.orphan_sweep_interval_ms", format!("{v} ms: 0 turns the sweep off, otherwise at least 1000"))
+            }
+            v => v.unwrap_or(d.orphan_sweep_interval_ms),
+        },
         data_servers: Vec::new(),
     };
     if !p.stripe_unit_bytes.is_power_of_two() {

@@ -245,7 +245,7 @@ pub fn render_pnfs(out: &mut String, p: &pnfs::Pnfs) {
     let _ = writeln!(out, "{n}{{error=\"LAYOUTTRYLATER\"}} {}", ld(&m.layoutget_trylater));
     let _ = writeln!(out, "{n}{{error=\"LAYOUTUNAVAILABLE\"}} {}", ld(&m.layoutget_unavailable));
     let _ = writeln!(out, "{n}{{error=\"other\"}} {}", ld(&m.layoutget_bad_stateid));
-    let counters: [(&str, &str, u64); 12] = [
+    let counters: [(&str, &str, u64); 13] = [
         ("chimera_pnfs_layouts_returned_total", "Layouts returned by LAYOUTRETURN.", ld(&m.layouts_returned)),
         ("chimera_pnfs_layouts_recalled_total", "Layouts recalled (DS drain or removal, truncate).", ld(&m.layouts_recalled)),
         ("chimera_pnfs_layoutcommits_total", "LAYOUTCOMMITs applied.", ld(&m.layoutcommits)),
@@ -257,6 +257,7 @@ pub fn render_pnfs(out: &mut String, p: &pnfs::Pnfs) {
         ("chimera_pnfs_resync_bytes_total", "Bytes written to stale mirror copies by resyncs.", ld(&m.resync_bytes)),
         ("chimera_pnfs_resync_failures_total", "Resyncs that stopped (the copy stays stale; tried again later).", ld(&m.resync_failures)),
         ("chimera_pnfs_data_file_removals_total", "Data-file removals queued (last link of a placed file removed).", ld(&m.removals_queued)),
+        ("chimera_pnfs_orphan_data_files_removed_total", "Data files the orphan sweep removed from the data servers (their MDS file no longer existed).", ld(&m.orphans_removed)),
         ("chimera_pnfs_layouts_active", "Layout states held by clients.", p.layouts_active() as u64),
     ];
     for (name, help, v) in counters {

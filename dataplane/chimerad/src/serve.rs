@@ -410,6 +410,7 @@ fn start_pnfs(cfg: &Config, router: &Arc<Router>) -> Result<Option<Arc<pnfs::Pnf
         ds_timeout_ms: pc.ds_timeout_ms.into(),
         remove_queue_max: pc.remove_queue_max as usize,
         recall_timeout_ms: pc.recall_timeout_ms.into(),
+        orphan_sweep_interval_ms: pc.orphan_sweep_interval_ms,
         ds_io_bytes_max: io_bytes_max(cfg),
         ..Default::default()
     };

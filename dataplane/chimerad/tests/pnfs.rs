@@ -569,11 +569,12 @@ fn pnfs_config_keys_are_checked() {
     };
     let ok = parse(json!({ "enabled": true, "stripe_width": 2, "synthetic_uid": 5000, "synthetic_gid": 6000,
                            "layouts_per_client_max": 10, "layouts_max": 100, "ds_timeout_ms": 500, "remove_queue_max": 8,
-                           "recall_timeout_ms": 2000,
+                           "recall_timeout_ms": 2000, "orphan_sweep_interval_ms": 0,
                            "data_servers": [ { "name": "a", "uaddr": "10.0.0.1" }, { "uaddr": "10.0.0.2:2050" } ] }))
     .unwrap();
     let p = &ok.server.pnfs;
     assert_eq!((p.stripe_width, p.synthetic_uid, p.synthetic_gid, p.ds_timeout_ms, p.recall_timeout_ms), (2, 5000, 6000, 500, 2000));
+    assert_eq!(p.orphan_sweep_interval_ms, 0, "0 turns the orphan sweep off");
     assert_eq!(p.data_servers[0].name.as_deref(), Some("a"));
     assert_eq!(p.data_servers[1].name, None);
     for (bad, path) in [
@@ -583,6 +584,8 @@ fn pnfs_config_keys_are_checked() {
         (json!({ "layouts_max": 0 }), "server.pnfs.layouts_max"),
         (json!({ "recall_timeout_ms": 999 }), "server.pnfs.recall_timeout_ms"),
         (json!({ "recall_timeout_ms": 600_001 }), "server.pnfs.recall_timeout_ms"),
+        (json!({ "orphan_sweep_interval_ms": 500 }), "server.pnfs.orphan_sweep_interval_ms"),
+        (json!({ "orphan_sweep_interval_ms": 604_800_001u64 }), "server.pnfs.orphan_sweep_interval_ms"),
         (json!({ "data_servers": [ { "name": "", "uaddr": "h" } ] }), "server.pnfs.data_servers[0].name"),
         (json!({ "stripes": 2 }), "server.pnfs.stripes"),
     ] {
@@ -774,4 +777,56 @@ fn stale_mirror_copy_is_resynced() {
 
 fn entry_addr(c: &Cluster, i: usize) -> std::net::SocketAddr {
     ds_addr(c.ds[i].as_ref().unwrap())
+}
+
+/// Proves the orphan sweep (`server.pnfs.orphan_sweep_interval_ms`): on a
+/// DS's data directory, a data file named after an MDS file that no longer
+/// exists (what a removal that never reached the DS, or an MDS stopped with
+/// removals queued, leaves) is removed within a sweep and counted on
+/// /metrics; the data file of a live placed file, one named after a live
+/// file that is not placed (an MDS stopped between creating it and
+/// recording the placement: the next placement reuses it), and a file whose
+/// name is not a handle all stay.
+#[test]
+fn orphaned_data_files_are_swept() {
+    let c = cluster(1, 1, json!({ "orphan_sweep_interval_ms": 1000 }));
+    let mut v = V4::connect(mds_addr(&c), b"orphans");
+    let data = pattern(9, 0, 20_000);
+    let (open, live) = v.open(&["m"], "live", SHARE_BOTH);
+    assert_eq!(v.write(&live, &open, 0, &data), Ok(20_000));
+    let (_, live_dfh) = c.pnfs().placement_of(&vfs::FileHandle::from_bytes(&live).unwrap()).expect("placed")[0].clone();
+    let (open2, unplaced) = v.open(&["m"], "unplaced", SHARE_BOTH);
+    let (open3, gone) = v.open(&["m"], "gone", SHARE_BOTH);
+    assert_eq!(v.close(&gone, &open3), 0);
+    let mut r = v.call(&[raw(p::OP_PUTROOTFH, W::default()), raw(p::OP_LOOKUP, W::default().opaque(b"m")), raw(p::OP_REMOVE, W::default().opaque(b"gone"))]);
+    r.ok(p::OP_PUTROOTFH);
+    r.ok(p::OP_LOOKUP);
+    r.ok(p::OP_REMOVE);
+
+    // The DS's data directory, as the MDS finds it (its first mount).
+    let addr = ds_addr(c.ds[0].as_ref().unwrap());
+    let mut d = ds_client(addr, 0, 0);
+    let top = vfs::router::PSEUDO_ROOT.to_bytes().to_vec();
+    let first = d.first_entry(&top).unwrap().expect("the DS has a mount");
+    let dir = d.lookup(&top, &first).unwrap();
+    let name_of = |fh: &[u8]| pnfs::data_file_name(&vfs::FileHandle::from_bytes(fh).unwrap());
+    let attrs = pnfs::client3::Sattr { mode: Some(0o600), uid: None, gid: None, size: None };
+    for name in [name_of(&gone), name_of(&unplaced), "notes.txt".to_string()] {
+        let h = d.create(&dir, name.as_bytes(), &attrs).unwrap();
+        d.write(&h, 0, b"left behind", 2).unwrap();
+    }
+    let exists = |name: &str| ds_client(addr, 0, 0).lookup(&dir, name.as_bytes()).is_ok();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while exists(&name_of(&gone)) {
+        assert!(Instant::now() < deadline, "the data file of a removed MDS file is still on the DS after 15 s of 1 s sweeps");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A sweep after the one that removed it: nothing else goes.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(exists(&name_of(&unplaced)), "a live file's data file stays, placed or not");
+    assert!(exists("notes.txt"), "a name that is not a handle stays");
+    assert_eq!(ds_client(addr, 0, 0).getattr(&live_dfh).unwrap().size, 20_000, "a placed file's data file stays");
+    assert_eq!(v.read(&live, &open, 0, 20_000).unwrap(), data);
+    assert_eq!(metric(&metrics(&c), "chimera_pnfs_orphan_data_files_removed_total"), Some(1.0));
+    assert_eq!(v.close(&unplaced, &open2), 0);
 }

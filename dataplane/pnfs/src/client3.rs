@@ -364,6 +364,37 @@ impl Client3 {
         Ok(())
     }
 
+    /// One READDIR page of `dir` from `cookie`: the names in it (without
+    /// "." and ".."), the cookie to go on from, and whether the listing
+    /// ended. `verf` is the cookie verifier: zeros at the start, then what
+    /// the first page returned (kept by the caller between pages).
+    pub fn readdir_page(&mut self, dir: &[u8], cookie: u64, verf: &mut [u8; 8]) -> CtlResult<(Vec<Vec<u8>>, u64, bool)> {
+        let v = *verf;
+        let r = self.nfs(PROC_READDIR, &|e| {
+            e.opaque_var(dir)?;
+            e.u64(cookie)?;
+            e.opaque_fixed(&v)?;
+            e.u32(32 * 1024)
+        })?;
+        let mut d = Decoder::new(&r);
+        status_attr(&mut d)?;
+        *verf = d.opaque_fixed::<8>().map_err(xdr)?;
+        let (mut names, mut next) = (Vec::new(), cookie);
+        while d.bool().map_err(xdr)? {
+            let _fileid = d.u64().map_err(xdr)?;
+            let name = d.opaque_var(255).map_err(xdr)?;
+            next = d.u64().map_err(xdr)?;
+            if name != b"." && name != b".." {
+                names.push(name.to_vec());
+            }
+        }
+        let eof = d.bool().map_err(xdr)?;
+        if !eof && next == cookie {
+            return Err(CtlError::Protocol("READDIR page without entries and not at its end".into()));
+        }
+        Ok((names, next, eof))
+    }
+
     /// The first entry of a directory other than "." and ".." (the DS's
     /// first mount under its pseudo-root).
     pub fn first_entry(&mut self, dir: &[u8]) -> CtlResult<Option<Vec<u8>>> {

@@ -15,6 +15,7 @@
 pub mod client3;
 mod layouts;
 mod mdsio;
+mod orphans;
 mod persist;
 mod registry;
 mod resync;
@@ -70,6 +71,9 @@ pub struct PnfsConfig {
     /// it (fences the file): a client that never answers its recall must
     /// not hold a drain (or a resync) for ever.
     pub recall_timeout_ms: u64,
+    /// How often the data servers' data directories are swept for data
+    /// files whose MDS file is gone (`orphans`); 0 turns the sweep off.
+    pub orphan_sweep_interval_ms: u64,
 }
 
 impl Default for PnfsConfig {
@@ -87,6 +91,7 @@ impl Default for PnfsConfig {
             ds_recheck_ms: 30_000,
             ds_io_bytes_max: 1 << 20,
             recall_timeout_ms: 60_000,
+            orphan_sweep_interval_ms: 3_600_000,
         }
     }
 }
@@ -113,6 +118,9 @@ impl PnfsConfig {
         range("remove_queue_max", self.remove_queue_max as u64, 1, 1 << 20)?;
         range("ds_io_bytes_max", self.ds_io_bytes_max.into(), 4096, 1 << 20)?;
         range("recall_timeout_ms", self.recall_timeout_ms, 1000, 600_000)?;
+        if self.orphan_sweep_interval_ms != 0 {
+            range("orphan_sweep_interval_ms", self.orphan_sweep_interval_ms, 1000, 7 * 86_400_000)?;
+        }
         Ok(())
     }
 }
@@ -191,6 +199,8 @@ pub struct Metrics {
     pub resync_bytes: AtomicU64,
     /// Resyncs that stopped (a copy failed or a write to the copy failed).
     pub resync_failures: AtomicU64,
+    /// Data files removed by the orphan sweep (their MDS file was gone).
+    pub orphans_removed: AtomicU64,
 }
 
 /// Where one regular file's data lives.
@@ -297,6 +307,8 @@ pub struct Pnfs {
     control: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Workers for I/O proxied through the MDS (`PnfsVfs`).
     pub(crate) io: vfs::iopool::IoPool,
+    /// Where the orphan sweep is (`orphans`).
+    pub(crate) sweep: Mutex<orphans::Sweep>,
 }
 
 impl Pnfs {
@@ -337,6 +349,7 @@ impl Pnfs {
             started: Instant::now(),
             control: Mutex::new(None),
             io: vfs::iopool::IoPool::start("pnfs-io", IO_THREADS)?,
+            sweep: Mutex::new(orphans::Sweep::default()),
         });
         p.set_data_servers(dses)?;
         let weak = Arc::downgrade(&p);
@@ -662,6 +675,7 @@ fn control_loop(p: std::sync::Weak<Pnfs>, rx: Receiver<RemoveJob>) {
         p.apply_recall_ends();
         p.revoke_unreturned();
         p.resync_some();
+        p.sweep_orphans_some();
     }
 }
 

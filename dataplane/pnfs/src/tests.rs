@@ -561,3 +561,16 @@ fn a_recall_that_is_not_sent_gives_its_seqid_back() {
     assert_eq!(rec.sent.lock().unwrap().iter().map(|s| s.seqid).collect::<Vec<_>>(), vec![4]);
     assert_eq!(pn.state().layouts[&7].seqid, 4);
 }
+
+#[test]
+fn only_data_file_names_are_taken_for_handles() {
+    let mut b = [0u8; 24];
+    (b[0], b[7], b[15], b[23]) = (1, 1, 0xab, 1);
+    let f = FileHandle::from_bytes(&b).expect("a file handle");
+    let name = crate::data_file_name(&f);
+    assert!(name.contains("ab"));
+    assert_eq!(crate::orphans::handle_of_name(name.as_bytes()), Some(f));
+    for other in [name.to_uppercase(), name[1..].to_string(), format!("{name}00"), "notes.txt".into(), String::new(), "zz".repeat(24)] {
+        assert_eq!(crate::orphans::handle_of_name(other.as_bytes()), None, "{other:?} is not a data file name");
+    }
+}
