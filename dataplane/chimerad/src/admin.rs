@@ -247,8 +247,20 @@ impl Admin {
         t.set(*id, rules);
         if changed {
             log::info("export access rules changed", &[("mount", n.as_str().into())]);
+            self.recall_narrowed_layouts("mount", n);
         }
         Response::json(200, &Self::access_doc(t, n, *id))
+    }
+
+    /// After a rule change: the pNFS layouts of clients it narrowed are
+    /// recalled (and revoked if not returned) — the data servers do not
+    /// see the rules, so a layout would otherwise keep working.
+    fn recall_narrowed_layouts(&self, scope: &str, name: &str) {
+        let (Some(p), Some((t, _))) = (&self.pnfs, &self.access) else { return };
+        let n = p.recall_narrowed(|fh, ip| t.check_fh(fh, ip));
+        if n > 0 {
+            log::info("layouts recalled: the rule change narrowed their clients' access", &[(scope, name.into()), ("layouts", log::V::U(n as u64))]);
+        }
     }
 
     fn with_volumes(&self, f: impl FnOnce(&Volumes) -> Result<Response, VolError>) -> Response {
@@ -319,6 +331,7 @@ impl Admin {
             let vol = v.update(id, cap, access)?;
             if changed {
                 log::info("volume access rules changed", &[("volume", vol.id.as_str().into())]);
+                self.recall_narrowed_layouts("volume", &vol.id);
             }
             Ok(Response::json(200, &volume_json(&vol)))
         })

@@ -830,3 +830,43 @@ fn orphaned_data_files_are_swept() {
     assert_eq!(metric(&metrics(&c), "chimera_pnfs_orphan_data_files_removed_total"), Some(1.0));
     assert_eq!(v.close(&unplaced, &open2), 0);
 }
+
+/// Proves a layout is a handle too: an export rule change that leaves a
+/// client read-write recalls nothing, while one that makes it read-only
+/// recalls its RW layout; this client never returns it (no callback
+/// service), so the MDS revokes it: the file is fenced and the layout's
+/// synthetic uid is refused on the DS (NFS3ERR_ACCES) — a client whose
+/// access was narrowed cannot keep writing through its layout.
+#[test]
+fn narrowed_access_recalls_layouts() {
+    let c = cluster(1, 1, json!({ "recall_timeout_ms": 1000 }));
+    let mut v = V4::connect(mds_addr(&c), b"narrowed");
+    let (open, fh) = v.open(&["m"], "f", SHARE_BOTH);
+    let l = v.layoutget(&fh, 4, RW, 0, u64::MAX, 0, &open).expect("RW layout");
+    let m = &l.mirrors[0];
+    let addr = v.ds_of(&m.deviceid);
+    ds_client(addr, m.uid, m.gid).write(&m.fh, 0, b"allowed", 2).unwrap();
+    let rule = |access: &str| json!({ "access": [{ "clients": "127.0.0.1", "access_type": access, "squash": "no_root_squash" }] });
+    let recalled = |c: &Cluster| metric(&metrics(c), "chimera_pnfs_layouts_recalled_total").unwrap_or(0.0);
+
+    let (code, body) = admin(&c, "PUT", "/api/v1/access/m", Some(&rule("rw")));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(recalled(&c), 0.0, "a change that keeps the client read-write recalls nothing");
+    ds_client(addr, m.uid, m.gid).write(&m.fh, 0, b"still ok", 2).unwrap();
+    v.layoutcommit(&fh, &l.stateid, 7).expect("LAYOUTCOMMIT");
+
+    let (code, body) = admin(&c, "PUT", "/api/v1/access/m", Some(&rule("ro")));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(recalled(&c), 1.0, "read-only now: its RW layout is recalled");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match ds_client(addr, m.uid, m.gid).write(&m.fh, 0, b"after ro", 2) {
+            Err(pnfs::client3::CtlError::Status(NFS3ERR_ACCES)) => break,
+            r => assert!(Instant::now() < deadline, "the narrowed client still writes through its layout after 10 s: {r:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = metrics(&c);
+    assert_eq!(metric(&text, "chimera_pnfs_fences_total"), Some(1.0));
+    assert_eq!(v.read(&fh, &open, 0, 8).unwrap(), b"still ok", "reads through the MDS go on");
+}

@@ -48,6 +48,9 @@ pub struct LayoutGetArgs {
     pub layout_stateid: bool,
     /// Bytes the client accepts for the layout body.
     pub maxcount: u32,
+    /// The client's address on this call (export rules are per address:
+    /// a rule change recalls the layouts of the clients it narrows).
+    pub peer: Option<std::net::IpAddr>,
 }
 
 /// One granted layout segment (the Linux client takes exactly one per reply).

@@ -303,7 +303,7 @@ impl Pnfs {
             None => {
                 let k = st.next_layout_key;
                 st.next_layout_key = st.next_layout_key.wrapping_add(1).max(1);
-                st.layouts.insert(k, LayoutState { clientid: a.clientid, fh: a.fh, fsid: a.fsid, seqid: 0, dses: Vec::new(), recalled_ms: None, revoke_now: false });
+                st.layouts.insert(k, LayoutState { clientid: a.clientid, fh: a.fh, fsid: a.fsid, seqid: 0, dses: Vec::new(), recalled_ms: None, revoke_now: false, peer: None, rw: false });
                 st.by_client_file.insert((a.clientid, a.fh), k);
                 *st.per_client.entry(a.clientid).or_insert(0) += 1;
                 k
@@ -317,6 +317,10 @@ impl Pnfs {
         }
         let l = st.layouts.get_mut(&key).expect("layout state just ensured");
         l.seqid = if l.seqid == u32::MAX { 1 } else { l.seqid + 1 };
+        if a.peer.is_some() {
+            l.peer = a.peer;
+        }
+        l.rw |= a.iomode == IoMode::Rw;
         for id in ids {
             if !l.dses.contains(&id) {
                 l.dses.push(id);

@@ -255,6 +255,10 @@ pub(crate) struct LayoutState {
     /// The recall failed (refused, or not answered): revoke at the next
     /// tick instead of waiting for `recall_timeout_ms`.
     pub revoke_now: bool,
+    /// The client's address at its last LAYOUTGET, and whether any RW
+    /// layout was granted under this state (`recall_narrowed`).
+    pub peer: Option<std::net::IpAddr>,
+    pub rw: bool,
 }
 
 pub(crate) struct State {
@@ -442,7 +446,8 @@ impl Pnfs {
     /// change owner, so the client's layout stops working on the DSes) —
     /// used when a DS leaves or drains, never on the common paths
     /// (truncate), because a fenced client sees NFS3ERR_ACCES from the DS.
-    pub(crate) fn recall_where(&self, pred: impl Fn(&LayoutState) -> bool, fence_on_failure: bool) {
+    /// Returns how many layouts it recalled.
+    pub(crate) fn recall_where(&self, pred: impl Fn(&LayoutState) -> bool, fence_on_failure: bool) -> usize {
         // A recall is a new state of the layout (RFC 8881 §12.5.5.2.1): its
         // stateid carries the next seqid, which the Linux client checks
         // (one it already has is NFS4ERR_OLD_STATEID), and the client's
@@ -463,6 +468,7 @@ impl Pnfs {
                 .collect()
         };
         let mut fence = Vec::new();
+        let recalled = victims.len();
         for (key, prev, l) in victims {
             self.metrics.layouts_recalled.fetch_add(1, Ordering::Relaxed);
             let sid = self.layout_stateid(key, l.seqid);
@@ -501,6 +507,25 @@ impl Pnfs {
         for fh in fence {
             self.fence(&fh);
         }
+        recalled
+    }
+
+    /// Recall the layouts of clients an export or volume rule change
+    /// narrowed: `grant(fh, peer)` is the access the client has now (`None`:
+    /// none). A layout whose client lost access, or holds an RW layout and
+    /// may now only read, is recalled, and revoked (its file fenced) if not
+    /// returned in time or if the recall cannot be sent — a layout is a
+    /// handle too, and the DSes do not see the rules. A layout of unknown
+    /// address is recalled as well. Returns how many were recalled.
+    pub fn recall_narrowed(&self, grant: impl Fn(&FileHandle, std::net::IpAddr) -> Option<vfs::clients::Grant>) -> usize {
+        let narrowed = |l: &LayoutState| match l.peer {
+            None => true,
+            Some(ip) => match grant(&l.fh, ip) {
+                None => true,
+                Some(g) => l.rw && !g.writable,
+            },
+        };
+        self.recall_where(|l| l.recalled_ms.is_none() && narrowed(l), true)
     }
 
     /// Apply the recalls' outcomes: a client that holds no matching layout

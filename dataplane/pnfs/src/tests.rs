@@ -169,6 +169,7 @@ fn layout_stateids_are_checked() {
         stateid: sid,
         layout_stateid: true,
         maxcount: 4096,
+        peer: None,
     };
     assert_eq!(pn.layoutget(&a).unwrap_err(), p::NFS4ERR_BAD_STATEID, "unknown key");
     let mut other_boot = sid;
@@ -329,6 +330,7 @@ fn a_garbage_stored_placement_fails_only_its_file() {
         stateid: Stateid { seqid: 1, other: [1; 12] },
         layout_stateid: false,
         maxcount: 4096,
+        peer: None,
     };
     assert_eq!(pn.layoutget(&a).unwrap_err(), p::NFS4ERR_IO);
     assert_eq!(fs.private_get(&bad).unwrap(), Some(garbage), "the stored placement is kept for repair, not replaced");
@@ -446,7 +448,7 @@ fn a_recalled_layout_never_returned_is_revoked_after_the_timeout() {
     let root = v.root(1).unwrap();
     let f = v.create(&root, b"held", NodeKind::File, 0o644, &Cred::ROOT, CreateMode::Guarded).unwrap().0;
     pn.state().files.insert(f, placement(1, 1));
-    pn.state().layouts.insert(7, crate::LayoutState { clientid: 9, fh: f, fsid: 1, seqid: 1, dses: vec![1], recalled_ms: None, revoke_now: false });
+    pn.state().layouts.insert(7, crate::LayoutState { clientid: 9, fh: f, fsid: 1, seqid: 1, dses: vec![1], recalled_ms: None, revoke_now: false, peer: None, rw: true });
     let held = || pn.state().layouts.len();
     let revoked = || pn.metrics.layouts_revoked.load(std::sync::atomic::Ordering::Relaxed);
     pn.revoke_unreturned();
@@ -490,7 +492,7 @@ fn a_recall_answered_nomatching_layout_forgets_the_state_and_a_failed_one_revoke
         let root = v.root(1).unwrap();
         let f = v.create(&root, b"f", NodeKind::File, 0o644, &Cred::ROOT, CreateMode::Guarded).unwrap().0;
         pn.state().files.insert(f, placement(1, 1));
-        pn.state().layouts.insert(7, crate::LayoutState { clientid: 9, fh: f, fsid: 1, seqid: 1, dses: vec![1], recalled_ms: None, revoke_now: false });
+        pn.state().layouts.insert(7, crate::LayoutState { clientid: 9, fh: f, fsid: 1, seqid: 1, dses: vec![1], recalled_ms: None, revoke_now: false, peer: None, rw: true });
         pn.recall_where(|_| true, fencing);
         pn.apply_recall_ends();
         pn.revoke_unreturned();
@@ -519,7 +521,7 @@ fn a_recall_carries_the_next_seqid_of_the_layout_stateid() {
     let mut b = [0u8; 24];
     (b[0], b[7], b[15], b[23]) = (1, 1, 5, 1);
     let f = FileHandle::from_bytes(&b).expect("a file handle");
-    pn.state().layouts.insert(7, crate::LayoutState { clientid: 9, fh: f, fsid: 1, seqid: 3, dses: vec![1], recalled_ms: None, revoke_now: false });
+    pn.state().layouts.insert(7, crate::LayoutState { clientid: 9, fh: f, fsid: 1, seqid: 3, dses: vec![1], recalled_ms: None, revoke_now: false, peer: None, rw: true });
     pn.recall_where(|_| true, false);
     pn.recall_where(|_| true, false);
     let seqids: Vec<u32> = rec.0.lock().unwrap().iter().map(|s| s.seqid).collect();
@@ -553,7 +555,7 @@ fn a_recall_that_is_not_sent_gives_its_seqid_back() {
     let mut b = [0u8; 24];
     (b[0], b[7], b[15], b[23]) = (1, 1, 5, 1);
     let f = FileHandle::from_bytes(&b).expect("a file handle");
-    pn.state().layouts.insert(7, crate::LayoutState { clientid: 9, fh: f, fsid: 1, seqid: 3, dses: vec![1], recalled_ms: None, revoke_now: false });
+    pn.state().layouts.insert(7, crate::LayoutState { clientid: 9, fh: f, fsid: 1, seqid: 3, dses: vec![1], recalled_ms: None, revoke_now: false, peer: None, rw: true });
     pn.recall_where(|_| true, false);
     assert_eq!(pn.state().layouts[&7].seqid, 3, "the client never saw the recall: it still holds seqid 3");
     pn.recall_where(|_| true, false);

@@ -139,6 +139,7 @@ impl Mds {
             stateid: Stateid { seqid: 1, other: [1; 12] },
             layout_stateid: false,
             maxcount: 4096,
+            peer: None,
         })
     }
     /// Files per DS name, from the registry.

@@ -103,7 +103,7 @@ impl Compound<'_> {
                 return fail(p::NFS4ERR_OPENMODE);
             }
         }
-        let args = LayoutGetArgs { clientid, fh, fsid: a.fsid, iomode, offset, length, minlength, stateid: sid, layout_stateid, maxcount };
+        let args = LayoutGetArgs { clientid, fh, fsid: a.fsid, iomode, offset, length, minlength, stateid: sid, layout_stateid, maxcount, peer: Some(self.peer) };
         let lay = l.layoutget(&args).map_err(|s| {
             if s == p::NFS4ERR_LAYOUTTRYLATER {
                 // LAYOUTGET4res carries logr_will_signal_layout_avail.
