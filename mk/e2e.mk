@@ -6,9 +6,10 @@
 #                   logs/exec) then TestRealNode (helm install -> CSI
 #                   registration through the kubelet -> ChimeraCluster -> PVC
 #                   -> fio Job -> engine fio Job -> RWX reader -> teardown,
-#                   timed). In TEST_TARGETS.
-#   e2e-rollout     the same, plus the rolling upgrade of a durable cluster
-#                   under a fio verify Job (not in TEST_TARGETS: ~3-10 more minutes)
+#                   then the rolling upgrade of a durable cluster under a fio
+#                   verify Job, timed). In TEST_TARGETS.
+#   e2e-rollout     the same with the rolling upgrade repeated ROLLOUTS times
+#                   (default 3) in the one boot: its reliability
 #   test-kube-node  the smoke tests alone, with the chart's CSI registration
 #                   on its own (TestNodeSmokeChart; quicker, for harness work)
 
@@ -34,10 +35,10 @@ TEST_TARGETS += test-docs e2e
 # every named test PASSed (a skip is a failure).
 define kube_e2e_run
 	@for f in $(KUBE_E2E_IMAGES); do [ -s $$f ] || { echo "$(2): image archive $$f missing (make images)"; exit 1; }; done
-	@set +e; cd $(KUBE_E2E) && IMAGES="$(KUBE_E2E_IMAGES)" GUEST_MEM_MB=3072 \
+	@set +e; cd $(KUBE_E2E) && IMAGES="$(KUBE_E2E_IMAGES)" GUEST_MEM_MB=3072 PV_DISK_MB=$$((1024 + 3072 * $(or $(CHIMERA_E2E_ROLLOUT),0))) \
 	  HELM=$(CACHE)/bin/helm KUBECTL=$(K8S_ASSETS)/kubectl CHIMERA_REPO=$(CURDIR) NODE_SHARE=$(KUBE_CACHE)/run/share \
 	  CHIMERA_KUBE_E2E=1 CHIMERA_E2E_ROLLOUT=$(CHIMERA_E2E_ROLLOUT) timeout -k 20 $(KUBE_E2E_TIMEOUT_S) ./run.sh $(KUBE_E2E_TEST) -test.v -test.count=1 \
-	  -test.run '^($(subst $(KUBE_E2E_SPACE),|,$(strip $(1))))$$' -test.timeout 32m > $(CACHE)/last-$(2).log 2>&1; rc=$$?; set -e; \
+	  -test.run '^($(subst $(KUBE_E2E_SPACE),|,$(strip $(1))))$$' -test.timeout $$(($(KUBE_E2E_TIMEOUT_S) / 60 - 3))m > $(CACHE)/last-$(2).log 2>&1; rc=$$?; set -e; \
 	  log=$(CACHE)/last-$(2).log; \
 	  grep -E '^kube-e2e:|STEP |FLEXFILES-CHECK|^ +[0-9.]+s +\+|timeline|^(    )?--- (PASS|FAIL|SKIP)|^(ok|FAIL|PASS)$$|^panic:' $$log; \
 	  for t in $(1); do grep -q -- "^--- PASS: $$t " $$log || { echo "$(2): $$t did not pass (rc $$rc; full log: $$log, cluster logs: $(KUBE_CACHE)/run)"; exit 1; }; done; \
@@ -66,12 +67,16 @@ e2e-node: e2e-setup ## boot the cluster (control plane + guest node) and keep it
 test-kube-node: e2e-setup images ## a real kubelet node in the QEMU guest: preloaded-image pods, logs, exec, CSI registration
 	$(call kube_e2e_run,TestNodeSmoke TestNodeSmokeChart,test-kube-node)
 
-# e2e-rollout: the same boot and flow, plus the rolling upgrade of a durable
-# cluster under a fio verify Job (rollout_e2e_test.go; ~10 more minutes).
-CHIMERA_E2E_ROLLOUT ?=
-e2e-rollout: CHIMERA_E2E_ROLLOUT = 1
-e2e-rollout: test-docs e2e-setup images ## e2e plus the rolling upgrade: a durable cluster (diskfs on PVs, mirrors 2) rolled to a new image tag under a fio verify Job
+# The rolling upgrade (rollout_e2e_test.go, ~4 minutes a run) is the
+# flow's last step: CHIMERA_E2E_ROLLOUT is how many times it runs (each on
+# fresh volumes: ~3 GiB of diskfs images a run on the guest's sparse PV disk,
+# sized to fit). e2e runs it once; e2e-rollout ROLLOUTS=N, N times.
+CHIMERA_E2E_ROLLOUT ?= 1
+ROLLOUTS ?= 3
+e2e-rollout: CHIMERA_E2E_ROLLOUT = $(ROLLOUTS)
+e2e e2e-rollout: KUBE_E2E_TIMEOUT_S = $(shell echo $$((2100 + 300 * $(CHIMERA_E2E_ROLLOUT))))
+e2e-rollout: test-docs e2e-setup images ## e2e with the rolling upgrade repeated ROLLOUTS times (default 3) in one boot
 	$(call kube_e2e_run,TestNodeSmoke TestRealNode,e2e-rollout)
 
-e2e: test-docs e2e-setup images ## real kubelet node in the QEMU guest: smoke, then helm install -> ChimeraCluster -> PVC -> fio Job -> teardown, timed
+e2e: test-docs e2e-setup images ## real kubelet node in the QEMU guest: smoke, then helm install -> ChimeraCluster -> PVC -> fio Job -> teardown, then a rolling upgrade under fio, timed
 	$(call kube_e2e_run,TestNodeSmoke TestRealNode,e2e)

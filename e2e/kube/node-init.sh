@@ -132,8 +132,8 @@ ctr -n k8s.io images tag localhost/chimerad:dev localhost/chimerad:dev2 >/dev/nu
 ) &
 # The NFS client's tracepoints, for a step that asks (the rolling upgrade):
 # the host creates nfs-trace.on to start them (a bounded ring buffer) and
-# nfs-trace.dump to have the buffer, the kernel log and mountstats copied to
-# logs/ (nfs-trace.done says it is there).
+# nfs-trace.dump to have the buffer (then emptied), the kernel log and
+# mountstats copied to logs/ (nfs-trace.done says it is there).
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 T=/sys/kernel/tracing
 nfs_trace() {
@@ -146,6 +146,7 @@ nfs_trace() {
   fi
   if [ -e /run/kube/nfs-trace.dump ]; then
     cat $T/trace >/run/kube/logs/nfs-trace.txt
+    : >$T/trace
     dmesg >/run/kube/logs/dmesg.txt
     cat /proc/self/mountstats >/run/kube/logs/mountstats.txt
     rm -f /run/kube/nfs-trace.dump

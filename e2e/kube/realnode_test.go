@@ -916,14 +916,20 @@ func TestRealNode(t *testing.T) {
 	// Upgrades without an I/O error (rollout_e2e_test.go): a durable
 	// cluster of its own, rolled to a second image tag under a fio verify
 	// Job; it cleans up after itself, so the checks below still hold.
-	// Its own target (make e2e-rollout: ~10 more minutes on this guest),
-	// not make test's e2e.
-	if os.Getenv("CHIMERA_E2E_ROLLOUT") == "1" {
-		tl.run(t, "rolling upgrade (diskfs on PVs, pNFS mirrors 2) under a fio verify Job: zero errors", func() (string, error) {
-			return e.rollingUpgrade(cc, samples)
-		})
+	// CHIMERA_E2E_ROLLOUT=N runs it N times (make e2e: once; make
+	// e2e-rollout ROLLOUTS=N), ~4 minutes each on this guest.
+	if n, _ := strconv.Atoi(os.Getenv("CHIMERA_E2E_ROLLOUT")); n > 0 {
+		for run := 1; run <= n; run++ {
+			name := "rolling upgrade (diskfs on PVs, pNFS mirrors 2) under a fio verify Job: zero errors"
+			if n > 1 {
+				name += fmt.Sprintf(" (run %d of %d)", run, n)
+			}
+			tl.run(t, name, func() (string, error) {
+				return e.rollingUpgrade(cc, samples, run)
+			})
+		}
 	} else {
-		t.Logf("the rolling-upgrade step is not part of this run: make e2e-rollout runs it")
+		t.Logf("CHIMERA_E2E_ROLLOUT=%q: the rolling-upgrade step does not run (make e2e runs it once)", os.Getenv("CHIMERA_E2E_ROLLOUT"))
 	}
 
 	tl.run(t, "helm uninstall: nothing left, no mounts", func() (string, error) {

@@ -5,7 +5,8 @@ package kube
 // data in diskfs image files on hostPath volumes of the guest's PV disk,
 // storage.nvme.volumeClaim), mirrors 2 over its two data servers, and a
 // kernel-mounted pNFS volume (NFSv4.1) under a fio Job that writes and
-// verifies (crc32c, O_DIRECT) a file round after round. spec.image changes
+// verifies (crc32c, buffered with fsync; see rollScript) a file round after
+// round. spec.image changes
 // to a second tag of the same image (localhost/chimerad:dev2, tagged by
 // node-init): the operator must replace chimera-ds-0, chimera-ds-1 and the MDS in
 // that order (drain, restart, ready, undrain, resync; the MDS done after its
@@ -62,8 +63,21 @@ const (
 // every block) until /data/.stop appears, then keep.dat verified again.
 // Any fio error (an I/O error, a block that does not verify) ends it with
 // a non-zero status; each round prints "@@round N ok".
+//
+// Buffered writes with fsync, not O_DIRECT: the guest's client (Linux
+// 6.1.192) has a bug in O_DIRECT over mirrored flex-files layouts. When a
+// layout recall (every drain recalls) lands while direct writes to the DSes
+// are queued, the client resets them to be resent (RESET_TO_PNFS), and the
+// resend never happens: the write returns 0 bytes, no error, with no RPC sent
+// after the reset, so fio reports "full resid" (EIO). Its own tracepoints
+// show it (nfs_direct_write_reschedule_io, then nfs_direct_write_complete
+// with count=0; logs/nfs-trace-run<N>.txt); the DSes had answered every
+// write in full. About half the O_DIRECT runs here hit it. Buffered writes take the
+// writeback path (reset pages stay dirty and are written again); the verify
+// pass reads from the servers, because fio flushes and drops the file's
+// cached pages before it.
 const rollScript = `set -u
-common="--ioengine=psync --direct=1 --bs=64k --rw=write --verify=crc32c --do_verify=1 --end_fsync=1 --minimal"
+common="--ioengine=psync --direct=0 --bs=64k --rw=write --verify=crc32c --do_verify=1 --end_fsync=1 --invalidate=1 --minimal"
 fio --name=keep --filename=/data/keep.dat --size=8m $common >/tmp/keep.txt 2>&1 || { echo "@@keep write FAILED"; cat /tmp/keep.txt; exit 1; }
 echo "@@keep written"
 i=0
@@ -155,12 +169,14 @@ func (e *env) waitRound(after int, timeout time.Duration) (int, error) {
 
 // rollingUpgrade runs the whole step; base is the flow's memfs cluster
 // (deleted by now), whose guest-scaled spec it starts from.
-func (e *env) rollingUpgrade(base *chimerav1.ChimeraCluster, samples string) (note string, err error) {
+// run numbers the repeats in one boot: each gets its own volumes' folders.
+func (e *env) rollingUpgrade(base *chimerav1.ChimeraCluster, samples string, run int) (note string, err error) {
 	cc := &chimerav1.ChimeraCluster{ObjectMeta: metav1.ObjectMeta{Name: rollName, Namespace: clusterNS}, Spec: *base.Spec.DeepCopy()}
 	defer func() {
 		if err != nil {
 			e.rollDiag(cc)
 		}
+		e.nodeNFSTrace(run, err != nil)
 		if cerr := e.rollCleanup(cc); cerr != nil && err == nil {
 			err = fmt.Errorf("cleanup: %w", cerr)
 		}
@@ -185,7 +201,7 @@ func (e *env) rollingUpgrade(base *chimerav1.ChimeraCluster, samples string) (no
 				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
 				StorageClassName:              rollClass,
 				PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{
-					Path: fmt.Sprintf("%s/%s-%d", rollPVDir, rollName, i), Type: &dirOrCreate}},
+					Path: fmt.Sprintf("%s/%s-run%d-%d", rollPVDir, rollName, run, i), Type: &dirOrCreate}},
 			},
 		}
 		if err := e.k8s.Create(e.ctx, pv); err != nil {
@@ -402,13 +418,14 @@ func (e *env) rollDiag(cc *chimerav1.ChimeraCluster) {
 	e.t.Logf("rollout diagnostics: the cluster's events:\n%s", out)
 	out, _ = e.tool(e.kubectl, "logs", "-n", clusterNS, "job/"+rollJob, "--timestamps")
 	e.t.Logf("rollout diagnostics: the fio Job:\n%s", out)
-	e.nodeNFSTrace()
 }
 
-// nodeNFSTrace has the node copy its NFS client trace, kernel log and
-// mountstats to the share's logs/ and logs what stands out in them: the
-// trace's error results and layout events, and the kernel log's NFS lines.
-func (e *env) nodeNFSTrace() {
+// nodeNFSTrace has the node copy its NFS client trace (since the last
+// dump), kernel log and mountstats to the share's logs/ (kept as
+// nfs-trace-run<run>.txt, ...) and, for a failed step, logs what stands out
+// in them: the trace's error results and layout events, and the kernel
+// log's NFS lines.
+func (e *env) nodeNFSTrace(run int, failed bool) {
 	logs := filepath.Join(e.share, "logs")
 	done := filepath.Join(logs, "nfs-trace.done")
 	os.Remove(done)
@@ -427,6 +444,13 @@ func (e *env) nodeNFSTrace() {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	for _, f := range []string{"nfs-trace", "dmesg", "mountstats"} {
+		os.Rename(filepath.Join(logs, f+".txt"), filepath.Join(logs, fmt.Sprintf("%s-run%d.txt", f, run)))
+	}
+	e.t.Logf("the node's NFS client trace of this step: logs/nfs-trace-run%d.txt in the run's share", run)
+	if !failed {
+		return
+	}
 	pick := func(file string, keep *regexp.Regexp, max int) string {
 		b, err := os.ReadFile(filepath.Join(logs, file))
 		if err != nil {
@@ -443,10 +467,10 @@ func (e *env) nodeNFSTrace() {
 		}
 		return strings.Join(got, "\n")
 	}
-	e.t.Logf("rollout diagnostics: the node's NFS trace (logs/nfs-trace.txt), errors and layout events, last 200:\n%s",
-		pick("nfs-trace.txt", regexp.MustCompile(`(?i)error=-|status=-|error=[1-9]|layout|recall|pnfs|ff_|short`), 200))
+	e.t.Logf("rollout diagnostics: the node's NFS trace (logs/nfs-trace-run%d.txt), errors and layout events, last 200:\n%s", run,
+		pick(fmt.Sprintf("nfs-trace-run%d.txt", run), regexp.MustCompile(`(?i)error=-|status=-|error=[1-9]|layout|recall|pnfs|ff_|short`), 200))
 	e.t.Logf("rollout diagnostics: the node's kernel log, NFS lines:\n%s",
-		pick("dmesg.txt", regexp.MustCompile(`(?i)nfs|rpc|pnfs`), 60))
+		pick(fmt.Sprintf("dmesg-run%d.txt", run), regexp.MustCompile(`(?i)nfs|rpc|pnfs`), 60))
 }
 
 // rolloutOrder lists the pods the operator deleted for the rollout, in the
