@@ -474,7 +474,8 @@ func (e *env) nodeNFSTrace(run int, failed bool) {
 }
 
 // rolloutOrder lists the pods the operator deleted for the rollout, in the
-// order of its events ("deleted pod X for revision R").
+// order of its events ("deleted pod X for revision R") about this cluster
+// object (by UID: a repeat's cluster has the same name, and events outlive it).
 func (e *env) rolloutOrder(cc *chimerav1.ChimeraCluster) ([]string, error) {
 	var evs corev1.EventList
 	if err := e.k8s.List(e.ctx, &evs, client.InNamespace(clusterNS)); err != nil {
@@ -486,7 +487,7 @@ func (e *env) rolloutOrder(cc *chimerav1.ChimeraCluster) ([]string, error) {
 	}
 	var got []ev
 	for _, x := range evs.Items {
-		if x.InvolvedObject.Name != cc.Name || x.Reason != "RolloutStep" || !strings.HasPrefix(x.Message, "deleted pod ") {
+		if x.InvolvedObject.Name != cc.Name || x.InvolvedObject.UID != cc.UID || x.Reason != "RolloutStep" || !strings.HasPrefix(x.Message, "deleted pod ") {
 			continue
 		}
 		at := x.LastTimestamp.Time
