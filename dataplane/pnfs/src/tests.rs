@@ -512,16 +512,23 @@ impl crate::LayoutRecaller for Records {
     }
 }
 
-#[test]
-fn a_recall_carries_the_next_seqid_of_the_layout_stateid() {
+/// An MDS whose recalls go to `rec`, holding one layout state (key 7) the
+/// client got at seqid 3.
+fn holding_one_layout_at_seqid_3(rec: Arc<dyn crate::LayoutRecaller>) -> Arc<Pnfs> {
     let memfs: Arc<dyn vfs::Vfs> = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: 16 << 20 }));
     let pn = Pnfs::new(PnfsConfig::default(), memfs, vec![]).unwrap();
-    let rec = Arc::new(Records(std::sync::Mutex::new(Vec::new())));
-    pn.set_recaller(rec.clone());
+    pn.set_recaller(rec);
     let mut b = [0u8; 24];
     (b[0], b[7], b[15], b[23]) = (1, 1, 5, 1);
     let f = FileHandle::from_bytes(&b).expect("a file handle");
     pn.state().layouts.insert(7, crate::LayoutState { clientid: 9, fh: f, fsid: 1, seqid: 3, dses: vec![1], recalled_ms: None, revoke_now: false, peer: None, rw: true });
+    pn
+}
+
+#[test]
+fn a_recall_carries_the_next_seqid_of_the_layout_stateid() {
+    let rec = Arc::new(Records(std::sync::Mutex::new(Vec::new())));
+    let pn = holding_one_layout_at_seqid_3(rec.clone());
     pn.recall_where(|_| true, false);
     pn.recall_where(|_| true, false);
     let seqids: Vec<u32> = rec.0.lock().unwrap().iter().map(|s| s.seqid).collect();
@@ -548,14 +555,8 @@ impl crate::LayoutRecaller for DownThenUp {
 
 #[test]
 fn a_recall_that_is_not_sent_gives_its_seqid_back() {
-    let memfs: Arc<dyn vfs::Vfs> = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: 16 << 20 }));
-    let pn = Pnfs::new(PnfsConfig::default(), memfs, vec![]).unwrap();
     let rec = Arc::new(DownThenUp { down: 1.into(), sent: std::sync::Mutex::new(Vec::new()) });
-    pn.set_recaller(rec.clone());
-    let mut b = [0u8; 24];
-    (b[0], b[7], b[15], b[23]) = (1, 1, 5, 1);
-    let f = FileHandle::from_bytes(&b).expect("a file handle");
-    pn.state().layouts.insert(7, crate::LayoutState { clientid: 9, fh: f, fsid: 1, seqid: 3, dses: vec![1], recalled_ms: None, revoke_now: false, peer: None, rw: true });
+    let pn = holding_one_layout_at_seqid_3(rec.clone());
     pn.recall_where(|_| true, false);
     assert_eq!(pn.state().layouts[&7].seqid, 3, "the client never saw the recall: it still holds seqid 3");
     pn.recall_where(|_| true, false);
