@@ -182,7 +182,8 @@ func (e *env) rollingUpgrade(base *chimerav1.ChimeraCluster, samples string, run
 		}
 	}()
 
-	// The node's NFS client tracepoints, dumped by rollDiag on a failure.
+	// The node's NFS client tracepoints: nodeNFSTrace keeps them at the end
+	// of every run and logs their errors when the step failed.
 	if err := os.WriteFile(filepath.Join(e.share, "nfs-trace.on"), nil, 0o644); err != nil {
 		return "", err
 	}
