@@ -21,6 +21,27 @@ pub fn set_devices(devs: Vec<block::Device>) {
     *DEVICES.lock().unwrap_or_else(|e| e.into_inner()) = devs;
 }
 
+/// The server's diskfs (one per server; its mounts are views of it).
+static DISKFS: Mutex<Option<diskfs::Counters>> = Mutex::new(None);
+
+pub fn set_diskfs(c: diskfs::Counters) {
+    *DISKFS.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+}
+
+/// diskfs: where its READs ran, and device errors.
+pub fn render_diskfs(out: &mut String, c: &diskfs::Counters) {
+    let (core, retried) = c.core_reads();
+    let rows: [(&str, &str, u64); 3] = [
+        ("chimera_diskfs_core_reads_total", "READs read from the devices on the core that decoded them (no worker thread).", core),
+        ("chimera_diskfs_core_reads_retried_total", "Core READs done again on a worker because their file lost blocks meanwhile.", retried),
+        ("chimera_diskfs_io_errors_total", "Device operations of diskfs that failed.", c.io_errors()),
+    ];
+    for (n, help, v) in rows {
+        header(out, n, "counter", help);
+        let _ = writeln!(out, "{n} {v}");
+    }
+}
+
 /// The `nfs` mounts (mount name, backend), registered as they start.
 static NFS_MOUNTS: Mutex<Vec<(String, Arc<nfsvfs::NfsVfs>)>> = Mutex::new(Vec::new());
 
@@ -303,6 +324,9 @@ pub fn render_with(s: &Snapshot, admin: Option<&Admin>, router: Option<&Router>)
     }
     render_devices(&mut out, &DEVICES.lock().unwrap_or_else(|e| e.into_inner()));
     render_nfs_mounts(&mut out, &NFS_MOUNTS.lock().unwrap_or_else(|e| e.into_inner()));
+    if let Some(c) = DISKFS.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        render_diskfs(&mut out, c);
+    }
     if rdma::server::STARTED.load(std::sync::atomic::Ordering::Relaxed) {
         render_rdma(&mut out);
     }

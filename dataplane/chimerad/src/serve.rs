@@ -172,6 +172,7 @@ fn open_diskfs(cfg: &Config, m: &MountConfig) -> Result<diskfs::DiskFs, String> 
     crate::metrics::set_devices(devices.clone());
     // The whole file system's own view is not served; mounts get views.
     let fs = diskfs::DiskFs::open(devices, &diskfs::Options::new(u32::MAX, dc.initialize)).map_err(|e| format!("mounts.{}: {e}", m.name))?;
+    crate::metrics::set_diskfs(fs.counters());
     let r = fs.report();
     log::info(
         "diskfs mounted",

@@ -42,7 +42,7 @@ fn config(dir: &Path) -> PathBuf {
         "mounts": { "ds": { "module": "diskfs", "path": "/" } },
         "exports": { "/ds": { "path": "/ds" } },
         "admin": { "bind": "127.0.0.1", "port": 0, "token": "diskfs-test-token", "tls": false },
-        "metrics": { "enabled": false }
+        "metrics": { "bind": "127.0.0.1", "port": 0 }
     });
     let cfg = dir.join("chimera.json");
     std::fs::write(&cfg, v.to_string()).unwrap();
@@ -62,6 +62,7 @@ struct Up {
     proc: Proc,
     nfs: String,
     admin: std::net::SocketAddr,
+    metrics: std::net::SocketAddr,
     recovery_ms: u64,
     formatted: bool,
 }
@@ -73,6 +74,7 @@ fn start(cfg: &Path) -> Up {
     Up {
         nfs: listening(&lines, "nfs").to_string(),
         admin: listening(&lines, "admin"),
+        metrics: listening(&lines, "metrics"),
         recovery_ms: m["recovery_ms"].as_u64().unwrap(),
         formatted: m["formatted"].as_bool().unwrap(),
         proc: p,
@@ -297,6 +299,16 @@ fn admin_volumes_and_their_data_survive_kill_9() {
     let mut got = Vec::new();
     c.read(&f, 0, 1 << 20, &mut got).unwrap();
     assert!(got.len() == 1 << 20 && got.iter().all(|&b| b == 0x5a));
+    // That READ ran on the core that decoded it, on the core's own queue.
+    let m = common::get(up.metrics, "/metrics", None).text();
+    let core_reads: u64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("chimera_diskfs_core_reads_total "))
+        .unwrap_or_else(|| panic!("no chimera_diskfs_core_reads_total in\n{m}"))
+        .parse()
+        .unwrap();
+    assert!(core_reads >= 1, "the READ did not run on a core:\n{m}");
+    assert!(m.contains("chimera_diskfs_io_errors_total 0"), "{m}");
     drop(up);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -21,13 +21,19 @@
 //!   them is durable and every data I/O that started before has finished
 //!   (`IoGate`), so a block is never reused while an old owner might still
 //!   read or write it, or might still own it after a crash.
-//! * READ, WRITE and COMMIT park the call (`vfs::Later`) and run on the
-//!   backend's worker threads (`vfs::iopool`), never blocking a core.
-//!   Metadata operations run on the calling core and wait for their log
-//!   write; making them parkable too needs the `Vfs` trait's metadata
-//!   calls to become asynchronous (not yet).
+//! * READ, WRITE and COMMIT park the call (`vfs::Later`), never blocking a
+//!   core. A READ on a core loop is read through that core's own device
+//!   queues and completed when the loop polls them (`coreio`); WRITE,
+//!   COMMIT and READs that do not fit there run on the backend's worker
+//!   threads (`vfs::iopool`). Metadata operations run on the calling core
+//!   and wait for their log write; making them parkable too needs the
+//!   `Vfs` trait's metadata calls to become asynchronous (not yet).
+//! * Freed blocks return to the allocator only after a grace period that
+//!   nobody waits for (`Grace`, `reclaim`): a core waiting for the data I/O
+//!   in flight could be the very core whose read holds them.
 
 pub mod alloc;
+mod coreio;
 pub mod dev;
 pub mod format;
 pub mod fsck;
@@ -78,6 +84,23 @@ impl Options {
     }
 }
 
+/// A file system's counters (see `DiskFs::counters`).
+#[derive(Clone)]
+pub struct Counters(Arc<Inner>);
+
+impl Counters {
+    /// READs served on a core loop's own device queues, and those of them
+    /// done again on a worker.
+    pub fn core_reads(&self) -> (u64, u64) {
+        (self.0.core_reads.load(Ordering::Relaxed), self.0.core_read_retries.load(Ordering::Relaxed))
+    }
+
+    /// Device I/O errors.
+    pub fn io_errors(&self) -> u64 {
+        self.0.devs.io_errors.load(Ordering::Relaxed)
+    }
+}
+
 /// What `open` did, for the server's log.
 #[derive(Debug, Clone)]
 pub struct OpenReport {
@@ -124,14 +147,26 @@ impl IoGate {
     fn exit(&self, e: u64) {
         self.active[(e & 1) as usize].fetch_sub(1, Ordering::AcqRel);
     }
-    /// Wait until every I/O that entered before this call has exited.
-    /// Callers are serialised (`Inner::reclaiming`).
-    fn quiesce(&self) {
-        let e = self.epoch.fetch_add(1, Ordering::AcqRel);
-        while self.active[(e & 1) as usize].load(Ordering::Acquire) != 0 {
-            std::thread::yield_now();
-        }
+    /// Start a grace period: I/O entering from now on counts in the other
+    /// epoch. Returns the epoch to wait for (`drained`). Callers are
+    /// serialised (`Inner::reclaiming`) and start the next one only once
+    /// this one drained.
+    fn flip(&self) -> u64 {
+        self.epoch.fetch_add(1, Ordering::AcqRel)
     }
+    /// Every I/O that entered before flip `e` has exited.
+    fn drained(&self, e: u64) -> bool {
+        self.active[(e & 1) as usize].load(Ordering::Acquire) == 0
+    }
+}
+
+/// Freed blocks in their grace period: released when every data I/O that
+/// entered before `flip` has exited. Never waited for: a core that waits
+/// here could be the one whose read holds the gate (`coreio`).
+#[derive(Default)]
+struct Grace {
+    waiting: Vec<Phys>,
+    flip: u64,
 }
 
 struct Inner {
@@ -141,7 +176,15 @@ struct Inner {
     log: Mutex<(LogPos, bool)>,
     durable: AtomicU64,
     gate: IoGate,
-    reclaiming: Mutex<()>,
+    /// Blocks whose release is durable, waiting for the data I/O that
+    /// might still touch them (see `reclaim`).
+    reclaiming: Mutex<Grace>,
+    /// `reclaiming` holds blocks waiting on the gate.
+    grace_waiting: std::sync::atomic::AtomicBool,
+    /// READs served on a core loop (`coreio`), and those done again on a
+    /// worker because their file lost blocks meanwhile.
+    core_reads: AtomicU64,
+    core_read_retries: AtomicU64,
     verifier: [u8; 8],
     /// Started at the first parked call (tools and recovery need none).
     pool: std::sync::OnceLock<vfs::iopool::IoPool>,
@@ -232,7 +275,10 @@ impl DiskFs {
             log: Mutex::new((loaded.log, false)),
             durable: AtomicU64::new(0),
             gate: IoGate { epoch: AtomicU64::new(0), active: [AtomicU64::new(0), AtomicU64::new(0)] },
-            reclaiming: Mutex::new(()),
+            reclaiming: Mutex::new(Grace::default()),
+            grace_waiting: std::sync::atomic::AtomicBool::new(false),
+            core_reads: AtomicU64::new(0),
+            core_read_retries: AtomicU64::new(0),
             verifier: vfs::random_verifier(),
             pool: std::sync::OnceLock::new(),
             devs,
@@ -333,6 +379,19 @@ impl DiskFs {
     /// Device I/O errors seen since start.
     pub fn io_errors(&self) -> u64 {
         self.inner.devs.io_errors.load(Ordering::Relaxed)
+    }
+
+    /// Counters that stay readable after the file system moved into the
+    /// server's router (for `/metrics`).
+    pub fn counters(&self) -> Counters {
+        Counters(self.inner.clone())
+    }
+
+    /// READs served on a core loop's own device queues since start, and
+    /// those of them done again on a worker (their file lost blocks while
+    /// they were on the device).
+    pub fn core_reads(&self) -> (u64, u64) {
+        (self.inner.core_reads.load(Ordering::Relaxed), self.inner.core_read_retries.load(Ordering::Relaxed))
     }
 
     /// Write a checkpoint now (tests, and a clean stop).
@@ -546,13 +605,26 @@ impl Inner {
     }
 
     /// Return freed blocks whose release is durable to the allocator, once
-    /// no I/O that started before can touch them.
+    /// no I/O that started before can touch them. Never waits: blocks whose
+    /// grace period has not ended stay out until a later call (after the
+    /// next metadata change, or when a data I/O exits).
     fn reclaim(&self) {
-        let Ok(_g) = self.reclaiming.try_lock() else { return };
+        let Ok(mut g) = self.reclaiming.try_lock() else { return };
+        if !g.waiting.is_empty() {
+            if !self.gate.drained(g.flip) {
+                return;
+            }
+            let waiting = std::mem::take(&mut g.waiting);
+            let mut m = self.meta();
+            for p in waiting {
+                m.alloc.free(p);
+            }
+        }
         let durable = self.durable.load(Ordering::Acquire);
         let ready: Vec<Phys> = {
             let mut m = self.meta();
             if m.quarantine.is_empty() {
+                self.grace_waiting.store(false, Ordering::Release);
                 return;
             }
             let (ready, keep): (Vec<_>, Vec<_>) = m.quarantine.drain(..).partition(|(l, _)| *l <= durable);
@@ -560,12 +632,32 @@ impl Inner {
             ready.into_iter().map(|(_, p)| p).collect()
         };
         if ready.is_empty() {
+            self.grace_waiting.store(false, Ordering::Release);
             return;
         }
-        self.gate.quiesce();
-        let mut m = self.meta();
-        for p in ready {
-            m.alloc.free(p);
+        g.flip = self.gate.flip();
+        if self.gate.drained(g.flip) {
+            let mut m = self.meta();
+            for p in ready {
+                m.alloc.free(p);
+            }
+            self.grace_waiting.store(false, Ordering::Release);
+        } else {
+            g.waiting = ready;
+            self.grace_waiting.store(true, Ordering::Release);
+        }
+    }
+
+    /// A data I/O leaves the gate (never with the metadata lock held).
+    fn gate_exit(&self, e: u64) {
+        self.gate.exit(e);
+        self.reclaim_if_waiting();
+    }
+
+    /// After a data I/O exits the gate: end a grace period it held up.
+    fn reclaim_if_waiting(&self) {
+        if self.grace_waiting.load(Ordering::Acquire) {
+            self.reclaim();
         }
     }
 
@@ -596,7 +688,7 @@ impl Inner {
         loop {
             let e = self.gate.enter();
             let r = self.read_once(fh, offset, buf);
-            self.gate.exit(e);
+            self.gate_exit(e);
             match r? {
                 Some(x) => return Ok(x),
                 None => continue,
@@ -604,30 +696,33 @@ impl Inner {
         }
     }
 
+    /// What a read of `len` bytes at `offset` returns: the byte count, end
+    /// of file, the mapped blocks to read (holes read as zeros) and the
+    /// file's unmap count, to tell afterwards whether blocks left it.
+    fn plan_read(&self, fh: &FileHandle, offset: u64, len: usize) -> VfsResult<(usize, bool, Vec<(u64, Phys)>, u64)> {
+        let m = self.meta();
+        let i = m.st.get(fh.ino, fh.generation)?;
+        match i.rec.ftype {
+            FileType::Regular => {}
+            FileType::Directory => return Err(VfsError::IsDir),
+            _ => return Err(VfsError::Inval),
+        }
+        let size = i.rec.size;
+        if offset >= size || len == 0 {
+            return Ok((0, offset >= size, Vec::new(), i.unmaps));
+        }
+        let n = (len as u64).min(size - offset) as usize;
+        let (b0, b1) = (offset / BLOCK, (offset + n as u64 - 1) / BLOCK);
+        let plan: Vec<(u64, Phys)> = i.map.range(b0..=b1).filter(|(_, e)| e.logged || e.tag != u64::MAX).map(|(f, e)| (*f, e.phys)).collect();
+        Ok((n, offset + n as u64 >= size, plan, i.unmaps))
+    }
+
     /// One attempt; `None`: blocks left the file meanwhile, read again.
     fn read_once(&self, fh: &FileHandle, offset: u64, buf: &mut [u8]) -> VfsResult<Option<(usize, bool)>> {
-        let (n, eof, plan, unmaps) = {
-            let m = self.meta();
-            let i = m.st.get(fh.ino, fh.generation)?;
-            match i.rec.ftype {
-                FileType::Regular => {}
-                FileType::Directory => return Err(VfsError::IsDir),
-                _ => return Err(VfsError::Inval),
-            }
-            let size = i.rec.size;
-            if offset >= size || buf.is_empty() {
-                return Ok(Some((0, offset >= size)));
-            }
-            let n = (buf.len() as u64).min(size - offset) as usize;
-            let (b0, b1) = (offset / BLOCK, (offset + n as u64 - 1) / BLOCK);
-            let plan: Vec<(u64, Phys)> = i
-                .map
-                .range(b0..=b1)
-                .filter(|(_, e)| e.logged || e.tag != u64::MAX)
-                .map(|(f, e)| (*f, e.phys))
-                .collect();
-            (n, offset + n as u64 >= size, plan, i.unmaps)
-        };
+        let (n, eof, plan, unmaps) = self.plan_read(fh, offset, buf.len())?;
+        if n == 0 {
+            return Ok(Some((0, eof)));
+        }
         buf[..n].fill(0);
         let b0 = offset / BLOCK;
         let mut tmp = Vec::new();
@@ -671,7 +766,7 @@ impl Inner {
         if !data.is_empty() {
             let e = self.gate.enter();
             let r = self.write_blocks(fh, offset, data);
-            self.gate.exit(e);
+            self.gate_exit(e);
             r?;
         }
         if stable == Stability::Unstable {
@@ -799,7 +894,7 @@ impl Inner {
                     self.devs.write(d, l, &b)?;
                     self.devs.flush_all()
                 })();
-                self.gate.exit(e);
+                self.gate_exit(e);
                 r.map_err(|_| VfsError::Io)?;
             }
         }
@@ -891,7 +986,7 @@ impl Inner {
             }
             self.devs.flush_all()
         })();
-        self.gate.exit(e);
+        self.gate_exit(e);
         if r.is_err() {
             // Never logged: give the blocks back through the quarantine.
             let mut m = self.meta();
@@ -959,7 +1054,7 @@ impl Inner {
                 if mapped && hi > lo {
                     let e = self.gate.enter();
                     let r = self.write_blocks(fh, lo, &vec![0u8; (hi - lo) as usize]);
-                    self.gate.exit(e);
+                    self.gate_exit(e);
                     r?;
                 }
             }
@@ -1087,6 +1182,34 @@ impl Vfs for DiskFs {
 
     fn read_start(&self, fh: &FileHandle, offset: u64, buf: &mut [u8], later: &mut dyn Later) -> VfsResult<Option<(usize, bool)>> {
         self.check(fh)?;
+        if rpc::poller::available() {
+            // On a core loop: plan here; holes and end of file answer at
+            // once, device blocks are read on this core (`coreio`).
+            let epoch = self.inner.gate.enter();
+            let (n, eof, plan, unmaps) = match self.inner.plan_read(fh, offset, buf.len()) {
+                Ok(x) => x,
+                Err(e) => {
+                    self.inner.gate_exit(epoch);
+                    return Err(e);
+                }
+            };
+            if plan.is_empty() {
+                self.inner.gate_exit(epoch);
+                buf[..n].fill(0);
+                return Ok(Some((n, eof)));
+            }
+            let Some(done) = later.park() else {
+                self.inner.gate_exit(epoch);
+                return self.read(fh, offset, buf).map(Some);
+            };
+            let p = coreio::Planned { fh: *fh, offset, n, eof, plan, unmaps, epoch };
+            if let Err((p, done)) = coreio::start(&self.inner, p, done) {
+                self.inner.gate_exit(p.epoch);
+                let (s, fh, len) = (self.inner.clone(), *fh, buf.len());
+                self.inner.run(vfs::iopool::read_job(len, done, move |buf| s.read_impl(&fh, offset, buf)));
+            }
+            return Ok(None);
+        }
         let Some(done) = later.park() else { return self.read(fh, offset, buf).map(Some) };
         let (s, fh, len) = (self.inner.clone(), *fh, buf.len());
         self.inner.run(vfs::iopool::read_job(len, done, move |buf| s.read_impl(&fh, offset, buf)));

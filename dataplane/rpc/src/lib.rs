@@ -103,6 +103,7 @@ pub mod drc;
 pub mod lend;
 pub mod metrics;
 pub mod park;
+pub mod poller;
 pub mod record;
 
 mod dispatch;

@@ -22,6 +22,8 @@ const KIND_RECV: u64 = 2;
 const KIND_SEND: u64 = 3;
 const KIND_TIMEOUT: u64 = 4;
 const KIND_WAKE: u64 = 5;
+/// An eventfd read on a backend poller's notify descriptor (`rpc::poller`).
+const KIND_NOTIFY: u64 = 6;
 
 /// How long a sleeping loop waits before rechecking the stop flag.
 const IDLE_WAKE: Duration = Duration::from_millis(100);
@@ -304,6 +306,11 @@ pub(crate) struct Loop {
     /// small for it; then copied to the connection (moving it to a pool
     /// buffer if it does not fit).
     scratch: MmapBuf,
+    /// Notify descriptors of busy backend pollers (`rpc::poller`) this turn.
+    poll_fds: Vec<RawFd>,
+    /// Eventfd reads armed on them while the loop sleeps: the descriptor
+    /// and the read's target (the kernel writes it; it lives here).
+    notify: Vec<(RawFd, Box<u64>, bool)>,
 }
 
 impl Loop {
@@ -335,6 +342,8 @@ impl Loop {
             // buffer held when it moved.
             reply_pool: Pool::new(limits.reply_buffers_per_core, (2 * limits.reply_bytes_max).max(REPLY_SMALL_BYTES + limits.reply_bytes_max)),
             scratch: MmapBuf::new(limits.reply_bytes_max),
+            poll_fds: Vec::new(),
+            notify: Vec::new(),
         }
     }
 
@@ -366,6 +375,7 @@ impl Loop {
 
     pub(crate) fn run(mut self) {
         metrics::set_core(self.core);
+        rpc::poller::serve_on_this_thread();
         for i in 0..self.listeners.len() {
             self.arm_accept(i);
         }
@@ -373,8 +383,10 @@ impl Loop {
         let spin = Duration::from_micros(self.shared.cfg.poll_spin_us);
         let mut last_event = Instant::now();
         let mut batch: Vec<(u64, i32)> = Vec::with_capacity(4096);
+        // A backend poller in flight without a notify descriptor.
+        let mut spin_pollers = false;
         while !self.shared.stop.load(Ordering::Relaxed) {
-            let polling = last_event.elapsed() < spin;
+            let polling = spin_pollers || last_event.elapsed() < spin;
             let r = if polling {
                 if self.kernel_has_work() {
                     self.ring.submit()
@@ -407,8 +419,46 @@ impl Loop {
             if !batch.is_empty() {
                 self.unstall();
             }
+            let turn = self.poll_backends();
+            if turn.completed > 0 {
+                last_event = Instant::now();
+            }
+            spin_pollers = turn.spin;
         }
         self.shutdown(&mut batch);
+    }
+
+    /// Reap the backends' device queues of this core (`rpc::poller`): their
+    /// completions go to the mailbox, taken here at once rather than at the
+    /// eventfd wake-up. While operations are in flight, an eventfd read is
+    /// armed on each queue's notify descriptor so a sleeping loop wakes for
+    /// them.
+    fn poll_backends(&mut self) -> rpc::poller::Turn {
+        let mut fds = std::mem::take(&mut self.poll_fds);
+        let turn = rpc::poller::poll_all(&mut fds);
+        if turn.completed > 0 {
+            self.on_done();
+        }
+        for &fd in &fds {
+            if self.notify.iter().any(|(f, _, armed)| *f == fd && *armed) {
+                continue;
+            }
+            let i = match self.notify.iter().position(|(f, _, armed)| *f == fd || !*armed) {
+                Some(i) => i,
+                None => {
+                    self.notify.push((fd, Box::new(0), false));
+                    self.notify.len() - 1
+                }
+            };
+            let (f, buf, armed) = &mut self.notify[i];
+            *f = fd;
+            *armed = true;
+            let target = &mut **buf as *mut u64 as *mut u8;
+            let sqe = opcode::Read::new(types::Fd(fd), target, 8).build().user_data(user_data(KIND_NOTIFY, 0, i));
+            self.push(sqe);
+        }
+        self.poll_fds = fds;
+        turn
     }
 
     fn drain(&mut self, batch: &mut Vec<(u64, i32)>) {
@@ -426,6 +476,11 @@ impl Loop {
             KIND_SEND => self.on_send(slot, gen, res),
             KIND_TIMEOUT => self.timeout_armed = false,
             KIND_WAKE => self.on_wake(),
+            KIND_NOTIFY => {
+                if let Some(n) = self.notify.get_mut(slot) {
+                    n.2 = false;
+                }
+            }
             _ => unreachable!("unknown completion kind {kind}"),
         }
     }
@@ -992,10 +1047,20 @@ impl Loop {
                 // Complete the pending eventfd read: its buffer lives in self.
                 self.shared.mail.wake(self.core);
             }
+            // Device reads in flight still answer (and free their calls).
+            let turn = self.poll_backends();
             let busy = self.wake_inflight
                 || self.accept_inflight.iter().any(|&a| a)
-                || self.conns.iter().any(|c| c.is_some());
+                || self.conns.iter().any(|c| c.is_some())
+                || turn.busy;
             if !busy || Instant::now() > deadline {
+                // An eventfd read still armed may complete after the loop
+                // is gone: its target must outlive it.
+                for (_, buf, armed) in std::mem::take(&mut self.notify) {
+                    if armed {
+                        std::mem::forget(buf);
+                    }
+                }
                 break;
             }
             if !self.timeout_armed {
