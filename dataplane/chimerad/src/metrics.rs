@@ -28,12 +28,13 @@ pub fn set_diskfs(c: diskfs::Counters) {
     *DISKFS.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
 }
 
-/// diskfs: where its READs ran, and device errors.
+/// diskfs: where its READs and WRITEs ran, and device errors.
 pub fn render_diskfs(out: &mut String, c: &diskfs::Counters) {
     let (core, retried) = c.core_reads();
-    let rows: [(&str, &str, u64); 3] = [
+    let rows: [(&str, &str, u64); 4] = [
         ("chimera_diskfs_core_reads_total", "READs read from the devices on the core that decoded them (no worker thread).", core),
         ("chimera_diskfs_core_reads_retried_total", "Core READs done again on a worker because their file lost blocks meanwhile.", retried),
+        ("chimera_diskfs_core_writes_total", "UNSTABLE WRITEs written to the devices on the core that decoded them.", c.core_writes()),
         ("chimera_diskfs_io_errors_total", "Device operations of diskfs that failed.", c.io_errors()),
     ];
     for (n, help, v) in rows {

@@ -299,7 +299,15 @@ fn admin_volumes_and_their_data_survive_kill_9() {
     let mut got = Vec::new();
     c.read(&f, 0, 1 << 20, &mut got).unwrap();
     assert!(got.len() == 1 << 20 && got.iter().all(|&b| b == 0x5a));
-    // That READ ran on the core that decoded it, on the core's own queue.
+    // An UNSTABLE write + COMMIT, read back.
+    let u = c.create(&vol, b"unstable", 0o644, true).unwrap();
+    c.write(&u, 4096, &vec![0x77; 64 << 10], Stable::Unstable).unwrap();
+    c.commit(&u).unwrap();
+    let mut back = Vec::new();
+    c.read(&u, 0, 4096 + (64 << 10), &mut back).unwrap();
+    assert!(back.len() == 4096 + (64 << 10) && back[..4096].iter().all(|&b| b == 0) && back[4096..].iter().all(|&b| b == 0x77));
+    // Those READs and the UNSTABLE WRITE ran on the core that decoded them,
+    // through the core's own queue.
     let m = common::get(up.metrics, "/metrics", None).text();
     let core_reads: u64 = m
         .lines()
@@ -307,7 +315,8 @@ fn admin_volumes_and_their_data_survive_kill_9() {
         .unwrap_or_else(|| panic!("no chimera_diskfs_core_reads_total in\n{m}"))
         .parse()
         .unwrap();
-    assert!(core_reads >= 1, "the READ did not run on a core:\n{m}");
+    assert!(core_reads >= 2, "the READs did not run on a core:\n{m}");
+    assert!(m.contains("chimera_diskfs_core_writes_total 1\n"), "the UNSTABLE WRITE did not run on a core:\n{m}");
     assert!(m.contains("chimera_diskfs_io_errors_total 0"), "{m}");
     drop(up);
     std::fs::remove_dir_all(&dir).unwrap();

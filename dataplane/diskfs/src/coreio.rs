@@ -1,7 +1,7 @@
-//! READs on the core loops: a READ that needs the device is submitted on
-//! the calling core's own queue to each device and completed when that
-//! core's loop polls it (`rpc::poller`), so the call never leaves the core
-//! — no hand-off to a worker thread and back.
+//! READs and UNSTABLE WRITEs on the core loops: their device operations
+//! are submitted on the calling core's own queue to each device and
+//! completed when that core's loop polls it (`rpc::poller`), so the call
+//! never leaves the core — no hand-off to a worker thread and back.
 //!
 //! Per core and per file system: one queue per device (`CORE_QUEUE_DEPTH`)
 //! and a buffer pool of its own (`CORE_BUFS` x `CORE_BUF_BYTES`), so the
@@ -10,7 +10,9 @@
 //! a thread that is not a polling loop) goes to the worker threads as
 //! before. The data I/O gate (`IoGate`) is held from planning to the last
 //! completion, exactly as a worker holds it; a read whose file lost blocks
-//! meanwhile is done again on a worker (as `read_impl` retries).
+//! meanwhile is done again on a worker (as `read_impl` retries). A write
+//! holds its file's write lock (`WLock`, taken without waiting) as long;
+//! one that must read a partial block first runs on a worker.
 
 use std::cell::RefCell;
 use std::os::fd::RawFd;
@@ -22,12 +24,13 @@ use block::{BlockQueue, BufPool, Completion, Op, BLOCK_BYTES};
 use vfs::{Done, FileHandle, IoDone, VfsError};
 
 use crate::meta::{self, Phys, BLOCK};
-use crate::Inner;
+use crate::wlock::WLock;
+use crate::{Inner, WritePlan};
 
-/// Bytes per buffer of a core's read pool (and so per device read).
+/// Bytes per buffer of a core's pool (and so per device operation).
 pub const CORE_BUF_BYTES: usize = 64 << 10;
-/// Buffers per core and file system: bounds the reads in flight on a core
-/// (64 x 4 KiB reads, or 4 x 1 MiB).
+/// Buffers per core and file system: bounds the reads and writes in flight
+/// on a core (64 x 4 KiB, or 4 x 1 MiB).
 pub const CORE_BUFS: usize = 64;
 /// Operations in flight per core on each device.
 pub const CORE_QUEUE_DEPTH: usize = 128;
@@ -54,26 +57,45 @@ pub(crate) struct Planned {
     pub epoch: u64,
 }
 
-struct Read {
-    p: Planned,
-    out: Vec<u8>,
+/// A write planned under its file's write lock (held) and the gate.
+pub(crate) struct PlannedWrite {
+    pub fh: FileHandle,
+    pub offset: u64,
+    pub end: u64,
+    pub plan: WritePlan,
+    pub epoch: u64,
+    pub wlock: Arc<WLock>,
+    /// The mount's fsid for the attributes answered.
+    pub fsid: u64,
+}
+
+enum Kind {
+    Read { p: Planned, out: Vec<u8> },
+    Write { w: PlannedWrite },
+}
+
+/// A call whose device operations are in flight on this core.
+struct Job {
+    kind: Kind,
     pending: usize,
     failed: bool,
     done: Option<Done>,
 }
 
 struct OpCtx {
-    read: usize,
-    /// File byte offset of the first block the operation read.
+    job: usize,
+    /// File byte offset of the first block the operation reads or writes,
+    /// and its length.
     at: u64,
+    bytes: u64,
 }
 
 pub(crate) struct CoreIo {
     fs: Weak<Inner>,
     queues: Vec<Option<Box<dyn BlockQueue>>>,
     pool: BufPool,
-    reads: Vec<Option<Read>>,
-    free_reads: Vec<usize>,
+    jobs: Vec<Option<Job>>,
+    free_jobs: Vec<usize>,
     ops: Vec<Option<OpCtx>>,
     free_ops: Vec<usize>,
     done: Vec<Completion>,
@@ -88,7 +110,31 @@ pub(crate) fn start(fs: &Arc<Inner>, p: Planned, done: Done) -> Result<(), (Plan
     }
     let Some(core) = core_for(fs) else { return Err((p, done)) };
     let mut c = core.borrow_mut();
-    c.submit(fs, p, done)
+    let ops = device_ops(&p.plan);
+    if !c.room(fs, &ops) {
+        return Err((p, done));
+    }
+    let out = vec![0u8; p.n];
+    c.submit(fs, ops, Job { kind: Kind::Read { p, out }, pending: 0, failed: false, done: Some(done) }, None);
+    Ok(())
+}
+
+/// Start the planned write `w` of `data` on this core; `Err` hands it back
+/// (still holding its lock and the gate) when it cannot run here.
+pub(crate) fn start_write(fs: &Arc<Inner>, w: PlannedWrite, data: &[u8], done: Done) -> Result<(), (PlannedWrite, Done)> {
+    if !rpc::poller::available() {
+        return Err((w, done));
+    }
+    let Some(core) = core_for(fs) else { return Err((w, done)) };
+    let mut c = core.borrow_mut();
+    let mapped: Vec<(u64, Phys)> = w.plan.iter().map(|&(f, p, _, _)| (f, p)).collect();
+    let ops = device_ops(&mapped);
+    if !c.room(fs, &ops) {
+        return Err((w, done));
+    }
+    let (offset, end) = (w.offset, w.end);
+    c.submit(fs, ops, Job { kind: Kind::Write { w }, pending: 0, failed: false, done: Some(done) }, Some((offset, end, data)));
+    Ok(())
 }
 
 /// This thread's state for `fs`, made (and registered with the loop) on
@@ -105,7 +151,7 @@ fn core_for(fs: &Arc<Inner>) -> Option<Rc<RefCell<CoreIo>>> {
         let pool = match BufPool::new(block::PoolConfig { buf_bytes: CORE_BUF_BYTES, bufs_max: CORE_BUFS, hugepages: block::Hugepages::Try }) {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("diskfs: no read buffers for this core ({e}); its reads run on the I/O threads");
+                eprintln!("diskfs: no I/O buffers for this core ({e}); its reads and writes run on the I/O threads");
                 return None;
             }
         };
@@ -113,8 +159,8 @@ fn core_for(fs: &Arc<Inner>) -> Option<Rc<RefCell<CoreIo>>> {
             fs: me,
             queues: fs.devs.devs.iter().map(|_| None).collect(),
             pool,
-            reads: Vec::new(),
-            free_reads: Vec::new(),
+            jobs: Vec::new(),
+            free_jobs: Vec::new(),
             ops: Vec::new(),
             free_ops: Vec::new(),
             done: Vec::with_capacity(CORE_QUEUE_DEPTH),
@@ -144,19 +190,19 @@ fn device_ops(plan: &[(u64, Phys)]) -> Vec<(usize, u64, u32, u64)> {
 
 impl CoreIo {
     fn is_gone(&self) -> bool {
-        self.fs.strong_count() == 0 && self.reads.iter().all(|r| r.is_none())
+        self.fs.strong_count() == 0 && self.jobs.iter().all(|r| r.is_none())
     }
 
     fn inflight(&self) -> usize {
         self.queues.iter().flatten().map(|q| q.inflight()).sum()
     }
 
-    fn submit(&mut self, fs: &Arc<Inner>, p: Planned, done: Done) -> Result<(), (Planned, Done)> {
-        let ops = device_ops(&p.plan);
-        // Everything the read needs, or nothing: a read is never half on
-        // the device and half waiting.
+    /// Whether buffers and queue slots are free for every operation of a
+    /// call (making the queues on first use): a call is never half on the
+    /// device and half waiting.
+    fn room(&mut self, fs: &Arc<Inner>, ops: &[(usize, u64, u32, u64)]) -> bool {
         if ops.len() > self.pool.bufs_free() {
-            return Err((p, done));
+            return false;
         }
         for d in 0..self.queues.len() {
             let want = ops.iter().filter(|o| o.0 == d).count();
@@ -167,27 +213,40 @@ impl CoreIo {
                 match fs.devs.devs[d].queue(0, CORE_QUEUE_DEPTH) {
                     Ok(q) => self.queues[d] = Some(q),
                     Err(e) => {
-                        eprintln!("diskfs: no core queue on {}: {e}; reads run on the I/O threads", fs.devs.name(d));
-                        return Err((p, done));
+                        eprintln!("diskfs: no core queue on {}: {e}; its I/O runs on the I/O threads", fs.devs.name(d));
+                        return false;
                     }
                 }
             }
             let q = self.queues[d].as_ref().expect("made above");
             if q.depth_max() - q.inflight() < want {
-                return Err((p, done));
+                return false;
             }
         }
-        let out = vec![0u8; p.n];
-        let r = match self.free_reads.pop() {
+        true
+    }
+
+    /// Submit a call's operations (room was checked). A write's blocks are
+    /// filled from `data` (bytes `offset..end` of the file; the rest of a
+    /// partial new block is zeros).
+    fn submit(&mut self, fs: &Arc<Inner>, ops: Vec<(usize, u64, u32, u64)>, mut job: Job, data: Option<(u64, u64, &[u8])>) {
+        let j = match self.free_jobs.pop() {
             Some(i) => i,
             None => {
-                self.reads.push(None);
-                self.reads.len() - 1
+                self.jobs.push(None);
+                self.jobs.len() - 1
             }
         };
-        let (mut pending, mut failed) = (0, false);
+        let is_read = data.is_none();
         for (d, lba, blocks, fblock) in ops {
-            let buf = self.pool.get().expect("counted above");
+            let mut buf = self.pool.get().expect("counted by room");
+            let at = fblock * BLOCK;
+            if let Some((offset, end, data)) = data {
+                let len = blocks as usize * BLOCK_BYTES;
+                let (lo, hi) = (at.max(offset), (at + len as u64).min(end));
+                buf[..len].fill(0);
+                buf[(lo - at) as usize..(hi - at) as usize].copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
+            }
             let o = match self.free_ops.pop() {
                 Some(i) => i,
                 None => {
@@ -195,30 +254,34 @@ impl CoreIo {
                     self.ops.len() - 1
                 }
             };
-            let q = self.queues[d].as_mut().expect("made above");
-            match q.submit(Op::Read { lba, blocks, buf }, o as u64) {
+            let q = self.queues[d].as_mut().expect("made by room");
+            let op = if is_read { Op::Read { lba, blocks, buf } } else { Op::Write { lba, blocks, buf } };
+            match q.submit(op, o as u64) {
                 Ok(()) => {
-                    self.ops[o] = Some(OpCtx { read: r, at: fblock * BLOCK });
-                    pending += 1;
+                    self.ops[o] = Some(OpCtx { job: j, at, bytes: blocks as u64 * BLOCK });
+                    job.pending += 1;
                 }
                 Err(rej) => {
                     // Room was counted, so only an invalid operation (a
                     // plan outside the device: corrupt metadata) lands here.
                     if let block::Rejected::Invalid(_, e) = rej {
-                        eprintln!("diskfs: read refused: {e}");
+                        eprintln!("diskfs: operation refused: {e}");
                     }
                     fs.devs.io_errors.fetch_add(1, Ordering::Relaxed);
                     self.free_ops.push(o);
-                    failed = true;
+                    job.failed = true;
                 }
             }
         }
-        fs.core_reads.fetch_add(1, Ordering::Relaxed);
-        self.reads[r] = Some(Read { p, out, pending, failed, done: Some(done) });
+        match job.kind {
+            Kind::Read { .. } => fs.core_reads.fetch_add(1, Ordering::Relaxed),
+            Kind::Write { .. } => fs.core_writes.fetch_add(1, Ordering::Relaxed),
+        };
+        let pending = job.pending;
+        self.jobs[j] = Some(job);
         if pending == 0 {
-            self.finish(r);
+            self.finish(j);
         }
-        Ok(())
     }
 
     fn on_completion(&mut self, c: Completion) {
@@ -226,16 +289,18 @@ impl CoreIo {
         let Some(ctx) = self.ops.get_mut(o).and_then(|x| x.take()) else { return };
         self.free_ops.push(o);
         let fs = self.fs.upgrade();
-        let Some(rd) = self.reads[ctx.read].as_mut() else { return };
+        let Some(job) = self.jobs[ctx.job].as_mut() else { return };
         match (c.result, c.buf) {
             (Ok(()), Some(buf)) => {
-                // The part of the operation's blocks inside the reply.
-                let start = rd.p.offset;
-                let end = start + rd.p.n as u64;
-                let lo = ctx.at.max(start);
-                let hi = (ctx.at + CORE_BUF_BYTES as u64).min(end);
-                if lo < hi {
-                    rd.out[(lo - start) as usize..(hi - start) as usize].copy_from_slice(&buf[(lo - ctx.at) as usize..(hi - ctx.at) as usize]);
+                if let Kind::Read { p, out } = &mut job.kind {
+                    // The part of the operation's blocks inside the reply.
+                    let start = p.offset;
+                    let end = start + p.n as u64;
+                    let lo = ctx.at.max(start);
+                    let hi = (ctx.at + ctx.bytes).min(end);
+                    if lo < hi {
+                        out[(lo - start) as usize..(hi - start) as usize].copy_from_slice(&buf[(lo - ctx.at) as usize..(hi - ctx.at) as usize]);
+                    }
                 }
             }
             (r, _) => {
@@ -245,40 +310,56 @@ impl CoreIo {
                 if let Some(fs) = &fs {
                     fs.devs.io_errors.fetch_add(1, Ordering::Relaxed);
                 }
-                rd.failed = true;
+                job.failed = true;
             }
         }
-        rd.pending -= 1;
-        if rd.pending == 0 {
-            self.finish(ctx.read);
+        job.pending -= 1;
+        if job.pending == 0 {
+            self.finish(ctx.job);
         }
     }
 
-    /// Every operation of read `r` is back: answer it, or do it again on a
-    /// worker when the file lost blocks meanwhile.
-    fn finish(&mut self, r: usize) {
-        let Some(mut rd) = self.reads[r].take() else { return };
-        self.free_reads.push(r);
-        let done = rd.done.take().expect("answered once");
-        let Some(fs) = self.fs.upgrade() else {
-            done(Err(VfsError::Io));
-            return;
-        };
-        if rd.failed {
-            fs.gate_exit(rd.p.epoch);
-            done(Err(VfsError::Io));
-            return;
-        }
-        let same = fs.meta().st.get(rd.p.fh.ino, rd.p.fh.generation).map(|i| i.unmaps == rd.p.unmaps);
-        fs.gate_exit(rd.p.epoch);
-        match same {
-            Ok(true) => done(Ok(IoDone::Read { data: rd.out, eof: rd.p.eof })),
-            Ok(false) => {
-                fs.core_read_retries.fetch_add(1, Ordering::Relaxed);
-                let (s, fh, offset, len) = (fs.clone(), rd.p.fh, rd.p.offset, rd.out.len());
-                fs.run(vfs::iopool::read_job(len, done, move |buf| s.read_impl(&fh, offset, buf)));
+    /// Every operation of job `j` is back: answer it (a read whose file
+    /// lost blocks meanwhile is done again on a worker); a write releases
+    /// its file's lock.
+    fn finish(&mut self, j: usize) {
+        let Some(mut job) = self.jobs[j].take() else { return };
+        self.free_jobs.push(j);
+        let done = job.done.take().expect("answered once");
+        let fs = self.fs.upgrade();
+        match job.kind {
+            Kind::Write { w } => {
+                let r = match &fs {
+                    Some(fs) if !job.failed => {
+                        fs.mark_written(&w.fh, &w.plan);
+                        fs.unstable_written(&w.fh, (w.end - w.offset) as usize, w.fsid)
+                    }
+                    _ => Err(VfsError::Io),
+                };
+                w.wlock.unlock();
+                if let Some(fs) = &fs {
+                    fs.gate_exit(w.epoch);
+                }
+                done(r)
             }
-            Err(e) => done(Err(e)),
+            Kind::Read { p, out } => {
+                let Some(fs) = fs else { return done(Err(VfsError::Io)) };
+                if job.failed {
+                    fs.gate_exit(p.epoch);
+                    return done(Err(VfsError::Io));
+                }
+                let same = fs.meta().st.get(p.fh.ino, p.fh.generation).map(|i| i.unmaps == p.unmaps);
+                fs.gate_exit(p.epoch);
+                match same {
+                    Ok(true) => done(Ok(IoDone::Read { data: out, eof: p.eof })),
+                    Ok(false) => {
+                        fs.core_read_retries.fetch_add(1, Ordering::Relaxed);
+                        let (s, fh, offset, len) = (fs.clone(), p.fh, p.offset, out.len());
+                        fs.run(vfs::iopool::read_job(len, done, move |buf| s.read_impl(&fh, offset, buf)));
+                    }
+                    Err(e) => done(Err(e)),
+                }
+            }
         }
     }
 }

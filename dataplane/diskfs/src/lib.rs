@@ -22,10 +22,10 @@
 //!   (`IoGate`), so a block is never reused while an old owner might still
 //!   read or write it, or might still own it after a crash.
 //! * READ, WRITE and COMMIT park the call (`vfs::Later`), never blocking a
-//!   core. A READ on a core loop is read through that core's own device
-//!   queues and completed when the loop polls them (`coreio`); WRITE,
-//!   COMMIT and READs that do not fit there run on the backend's worker
-//!   threads (`vfs::iopool`). Metadata operations run on the calling core
+//!   core. A READ or an UNSTABLE WRITE on a core loop goes through that
+//!   core's own device queues and completes when the loop polls them
+//!   (`coreio`); stable WRITEs, COMMIT and calls that do not fit there run
+//!   on the backend's worker threads (`vfs::iopool`). Metadata operations run on the calling core
 //!   and wait for their log write; making them parkable too needs the
 //!   `Vfs` trait's metadata calls to become asynchronous (not yet).
 //! * Freed blocks return to the allocator only after a grace period that
@@ -39,13 +39,14 @@ pub mod format;
 pub mod fsck;
 pub mod journal;
 pub mod meta;
+pub mod wlock;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use block::Device;
 use vfs::{
-    check_name, Attr, CreateMode, Cred, DirEntry, ExportId, FileHandle, FileType, FsStat, Ino, IoDone, Later, NodeKind, QuotaUsage,
+    check_name, Attr, CreateMode, Cred, DirEntry, ExportId, FileHandle, FileType, Done, FsStat, Ino, IoDone, Later, NodeKind, QuotaUsage,
     SetAttr, SetTime, Stability, Time, Vfs, VfsError, VfsResult,
 };
 
@@ -98,6 +99,11 @@ impl Counters {
     /// Device I/O errors.
     pub fn io_errors(&self) -> u64 {
         self.0.devs.io_errors.load(Ordering::Relaxed)
+    }
+
+    /// UNSTABLE WRITEs written on a core loop's own device queues.
+    pub fn core_writes(&self) -> u64 {
+        self.0.core_writes.load(Ordering::Relaxed)
     }
 }
 
@@ -185,6 +191,8 @@ struct Inner {
     /// worker because their file lost blocks meanwhile.
     core_reads: AtomicU64,
     core_read_retries: AtomicU64,
+    /// UNSTABLE WRITEs written on a core loop (`coreio`).
+    core_writes: AtomicU64,
     verifier: [u8; 8],
     /// Started at the first parked call (tools and recovery need none).
     pool: std::sync::OnceLock<vfs::iopool::IoPool>,
@@ -279,6 +287,7 @@ impl DiskFs {
             grace_waiting: std::sync::atomic::AtomicBool::new(false),
             core_reads: AtomicU64::new(0),
             core_read_retries: AtomicU64::new(0),
+            core_writes: AtomicU64::new(0),
             verifier: vfs::random_verifier(),
             pool: std::sync::OnceLock::new(),
             devs,
@@ -426,6 +435,10 @@ fn reserve_holes(m: &mut Meta, fh: &FileHandle, b0: u64, b1: u64) -> VfsResult<V
     }
     Ok(fresh)
 }
+
+/// A write's blocks: (file block, physical block, holds data already,
+/// newly allocated).
+type WritePlan = Vec<(u64, Phys, bool, bool)>;
 
 /// Apply a record to the state and append it to the pending log.
 fn put(m: &mut Meta, r: Rec) {
@@ -762,7 +775,7 @@ impl Inner {
             }
             i.wlock.clone()
         };
-        let _w = lock(&wlock);
+        let _w = wlock.lock();
         if !data.is_empty() {
             let e = self.gate.enter();
             let r = self.write_blocks(fh, offset, data);
@@ -783,28 +796,45 @@ impl Inner {
     /// Allocate what the write needs, write the blocks (read-modify-write
     /// at partial ends), then mark new blocks written.
     fn write_blocks(&self, fh: &FileHandle, offset: u64, data: &[u8]) -> VfsResult<()> {
-        let end = offset + data.len() as u64;
+        let plan = self.write_plan(fh, offset, data.len())?;
+        self.write_exec(fh, offset, data, &plan)
+    }
+
+    /// The first half of a write, under the metadata lock: blocks for the
+    /// holes it covers (reserved, mapped in memory only), the new size and
+    /// times. The caller holds the file's write lock and the gate.
+    fn write_plan(&self, fh: &FileHandle, offset: u64, len: usize) -> VfsResult<WritePlan> {
+        let end = offset + len as u64;
         let (b0, b1) = (offset / BLOCK, (end - 1) / BLOCK);
-        // (file block, phys, holds data already, newly allocated)
-        let plan: Vec<(u64, Phys, bool, bool)> = {
-            let mut m = self.meta();
-            let m = &mut *m;
-            let fresh = reserve_holes(m, fh, b0, b1)?;
-            let missing: Vec<u64> = fresh.iter().map(|&(f, _)| f).collect();
-            let i = m.st.get_mut(fh.ino, fh.generation)?;
-            let plan = (b0..=b1)
-                .map(|f| {
-                    let e = i.map[&f];
-                    let is_new = missing.binary_search(&f).is_ok();
-                    (f, e.phys, !is_new && (e.logged || e.tag != u64::MAX), is_new)
-                })
-                .collect();
-            if end > i.rec.size {
-                i.rec.size = end;
-            }
-            touch(&mut i.rec, now());
-            plan
-        };
+        let mut m = self.meta();
+        let m = &mut *m;
+        let fresh = reserve_holes(m, fh, b0, b1)?;
+        let missing: Vec<u64> = fresh.iter().map(|&(f, _)| f).collect();
+        let i = m.st.get_mut(fh.ino, fh.generation)?;
+        let plan = (b0..=b1)
+            .map(|f| {
+                let e = i.map[&f];
+                let is_new = missing.binary_search(&f).is_ok();
+                (f, e.phys, !is_new && (e.logged || e.tag != u64::MAX), is_new)
+            })
+            .collect();
+        if end > i.rec.size {
+            i.rec.size = end;
+        }
+        touch(&mut i.rec, now());
+        Ok(plan)
+    }
+
+    /// Whether a planned write must read a block before writing it: a
+    /// partial first or last block that already holds data.
+    fn write_needs_read(offset: u64, end: u64, plan: &WritePlan) -> bool {
+        plan.iter().any(|&(f, _, has, _)| has && (offset > f * BLOCK || end < (f + 1) * BLOCK))
+    }
+
+    /// The second half: write the planned blocks (read-modify-write at
+    /// partial ends), then mark the new ones written.
+    fn write_exec(&self, fh: &FileHandle, offset: u64, data: &[u8], plan: &WritePlan) -> VfsResult<()> {
+        let end = offset + data.len() as u64;
         let mut buf: Vec<u8> = Vec::new();
         let mut k = 0;
         while k < plan.len() {
@@ -834,10 +864,17 @@ impl Inner {
             self.devs.write(dev, lba, &buf).map_err(|_| VfsError::Io)?;
             k = j;
         }
+        self.mark_written(fh, plan);
+        Ok(())
+    }
+
+    /// A write's blocks are on the device: new ones are tagged with the
+    /// flush count, so the next flush makes them loggable.
+    fn mark_written(&self, fh: &FileHandle, plan: &WritePlan) {
         let tag = self.devs.write_tag();
         let mut m = self.meta();
         if let Ok(i) = m.st.get_mut(fh.ino, fh.generation) {
-            for &(f, p, _, _) in &plan {
+            for &(f, p, _, _) in plan {
                 if let Some(e) = i.map.get_mut(&f) {
                     if e.phys == p && !e.logged && e.tag == u64::MAX {
                         e.tag = tag;
@@ -845,7 +882,13 @@ impl Inner {
                 }
             }
         }
-        Ok(())
+    }
+
+    /// An UNSTABLE write's answer once its blocks are written.
+    fn unstable_written(&self, fh: &FileHandle, count: usize, fsid: u64) -> VfsResult<IoDone> {
+        let m = self.meta();
+        let i = m.st.get(fh.ino, fh.generation)?;
+        Ok(IoDone::Write { count, committed: Stability::Unstable, attr: Attr { fsid, ..self.attr(i) } })
     }
 
     fn setattr_impl(&self, fh: &FileHandle, set: &SetAttr, guard: Option<Time>) -> VfsResult<Attr> {
@@ -866,7 +909,7 @@ impl Inner {
             }
             i.wlock.clone()
         };
-        let _w = set.size.map(|_| lock(&wlock));
+        let _w = set.size.map(|_| wlock.lock());
         if let Some(size) = set.size {
             if size > FILE_SIZE_MAX_BYTES {
                 return Err(VfsError::FileTooBig);
@@ -946,7 +989,7 @@ impl Inner {
     }
 
     /// The file's write lock, after checking it is a live regular file.
-    fn file_wlock(&self, fh: &FileHandle) -> VfsResult<Arc<Mutex<()>>> {
+    fn file_wlock(&self, fh: &FileHandle) -> VfsResult<Arc<wlock::WLock>> {
         let m = self.meta();
         let i = m.st.get(fh.ino, fh.generation)?;
         match i.rec.ftype {
@@ -965,7 +1008,7 @@ impl Inner {
         }
         let end = offset.checked_add(len).filter(|e| *e <= FILE_SIZE_MAX_BYTES).ok_or(VfsError::FileTooBig)?;
         let wlock = self.file_wlock(fh)?;
-        let _w = lock(&wlock);
+        let _w = wlock.lock();
         let (b0, b1) = (offset / BLOCK, (end - 1) / BLOCK);
         let fresh: Vec<(u64, Phys)> = {
             let mut m = self.meta();
@@ -1029,7 +1072,7 @@ impl Inner {
             return Err(VfsError::Inval);
         }
         let wlock = self.file_wlock(fh)?;
-        let _w = lock(&wlock);
+        let _w = wlock.lock();
         let size = self.meta().st.get(fh.ino, fh.generation)?.rec.size;
         let end = offset.saturating_add(len).min(size);
         if offset < end {
@@ -1218,6 +1261,11 @@ impl Vfs for DiskFs {
 
     fn write_start(&self, fh: &FileHandle, offset: u64, data: &[u8], stable: Stability, later: &mut dyn Later) -> VfsResult<Option<(usize, Stability, Attr)>> {
         self.check(fh)?;
+        if rpc::poller::available() && stable == Stability::Unstable && !data.is_empty() {
+            if let Some(r) = self.write_on_core(fh, offset, data, later) {
+                return r;
+            }
+        }
         let Some(done) = later.park() else { return self.write(fh, offset, data, stable).map(Some) };
         let (s, fh, data, fsid) = (self.inner.clone(), *fh, data.to_vec(), self.view.export_id as u64);
         self.inner.run(Box::new(move || {
@@ -1819,5 +1867,69 @@ impl Vfs for DiskFs {
         if s.sync(lsn).is_err() {
             eprintln!("diskfs: releasing an unlinked file failed to reach the log; recovery frees it at the next start");
         }
+    }
+}
+
+impl DiskFs {
+    /// An UNSTABLE WRITE on a core loop: planned here under the file's
+    /// write lock (taken without waiting) and the gate, its blocks written
+    /// through the core's own device queues (`coreio`); the lock and the
+    /// gate are released when the last block is back. `None`: the file's
+    /// lock is busy, so the write goes the worker's way (which waits).
+    fn write_on_core(&self, fh: &FileHandle, offset: u64, data: &[u8], later: &mut dyn Later) -> Option<VfsResult<Option<(usize, Stability, Attr)>>> {
+        let end = match offset.checked_add(data.len() as u64) {
+            Some(e) if e <= FILE_SIZE_MAX_BYTES => e,
+            _ => return Some(Err(VfsError::FileTooBig)),
+        };
+        let wlock = match self.inner.file_wlock(fh) {
+            Ok(l) => l,
+            Err(e) => return Some(Err(e)),
+        };
+        if !wlock.try_lock() {
+            return None;
+        }
+        let inner = &self.inner;
+        let epoch = inner.gate.enter();
+        let release = |inner: &Inner| {
+            wlock.unlock();
+            inner.gate_exit(epoch);
+        };
+        let plan = match inner.write_plan(fh, offset, data.len()) {
+            Ok(p) => p,
+            Err(e) => {
+                release(inner);
+                return Some(Err(e));
+            }
+        };
+        let fsid = self.view.export_id as u64;
+        let Some(done) = later.park() else {
+            let r = inner.write_exec(fh, offset, data, &plan).and_then(|()| inner.unstable_written(fh, data.len(), fsid));
+            release(inner);
+            return Some(r.map(|d| match d {
+                IoDone::Write { count, committed, attr } => Some((count, committed, attr)),
+                _ => unreachable!("a write's answer"),
+            }));
+        };
+        let w = coreio::PlannedWrite { fh: *fh, offset, end, plan, epoch, wlock: wlock.clone(), fsid };
+        if Inner::write_needs_read(offset, end, &w.plan) {
+            Self::write_on_worker(inner, w, data.to_vec(), done);
+            return Some(Ok(None));
+        }
+        if let Err((w, done)) = coreio::start_write(inner, w, data, done) {
+            Self::write_on_worker(inner, w, data.to_vec(), done);
+        }
+        Some(Ok(None))
+    }
+
+    /// Finish a planned write on a worker (it must read blocks first, or
+    /// the core has no room): then release its lock and the gate.
+    fn write_on_worker(inner: &Arc<Inner>, w: coreio::PlannedWrite, data: Vec<u8>, done: Done) {
+        let s = inner.clone();
+        inner.run(Box::new(move || {
+            let r = s.write_exec(&w.fh, w.offset, &data, &w.plan).and_then(|()| s.unstable_written(&w.fh, data.len(), w.fsid));
+            w.wlock.unlock();
+            s.gate_exit(w.epoch);
+            done(r)
+        }));
     }
 }

@@ -4,7 +4,7 @@
 //! the live server had built from the same records.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use vfs::{FileType, Ino, Time, VfsError, VfsResult};
 
@@ -109,7 +109,7 @@ pub struct Inode {
     /// Bumped whenever blocks leave the map: a read that raced it retries.
     pub unmaps: u64,
     /// Serialises writers of this file (read-modify-write of a block).
-    pub wlock: Arc<Mutex<()>>,
+    pub wlock: Arc<crate::wlock::WLock>,
     /// Server-private blob (`Rec::Private`); empty: none.
     pub private: Vec<u8>,
 }
