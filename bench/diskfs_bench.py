@@ -251,7 +251,7 @@ def holders(mountpoint: Path) -> list[int]:
 class ChimeradDiskfs(bench.Chimerad):
     """chimerad on diskfs over one io_uring device file."""
 
-    def __init__(self, binary: Path, out_dir: Path, cores: int, device: Path, cache_blocks: int):
+    def __init__(self, binary: Path, out_dir: Path, cores: int, device: Path, cache_blocks: int, device_poll_us: int = 0):
         super().__init__(binary, out_dir, cores, capacity_bytes=0, config=None)
         self.name = "chimerad-diskfs"
         self.netns = os.environ.get("CHIMERAD_DISKFS_NETNS", "chimera-bench-diskfs")
@@ -259,12 +259,13 @@ class ChimeradDiskfs(bench.Chimerad):
         self.capacity_bytes = None
         self.device = device
         self.cache_blocks = cache_blocks
+        self.device_poll_us = device_poll_us
 
     def write_config(self) -> Path:
         cfg = {
             "common": {"log_level": "warn"},
             "server": {"bind": "127.0.0.1", "cores": self.cores, "nfs_port": self.nfs_port,
-                       "mount_port": self.mnt_port,
+                       "mount_port": self.mnt_port, "device_poll_us": self.device_poll_us,
                        "vfs": {"diskfs": {"config": {"initialize": True, "block_cache_blocks": self.cache_blocks,
                                                      "devices": [{"type": "io_uring", "path": str(self.device)}]}}}},
             "mounts": {"diskfs": {"module": "diskfs", "path": "/"}},
@@ -544,6 +545,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--file-mib", type=int, help="the read/write file laid out on each server")
     ap.add_argument("--device-mib", type=int, help="each backing file (diskfs device, ext4 loop image)")
     ap.add_argument("--cache-blocks", type=int, default=16384, help="diskfs block_cache_blocks (4 KiB each)")
+    ap.add_argument("--device-poll-us", type=int, default=0,
+                    help="chimerad server.device_poll_us: polling while device I/O is in flight (0: sleep at once)")
     ap.add_argument("--cells", help="comma-separated cell names (default: all)")
     ap.add_argument("--dir", type=Path, default=CACHE / "bench", help="where the backing files live (a disk, not tmpfs)")
     ap.add_argument("--results", type=Path)
@@ -705,7 +708,7 @@ def main(argv: list[str]) -> int:
     a.diskfs_device = a.dir / "diskfs.img"
     ext4 = Ext4Loop(a.dir / "ganesha-ext4.img", a.dir / "ganesha-ext4.mnt")
     servers: list[bench.Server] = [
-        ChimeradDiskfs(a.chimerad, out_dir, a.chimerad_cores, a.diskfs_device, a.cache_blocks),
+        ChimeradDiskfs(a.chimerad, out_dir, a.chimerad_cores, a.diskfs_device, a.cache_blocks, a.device_poll_us),
         GaneshaExt4(ext4, a.dir / "ganesha-ext4.state"),
     ]
     results = new_results(a, stamp, fstype, cells, [s.name for s in servers])

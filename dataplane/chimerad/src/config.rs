@@ -58,6 +58,8 @@ pub const LEASE_TIME_S_DEFAULT: u64 = 90;
 /// NFSv4 read and write delegations held at once, all clients (`server.nfs4_delegations_max`).
 pub const DELEGATIONS_DEFAULT: u64 = 65_536;
 pub const DELEGATIONS_MAX: u64 = 1 << 24;
+/// Longest a core polls for device completions before it sleeps (10 ms).
+pub const DEVICE_POLL_US_MAX: u64 = 10_000;
 pub const GRACE_TIME_S_MAX: u64 = 3600;
 pub const MEMFS_CAPACITY_BYTES_MIN: u64 = 1 << 20;
 pub const MEMFS_CAPACITY_BYTES_MAX: u64 = 1 << 44;
@@ -310,6 +312,9 @@ pub struct ServerConfig {
     pub grace_time_s: u32,
     /// NFSv4 delegations held at once; 0: `nfs4_delegations: false`.
     pub delegations_max: u32,
+    /// Microseconds a core keeps polling while device operations it
+    /// submitted are in flight (`runtime::Config::device_poll_us`).
+    pub device_poll_us: u32,
     pub pnfs: PnfsConfig,
 }
 
@@ -1033,6 +1038,7 @@ fn parse_server(o: Option<&mut Obj<'_>>, warnings: &mut Vec<String>) -> Result<S
         lease_time_s: LEASE_TIME_S_DEFAULT as u32,
         grace_time_s: LEASE_TIME_S_DEFAULT as u32,
         delegations_max: DELEGATIONS_DEFAULT as u32,
+        device_poll_us: 0,
         pnfs: PnfsConfig::defaults(),
     };
     let o = match o {
@@ -1148,6 +1154,9 @@ fn parse_server(o: Option<&mut Obj<'_>>, warnings: &mut Vec<String>) -> Result<S
         // RFC 8881 §8.4.2: the grace period lasts at least one lease period.
         None => s.lease_time_s,
     };
+    if let Some(n) = o.u64_in("device_poll_us", 0, DEVICE_POLL_US_MAX)? {
+        s.device_poll_us = n as u32;
+    }
     if let Some(n) = o.u64_in("nfs4_delegations_max", 1, DELEGATIONS_MAX)? {
         s.delegations_max = n as u32;
     }

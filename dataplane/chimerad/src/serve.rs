@@ -515,6 +515,7 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
             cores: cfg.server.cores,
             listen: listen_addrs(cfg),
             limits: limits(cfg),
+            device_poll_us: cfg.server.device_poll_us as u64,
             ..Default::default()
         };
         let (d, callbacks, grace) = dispatcher(cfg, &router, pnfs.as_ref(), &access);

@@ -677,6 +677,19 @@ fn delegation_switch_and_bound() {
     }
 }
 
+/// `server.device_poll_us`: 0 (sleep at once) by default, a bound on how
+/// long a core polls its device queues; bad values name the key.
+#[test]
+fn device_poll_us_default_and_bounds() {
+    assert_eq!(parse(&reference_shaped()).unwrap().server.device_poll_us, 0);
+    assert_eq!(parse(&with("server.device_poll_us", json!(200))).unwrap().server.device_poll_us, 200);
+    for (value, want) in [(json!(10_001), "out of range 0..=10000"), (json!(-1), "expected a non-negative integer"), (json!("fast"), "expected a non-negative integer")] {
+        let (p, msg) = error_of(&with("server.device_poll_us", value.clone()));
+        assert_eq!(p, "server.device_poll_us", "{value}: {msg}");
+        assert!(msg.contains(want), "{value}: {msg:?} lacks {want:?}");
+    }
+}
+
 /// `exports.<name>.access`: client rules parsed in order with their
 /// defaults; bad CIDRs, unknown keys and options, out-of-range anonymous
 /// ids and conflicting rules on one mount are errors naming the key path.

@@ -27,12 +27,6 @@ const KIND_NOTIFY: u64 = 6;
 
 /// How long a sleeping loop waits before rechecking the stop flag.
 const IDLE_WAKE: Duration = Duration::from_millis(100);
-/// How long a loop keeps polling while a backend's device operations are in
-/// flight (`rpc::poller`) before it sleeps on their notify descriptors: a
-/// flash read completes within it, so its reply does not wait for the loop
-/// to be woken (measured: ~20 us off a 4 KiB QD1 read's p50); a slower
-/// device does not keep the core spinning.
-const DEVICE_SPIN: Duration = Duration::from_micros(200);
 /// Extra receive space beyond one maximal record in a pool's receive
 /// buffer, so several small records (pipelined calls) arrive in one receive.
 const RECV_SLACK_BYTES: usize = 64 << 10;
@@ -392,9 +386,11 @@ impl Loop {
         // A backend poller in flight without a notify descriptor; any
         // backend poller in flight.
         let (mut spin_pollers, mut device_busy) = (false, false);
+        // While device operations are in flight (`Config::device_poll_us`).
+        let device_spin = Duration::from_micros(self.shared.cfg.device_poll_us);
         while !self.shared.stop.load(Ordering::Relaxed) {
             let idle = last_event.elapsed();
-            let polling = spin_pollers || idle < spin || (device_busy && idle < DEVICE_SPIN);
+            let polling = spin_pollers || idle < spin || (device_busy && idle < device_spin);
             let r = if polling {
                 if self.kernel_has_work() {
                     self.ring.submit()

@@ -119,6 +119,12 @@ pub struct Config {
     pub limits: rpc::Limits,
     /// How long a loop keeps polling after its last event before sleeping.
     pub poll_spin_us: u64,
+    /// How long a loop keeps polling while a backend's device operations
+    /// are in flight (`rpc::poller`) before it sleeps on their notify
+    /// descriptors; 0: it sleeps at once. Polling takes a flash read's
+    /// reply off the wake-up path (lower latency at low queue depth) and
+    /// costs the CPU it spins.
+    pub device_poll_us: u64,
     /// Submission queue entries per ring.
     pub ring_entries: u32,
 }
@@ -130,6 +136,7 @@ impl Default for Config {
             listen: vec![],
             limits: rpc::Limits::default(),
             poll_spin_us: 20,
+            device_poll_us: 0,
             ring_entries: 1024,
         }
     }
