@@ -622,7 +622,20 @@ impl Inner {
     /// grace period has not ended stay out until a later call (after the
     /// next metadata change, or when a data I/O exits).
     fn reclaim(&self) {
-        let Ok(mut g) = self.reclaiming.try_lock() else { return };
+        self.reclaim_with(false)
+    }
+
+    /// `wait`: take the grace lock even when another thread holds it (it
+    /// never waits for I/O while holding it). A data I/O leaving the gate
+    /// waits, or a reclaim running meanwhile could have seen it still
+    /// inside and left its blocks waiting with nobody to end the grace.
+    fn reclaim_with(&self, wait: bool) {
+        let mut g = match self.reclaiming.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) if wait => lock(&self.reclaiming),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
         if !g.waiting.is_empty() {
             if !self.gate.drained(g.flip) {
                 return;
@@ -670,7 +683,7 @@ impl Inner {
     /// After a data I/O exits the gate: end a grace period it held up.
     fn reclaim_if_waiting(&self) {
         if self.grace_waiting.load(Ordering::Acquire) {
-            self.reclaim();
+            self.reclaim_with(true);
         }
     }
 
