@@ -396,13 +396,6 @@ impl DiskFs {
         Counters(self.inner.clone())
     }
 
-    /// READs served on a core loop's own device queues since start, and
-    /// those of them done again on a worker (their file lost blocks while
-    /// they were on the device).
-    pub fn core_reads(&self) -> (u64, u64) {
-        (self.inner.core_reads.load(Ordering::Relaxed), self.inner.core_read_retries.load(Ordering::Relaxed))
-    }
-
     /// Write a checkpoint now (tests, and a clean stop).
     pub fn checkpoint(&self) -> VfsResult<()> {
         let mut lw = lock(&self.inner.log);
