@@ -301,6 +301,10 @@ pub struct ServerConfig {
     pub rdma_tos: Option<u8>,
     /// Credits granted to each RDMA client (calls in flight).
     pub rdma_credits: u32,
+    /// RDMA connections open at once; more are rejected.
+    pub rdma_conns_max: u32,
+    /// Record-sized registered buffers per RDMA device.
+    pub rdma_large_buffers: u32,
     pub record_bytes_max: u32,
     pub inflight_per_conn_max: u32,
     pub conns_max: u32,
@@ -1010,6 +1014,14 @@ fn parse_common(v: &Value, warnings: &mut Vec<String>) -> Result<(LogLevel, LogF
 /// flight keep one connection's pipe full at 1 MiB I/O.
 pub const RDMA_CREDITS_DEFAULT: u32 = 32;
 pub const RDMA_CREDITS_MAX: u32 = 1024;
+/// RDMA connections open at once (`server.rdma_conns_max`); each holds
+/// (3 x credits + 8) registered buffers of the inline threshold.
+pub const RDMA_CONNS_DEFAULT: u32 = 64;
+pub const RDMA_CONNS_MAX: u32 = 4096;
+/// Record-sized registered buffers per RDMA device
+/// (`server.rdma_large_buffers`): calls with chunks in flight at once.
+pub const RDMA_LARGE_BUFFERS_DEFAULT: u32 = 16;
+pub const RDMA_LARGE_BUFFERS_MAX: u32 = 1024;
 
 fn default_cores() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(CORES_MAX as usize)
@@ -1028,6 +1040,8 @@ fn parse_server(o: Option<&mut Obj<'_>>, warnings: &mut Vec<String>) -> Result<S
         rdma_addr: None,
         rdma_tos: None,
         rdma_credits: RDMA_CREDITS_DEFAULT,
+        rdma_conns_max: RDMA_CONNS_DEFAULT,
+        rdma_large_buffers: RDMA_LARGE_BUFFERS_DEFAULT,
         record_bytes_max: RECORD_BYTES_DEFAULT as u32,
         inflight_per_conn_max: INFLIGHT_PER_CONN_DEFAULT as u32,
         conns_max: CONNS_DEFAULT as u32,
@@ -1114,6 +1128,12 @@ fn parse_server(o: Option<&mut Obj<'_>>, warnings: &mut Vec<String>) -> Result<S
     }
     if let Some(n) = o.u64_in("rdma_credits", 1, RDMA_CREDITS_MAX as u64)? {
         s.rdma_credits = n as u32;
+    }
+    if let Some(n) = o.u64_in("rdma_conns_max", 1, RDMA_CONNS_MAX as u64)? {
+        s.rdma_conns_max = n as u32;
+    }
+    if let Some(n) = o.u64_in("rdma_large_buffers", 1, RDMA_LARGE_BUFFERS_MAX as u64)? {
+        s.rdma_large_buffers = n as u32;
     }
     if let Some(n) = o.size_in("record_bytes_max", RECORD_BYTES_MIN, RECORD_BYTES_MAX)? {
         s.record_bytes_max = n as u32;

@@ -531,6 +531,8 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
                 addr,
                 tos: cfg.server.rdma_tos,
                 credits: cfg.server.rdma_credits,
+                conns_max: cfg.server.rdma_conns_max as usize,
+                large_buffers: cfg.server.rdma_large_buffers as usize,
                 metrics_core: cfg.server.cores.min(rpc::metrics::CORES_MAX - 1),
                 ..Default::default()
             };

@@ -584,6 +584,10 @@ fn reference_tuning_keys_are_warnings_with_checked_types() {
         ("common.rdmacm_tos", json!(256), "out of range 0..=255"),
         ("server.rdma_hostname", json!("rdma-0.example"), "expected an IP address"),
         ("server.rdma_credits", json!(0), "out of range 1..=1024"),
+        ("server.rdma_conns_max", json!(0), "out of range 1..=4096"),
+        ("server.rdma_conns_max", json!(4097), "out of range 1..=4096"),
+        ("server.rdma_large_buffers", json!(0), "out of range 1..=1024"),
+        ("server.rdma_large_buffers", json!("many"), "expected a non-negative integer"),
         ("common.preallocate_slabs", json!(-1), "expected a non-negative integer"),
         ("common.huge_pages", json!("yes"), "expected true or false"),
         ("common.huge_page_size", json!("huge"), "expected a size"),
@@ -675,6 +679,19 @@ fn delegation_switch_and_bound() {
         assert_eq!(p, path, "{path}={value}: {msg}");
         assert!(msg.contains(want), "{path}={value}: {msg:?} lacks {want:?}");
     }
+}
+
+/// RDMA limits: `server.rdma_conns_max` and `server.rdma_large_buffers`
+/// default to what the RDMA server used to fix (64 and 16) and take a value.
+#[test]
+fn rdma_limits_default_and_set() {
+    let c = parse(&reference_shaped()).unwrap();
+    assert_eq!((c.server.rdma_conns_max, c.server.rdma_large_buffers), (64, 16));
+    let mut v = reference_shaped();
+    v["server"]["rdma_conns_max"] = json!(8);
+    v["server"]["rdma_large_buffers"] = json!(4);
+    let c = parse(&v).unwrap();
+    assert_eq!((c.server.rdma_conns_max, c.server.rdma_large_buffers), (8, 4));
 }
 
 /// `server.device_poll_us`: 0 (sleep at once) by default, a bound on how

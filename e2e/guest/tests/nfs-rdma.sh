@@ -12,9 +12,11 @@
 #              version, a Read chunk outside its registered memory, more
 #              segments than allowed, a Read chunk over the record limit, more
 #              calls than its credits, garbage, and disconnects in the middle
-#              of an RDMA Read: each gets RDMA_ERROR or a closed connection, a
-#              second well-behaved client's NULL succeeds after each, and
-#              chimerad's RSS grows by less than 64 MiB over the suite
+#              of an RDMA Read, and opens more connections than the server's
+#              rdma_conns_max (8): each gets RDMA_ERROR, a closed connection
+#              or a refused connection, a second well-behaved client's NULL
+#              succeeds after each, and chimerad's RSS grows by less than
+#              64 MiB over the suite
 #   pnfs       an MDS (10.0.2.15) and two data servers (10.0.2.16, .17:
 #              their own processes and addresses) all with server.rdma; the
 #              MDS lists the DSes with netid rdma (advertised rdma-first in
@@ -67,7 +69,7 @@ cat >/tmp/c.json <<JSON
   "common":  { "log_level": "info", "rdmacm_tos": 104 },
   "server":  { "role": "both", "bind": "$ADDR", "cores": 1,
                "nfs_port": $PORT, "mount_port": $MPORT, "portmap_port": 0,
-               "rdma": true, "rdma_hostname": "$ADDR", "rdma_port": $RPORT,
+               "rdma": true, "rdma_hostname": "$ADDR", "rdma_port": $RPORT, "rdma_conns_max": 8,
                "grace_time_s": 15, "lease_time_s": 10 },
   "mounts":  { "export": { "module": "memfs", "path": "/", "capacity_bytes": 536870912 } },
   "exports": { "/export": { "path": "/export" } },
@@ -111,7 +113,7 @@ grep '^chimera_rdma' /tmp/metrics.txt >/results/rdma-metrics.txt
 step hostile
 rss() { awk '/^VmRSS:/ { print $2 }' /proc/$pid/status; }
 rss0=$(rss)
-"$BIN/chimera-rdma-probe" hostile $ADDR:$RPORT >/results/rdma-hostile.txt 2>&1
+"$BIN/chimera-rdma-probe" hostile $ADDR:$RPORT --conns-max 8 >/results/rdma-hostile.txt 2>&1
 rc=$?
 sed 's/^/  /' /results/rdma-hostile.txt
 [ $rc -eq 0 ] || fail "the hostile-input suite failed (rc $rc)"

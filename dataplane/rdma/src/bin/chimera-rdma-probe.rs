@@ -3,12 +3,14 @@
 //!
 //!   chimera-rdma-probe null ADDR:PORT [--count N] [--tcp ADDR:PORT]
 //!       NFS NULL round trips over RDMA (and over TCP to --tcp), p50/p99
-//!   chimera-rdma-probe hostile ADDR:PORT
+//!   chimera-rdma-probe hostile ADDR:PORT [--conns-max N]
 //!       the hostile-input suite: wrong version, a Read chunk outside the
 //!       client's registered memory, more segments than allowed, a Read
 //!       chunk over the record limit, more calls than the credits, a client
-//!       that disconnects in the middle of an RDMA Read; after each, a
-//!       second (well-behaved) client's NULL must still succeed
+//!       that disconnects in the middle of an RDMA Read, and (with
+//!       --conns-max, the server's `rdma_conns_max`) more connections than
+//!       the server takes; after each, a second (well-behaved) client's
+//!       NULL must still succeed
 //!
 //! Exit status 0 when every check holds; each check prints one line.
 
@@ -123,7 +125,7 @@ impl Suite {
     }
 }
 
-fn hostile_cmd(addr: SocketAddr) {
+fn hostile_cmd(addr: SocketAddr, conns_max: Option<usize>) {
     let good = connect(addr);
     let mut s = Suite { addr, good, xid: 1, failed: false };
     let nul = rpc_call(7, 100003, 3, 0, &[]);
@@ -211,6 +213,37 @@ fn hostile_cmd(addr: SocketAddr) {
     let r = s.refused(&[1, 2, 3], 0);
     s.check("short-garbage", r);
 
+    // 8. More connections than the server takes: with the suite's own
+    // (and any other client's) connections open, one of `conns_max` more
+    // must be refused, and every one that was taken answers NULL; once they
+    // are gone a new connection is taken again.
+    if let Some(max) = conns_max {
+        let r = (|| {
+            let mut held = Vec::new();
+            let mut refused = None;
+            for i in 0..max {
+                match Client::connect(addr, T) {
+                    Ok(mut c) => {
+                        null_ok(&mut c, 5000 + i as u32).map_err(|e| format!("connection {} was taken but NULL failed: {e}", i + 1))?;
+                        held.push(c);
+                    }
+                    Err(e) => {
+                        refused = Some(format!("connection {} refused ({e})", i + 1));
+                        break;
+                    }
+                }
+            }
+            let Some(refused) = refused else { return Err(format!("{max} more connections were all taken: the limit of {max} did not hold")) };
+            let n = held.len();
+            drop(held);
+            std::thread::sleep(Duration::from_millis(500));
+            let mut again = Client::connect(addr, T).map_err(|e| format!("after closing {n} connections a new one was refused: {e}"))?;
+            null_ok(&mut again, 6000)?;
+            Ok(format!("{n} taken, then {refused}; taken again once they closed"))
+        })();
+        s.check("connections-beyond-limit", r);
+    }
+
     if s.failed {
         println!("hostile: FAIL");
         exit(1);
@@ -238,7 +271,14 @@ fn main() {
             }
             null_cmd(addr(2), count.max(1), tcp)
         }
-        Some("hostile") => hostile_cmd(addr(2)),
+        Some("hostile") => {
+            let conns_max = match (args.get(3).map(String::as_str), args.get(4)) {
+                (None, _) => None,
+                (Some("--conns-max"), Some(n)) => Some(n.parse().unwrap_or_else(|_| die("--conns-max N".into()))),
+                (Some(a), _) => die(format!("unknown argument {a:?}")),
+            };
+            hostile_cmd(addr(2), conns_max)
+        }
         _ => die("usage: chimera-rdma-probe null ADDR:PORT [--count N] [--tcp ADDR:PORT] | hostile ADDR:PORT".into()),
     }
 }
