@@ -105,9 +105,6 @@ pub(crate) struct CoreIo {
 /// it cannot run here; the caller runs it on a worker. The gate stays
 /// entered either way.
 pub(crate) fn start(fs: &Arc<Inner>, p: Planned, done: Done) -> Result<(), (Planned, Done)> {
-    if !rpc::poller::available() {
-        return Err((p, done));
-    }
     let Some(core) = core_for(fs) else { return Err((p, done)) };
     let mut c = core.borrow_mut();
     let ops = device_ops(&p.plan);
@@ -122,9 +119,6 @@ pub(crate) fn start(fs: &Arc<Inner>, p: Planned, done: Done) -> Result<(), (Plan
 /// Start the planned write `w` of `data` on this core; `Err` hands it back
 /// (still holding its lock and the gate) when it cannot run here.
 pub(crate) fn start_write(fs: &Arc<Inner>, w: PlannedWrite, data: &[u8], done: Done) -> Result<(), (PlannedWrite, Done)> {
-    if !rpc::poller::available() {
-        return Err((w, done));
-    }
     let Some(core) = core_for(fs) else { return Err((w, done)) };
     let mut c = core.borrow_mut();
     let mapped: Vec<(u64, Phys)> = w.plan.iter().map(|&(f, p, _, _)| (f, p)).collect();
@@ -138,8 +132,12 @@ pub(crate) fn start_write(fs: &Arc<Inner>, w: PlannedWrite, data: &[u8], done: D
 }
 
 /// This thread's state for `fs`, made (and registered with the loop) on
-/// first use. `None` when it cannot be made.
+/// first use. `None` when the thread is not a polling loop, or the state
+/// cannot be made.
 fn core_for(fs: &Arc<Inner>) -> Option<Rc<RefCell<CoreIo>>> {
+    if !rpc::poller::available() {
+        return None;
+    }
     CORES.with(|cores| {
         let mut cores = cores.borrow_mut();
         let me = Arc::downgrade(fs);
@@ -332,7 +330,7 @@ impl CoreIo {
                 let r = match &fs {
                     Some(fs) if !job.failed => {
                         fs.mark_written(&w.fh, &w.plan);
-                        fs.unstable_written(&w.fh, (w.end - w.offset) as usize, w.fsid)
+                        fs.unstable_written(&w.fh, (w.end - w.offset) as usize, w.fsid).map(crate::write_done)
                     }
                     _ => Err(VfsError::Io),
                 };

@@ -429,6 +429,21 @@ fn reserve_holes(m: &mut Meta, fh: &FileHandle, b0: u64, b1: u64) -> VfsResult<V
     Ok(fresh)
 }
 
+/// A write's answer as a parked call's completion.
+fn write_done((count, committed, attr): (usize, Stability, Attr)) -> IoDone {
+    IoDone::Write { count, committed, attr }
+}
+
+/// Data operations need a regular file: a directory is `IsDir`, anything
+/// else `Inval`.
+fn regular(i: &Inode) -> VfsResult<()> {
+    match i.rec.ftype {
+        FileType::Regular => Ok(()),
+        FileType::Directory => Err(VfsError::IsDir),
+        _ => Err(VfsError::Inval),
+    }
+}
+
 /// A write's blocks: (file block, physical block, holds data already,
 /// newly allocated).
 type WritePlan = Vec<(u64, Phys, bool, bool)>;
@@ -633,11 +648,7 @@ impl Inner {
             if !self.gate.drained(g.flip) {
                 return;
             }
-            let waiting = std::mem::take(&mut g.waiting);
-            let mut m = self.meta();
-            for p in waiting {
-                m.alloc.free(p);
-            }
+            self.free_blocks(std::mem::take(&mut g.waiting));
         }
         let durable = self.durable.load(Ordering::Acquire);
         let ready: Vec<Phys> = {
@@ -656,14 +667,19 @@ impl Inner {
         }
         g.flip = self.gate.flip();
         if self.gate.drained(g.flip) {
-            let mut m = self.meta();
-            for p in ready {
-                m.alloc.free(p);
-            }
+            self.free_blocks(ready);
             self.grace_waiting.store(false, Ordering::Release);
         } else {
             g.waiting = ready;
             self.grace_waiting.store(true, Ordering::Release);
+        }
+    }
+
+    /// Blocks whose grace period ended go back to the allocator.
+    fn free_blocks(&self, ps: Vec<Phys>) {
+        let mut m = self.meta();
+        for p in ps {
+            m.alloc.free(p);
         }
     }
 
@@ -721,11 +737,7 @@ impl Inner {
     fn plan_read(&self, fh: &FileHandle, offset: u64, len: usize) -> VfsResult<(usize, bool, Vec<(u64, Phys)>, u64)> {
         let m = self.meta();
         let i = m.st.get(fh.ino, fh.generation)?;
-        match i.rec.ftype {
-            FileType::Regular => {}
-            FileType::Directory => return Err(VfsError::IsDir),
-            _ => return Err(VfsError::Inval),
-        }
+        regular(i)?;
         let size = i.rec.size;
         if offset >= size || len == 0 {
             return Ok((0, offset >= size, Vec::new(), i.unmaps));
@@ -774,11 +786,7 @@ impl Inner {
         let wlock = {
             let m = self.meta();
             let i = m.st.get(fh.ino, fh.generation)?;
-            match i.rec.ftype {
-                FileType::Regular => {}
-                FileType::Directory => return Err(VfsError::IsDir),
-                _ => return Err(VfsError::Inval),
-            }
+            regular(i)?;
             i.wlock.clone()
         };
         let _w = wlock.lock();
@@ -891,10 +899,10 @@ impl Inner {
     }
 
     /// An UNSTABLE write's answer once its blocks are written.
-    fn unstable_written(&self, fh: &FileHandle, count: usize, fsid: u64) -> VfsResult<IoDone> {
+    fn unstable_written(&self, fh: &FileHandle, count: usize, fsid: u64) -> VfsResult<(usize, Stability, Attr)> {
         let m = self.meta();
         let i = m.st.get(fh.ino, fh.generation)?;
-        Ok(IoDone::Write { count, committed: Stability::Unstable, attr: Attr { fsid, ..self.attr(i) } })
+        Ok((count, Stability::Unstable, Attr { fsid, ..self.attr(i) }))
     }
 
     fn setattr_impl(&self, fh: &FileHandle, set: &SetAttr, guard: Option<Time>) -> VfsResult<Attr> {
@@ -907,11 +915,7 @@ impl Inner {
             let m = self.meta();
             let i = m.st.get(fh.ino, fh.generation)?;
             if set.size.is_some() {
-                match i.rec.ftype {
-                    FileType::Regular => {}
-                    FileType::Directory => return Err(VfsError::IsDir),
-                    _ => return Err(VfsError::Inval),
-                }
+                regular(i)?;
             }
             i.wlock.clone()
         };
@@ -998,11 +1002,8 @@ impl Inner {
     fn file_wlock(&self, fh: &FileHandle) -> VfsResult<Arc<wlock::WLock>> {
         let m = self.meta();
         let i = m.st.get(fh.ino, fh.generation)?;
-        match i.rec.ftype {
-            FileType::Regular => Ok(i.wlock.clone()),
-            FileType::Directory => Err(VfsError::IsDir),
-            _ => Err(VfsError::Inval),
-        }
+        regular(i)?;
+        Ok(i.wlock.clone())
     }
 
     /// fallocate mode 0 (NFSv4.2 ALLOCATE): holes in the range get blocks
@@ -1768,11 +1769,7 @@ impl Vfs for DiskFs {
         self.check(fh)?;
         let m = self.inner.meta();
         let i = m.st.get(fh.ino, fh.generation)?;
-        match i.rec.ftype {
-            FileType::Regular => {}
-            FileType::Directory => return Err(VfsError::IsDir),
-            _ => return Err(VfsError::Inval),
-        }
+        regular(i)?;
         let size = i.rec.size;
         if offset >= size {
             return Ok(None);
@@ -1911,10 +1908,7 @@ impl DiskFs {
         let Some(done) = later.park() else {
             let r = inner.write_exec(fh, offset, data, &plan).and_then(|()| inner.unstable_written(fh, data.len(), fsid));
             release(inner);
-            return Some(r.map(|d| match d {
-                IoDone::Write { count, committed, attr } => Some((count, committed, attr)),
-                _ => unreachable!("a write's answer"),
-            }));
+            return Some(r.map(Some));
         };
         let w = coreio::PlannedWrite { fh: *fh, offset, end, plan, epoch, wlock: wlock.clone(), fsid };
         if Inner::write_needs_read(offset, end, &w.plan) {
@@ -1932,7 +1926,7 @@ impl DiskFs {
     fn write_on_worker(inner: &Arc<Inner>, w: coreio::PlannedWrite, data: Vec<u8>, done: Done) {
         let s = inner.clone();
         inner.run(Box::new(move || {
-            let r = s.write_exec(&w.fh, w.offset, &data, &w.plan).and_then(|()| s.unstable_written(&w.fh, data.len(), w.fsid));
+            let r = s.write_exec(&w.fh, w.offset, &data, &w.plan).and_then(|()| s.unstable_written(&w.fh, data.len(), w.fsid)).map(write_done);
             w.wlock.unlock();
             s.gate_exit(w.epoch);
             done(r)

@@ -27,6 +27,43 @@ impl vfs::Later for Park {
     }
 }
 
+/// Poll this thread's pollers until `answer` is set (at most 20 s); the
+/// answer and the thread that gave it.
+fn answered(answer: &Answer, what: &str) -> (ThreadId, VfsResult<IoDone>) {
+    let mut fds = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        rpc::poller::poll_all(&mut fds);
+        if let Some(a) = answer.lock().unwrap().take() {
+            return a;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what} was never answered");
+        std::thread::yield_now();
+    }
+}
+
+/// Run `test` on a thread that is a polling loop, as a chimerad core.
+fn on_a_core(test: impl FnOnce() + Send + 'static) {
+    std::thread::spawn(|| {
+        rpc::poller::serve_on_this_thread();
+        test()
+    })
+    .join()
+    .unwrap();
+}
+
+/// A fresh diskfs on a memory device of `blocks` blocks.
+fn mem_fs(blocks: u64) -> (Device, DiskFs) {
+    let dev: Device = Arc::new(MemDevice::new("mem0", blocks));
+    let fs = DiskFs::open(vec![dev.clone()], &Options::new(EXPORT, true)).unwrap();
+    (dev, fs)
+}
+
+fn fsck_clean(dev: Device) {
+    let report = diskfs::fsck::check(vec![dev]).unwrap();
+    assert!(report.clean(), "fsck: {:?}", report.violations);
+}
+
 /// READ through `read_start` as a core does; polls this thread's pollers
 /// until it is answered. Returns the bytes, end of file, and whether the
 /// call was parked.
@@ -41,21 +78,13 @@ fn core_read(fs: &DiskFs, fh: &FileHandle, offset: u64, len: usize) -> (VfsResul
         }
         Ok(None) => {}
     }
-    let mut fds = Vec::new();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        rpc::poller::poll_all(&mut fds);
-        if let Some((tid, r)) = answer.lock().unwrap().take() {
-            assert_eq!(tid, std::thread::current().id(), "the READ is answered on the core that parked it");
-            let r = r.map(|d| match d {
-                IoDone::Read { data, eof } => (data, eof),
-                other => panic!("a READ answered {other:?}"),
-            });
-            return (r, true);
-        }
-        assert!(std::time::Instant::now() < deadline, "a parked READ was never answered");
-        std::thread::yield_now();
-    }
+    let (tid, r) = answered(&answer, "a parked READ");
+    assert_eq!(tid, std::thread::current().id(), "the READ is answered on the core that parked it");
+    let r = r.map(|d| match d {
+        IoDone::Read { data, eof } => (data, eof),
+        other => panic!("a READ answered {other:?}"),
+    });
+    (r, true)
 }
 
 fn create(fs: &DiskFs, name: &str) -> FileHandle {
@@ -107,20 +136,15 @@ fn reads_match(fs: &DiskFs) {
 
 #[test]
 fn reads_on_a_core_match_the_workers_on_a_memory_device() {
-    std::thread::spawn(|| {
-        rpc::poller::serve_on_this_thread();
-        let dev: Device = Arc::new(MemDevice::new("mem0", 16384));
-        let fs = DiskFs::open(vec![dev], &Options::new(EXPORT, true)).unwrap();
+    on_a_core(|| {
+        let (_, fs) = mem_fs(16384);
         reads_match(&fs);
-    })
-    .join()
-    .unwrap();
+    });
 }
 
 #[test]
 fn reads_on_a_core_match_the_workers_on_io_uring_and_wake_a_sleeping_loop() {
-    std::thread::spawn(|| {
-        rpc::poller::serve_on_this_thread();
+    on_a_core(|| {
         let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("diskfs-coreio");
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("dev0");
@@ -145,15 +169,10 @@ fn reads_on_a_core_match_the_workers_on_io_uring_and_wake_a_sleeping_loop() {
             let n = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, 10_000) };
             assert!(n >= 1, "the notify descriptor did not become readable");
         }
-        while answer.lock().unwrap().is_none() {
-            rpc::poller::poll_all(&mut fds);
-        }
-        let (_, r) = answer.lock().unwrap().take().unwrap();
+        let (_, r) = answered(&answer, "the READ");
         assert!(matches!(r, Ok(IoDone::Read { ref data, .. }) if data.len() == 1 << 20));
         let _ = std::fs::remove_file(&path);
-    })
-    .join()
-    .unwrap();
+    });
 }
 
 /// A file removed while a core's read of it is on the device: the removal
@@ -162,11 +181,9 @@ fn reads_on_a_core_match_the_workers_on_io_uring_and_wake_a_sleeping_loop() {
 /// before the read is back; afterwards the space returns.
 #[test]
 fn a_removal_under_a_core_read_neither_waits_nor_reuses_the_blocks_early() {
-    std::thread::spawn(|| {
-        rpc::poller::serve_on_this_thread();
+    on_a_core(|| {
         // Small enough that the removed file's blocks are needed again.
-        let dev: Device = Arc::new(MemDevice::new("mem0", 4096));
-        let fs = DiskFs::open(vec![dev.clone()], &Options::new(EXPORT, true)).unwrap();
+        let (dev, fs) = mem_fs(4096);
         let root = fs.root(EXPORT).unwrap();
         let f = create(&fs, "victim");
         let data = pattern(8 << 20, 2);
@@ -185,11 +202,7 @@ fn a_removal_under_a_core_read_neither_waits_nor_reuses_the_blocks_early() {
         let big = pattern(12 << 20, 3);
         let r = fs.write(&g, 0, &big, Stability::FileSync);
         assert!(matches!(r, Err(VfsError::NoSpace)), "a write took blocks still under a read: {r:?}");
-        let mut fds = Vec::new();
-        while answer.lock().unwrap().is_none() {
-            rpc::poller::poll_all(&mut fds);
-        }
-        let (_, r) = answer.lock().unwrap().take().unwrap();
+        let (_, r) = answered(&answer, "the READ");
         // The file is gone: the read says so, or returns what the file held.
         match r {
             Err(VfsError::Stale) => {}
@@ -202,11 +215,8 @@ fn a_removal_under_a_core_read_neither_waits_nor_reuses_the_blocks_early() {
         fs.write(&g, 0, &big, Stability::FileSync).unwrap();
         assert!(fs.read(&g, 0, &mut vec![0u8; 12 << 20]).unwrap().0 == 12 << 20);
         drop(fs);
-        let report = diskfs::fsck::check(vec![dev]).unwrap();
-        assert!(report.clean(), "fsck: {:?}", report.violations);
-    })
-    .join()
-    .unwrap();
+        fsck_clean(dev);
+    });
 }
 
 /// WRITE through `write_start` as a core does (UNSTABLE); polls until it is
@@ -218,35 +228,26 @@ fn core_write(fs: &DiskFs, fh: &FileHandle, offset: u64, data: &[u8]) -> (VfsRes
         Ok(Some((n, _, _))) => return (Ok(n as u64), false),
         Ok(None) => {}
     }
-    let mut fds = Vec::new();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        rpc::poller::poll_all(&mut fds);
-        if let Some((_, r)) = answer.lock().unwrap().take() {
-            let r = r.map(|d| match d {
-                IoDone::Write { count, committed, attr } => {
-                    assert_eq!(committed, Stability::Unstable);
-                    assert!(attr.size >= offset + data.len() as u64, "the answer's attributes hold the write");
-                    count as u64
-                }
-                other => panic!("a WRITE answered {other:?}"),
-            });
-            return (r, true);
+    let (_, r) = answered(&answer, "a parked WRITE");
+    let r = r.map(|d| match d {
+        IoDone::Write { count, committed, attr } => {
+            assert_eq!(committed, Stability::Unstable);
+            assert!(attr.size >= offset + data.len() as u64, "the answer's attributes hold the write");
+            count as u64
         }
-        assert!(std::time::Instant::now() < deadline, "a parked WRITE was never answered");
-        std::thread::yield_now();
-    }
+        other => panic!("a WRITE answered {other:?}"),
+    });
+    (r, true)
 }
 
 /// UNSTABLE writes of every shape on a core: what reads back is what a
 /// model says, COMMIT makes them durable across a reopen, and fsck agrees.
 #[test]
 fn unstable_writes_on_a_core_read_back_and_survive_commit_and_reopen() {
-    std::thread::spawn(|| {
-        rpc::poller::serve_on_this_thread();
-        let dev: Device = Arc::new(MemDevice::new("mem0", 16384));
+    on_a_core(|| {
+        let (dev, fs) = mem_fs(16384);
         let (f, model) = {
-            let fs = DiskFs::open(vec![dev.clone()], &Options::new(EXPORT, true)).unwrap();
+            let fs = fs;
             let f = create(&fs, "w");
             let mut model = vec![0u8; 0];
             let put = |model: &mut Vec<u8>, off: usize, d: &[u8]| {
@@ -290,11 +291,8 @@ fn unstable_writes_on_a_core_read_back_and_survive_commit_and_reopen() {
         assert_eq!(n, model.len());
         assert!(got == model, "committed core writes did not survive a reopen");
         drop(fs);
-        let report = diskfs::fsck::check(vec![dev]).unwrap();
-        assert!(report.clean(), "fsck: {:?}", report.violations);
-    })
-    .join()
-    .unwrap();
+        fsck_clean(dev);
+    });
 }
 
 /// A core's write holds its file's write lock while its blocks are on the
@@ -303,10 +301,8 @@ fn unstable_writes_on_a_core_read_back_and_survive_commit_and_reopen() {
 /// second write to the file meanwhile goes to a worker.
 #[test]
 fn a_truncation_under_a_core_write_of_the_same_core_does_not_deadlock() {
-    std::thread::spawn(|| {
-        rpc::poller::serve_on_this_thread();
-        let dev: Device = Arc::new(MemDevice::new("mem0", 8192));
-        let fs = DiskFs::open(vec![dev.clone()], &Options::new(EXPORT, true)).unwrap();
+    on_a_core(|| {
+        let (dev, fs) = mem_fs(8192);
         let f = create(&fs, "t");
         let data = pattern(256 << 10, 5);
         let answer: Answer = Arc::new(Mutex::new(None));
@@ -320,11 +316,7 @@ fn a_truncation_under_a_core_write_of_the_same_core_does_not_deadlock() {
         fs.setattr(&f, &vfs::SetAttr { size: Some(4096), ..Default::default() }, None).unwrap();
         assert!(answer.lock().unwrap().is_some(), "the truncation waited for the write");
         assert!(matches!(answer.lock().unwrap().take().unwrap().1, Ok(IoDone::Write { count, .. }) if count == 256 << 10));
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while second.lock().unwrap().is_none() {
-            assert!(std::time::Instant::now() < deadline, "the worker's write never finished");
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        let _ = answered(&second, "the worker's write");
         // The truncation and the worker's write ran in some order: the
         // file holds the first 4 KiB of the core's write either way.
         let size = fs.getattr(&f).unwrap().size;
@@ -334,9 +326,6 @@ fn a_truncation_under_a_core_write_of_the_same_core_does_not_deadlock() {
         assert!(got == data[..4096]);
         fs.commit(&f, 0, 0).unwrap();
         drop(fs);
-        let report = diskfs::fsck::check(vec![dev]).unwrap();
-        assert!(report.clean(), "fsck: {:?}", report.violations);
-    })
-    .join()
-    .unwrap();
+        fsck_clean(dev);
+    });
 }
