@@ -30,12 +30,16 @@ struct Plan {
     /// Operations that still succeed before every operation fails.
     ops_left: Option<u64>,
     read_only: bool,
+    /// How long each flush takes on the thread that submits it (a slow
+    /// device's cache flush; what a caller waiting inline would wait).
+    flush_delay: Option<std::time::Duration>,
 }
 
 struct Faults {
     plan: Mutex<Plan>,
     ops: AtomicU64,
     failed: AtomicU64,
+    flushes: AtomicU64,
 }
 
 /// Changes a `FaultDevice`'s plan and reads its counters, from any thread.
@@ -62,6 +66,17 @@ impl FaultControl {
         self.plan().read_only = read_only;
     }
 
+    /// Make every flush take `delay` on the submitting thread (`None`:
+    /// as fast as the inner device).
+    pub fn set_flush_delay(&self, delay: Option<std::time::Duration>) {
+        self.plan().flush_delay = delay;
+    }
+
+    /// Flushes submitted so far, over all queues.
+    pub fn flushes(&self) -> u64 {
+        self.0.flushes.load(Ordering::Relaxed)
+    }
+
     /// Heal the device.
     pub fn clear(&self) {
         *self.plan() = Plan::default();
@@ -85,7 +100,7 @@ pub struct FaultDevice {
 
 impl FaultDevice {
     pub fn new(inner: Device) -> FaultDevice {
-        let faults = Arc::new(Faults { plan: Mutex::new(Plan::default()), ops: AtomicU64::new(0), failed: AtomicU64::new(0) });
+        let faults = Arc::new(Faults { plan: Mutex::new(Plan::default()), ops: AtomicU64::new(0), failed: AtomicU64::new(0), flushes: AtomicU64::new(0) });
         FaultDevice { inner, faults }
     }
 
@@ -166,6 +181,13 @@ impl BlockQueue for FaultQueue {
             return Err(Rejected::Busy(op));
         }
         self.faults.ops.fetch_add(1, Ordering::Relaxed);
+        if matches!(op, Op::Flush) {
+            self.faults.flushes.fetch_add(1, Ordering::Relaxed);
+            let delay = self.faults.plan.lock().unwrap_or_else(|e| e.into_inner()).flush_delay;
+            if let Some(d) = delay {
+                std::thread::sleep(d);
+            }
+        }
         let fail = match self.verdict(&op) {
             Some(kind) => Some((kind, op.offset_bytes())),
             None => self.faulty_block(&op).map(|b| (ErrorKind::Io { errno: libc::EIO }, Some(b * BLOCK_BYTES as u64))),

@@ -176,6 +176,9 @@ struct Grace {
 }
 
 struct Inner {
+    /// This file system itself, for the metadata flushes a protocol
+    /// defers (`vfs::durable`).
+    me: std::sync::Weak<Inner>,
     devs: Devs,
     sb: Super,
     meta: Mutex<Meta>,
@@ -196,6 +199,25 @@ struct Inner {
     verifier: [u8; 8],
     /// Started at the first parked call (tools and recovery need none).
     pool: std::sync::OnceLock<vfs::iopool::IoPool>,
+}
+
+/// Flushes a protocol deferred (`Inner::durable`): on an I/O worker, so a
+/// core never waits for the log device.
+impl vfs::durable::Durability for Inner {
+    fn sync_now(&self, token: u64) -> VfsResult<()> {
+        self.sync(token)
+    }
+
+    fn is_durable(&self, token: u64) -> bool {
+        self.durable.load(Ordering::Acquire) >= token
+    }
+
+    fn sync_later(&self, token: u64, done: Box<dyn FnOnce(VfsResult<()>) + Send>) {
+        match self.me.upgrade() {
+            Some(me) if !self.is_durable(token) => self.run(Box::new(move || done(me.sync(token)))),
+            _ => done(self.sync(token)),
+        }
+    }
 }
 
 /// A mount of the file system: all of it (the root), or one top-level
@@ -277,7 +299,8 @@ impl DiskFs {
                 }
             }
         }
-        let inner = Arc::new(Inner {
+        let inner = Arc::new_cyclic(|me| Inner {
+            me: me.clone(),
             sb: s0,
             meta: Mutex::new(Meta { st: loaded.st, alloc, pending: Vec::new(), lsn: 0, quarantine: Vec::new() }),
             log: Mutex::new((loaded.log, false)),
@@ -566,6 +589,20 @@ impl Inner {
         }
         self.reclaim();
         Ok(())
+    }
+
+    /// Make transaction `lsn` durable before the call answers: deferred
+    /// when the calling protocol can wait for it without blocking its core
+    /// (`vfs::durable::deferring`: the flush then runs on a worker and the
+    /// reply leaves after it), otherwise now (`sync`).
+    fn durable(&self, lsn: u64) -> VfsResult<()> {
+        if self.durable.load(Ordering::Acquire) >= lsn || !vfs::durable::active() {
+            return self.sync(lsn);
+        }
+        match self.me.upgrade() {
+            Some(me) => vfs::durable::defer(|| me, lsn),
+            None => self.sync(lsn),
+        }
     }
 
     /// Write the whole state as a new checkpoint and restart the log.
@@ -993,7 +1030,7 @@ impl Inner {
             put(&mut m, Rec::InodePut(rec));
             finish(&mut m)
         };
-        self.sync(lsn)?;
+        self.durable(lsn)?;
         let m = self.meta();
         Ok(self.attr(m.st.get(fh.ino, fh.generation)?))
     }
@@ -1382,7 +1419,7 @@ impl Vfs for DiskFs {
             put(&mut m, Rec::InodePut(drec));
             (self.handle(ino, gen), finish(&mut m))
         };
-        s.sync(lsn)?;
+        s.durable(lsn)?;
         let m = s.meta();
         let a = self.attr(m.st.get(fh.ino, fh.generation)?);
         Ok((fh, a))
@@ -1407,7 +1444,7 @@ impl Vfs for DiskFs {
             Inner::drop_link(&mut m, ino, t);
             finish(&mut m)
         };
-        s.sync(lsn)
+        s.durable(lsn)
     }
 
     fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
@@ -1431,7 +1468,7 @@ impl Vfs for DiskFs {
             put(&mut m, Rec::InodePut(drec));
             finish(&mut m)
         };
-        s.sync(lsn)
+        s.durable(lsn)
     }
 
     fn rename(&self, from_dir: &FileHandle, from_name: &[u8], to_dir: &FileHandle, to_name: &[u8]) -> VfsResult<()> {
@@ -1534,7 +1571,7 @@ impl Vfs for DiskFs {
             }
             finish(&mut m)
         };
-        s.sync(lsn)
+        s.durable(lsn)
     }
 
     fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> VfsResult<Attr> {
@@ -1575,7 +1612,7 @@ impl Vfs for DiskFs {
             put(&mut m, Rec::InodePut(drec));
             finish(&mut m)
         };
-        s.sync(lsn)?;
+        s.durable(lsn)?;
         self.getattr(fh)
     }
 
@@ -1814,7 +1851,7 @@ impl Vfs for DiskFs {
             put(&mut m, Rec::Client { owner: owner.to_vec(), present });
             finish(&mut m)
         };
-        if s.sync(lsn).is_err() {
+        if s.durable(lsn).is_err() {
             eprintln!("diskfs: an NFSv4 client record did not reach the log (log device failing)");
         }
     }
@@ -1846,7 +1883,7 @@ impl Vfs for DiskFs {
             put(&mut m, Rec::Private { ino: fh.ino, data: data.to_vec() });
             finish(&mut m)
         };
-        s.sync(lsn)
+        s.durable(lsn)
     }
 
     fn unpin(&self, fh: &FileHandle) {
@@ -1867,7 +1904,7 @@ impl Vfs for DiskFs {
             put(&mut m, Rec::InodeFree { ino: fh.ino });
             finish(&mut m)
         };
-        if s.sync(lsn).is_err() {
+        if s.durable(lsn).is_err() {
             eprintln!("diskfs: releasing an unlinked file failed to reach the log; recovery frees it at the next start");
         }
     }

@@ -994,6 +994,10 @@ impl Program for Nfs3Program {
     }
 
     fn call(&self, ctx: &CallContext<'_>, args: &[u8], e: &mut Encoder<'_>) -> R {
+        if let Some(r) = ctx.resumed.filter(|_| waits_for_the_log(ctx.proc_num)) {
+            // Applied and checked before it parked: only the flush was left.
+            return self.durable_resumed(ctx, r, e);
+        }
         let gids = Gids::of(&ctx.auth);
         let grant = match ctx.proc_num {
             NFSPROC3_NULL => Grant::OPEN,
@@ -1005,6 +1009,80 @@ impl Program for Nfs3Program {
             },
         };
         let cred = grant.squash(gids.cred(&ctx.auth));
+        if !waits_for_the_log(ctx.proc_num) {
+            return self.procedure(ctx, args, &cred, e);
+        }
+        let at = e.position();
+        let (r, pending) = vfs::durable::deferring(|| self.procedure(ctx, args, &cred, e));
+        match pending {
+            Some(p) => self.when_durable(ctx, r, p, at, e),
+            None => r,
+        }
+    }
+}
+
+/// Procedures whose changes must be durable before the reply (RFC 1813
+/// §3.3: a server must commit metadata changes before it answers): they
+/// run with the backend's log flush deferred (`vfs::durable`), so the core
+/// does not wait for it.
+fn waits_for_the_log(proc_num: u32) -> bool {
+    matches!(
+        proc_num,
+        NFSPROC3_SETATTR
+            | NFSPROC3_CREATE
+            | NFSPROC3_MKDIR
+            | NFSPROC3_SYMLINK
+            | NFSPROC3_MKNOD
+            | NFSPROC3_REMOVE
+            | NFSPROC3_RMDIR
+            | NFSPROC3_RENAME
+            | NFSPROC3_LINK
+    )
+}
+
+/// The largest reply a call keeps while its changes are flushed (metadata
+/// replies are a few hundred bytes); a longer one waits for the flush on
+/// the core.
+const DURABLE_REPLY_BYTES_MAX: usize = 4096;
+
+impl Nfs3Program {
+    /// A metadata call's reply is written (from `at`) and its changes are
+    /// applied but not yet durable (`p`): park the call with the reply as
+    /// its state and let a worker flush; the reply leaves when the flush is
+    /// done (`durable_resumed`). Without a place to park (a transport that
+    /// keeps no parked calls, the per-connection or per-core bound
+    /// reached) or with nothing left to flush, the flush happens here. A
+    /// failed flush answers NFS3ERR_IO: the change may not survive a crash.
+    fn when_durable(&self, ctx: &CallContext<'_>, r: R, p: vfs::durable::Pending, at: usize, e: &mut Encoder<'_>) -> R {
+        let parked_already = ctx.park.is_some_and(|k| k.parked());
+        if r.is_ok() && !parked_already && !p.is_durable() && e.position() - at <= DURABLE_REPLY_BYTES_MAX {
+            if let Some(ticket) = ctx.park.and_then(|k| k.park(&e.written()[at..])) {
+                p.sync_later(Box::new(move |res| ticket.complete(Box::new(res))));
+                return Ok(());
+            }
+        }
+        match p.sync_now() {
+            Ok(()) => r,
+            Err(_) if r.is_err() || parked_already => r,
+            Err(err) => {
+                e.truncate(at);
+                refuse(ctx.proc_num, status_of(err), e)
+            }
+        }
+    }
+
+    /// A metadata call parked by `when_durable` comes back: its reply is
+    /// the state it parked with, sent once the flush succeeded.
+    fn durable_resumed(&self, ctx: &CallContext<'_>, r: rpc::park::Resumed<'_>, e: &mut Encoder<'_>) -> R {
+        match vfs::durable::synced(r.payload) {
+            Ok(()) => enc(e.opaque_fixed(r.state)),
+            Err(err) => refuse(ctx.proc_num, status_of(err), e),
+        }
+    }
+
+    /// One procedure, after the access checks.
+    fn procedure(&self, ctx: &CallContext<'_>, args: &[u8], cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
+        let cred = *cred;
         match ctx.proc_num {
             NFSPROC3_NULL => Ok(()),
             NFSPROC3_GETATTR => self.getattr(decode(args)?, e),

@@ -432,8 +432,41 @@ pub(crate) fn run(
     let mut c = Compound::new(prog, ctx, args.len(), start);
     c.minor = minorversion;
     c.numops = numops;
-    let r = evaluate(&mut c, &mut d, e, status_at, count_at, 0);
+    let (r, pending) = vfs::durable::deferring(|| evaluate(&mut c, &mut d, e, status_at, count_at, 0));
+    let r = match pending {
+        Some(p) => when_durable(&c, r, p, start, e),
+        None => r,
+    };
     finish(&c, r, start, e)
+}
+
+/// The COMPOUND's metadata changes are applied but not yet durable (`p`,
+/// see `vfs::durable`): a finished COMPOUND parks with its whole reply and
+/// a worker flushes; the reply leaves when the flush is done (`resume`),
+/// its slot busy until then. Without a place to park, with a reply too
+/// long to keep, or when an operation parked on the backend (the COMPOUND
+/// cannot park twice), the flush happens here. A failed flush answers
+/// SYSTEM_ERR: the reply may not claim changes a crash could lose.
+fn when_durable(c: &Compound<'_>, r: Result<Eval, CallError>, p: vfs::durable::Pending, start: usize, e: &mut Encoder<'_>) -> Result<Eval, CallError> {
+    if r == Ok(Eval::Done) && !p.is_durable() && e.position() - start <= park::SAVED_REPLY_BYTES_MAX {
+        if let Some(parking) = c.park {
+            let state = park::pack_durable(c, &e.written()[start..]);
+            if let Some(ticket) = parking.park(&state) {
+                p.sync_later(Box::new(move |res| ticket.complete(Box::new(res))));
+                return Ok(Eval::Parked);
+            }
+        }
+    }
+    match p.sync_now() {
+        Ok(()) => r,
+        Err(_) if r == Ok(Eval::Done) => Err(CallError::SystemErr),
+        Err(_) => {
+            // Parked on the backend with earlier results written: they
+            // stand; the log device failing fails every later change.
+            eprintln!("nfs4: a COMPOUND's metadata flush failed while one of its operations was parked");
+            r
+        }
+    }
 }
 
 /// Whatever happened, a slot taken by SEQUENCE is released (a slot left
@@ -471,6 +504,13 @@ fn resume(
     }
     room[..saved.reply.len()].copy_from_slice(saved.reply);
     e.advance(saved.reply.len());
+    if saved.at.index == park::DURABLE {
+        // Finished before it parked (`when_durable`): only the flush was left.
+        let mut c = Compound::new(prog, ctx, args.len(), start);
+        c.seq = saved.seq;
+        let out = vfs::durable::synced(r.payload).map(|()| Eval::Done).map_err(|_| CallError::SystemErr);
+        return finish(&c, out, start, e);
+    }
     let mut c = Compound::new(prog, ctx, args.len(), start);
     c.minor = minorversion;
     c.numops = numops;
@@ -482,7 +522,12 @@ fn resume(
     c.resumed = ctx.resumed;
     let mut d = Decoder::new(args);
     d.skip(saved.at.args_pos).map_err(|_| CallError::SystemErr)?;
-    let out = evaluate(&mut c, &mut d, e, start, start + saved.at.count_pos, saved.at.index);
+    // A resumed call cannot park again: what the rest logs is flushed here.
+    let (out, pending) = vfs::durable::deferring(|| evaluate(&mut c, &mut d, e, start, start + saved.at.count_pos, saved.at.index));
+    let out = match pending.map(|p| p.sync_now()) {
+        Some(Err(_)) if out.is_ok() => Err(CallError::SystemErr),
+        _ => out,
+    };
     debug_assert!(c.resumed.is_none(), "the parked operation took its completion");
     finish(&c, out, start, e)
 }

@@ -104,6 +104,17 @@ pub(crate) fn pack(c: &Compound<'_>, at: OpAt, reply: &[u8]) -> Vec<u8> {
     w.0
 }
 
+/// The operation index of a COMPOUND parked after its last operation,
+/// waiting only for its changes to be flushed (`compound::when_durable`);
+/// no operation has this index (`i < numops <= u32::MAX`).
+pub(crate) const DURABLE: u32 = u32::MAX;
+
+/// The state of a finished COMPOUND (`reply`: all of it) parked until its
+/// changes are durable.
+pub(crate) fn pack_durable(c: &Compound<'_>, reply: &[u8]) -> Vec<u8> {
+    pack(c, OpAt { index: DURABLE, args_pos: 0, reply_pos: reply.len(), count_pos: 0 }, reply)
+}
+
 struct R<'s> {
     b: &'s [u8],
     at: usize,

@@ -8,6 +8,7 @@
 //! removed object is detected as stale rather than aliasing a new one.
 
 pub mod clients;
+pub mod durable;
 mod idhash;
 pub mod iopool;
 pub mod memfs;
