@@ -2,7 +2,7 @@
 //! authentication checks, program/version/procedure lookup, the duplicate-
 //! request cache, reply headers, and per-procedure metrics.
 
-use crate::drc::{Drc, DrcKey};
+use crate::drc::{Drc, DrcKey, Lookup};
 use crate::lend::Lender;
 use crate::metrics::{self, OpId};
 use crate::record;
@@ -341,10 +341,15 @@ impl Dispatcher {
         accepted(&mut e, SUCCESS);
         let results_at = e.position();
         if let (Some(key), None) = (&drc_key, &resumed) {
-            if let Some(n) = self.drc.lookup(key, e.spare()) {
-                // A retransmission: answer with the reply of the first execution.
-                e.advance(n);
-                return (self.finish(e, body_at, op, started, record.len(), true, 0), in_scratch);
+            match self.drc.lookup(key, e.spare()) {
+                Lookup::Hit(n) => {
+                    // A retransmission: answer with the reply of the first execution.
+                    e.advance(n);
+                    return (self.finish(e, body_at, op, started, record.len(), true, 0), in_scratch);
+                }
+                // Its first execution is parked; its reply answers.
+                Lookup::InProgress => return (Outcome::Nothing, in_scratch),
+                Lookup::Miss => {}
             }
         }
         let ok = match reg.prog.call(&ctx, args, &mut e) {
@@ -352,6 +357,9 @@ impl Dispatcher {
                 // The reply comes later, from `resume`; what was written
                 // here is discarded (nothing of it was lent).
                 debug_assert!(ctx.lend.is_none_or(|l| l.lent_len() == 0));
+                if let Some(key) = drc_key {
+                    self.drc.begin(key);
+                }
                 return (Outcome::Parked, false);
             }
             Ok(()) => true,

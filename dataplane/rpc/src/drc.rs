@@ -8,10 +8,32 @@
 //! a different call is not mistaken for a retransmission). Bounded by entry
 //! count and bytes; oldest entries go first. Only non-idempotent calls reach
 //! this cache, so its lock is never on the READ/WRITE path.
+//!
+//! A call that parked (its backend waits: a log flush, a data server) is
+//! *in progress* until its reply exists: a retransmission arriving
+//! meanwhile is dropped instead of executed a second time (the first
+//! execution's reply answers it, or the cached one answers the next
+//! retransmission). In-progress marks are bounded like the entries and
+//! lapse after `IN_PROGRESS_TTL`, so a reply that never comes cannot
+//! silence a call for good.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a parked call's mark keeps its retransmissions out.
+pub const IN_PROGRESS_TTL: Duration = Duration::from_secs(120);
+
+/// What the cache knows of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// Its reply body, this many bytes, is copied out.
+    Hit(usize),
+    /// Its first execution is parked: drop this one.
+    InProgress,
+    Miss,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DrcKey {
@@ -39,6 +61,8 @@ struct Inner {
     map: HashMap<DrcKey, Vec<u8>>,
     order: VecDeque<DrcKey>,
     bytes: usize,
+    /// Parked calls without a reply yet, and since when.
+    in_progress: HashMap<DrcKey, Instant>,
 }
 
 pub struct Drc {
@@ -51,28 +75,60 @@ impl Drc {
     pub fn new(entries_max: usize, bytes_max: usize) -> Self {
         assert!(entries_max > 0 && bytes_max > 0);
         Drc {
-            inner: Mutex::new(Inner { map: HashMap::new(), order: VecDeque::new(), bytes: 0 }),
+            inner: Mutex::new(Inner { map: HashMap::new(), order: VecDeque::new(), bytes: 0, in_progress: HashMap::new() }),
             entries_max,
             bytes_max,
         }
     }
 
-    /// Copy the cached reply body for `key` into `out`; returns its length.
-    pub fn lookup(&self, key: &DrcKey, out: &mut [u8]) -> Option<usize> {
-        let inner = self.inner.lock().unwrap();
-        let reply = inner.map.get(key)?;
-        if reply.len() > out.len() {
-            return None;
+    /// Copy the cached reply body for `key` into `out` (`Hit`), or say the
+    /// call is parked (`InProgress`).
+    pub fn lookup(&self, key: &DrcKey, out: &mut [u8]) -> Lookup {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(reply) = inner.map.get(key) {
+            if reply.len() > out.len() {
+                return Lookup::Miss;
+            }
+            out[..reply.len()].copy_from_slice(reply);
+            return Lookup::Hit(reply.len());
         }
-        out[..reply.len()].copy_from_slice(reply);
-        Some(reply.len())
+        match inner.in_progress.get(key) {
+            Some(t) if t.elapsed() < IN_PROGRESS_TTL => Lookup::InProgress,
+            Some(_) => {
+                inner.in_progress.remove(key);
+                Lookup::Miss
+            }
+            None => Lookup::Miss,
+        }
+    }
+
+    /// `key`'s call parked: its retransmissions are dropped until its reply
+    /// is inserted (or `IN_PROGRESS_TTL`). When `entries_max` calls are
+    /// marked already, lapsed marks go first; if none has, this one is not
+    /// marked (a retransmission then runs again, as without the mark).
+    pub fn begin(&self, key: DrcKey) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.in_progress.len() >= self.entries_max {
+            inner.in_progress.retain(|_, t| t.elapsed() < IN_PROGRESS_TTL);
+            if inner.in_progress.len() >= self.entries_max {
+                return;
+            }
+        }
+        inner.in_progress.insert(key, Instant::now());
+    }
+
+    /// Calls marked in progress now.
+    pub fn in_progress(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).in_progress.len()
     }
 
     pub fn insert(&self, key: DrcKey, reply: &[u8]) {
         if reply.len() > self.bytes_max {
+            self.inner.lock().unwrap_or_else(|e| e.into_inner()).in_progress.remove(&key);
             return;
         }
-        let mut inner = self.inner.lock().unwrap();
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.in_progress.remove(&key);
         if let Some(old) = inner.map.insert(key, reply.to_vec()) {
             inner.bytes -= old.len();
         } else {
@@ -118,14 +174,37 @@ mod tests {
         drc.insert(key(1), b"one");
         drc.insert(key(2), b"two");
         let mut out = [0u8; 16];
-        assert_eq!(drc.lookup(&key(1), &mut out), Some(3));
+        assert_eq!(drc.lookup(&key(1), &mut out), Lookup::Hit(3));
         assert_eq!(&out[..3], b"one");
         drc.insert(key(3), b"three");
         assert_eq!(drc.len(), 2);
-        assert_eq!(drc.lookup(&key(1), &mut out), None, "oldest entry evicted");
+        assert_eq!(drc.lookup(&key(1), &mut out), Lookup::Miss, "oldest entry evicted");
         let mut other = key(3);
         other.args_hash ^= 1;
-        assert_eq!(drc.lookup(&other, &mut out), None, "same xid, different args");
+        assert_eq!(drc.lookup(&other, &mut out), Lookup::Miss, "same xid, different args");
+    }
+
+    #[test]
+    fn a_parked_call_is_in_progress_until_its_reply_and_marks_are_bounded() {
+        let drc = Drc::new(2, 1024);
+        let mut out = [0u8; 16];
+        drc.begin(key(7));
+        assert_eq!(drc.lookup(&key(7), &mut out), Lookup::InProgress);
+        let mut other = key(7);
+        other.args_hash ^= 1;
+        assert_eq!(drc.lookup(&other, &mut out), Lookup::Miss, "another call with the same xid runs");
+        drc.insert(key(7), b"done");
+        assert_eq!(drc.lookup(&key(7), &mut out), Lookup::Hit(4));
+        assert_eq!(drc.in_progress(), 0, "the reply ends the mark");
+        drc.begin(key(1));
+        drc.begin(key(2));
+        drc.begin(key(3));
+        assert_eq!(drc.in_progress(), 2, "bounded by entries_max");
+        assert_eq!(drc.lookup(&key(3), &mut out), Lookup::Miss, "not marked when full");
+        // A reply too large to keep still ends the mark.
+        drc.insert(key(1), &[0u8; 2048]);
+        assert_eq!(drc.lookup(&key(1), &mut out), Lookup::Miss);
+        assert_eq!(drc.in_progress(), 1);
     }
 
     #[test]

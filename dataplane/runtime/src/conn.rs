@@ -162,6 +162,9 @@ struct Parked {
     /// The connection's slot and generation (it may close meanwhile).
     slot: usize,
     conn_gen: u32,
+    /// Who called (a call whose connection closed still runs to its reply,
+    /// for the duplicate-request cache and NFSv4's slot).
+    info: ConnInfo,
     record: Vec<u8>,
     state: Vec<u8>,
     started: Instant,
@@ -233,6 +236,7 @@ struct CoreParker<'a> {
     core: usize,
     slot: usize,
     conn_gen: u32,
+    info: ConnInfo,
 }
 
 impl ParkSlot for CoreParker<'_> {
@@ -240,6 +244,7 @@ impl ParkSlot for CoreParker<'_> {
         let p = Parked {
             slot: self.slot,
             conn_gen: self.conn_gen,
+            info: self.info,
             record: record.to_vec(),
             state: state.to_vec(),
             started: Instant::now(),
@@ -704,6 +709,7 @@ impl Loop {
                         core: self.core,
                         slot,
                         conn_gen: c.gen,
+                        info: c.info,
                     };
                     let record = &c.rbuf[start..end];
                     let (outcome, in_scratch) = if direct {
@@ -859,8 +865,13 @@ impl Loop {
                     }
                 }
                 _ => {
-                    // Its connection closed: nobody to answer.
-                    self.parks.borrow_mut().remove(i);
+                    // Its connection closed: nobody to answer, but the call
+                    // still ends — its reply goes to the duplicate-request
+                    // cache (a retransmission on a new connection gets it)
+                    // and an NFSv4 COMPOUND gives its session slot back.
+                    let p = self.parks.borrow_mut().remove(i);
+                    let payload = p.payload.expect("completed above");
+                    let _ = self.shared.dispatcher.resume(&p.info, &p.record, &p.state, payload.as_deref(), &mut self.scratch[..], p.started);
                     self.conn_lost_park(slot, conn_gen);
                 }
             }

@@ -5,7 +5,8 @@
 //! parked calls hold exactly (the program counts how many are parked at
 //! once) and the calls beyond them are answered once earlier ones finish;
 //! a ticket dropped without completing answers the call as cancelled; a
-//! connection that closes with calls parked frees their places.
+//! connection that closes with calls parked frees their places; a
+//! non-idempotent call retransmitted while parked runs once.
 //!
 //! The test program parks procedure 1 and completes it from a timer thread
 //! after the delay the call asks for; procedure 2 answers inline.
@@ -23,6 +24,9 @@ const PROG: u32 = 400_200;
 const PARK: u32 = 1;
 const NOW: u32 = 2;
 const PARK_AND_DROP: u32 = 3;
+/// Parks like PARK, but is not idempotent (goes through the
+/// duplicate-request cache).
+const ONCE: u32 = 4;
 const CANCELLED: u32 = 0xdead;
 
 #[derive(Default)]
@@ -53,6 +57,9 @@ impl Program for SlowProg {
     fn version(&self) -> u32 {
         1
     }
+    fn idempotent(&self, proc_num: u32) -> bool {
+        proc_num != ONCE
+    }
     fn call(&self, ctx: &CallContext<'_>, args: &[u8], reply: &mut Encoder<'_>) -> Result<(), CallError> {
         let mut d = Decoder::new(args);
         let delay_ms = d.u32().map_err(|_| CallError::GarbageArgs)?;
@@ -69,7 +76,7 @@ impl Program for SlowProg {
                 sys(reply.u32(tag))?;
                 sys(reply.u32(tag + 1000))
             }
-            PARK | PARK_AND_DROP => {
+            PARK | PARK_AND_DROP | ONCE => {
                 let park = ctx.park.expect("the TCP transport parks");
                 let ticket: Ticket = park.park(&tag.to_be_bytes()).expect("room to park");
                 // Whatever was written now is discarded by the dispatcher.
@@ -102,7 +109,7 @@ fn start(cores: usize, per_conn: usize, per_core: usize) -> (runtime::Server, So
     };
     let slow = Arc::new(Slow::default());
     let mut d = Dispatcher::new(limits);
-    d.register(Arc::new(SlowProg(slow.clone())), "slow", &["null", "park", "now", "drop"]);
+    d.register(Arc::new(SlowProg(slow.clone())), "slow", &["null", "park", "now", "drop", "once"]);
     let cfg = runtime::Config { cores, listen: vec!["127.0.0.1:0".parse().unwrap()], limits, ..Default::default() };
     let s = runtime::Server::start(cfg, Arc::new(d)).unwrap();
     let a = s.local_addrs()[0];
@@ -155,6 +162,42 @@ fn parked_call_does_not_hold_up_its_connection_or_core() {
     assert!(t0.elapsed() < Duration::from_millis(1500), "answered while the slow call was parked");
     assert_eq!(reply(&mut a), (1, 7, 1007), "the parked call completes with its own state");
     assert!(t0.elapsed() >= Duration::from_millis(1500));
+    server.shutdown();
+}
+
+/// A non-idempotent call retransmitted while it is parked runs once: the
+/// retransmission is dropped (the first execution's reply answers), one
+/// after the reply is answered from the duplicate-request cache, and a
+/// call whose connection closed while it was parked still reaches the
+/// cache — its retransmission on a new connection is answered at once.
+#[test]
+fn a_retransmitted_parked_call_runs_once() {
+    let (server, addr, slow) = start(1, 8, 64);
+    let total = || slow.parked_total.load(Ordering::SeqCst);
+    let mut a = connect(addr);
+    a.write_all(&[call(50, ONCE, 400, 5), call(50, ONCE, 400, 5)].concat()).unwrap();
+    assert_eq!(reply(&mut a), (50, 5, 1005));
+    a.set_read_timeout(Some(Duration::from_millis(700))).unwrap();
+    let mut h = [0u8; 4];
+    assert!(a.read_exact(&mut h).is_err(), "the retransmission got a reply of its own");
+    assert_eq!(total(), 1, "the retransmission did not run again");
+    a.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    a.write_all(&call(50, ONCE, 400, 5)).unwrap();
+    let t = Instant::now();
+    assert_eq!(reply(&mut a), (50, 5, 1005));
+    assert!(t.elapsed() < Duration::from_millis(300), "answered from the cache");
+    assert_eq!(total(), 1);
+    let mut b = connect(addr);
+    b.write_all(&call(60, ONCE, 300, 6)).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    drop(b);
+    std::thread::sleep(Duration::from_millis(600));
+    let mut c = connect(addr);
+    let t = Instant::now();
+    c.write_all(&call(60, ONCE, 300, 6)).unwrap();
+    assert_eq!(reply(&mut c), (60, 6, 1006), "the closed connection's call reached the cache");
+    assert!(t.elapsed() < Duration::from_millis(250), "answered from the cache ({:?})", t.elapsed());
+    assert_eq!(total(), 2, "it ran once");
     server.shutdown();
 }
 
