@@ -318,6 +318,13 @@ fn admin_volumes_and_their_data_survive_kill_9() {
     assert!(core_reads >= 2, "the READs did not run on a core:\n{m}");
     assert!(m.contains("chimera_diskfs_core_writes_total 1\n"), "the UNSTABLE WRITE did not run on a core:\n{m}");
     assert!(m.contains("chimera_diskfs_io_errors_total 0"), "{m}");
+    // The CREATE since the restart waited for its log flush parked, not on
+    // the core.
+    let counter = |name: &str| -> u64 {
+        m.lines().find_map(|l| l.strip_prefix(name)).unwrap_or_else(|| panic!("no {name} in\n{m}")).trim().parse().unwrap()
+    };
+    assert!(counter("chimera_diskfs_log_waits_parked_total ") >= 1, "the CREATE's flush did not wait off the core:\n{m}");
+    assert!(counter("chimera_diskfs_log_flushes_total ") >= 1, "{m}");
     drop(up);
     std::fs::remove_dir_all(&dir).unwrap();
 }

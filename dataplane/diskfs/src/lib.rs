@@ -105,6 +105,13 @@ impl Counters {
     pub fn core_writes(&self) -> u64 {
         self.0.core_writes.load(Ordering::Relaxed)
     }
+
+    /// Log units written and flushed (each a group commit of every change
+    /// logged before it), and calls that waited for theirs parked on a
+    /// worker rather than on their core.
+    pub fn log_flushes(&self) -> (u64, u64) {
+        (self.0.log_flushes.load(Ordering::Relaxed), self.0.log_waits_parked.load(Ordering::Relaxed))
+    }
 }
 
 /// What `open` did, for the server's log.
@@ -196,6 +203,11 @@ struct Inner {
     core_read_retries: AtomicU64,
     /// UNSTABLE WRITEs written on a core loop (`coreio`).
     core_writes: AtomicU64,
+    /// Log units written and flushed (group commits; checkpoints apart).
+    log_flushes: AtomicU64,
+    /// Calls that waited for their log flush on a worker, parked
+    /// (`vfs::durable`), instead of on their core.
+    log_waits_parked: AtomicU64,
     verifier: [u8; 8],
     /// Started at the first parked call (tools and recovery need none).
     pool: std::sync::OnceLock<vfs::iopool::IoPool>,
@@ -214,7 +226,10 @@ impl vfs::durable::Durability for Inner {
 
     fn sync_later(&self, token: u64, done: Box<dyn FnOnce(VfsResult<()>) + Send>) {
         match self.me.upgrade() {
-            Some(me) if !self.is_durable(token) => self.run(Box::new(move || done(me.sync(token)))),
+            Some(me) if !self.is_durable(token) => {
+                self.log_waits_parked.fetch_add(1, Ordering::Relaxed);
+                self.run(Box::new(move || done(me.sync(token))))
+            }
             _ => done(self.sync(token)),
         }
     }
@@ -311,6 +326,8 @@ impl DiskFs {
             core_reads: AtomicU64::new(0),
             core_read_retries: AtomicU64::new(0),
             core_writes: AtomicU64::new(0),
+            log_flushes: AtomicU64::new(0),
+            log_waits_parked: AtomicU64::new(0),
             verifier: vfs::random_verifier(),
             pool: std::sync::OnceLock::new(),
             devs,
@@ -573,7 +590,10 @@ impl Inner {
                     (std::mem::take(&mut m.pending), m.lsn)
                 };
                 match journal::append(&self.devs, &self.sb, &mut lw.0, &bytes) {
-                    Ok(true) => self.durable.fetch_max(upto, Ordering::AcqRel),
+                    Ok(true) => {
+                        self.log_flushes.fetch_add(1, Ordering::Relaxed);
+                        self.durable.fetch_max(upto, Ordering::AcqRel)
+                    }
                     Ok(false) => {
                         // The log is full: the checkpoint holds these too.
                         self.checkpoint_locked(&mut lw)?;
