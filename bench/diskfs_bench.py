@@ -56,7 +56,9 @@ class DiskCell:
 
     cell: Cell
     # "nfs": fio's libnfs engine (WRITEs UNSTABLE); "filesync": the same engine
-    # opening files O_SYNC, so every WRITE is FILE_SYNC (bench/fio-nfs-filesync.sh).
+    # opening files O_SYNC, so every WRITE is FILE_SYNC (bench/fio-nfs-filesync.sh);
+    # "meta": bench/nfs3meta.py, CREATE + REMOVE loops on `iodepth` connections
+    # (one call in flight each), "IOPS" being calls per second.
     engine: str = "nfs"
     # Writes this many bytes sequentially to its own file (not time based).
     fixed_bytes: bool = False
@@ -76,6 +78,9 @@ def diskfs_cells(rss_write_bytes: int) -> list[DiskCell]:
         # QD1: no concurrent write to share a log flush with, the worst case.
         DiskCell(Cell("4k-randwrite-filesync-qd1-j1", "randwrite", 4096, 1, 1), engine="filesync"),
         DiskCell(Cell(f"rss-1m-write-{rss_write_bytes >> 20}m", "write", 1 << 20, 1, 1), fixed_bytes=True),
+        # 16 clients creating and removing files: what a durable CREATE/REMOVE
+        # costs, and whether calls arriving together share a log flush.
+        DiskCell(Cell("meta-create-remove-c16", "write", 0, 16, 1), engine="meta"),
     ]
 
 
@@ -358,8 +363,34 @@ def cell_args(dcell: DiskCell, runtime_s: int) -> list[str]:
     return out
 
 
+def parse_meta(doc: dict) -> dict:
+    """bench/nfs3meta.py's numbers in the fio cells' terms (IOPS: calls per second)."""
+    for k in ("calls", "seconds", "calls_per_s", "lat_us_p50", "lat_us_p99", "lat_us_p99_9"):
+        if not isinstance(doc.get(k), (int, float)):
+            raise BenchError(f"nfs3meta output lacks {k}: {doc}")
+    if doc["calls"] <= 0:
+        raise BenchError("nfs3meta completed no call")
+    return {"iops": doc["calls_per_s"], "total_ios": doc["calls"], "fio_runtime_s": doc["seconds"],
+            "lat_us_p50": doc["lat_us_p50"], "lat_us_p99": doc["lat_us_p99"], "lat_us_p99_9": doc["lat_us_p99_9"]}
+
+
+def run_meta(a: argparse.Namespace, server: bench.Server, dcell: DiskCell, rnd: int, raw: Path) -> dict:
+    cmd = ["ip", "netns", "exec", server.netns, sys.executable, str(bench.HERE / "nfs3meta.py"),
+           "--nfs-port", str(server.nfs_port), "--mount-port", str(server.mnt_port), "--export", server.export,
+           "--clients", str(dcell.cell.iodepth), "--seconds", str(a.runtime_s), "--tag", f"r{rnd}"]
+    p = run(cmd, timeout_s=a.runtime_s + bench.FIO_SLACK_S + 120)
+    raw.write_text(p.stdout)
+    try:
+        doc = json.loads(p.stdout)
+    except json.JSONDecodeError as e:
+        raise BenchError(f"nfs3meta printed no JSON ({e}): {p.stdout[-500:]!r}") from e
+    return parse_meta(doc)
+
+
 def run_server_cell(a: argparse.Namespace, out_dir: Path, server: bench.Server, dcell: DiskCell, rnd: int) -> dict:
     raw = out_dir / "raw" / f"r{rnd}-{dcell.name}-{server.name}.json"
+    if dcell.engine == "meta":
+        return run_measured(server, dcell, rnd, out_dir, raw, lambda: run_meta(a, server, dcell, rnd, raw))
     if dcell.fixed_bytes:
         files = ["--filename_format=rss.$jobnum", f"--size={a.rss_write_bytes}"]
         timeout_s = a.rss_write_bytes / (1 << 20) + bench.FIO_SLACK_S  # 1 MiB/s floor
@@ -369,6 +400,19 @@ def run_server_cell(a: argparse.Namespace, out_dir: Path, server: bench.Server, 
     cmd = (["ip", "netns", "exec", server.netns, str(a.fio), "--output-format=json", f"--output={raw}",
             f"--name={dcell.name}"] + nfs_engine_args(server, dcell, a.filesync_engine) + files
            + ["--group_reporting"] + cell_args(dcell, a.runtime_s))
+    teardown: list[int] = []
+
+    def fio() -> dict:
+        doc = bench.run_fio(cmd, timeout_s, raw, teardown_max=(dcell.cell.iodepth - 1) * dcell.cell.numjobs)
+        teardown.append(doc["chimera_bench_teardown_errors"])
+        return bench.parse_fio(doc, dcell.cell)
+    r = run_measured(server, dcell, rnd, out_dir, raw, fio)
+    r["client_teardown_errors"] = teardown[0]
+    return r
+
+
+def run_measured(server: bench.Server, dcell: DiskCell, rnd: int, out_dir: Path, raw: Path, load) -> dict:
+    """Run `load` (it returns the client's numbers) and add the server's: CPU-seconds, RSS, device bytes."""
     server.settle()
     pid = server.pid()
     server.check_alive()
@@ -376,11 +420,10 @@ def run_server_cell(a: argparse.Namespace, out_dir: Path, server: bench.Server, 
     bench.reset_peak_rss(pid)
     cpu0 = bench.proc_cpu_s(pid)
     read0, written0 = server.device_bytes()
-    doc = bench.run_fio(cmd, timeout_s, raw, teardown_max=(dcell.cell.iodepth - 1) * dcell.cell.numjobs)
+    r = load()
     read1, written1 = server.device_bytes()
     dev_read, dev_written = read1 - read0, written1 - written0
     cpu_s = bench.proc_cpu_s(pid) - cpu0
-    r = bench.parse_fio(doc, dcell.cell)
     r["cpu_s"] = cpu_s
     r["iops_per_cpu_s"] = r["total_ios"] / cpu_s if cpu_s > 0 else None
     r["rss_start_mib"] = rss_start / (1 << 20)
@@ -389,14 +432,16 @@ def run_server_cell(a: argparse.Namespace, out_dir: Path, server: bench.Server, 
     r["dev_written_mib"] = dev_written / (1 << 20)
     r["dev_read_mib"] = dev_read / (1 << 20)
     moved = r["total_ios"] * dcell.cell.bs_bytes
-    if dcell.cell.direction == "write":
+    if dcell.engine == "meta":
+        # What reached the device per metadata call (the log units, the journal).
+        r["dev_kib_written_per_call"] = dev_written / 1024 / r["total_ios"]
+    elif dcell.cell.direction == "write":
         r["dev_bytes_per_byte"] = amplification(dev_written, moved)
     else:
         # Below 1: reads served from a cache (Ganesha: ext4's page cache), not the device.
         r["dev_read_bytes_per_byte"] = amplification(dev_read, moved)
     r["round"] = rnd
     r["raw"] = str(raw.relative_to(out_dir))
-    r["client_teardown_errors"] = doc["chimera_bench_teardown_errors"]
     return r
 
 
@@ -464,6 +509,7 @@ METRICS = (
     ("iops_per_cpu_s", "IOPS/CPU-s", "higher"),
     ("dev_bytes_per_byte", "dev bytes written/byte", "lower"),
     ("dev_read_bytes_per_byte", "dev bytes read/byte", "lower"),
+    ("dev_kib_written_per_call", "dev KiB written/call", "lower"),
     ("rss_start_mib", "RSS start MiB", "lower"),
     ("rss_peak_mib", "RSS peak MiB", "lower"),
     ("rss_growth_mib", "RSS growth MiB", "lower"),
@@ -663,6 +709,8 @@ def run_rounds(a: argparse.Namespace, out_dir: Path, cells: list[DiskCell], serv
                     continue
                 results["cells"][ci]["servers"][name]["runs"].append(r)
                 extra = f" dev {fmt(r['dev_bytes_per_byte'])} B/B" if "dev_bytes_per_byte" in r else ""
+                if "dev_kib_written_per_call" in r:
+                    extra = f" dev {fmt(r['dev_kib_written_per_call'])} KiB/call"
                 cpu = f" srv {r['cpu_s']:.2f} CPU-s RSS {fmt(r['rss_peak_mib'])} MiB" if "cpu_s" in r else ""
                 log(f"{tag} {fmt(r['iops']):>7} IOPS p50 {fmt(r['lat_us_p50']):>6} us p99 "
                     f"{fmt(r['lat_us_p99']):>6} us{cpu}{extra}")
