@@ -12,6 +12,7 @@
 //!   its port: B serves the mount again (memfs: old handles are stale);
 //! - A on diskfs restarted: a handle B gave out before still reads its data;
 //! - a remote that accepts and never answers: EIO after the timeout;
+//! - a stalled remote holds the calls on its mount, not B's core;
 //! - config: remote paths with a port, ports on other modules, bad
 //!   connection counts are refused naming the key.
 //!
@@ -19,6 +20,7 @@
 //! reuses the port it had.
 
 mod process;
+mod relay;
 
 use chimerad::config::Config;
 use client::nfs3::{Nfs3, SetAttr, Stable};
@@ -85,9 +87,14 @@ fn config_a(dir: &Path, port: u16, img: Option<&Path>) -> PathBuf {
 
 /// B's config: `r` = A's /m over the nfs module, `local` = its own memfs.
 fn config_b(dir: &Path, a_port: u16) -> PathBuf {
+    config_b_on(dir, a_port, 2)
+}
+
+/// `config_b` with `threads` cores.
+fn config_b_on(dir: &Path, a_port: u16, threads: u32) -> PathBuf {
     let v = json!({
         "common": { "log_level": "info" },
-        "server": { "bind": "127.0.0.1", "threads": 2, "nfs_port": 0, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0 },
+        "server": { "bind": "127.0.0.1", "threads": threads, "nfs_port": 0, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0 },
         "mounts": {
             "r": { "module": "nfs", "path": "127.0.0.1:/m", "port": a_port, "connections": 2, "timeout_ms": REMOTE_TIMEOUT_MS },
             "local": { "module": "memfs", "capacity_bytes": "64M" }
@@ -514,5 +521,48 @@ fn a_remote_that_never_answers_costs_at_most_the_timeout() {
     assert_eq!(read_all(&mut cl, &f, 2), b"ok");
     drop(b);
     drop(hung);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Proves calls on the nfs mount run on the mount's workers, not on B's
+/// core: with one core and A stalled (a relay holding what B sends it), an
+/// NFSv3 GETATTR and then a CREATE on the mount wait, while another
+/// client's GETATTR and CREATE on B's memfs mount, on the same core, are
+/// answered at once; when A answers again, both complete.
+#[test]
+fn a_stalled_remote_holds_its_calls_not_the_core() {
+    use std::sync::atomic::Ordering;
+    let dir = scratch("stalled");
+    let a = start(&config_a(&dir, 0, None));
+    let r = relay::relay(format!("127.0.0.1:{}", port(&a.nfs)).parse().unwrap());
+    let b = start(&config_b_on(&dir, r.addr.port(), 1));
+    let (mut c, root) = connect(&b.nfs, "/r");
+    let f = c.create(&root, b"f", 0o644, true).unwrap();
+    let (mut cl, local) = connect(&b.nfs, "/local");
+    cl.getattr(&local).unwrap();
+    r.paused.store(true, Ordering::SeqCst);
+    std::thread::scope(|s| {
+        let remote = s.spawn(|| {
+            let t = Instant::now();
+            let got = c.getattr(&f).map(|_| ()).and_then(|_| c.create(&root, b"g", 0o644, true).map(|_| ()));
+            (got, t.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let t = Instant::now();
+        cl.getattr(&local).expect("GETATTR on the local mount");
+        cl.create(&local, b"x", 0o644, true).expect("CREATE on the local mount");
+        let took = t.elapsed();
+        assert!(took < Duration::from_millis(400), "the local mount's calls took {took:?} while A stalled");
+        assert!(!remote.is_finished(), "the calls on the nfs mount wait for A");
+        std::thread::sleep(Duration::from_millis(700));
+        r.paused.store(false, Ordering::SeqCst);
+        let (got, waited) = remote.join().unwrap();
+        assert_eq!(got, Ok(()), "GETATTR and CREATE through B once A answers");
+        assert!(waited >= Duration::from_millis(900), "they waited for A ({waited:?})");
+    });
+    let (mut direct, a_root) = connect(&a.nfs, "/m");
+    direct.lookup(&a_root, b"g").expect("the CREATE landed on A");
+    drop(b);
+    drop(a);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -32,6 +32,7 @@ pub const PROC_NAMES: [&str; 22] = [
 /// Largest READ/WRITE transfer advertised in FSINFO (rtmax/wtmax).
 pub const IO_BYTES_MAX_DEFAULT: u32 = 1 << 20;
 
+#[derive(Clone)]
 pub struct Nfs3Program {
     vfs: Arc<dyn Vfs>,
     io_bytes_max: u32,
@@ -994,9 +995,22 @@ impl Program for Nfs3Program {
     }
 
     fn call(&self, ctx: &CallContext<'_>, args: &[u8], e: &mut Encoder<'_>) -> R {
-        if let Some(r) = ctx.resumed.filter(|_| waits_for_the_log(ctx.proc_num)) {
-            // Applied and checked before it parked: only the flush was left.
-            return self.durable_resumed(ctx, r, e);
+        if let Some(r) = ctx.resumed {
+            if let Some(done) = r.get::<Offloaded>() {
+                // Ran whole on the backend's pool (`offload`): its reply.
+                return match done {
+                    Ok(reply) => enc(e.opaque_fixed(reply)),
+                    Err(err) => Err(*err),
+                };
+            }
+            if waits_for_the_log(ctx.proc_num) {
+                // Applied and checked before it parked: only the flush was left.
+                return self.durable_resumed(ctx, r, e);
+            }
+            if !parks_by_itself(ctx.proc_num) {
+                // An offloaded call whose worker never answered.
+                return refuse(ctx.proc_num, nfsstat3::NFS3ERR_IO, e);
+            }
         }
         let gids = Gids::of(&ctx.auth);
         let grant = match ctx.proc_num {
@@ -1009,6 +1023,13 @@ impl Program for Nfs3Program {
             },
         };
         let cred = grant.squash(gids.cred(&ctx.auth));
+        if ctx.proc_num != NFSPROC3_NULL && !parks_by_itself(ctx.proc_num) {
+            if let Some(pool) = ctx.park.and_then(|_| fh_of_args(args)).and_then(|fh| self.vfs.offload_pool(&fh)) {
+                if self.offload(ctx, args, &cred, e, pool) {
+                    return Ok(());
+                }
+            }
+        }
         if !waits_for_the_log(ctx.proc_num) {
             return self.procedure(ctx, args, &cred, e);
         }
@@ -1038,6 +1059,24 @@ fn waits_for_the_log(proc_num: u32) -> bool {
             | NFSPROC3_RENAME
             | NFSPROC3_LINK
     )
+}
+
+/// READ, WRITE and COMMIT park by themselves where their backend waits
+/// (`Vfs::read_start` & co.); every other procedure on a backend that
+/// names an `offload_pool` runs whole on it.
+fn parks_by_itself(proc_num: u32) -> bool {
+    matches!(proc_num, NFSPROC3_READ | NFSPROC3_WRITE | NFSPROC3_COMMIT)
+}
+
+/// What an offloaded call completes with: its reply's result bytes, or the
+/// RPC-level error to answer.
+type Offloaded = Result<Vec<u8>, CallError>;
+
+/// The first handle of a call's arguments (every procedure but NULL starts
+/// with one), if it parses.
+fn fh_of_args(args: &[u8]) -> Option<FileHandle> {
+    let mut d = Decoder::new(args);
+    d.opaque_var(NFS3_FHSIZE).ok().and_then(|h| FileHandle::from_bytes(h).ok())
 }
 
 /// The largest reply a call keeps while its changes are flushed (metadata
@@ -1071,6 +1110,25 @@ impl Nfs3Program {
         }
     }
 
+    /// Park the call and run it whole on `pool` (its backend waits on a
+    /// remote: `Vfs::offload_pool`), after the access checks passed here;
+    /// its reply comes back as the completion (`Offloaded`). False: it
+    /// could not park (bounds reached) and runs here.
+    fn offload(&self, ctx: &CallContext<'_>, args: &[u8], cred: &Cred<'_>, e: &mut Encoder<'_>, pool: &vfs::iopool::IoPool) -> bool {
+        let Some(ticket) = ctx.park.and_then(|k| k.park(&[])) else { return false };
+        let me = self.clone();
+        let (proc_num, args, uid, gid, gids) = (ctx.proc_num, args.to_vec(), cred.uid, cred.gid, cred.gids.to_vec());
+        let room = e.remaining();
+        pool.run(Box::new(move || {
+            let mut buf = vec![0u8; room];
+            let mut out = Encoder::new(&mut buf);
+            let cred = Cred { uid, gid, gids: &gids };
+            let done: Offloaded = me.metadata_procedure(proc_num, &args, &cred, &mut out).map(|()| out.written().to_vec());
+            ticket.complete(Box::new(done));
+        }));
+        true
+    }
+
     /// A metadata call parked by `when_durable` comes back: its reply is
     /// the state it parked with, sent once the flush succeeded.
     fn durable_resumed(&self, ctx: &CallContext<'_>, r: rpc::park::Resumed<'_>, e: &mut Encoder<'_>) -> R {
@@ -1082,16 +1140,25 @@ impl Nfs3Program {
 
     /// One procedure, after the access checks.
     fn procedure(&self, ctx: &CallContext<'_>, args: &[u8], cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
-        let cred = *cred;
         match ctx.proc_num {
+            NFSPROC3_READ => self.read(ctx, decode(args)?, cred, e),
+            NFSPROC3_WRITE => self.write(ctx, decode(args)?, cred, e),
+            NFSPROC3_COMMIT => self.commit(ctx, decode(args)?, e),
+            p => self.metadata_procedure(p, args, cred, e),
+        }
+    }
+
+    /// Every procedure but READ, WRITE and COMMIT: no parking, no lending,
+    /// so it also runs on a worker (`offload`).
+    fn metadata_procedure(&self, proc_num: u32, args: &[u8], cred: &Cred<'_>, e: &mut Encoder<'_>) -> R {
+        let cred = *cred;
+        match proc_num {
             NFSPROC3_NULL => Ok(()),
             NFSPROC3_GETATTR => self.getattr(decode(args)?, e),
             NFSPROC3_SETATTR => self.setattr(decode(args)?, &cred, e),
             NFSPROC3_LOOKUP => self.lookup(decode(args)?, &cred, e),
             NFSPROC3_ACCESS => self.access(decode(args)?, &cred, e),
             NFSPROC3_READLINK => self.readlink(decode(args)?, e),
-            NFSPROC3_READ => self.read(ctx, decode(args)?, &cred, e),
-            NFSPROC3_WRITE => self.write(ctx, decode(args)?, &cred, e),
             NFSPROC3_CREATE => self.create(decode(args)?, &cred, e),
             NFSPROC3_MKDIR => self.mkdir(decode(args)?, &cred, e),
             NFSPROC3_SYMLINK => self.symlink(decode(args)?, &cred, e),
@@ -1117,7 +1184,6 @@ impl Nfs3Program {
             NFSPROC3_FSSTAT => self.fsstat(decode(args)?, e),
             NFSPROC3_FSINFO => self.fsinfo(decode(args)?, e),
             NFSPROC3_PATHCONF => self.pathconf(decode(args)?, e),
-            NFSPROC3_COMMIT => self.commit(ctx, decode(args)?, e),
             _ => Err(CallError::ProcUnavail),
         }
     }

@@ -22,12 +22,13 @@
 //! Calls. `connections` TCP connections (each with its own MOUNT), one call
 //! in flight on each at a time; a call takes a free connection, or waits
 //! for one. Every remote call is bounded by `timeout` (the client's
-//! per-call timeout), connecting too. Metadata calls run on the calling
-//! thread — a deviation from "never block a core": a core may wait up to
-//! `timeout` for the remote (plus waiting for a connection). READ, WRITE
-//! and COMMIT park the call (`Later`) and run on a pool of `connections`
-//! workers (`vfs::iopool`), so a slow remote holds a core's data calls
-//! but not its loop.
+//! per-call timeout), connecting too. READ, WRITE and COMMIT park the call
+//! (`Later`) and run on a pool of `connections` workers (`vfs::iopool`);
+//! metadata calls run there too, whole: `Vfs::offload_pool` names the pool
+//! and NFSv3 parks every procedure on this mount and runs it on a worker.
+//! So a slow remote holds the calls that wait on it, not a core's loop.
+//! NFSv4 COMPOUNDs still call the remote from their core (a COMPOUND cannot
+//! yet move to a worker): a core may wait up to `timeout` there.
 //!
 //! Outages. A lost connection (the remote closed it, a call timed out) is
 //! dropped; the next call on it reconnects and MOUNTs again. A failed
@@ -595,6 +596,13 @@ impl Vfs for NfsVfs {
         let guard = guard_ctime.map(|t| (t.sec.clamp(0, u32::MAX as i64) as u32, t.nsec));
         let a = self.inner.call(|c| c.setattr_guarded(&r, &s, guard))?;
         self.inner.attr_or_get(&r, a)
+    }
+
+    /// Every metadata call waits on the remote: the protocols run them
+    /// whole on this mount's workers (the pool READ, WRITE and COMMIT use),
+    /// never on a core.
+    fn offload_pool(&self, _fh: &FileHandle) -> Option<&IoPool> {
+        Some(&self.pool)
     }
 
     fn lookup(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<(FileHandle, Attr)> {

@@ -384,6 +384,10 @@ impl Vfs for PnfsVfs {
         self.inner().volume_of(fh)
     }
 
+    fn offload_pool(&self, fh: &FileHandle) -> Option<&vfs::iopool::IoPool> {
+        self.inner().offload_pool(fh)
+    }
+
     fn remove_tree(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
         if let Ok((top, a)) = self.inner().lookup(dir, name) {
             if a.ftype == FileType::Directory {

@@ -420,6 +420,17 @@ pub trait Vfs: Send + Sync {
         self.commit(fh, offset, count).map(Some)
     }
 
+    /// Where calls on `fh` that may wait on something outside this process
+    /// (a remote server answering metadata calls) run instead of the core
+    /// that decoded them: the protocol parks the call, runs it whole on this
+    /// pool and sends its reply from the core afterwards. `None` (the
+    /// default): calls on it never wait long, or park by themselves
+    /// (`read_start` & co.).
+    fn offload_pool(&self, fh: &FileHandle) -> Option<&iopool::IoPool> {
+        let _ = fh;
+        None
+    }
+
     /// Write verifier: changes whenever unstable data may have been lost
     /// (every restart), so clients know to resend uncommitted writes.
     fn write_verifier(&self) -> [u8; 8];

@@ -412,6 +412,13 @@ impl Vfs for Router {
         }
     }
 
+    fn offload_pool(&self, fh: &FileHandle) -> Option<&crate::iopool::IoPool> {
+        match self.target(fh) {
+            Ok(Target::Backend(v)) => v.offload_pool(fh),
+            _ => None,
+        }
+    }
+
     fn volume_of(&self, fh: &FileHandle) -> VfsResult<Option<Ino>> {
         match self.target(fh)? {
             Target::Pseudo => Ok(None),
