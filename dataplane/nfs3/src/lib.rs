@@ -1072,6 +1072,9 @@ fn parks_by_itself(proc_num: u32) -> bool {
 /// RPC-level error to answer.
 type Offloaded = Result<Vec<u8>, CallError>;
 
+/// Reply room an offloaded call other than READDIR(PLUS) gets on its worker.
+const OFFLOADED_REPLY_BYTES_MAX: usize = 8192;
+
 /// The first handle of a call's arguments (every procedure but NULL starts
 /// with one), if it parses.
 fn fh_of_args(args: &[u8]) -> Option<FileHandle> {
@@ -1118,7 +1121,12 @@ impl Nfs3Program {
         let Some(ticket) = ctx.park.and_then(|k| k.park(&[])) else { return false };
         let me = self.clone();
         let (proc_num, args, uid, gid, gids) = (ctx.proc_num, args.to_vec(), cred.uid, cred.gid, cred.gids.to_vec());
-        let room = e.remaining();
+        // READDIR replies are as large as the client asks; the others are
+        // a few hundred bytes (READLINK: a path and attributes).
+        let room = match proc_num {
+            NFSPROC3_READDIR | NFSPROC3_READDIRPLUS => e.remaining(),
+            _ => e.remaining().min(OFFLOADED_REPLY_BYTES_MAX),
+        };
         pool.run(Box::new(move || {
             let mut buf = vec![0u8; room];
             let mut out = Encoder::new(&mut buf);
