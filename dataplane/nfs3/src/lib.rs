@@ -78,20 +78,7 @@ impl Gids {
 /// Procedures that change the file system: refused with ROFS on a
 /// read-only grant.
 fn modifies(proc_num: u32) -> bool {
-    matches!(
-        proc_num,
-        NFSPROC3_SETATTR
-            | NFSPROC3_WRITE
-            | NFSPROC3_CREATE
-            | NFSPROC3_MKDIR
-            | NFSPROC3_SYMLINK
-            | NFSPROC3_MKNOD
-            | NFSPROC3_REMOVE
-            | NFSPROC3_RMDIR
-            | NFSPROC3_RENAME
-            | NFSPROC3_LINK
-            | NFSPROC3_COMMIT
-    )
+    waits_for_the_log(proc_num) || matches!(proc_num, NFSPROC3_WRITE | NFSPROC3_COMMIT)
 }
 
 /// A procedure's failure result with `status` and empty attributes: the
@@ -966,20 +953,9 @@ impl Program for Nfs3Program {
     }
 
     /// RFC 1813 §4.4 lists the procedures whose retransmission must not be
-    /// executed twice.
+    /// executed twice: the metadata procedures (`waits_for_the_log`).
     fn idempotent(&self, p: u32) -> bool {
-        !matches!(
-            p,
-            NFSPROC3_SETATTR
-                | NFSPROC3_CREATE
-                | NFSPROC3_MKDIR
-                | NFSPROC3_SYMLINK
-                | NFSPROC3_MKNOD
-                | NFSPROC3_REMOVE
-                | NFSPROC3_RMDIR
-                | NFSPROC3_RENAME
-                | NFSPROC3_LINK
-        )
+        !waits_for_the_log(p)
     }
 
     /// Every procedure but READ, READLINK, READDIR and READDIRPLUS answers
@@ -1042,8 +1018,9 @@ impl Program for Nfs3Program {
     }
 }
 
-/// Procedures whose changes must be durable before the reply (RFC 1813
-/// §3.3: a server must commit metadata changes before it answers): they
+/// The metadata procedures, whose changes must be durable before the reply
+/// (RFC 1813 §3.3: a server must commit metadata changes before it
+/// answers) and whose retransmissions must not run twice (§4.4): they
 /// run with the backend's log flush deferred (`vfs::durable`), so the core
 /// does not wait for it.
 fn waits_for_the_log(proc_num: u32) -> bool {
