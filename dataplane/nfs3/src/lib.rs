@@ -371,7 +371,7 @@ impl Nfs3Program {
                         return Err(CallError::SystemErr);
                     }
                     spare[..data.len()].copy_from_slice(data);
-                    read_ok(e, words_at, data.len(), *eof, None);
+                    read_ok(e, words_at, data.len(), *eof, lend);
                     Ok(())
                 }
                 Ok(_) => {

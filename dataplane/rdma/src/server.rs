@@ -15,15 +15,25 @@
 //! receive buffer stays taken, so the client runs out of credits rather
 //! than the server out of memory).
 //!
-//! Calls run inline on this loop (no parking: a backend that waits blocks
-//! RDMA calls, never TCP ones).
+//! A call whose backend must wait (a device read, a log flush, a remote
+//! server) parks (`rpc::park`): its record and resume state are copied out
+//! of the registered buffers, which go back at once, and the loop serves
+//! other calls. The call keeps its credit. Its completion comes back
+//! through the loop's eventfd; the call runs again (`Dispatcher::
+//! resume_lending`) with fresh buffers and its reply is sent as any other
+//! (READ data still by RDMA Write into the call's Write chunk). Parked
+//! calls are bounded by the dispatcher's per-core limits
+//! (`parked_per_core_max`, `parked_bytes_per_core_max`): at the bound, a
+//! received call waits in its connection's queue like one short of buffers.
 
 use crate::mem::Region;
 use crate::verbs::{self, ibv_recv_wr, ibv_send_wr, ibv_sge, ibv_wc, rdma_cm_event, rdma_cm_id, rdma_conn_param};
 use crate::wire::{self, Header, Layout, Message, Private, Refused, Segment};
 use rpc::backchannel::{CallSender, SendError};
 use rpc::lend::Lender;
+use rpc::park::{ParkSlot, Payload, Ticket};
 use rpc::{ConnInfo, Dispatcher, Outcome};
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 use std::net::SocketAddr;
@@ -39,6 +49,9 @@ pub const CONN_ID_BIT: u64 = 1 << 62;
 pub const BACKCHANNEL_RECVS: u32 = 4;
 /// Back-channel records waiting for the loop.
 pub const OUTBOX_MAX: usize = 1024;
+/// Room counted for a parked call's resume state beside its record (a
+/// COMPOUND keeps its reply so far; the table's byte bound stays a bound).
+const PARK_STATE_BYTES: usize = 64 << 10;
 /// Completion queue entries per device (clamped to what the device allows).
 const CQ_ENTRIES: i32 = 32767;
 
@@ -96,6 +109,7 @@ pub struct Stats {
     pub protocol_errors: AtomicU64,
     pub completion_errors: AtomicU64,
     pub backchannel_calls: AtomicU64,
+    pub calls_parked: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -114,6 +128,7 @@ pub static STATS: Stats = Stats {
     protocol_errors: AtomicU64::new(0),
     completion_errors: AtomicU64::new(0),
     backchannel_calls: AtomicU64::new(0),
+    calls_parked: AtomicU64::new(0),
 };
 
 impl Stats {
@@ -136,6 +151,7 @@ impl Stats {
             ("protocol_errors_total", "connections closed for a protocol violation", v(&self.protocol_errors)),
             ("completion_errors_total", "work completions with an error status", v(&self.completion_errors)),
             ("backchannel_calls_total", "server-initiated calls sent over RDMA", v(&self.backchannel_calls)),
+            ("calls_parked_total", "RPC calls over RDMA that parked while their backend waited (the loop served others meanwhile)", v(&self.calls_parked)),
         ]
     }
 }
@@ -198,11 +214,80 @@ fn wr_parts(id: u64) -> (u16, usize, u64, u32) {
     ((id >> 48) as u16, (id >> 32 & 0xffff) as usize, id >> 24 & 0xff, (id & 0xff_ffff) as u32)
 }
 
+/// A call parked on a slow backend: what it needs to run again.
+struct Parked {
+    /// Its connection's slot and generation (it may close meanwhile).
+    slot: usize,
+    gen: u16,
+    /// Who called: a call whose connection closed still runs to its reply
+    /// (for the duplicate-request cache and NFSv4's session slot).
+    info: ConnInfo,
+    /// Its transport header (the chunks its reply uses).
+    h: Header,
+    record: Vec<u8>,
+    state: Vec<u8>,
+    started: Instant,
+    /// The completion, once it arrived (outer `Some`).
+    payload: Option<Option<Payload>>,
+}
+
+/// A completion for parked entry (index, generation).
+type Completed = (usize, u32, Option<Payload>);
+
+/// `rpc::park::ParkSlot` for one call of one RDMA connection.
+struct Parker<'a> {
+    table: &'a RefCell<rpc::park::Table<Parked>>,
+    outbox: &'a Arc<Outbox>,
+    slot: usize,
+    gen: u16,
+    info: ConnInfo,
+    h: Header,
+}
+
+impl ParkSlot for Parker<'_> {
+    fn park(&self, record: &[u8], state: &[u8]) -> Option<Ticket> {
+        let bytes = record.len() + state.len();
+        let mut t = self.table.borrow_mut();
+        if !t.has_room(bytes) {
+            return None;
+        }
+        let p = Parked {
+            slot: self.slot,
+            gen: self.gen,
+            info: self.info,
+            h: self.h,
+            record: record.to_vec(),
+            state: state.to_vec(),
+            started: Instant::now(),
+            payload: None,
+        };
+        let (i, g) = t.insert(p, bytes);
+        STATS.calls_parked.fetch_add(1, Relaxed);
+        let ob = self.outbox.clone();
+        Some(Ticket::new(move |payload| ob.complete((i, g, payload))))
+    }
+}
+
 struct Outbox {
     queue: Mutex<VecDeque<(u64, Vec<u8>)>>,
+    /// Completions of parked calls (from any thread).
+    done: Mutex<Vec<Completed>>,
     efd: libc::c_int,
     stop: AtomicBool,
     record_max: usize,
+}
+
+impl Outbox {
+    fn complete(&self, c: Completed) {
+        self.done.lock().unwrap_or_else(|e| e.into_inner()).push(c);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        // Fails only when the counter would overflow: a wake-up is pending.
+        let one: u64 = 1;
+        unsafe { libc::write(self.efd, &one as *const u64 as *const c_void, 8) };
+    }
 }
 
 impl CallSender for Outbox {
@@ -222,8 +307,7 @@ impl CallSender for Outbox {
         }
         q.push_back((conn_id, record));
         drop(q);
-        let one: u64 = 1;
-        unsafe { libc::write(self.efd, &one as *const u64 as *const c_void, 8) };
+        self.wake();
         Ok(())
     }
 }
@@ -288,6 +372,7 @@ impl Server {
         let limits = dispatcher.limits;
         let outbox = Arc::new(Outbox {
             queue: Mutex::new(VecDeque::new()),
+            done: Mutex::new(Vec::new()),
             efd,
             stop: AtomicBool::new(false),
             record_max: limits.reply_bytes_max,
@@ -327,8 +412,7 @@ impl Server {
 
     fn stop_and_join(&mut self) {
         self.outbox.stop.store(true, Relaxed);
-        let one: u64 = 1;
-        unsafe { libc::write(self.outbox.efd, &one as *const u64 as *const c_void, 8) };
+        self.outbox.wake();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -358,6 +442,13 @@ struct Loop {
     large_size: usize,
     wc: Vec<ibv_wc>,
     log_budget: u32,
+    /// Calls parked on slow backends, and those whose completion came back
+    /// waiting for buffers to reply from (in arrival order).
+    parks: RefCell<rpc::park::Table<Parked>>,
+    ready: VecDeque<usize>,
+    /// Where the replies of calls whose connection closed go (allocated at
+    /// the first such reply).
+    scratch: Vec<u8>,
 }
 
 fn nonblock(fd: libc::c_int) {
@@ -381,6 +472,7 @@ impl Loop {
         outbox: Arc<Outbox>,
         large_size: usize,
     ) -> Result<Loop, String> {
+        let parks = RefCell::new(rpc::park::Table::new(d.limits.parked_per_core_max, d.limits.parked_bytes_per_core_max));
         let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if epfd < 0 {
             return Err(format!("epoll: {}", std::io::Error::last_os_error()));
@@ -406,6 +498,9 @@ impl Loop {
             large_size,
             wc: vec![ibv_wc::default(); 64],
             log_budget: 100,
+            parks,
+            ready: VecDeque::new(),
+            scratch: Vec::new(),
         })
     }
 
@@ -426,6 +521,8 @@ impl Loop {
             let mut did = self.cm_events();
             did |= self.poll_cqs();
             did |= self.drain_outbox();
+            did |= self.take_done();
+            did |= self.resume_ready();
             did |= self.retry_waiting();
             if did {
                 busy_at = Instant::now();
@@ -899,6 +996,16 @@ impl Loop {
         if c.send_free.is_empty() || self.devices[dev].large_free.len() < need_large {
             return false;
         }
+        // A call may park, keeping its record: wait while parked calls are
+        // at their bound (their completions free room).
+        let record_len = match layout {
+            Layout::Inline => inline.len(),
+            Layout::Whole { len } => len,
+            Layout::Spliced { total, .. } => total,
+        };
+        if !is_reply && !self.parks.borrow().has_room(record_len + PARK_STATE_BYTES) {
+            return false;
+        }
         if !is_reply {
             STATS.calls.fetch_add(1, Relaxed);
         }
@@ -991,8 +1098,9 @@ impl Loop {
         let info = c.info;
         let dv = &self.devices[c.dev];
         let obuf = dv.large.slice(out as usize * self.large_size, self.large_size);
+        let parker = Parker { table: &self.parks, outbox: &self.outbox, slot: s, gen: c.gen, info, h: *h };
         // The dispatcher writes a TCP record mark first; it is dropped here.
-        let outcome = self.d.handle_lending(&info, record, obuf, Some(&self.lender));
+        let outcome = self.d.handle_parking(&info, record, obuf, Some(&self.lender), &parker);
         match outcome {
             Outcome::Reply(n) => {
                 self.call_over(s, is_reply);
@@ -1003,13 +1111,115 @@ impl Loop {
                 self.release(s, out, send);
                 self.call_over(s, is_reply);
             }
-            Outcome::Parked | Outcome::Close => {
+            Outcome::Parked => {
+                // Its reply comes with its completion (`resume_ready`); the
+                // credit stays taken until then, the buffers go back now.
+                let _ = self.lender.take_ddp();
+                self.release(s, out, send);
+            }
+            Outcome::Close => {
                 let _ = self.lender.take_ddp();
                 self.call_over(s, is_reply);
                 self.release(s, out, send);
                 self.disconnect(s, "an RPC message that cannot be answered");
             }
         }
+    }
+
+    // ---- parked calls ----
+
+    /// Completions of parked calls arrived: queue those whose connection
+    /// is still open; run the others to their end at once.
+    fn take_done(&mut self) -> bool {
+        let done = std::mem::take(&mut *self.outbox.done.lock().unwrap_or_else(|e| e.into_inner()));
+        if done.is_empty() {
+            return false;
+        }
+        for (i, g, payload) in done {
+            let (s, gen) = {
+                let mut t = self.parks.borrow_mut();
+                let Some(p) = t.get_mut(i, g) else { continue };
+                debug_assert!(p.payload.is_none(), "a ticket completes once");
+                p.payload = Some(payload);
+                (p.slot, p.gen)
+            };
+            if self.open(s, gen) {
+                self.ready.push_back(i);
+            } else {
+                self.finish_orphan(i);
+            }
+        }
+        true
+    }
+
+    /// Whether connection `s` is still the one of generation `gen`, and open.
+    fn open(&self, s: usize, gen: u16) -> bool {
+        self.conns.get(s).and_then(|c| c.as_ref()).is_some_and(|c| c.gen == gen && !c.closing)
+    }
+
+    /// A parked call whose connection has gone: it still runs to its reply
+    /// (the duplicate-request cache keeps it for a retransmission on a new
+    /// connection; an NFSv4 COMPOUND gives its session slot back).
+    fn finish_orphan(&mut self, i: usize) {
+        let p = self.parks.borrow_mut().remove(i);
+        if self.scratch.is_empty() {
+            self.scratch = vec![0u8; self.large_size];
+        }
+        let payload = p.payload.expect("completed");
+        let _ = self.d.resume(&p.info, &p.record, &p.state, payload.as_deref(), &mut self.scratch, p.started);
+    }
+
+    /// Reply to completed parked calls that have buffers to reply from; a
+    /// connection short of send buffers keeps its calls queued (in order)
+    /// without holding up the others.
+    fn resume_ready(&mut self) -> bool {
+        let mut did = false;
+        let mut blocked: Vec<usize> = Vec::new();
+        let mut n = self.ready.len();
+        while n > 0 {
+            n -= 1;
+            let Some(i) = self.ready.pop_front() else { break };
+            let (s, gen) = {
+                let t = self.parks.borrow();
+                let p = t.get(i).expect("ready calls are kept");
+                (p.slot, p.gen)
+            };
+            if !self.open(s, gen) {
+                self.finish_orphan(i);
+                did = true;
+                continue;
+            }
+            let dev = self.conns[s].as_ref().expect("open").dev;
+            let short = self.conns[s].as_ref().expect("open").send_free.is_empty() || self.devices[dev].large_free.is_empty();
+            if short || blocked.contains(&s) {
+                blocked.push(s);
+                self.ready.push_back(i);
+                continue;
+            }
+            did = true;
+            let p = self.parks.borrow_mut().remove(i);
+            let c = self.conns[s].as_mut().expect("open");
+            let send = c.send_free.pop().expect("checked");
+            let out = self.devices[dev].large_free.pop().expect("checked");
+            let obuf = self.devices[dev].large.slice(out as usize * self.large_size, self.large_size);
+            let payload = p.payload.expect("ready calls have completed");
+            let o = self.d.resume_lending(&p.info, &p.record, &p.state, payload.as_deref(), obuf, p.started, Some(&self.lender));
+            self.call_over(s, false);
+            match o {
+                Outcome::Reply(n) => self.reply(s, &p.h, obuf, n, out, send),
+                Outcome::Nothing => {
+                    let _ = self.lender.take_ddp();
+                    self.release(s, out, send);
+                }
+                Outcome::Parked => unreachable!("the dispatcher asserts a resumed call does not park"),
+                Outcome::Close => {
+                    let _ = self.lender.take_ddp();
+                    self.release(s, out, send);
+                    self.disconnect(s, "an RPC message that cannot be answered");
+                }
+            }
+        }
+        did
     }
 
     fn reply(&mut self, s: usize, h: &Header, obuf: &mut [u8], mut n: usize, out: u32, send: u32) {

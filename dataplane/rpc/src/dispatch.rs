@@ -238,8 +238,26 @@ impl Dispatcher {
         out: &mut [u8],
         started: Instant,
     ) -> Outcome {
+        self.resume_lending(conn, record, state, payload, out, started, None)
+    }
+
+    /// `resume`, where a READ's data may be marked for direct placement
+    /// (`Lender::mark_ddp`: an RDMA transport moves it with RDMA Writes).
+    /// The data is still copied into `out`; nothing is lent.
+    #[allow(clippy::too_many_arguments)]
+    pub fn resume_lending(
+        &self,
+        conn: &ConnInfo,
+        record: &[u8],
+        state: &[u8],
+        payload: Option<&(dyn Any + Send)>,
+        out: &mut [u8],
+        started: Instant,
+        lender: Option<&Lender>,
+    ) -> Outcome {
         let resumed = Resumed { state, payload };
-        let (o, _) = self.run(conn, record, Out::One(out), None, None, Some(resumed), started);
+        let (o, _) = self.run(conn, record, Out::One(out), lender, None, Some(resumed), started);
+        debug_assert!(lender.is_none_or(|l| l.lent_len() == 0), "a resumed call lent buffers");
         assert!(o != Outcome::Parked, "a resumed call parked again");
         o
     }

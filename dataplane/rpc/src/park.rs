@@ -101,6 +101,87 @@ impl fmt::Debug for Parking<'_> {
     }
 }
 
+/// A transport's parked calls, bounded in count and in bytes kept: a slab
+/// whose entries are named by (index, generation), so a completion that
+/// arrives for an entry already gone (or reused) is recognised and dropped.
+pub struct Table<T> {
+    entries: Vec<Option<(T, usize)>>,
+    gens: Vec<u32>,
+    free: Vec<usize>,
+    count: usize,
+    bytes: usize,
+    count_max: usize,
+    bytes_max: usize,
+    /// Set by the transport when it stopped reading at a bound (it reads
+    /// again once a call leaves).
+    pub stalled: bool,
+}
+
+impl<T> Table<T> {
+    pub fn new(count_max: usize, bytes_max: usize) -> Self {
+        Table { entries: Vec::new(), gens: Vec::new(), free: Vec::new(), count: 0, bytes: 0, count_max, bytes_max, stalled: false }
+    }
+
+    /// May another call keeping `bytes` park?
+    pub fn has_room(&self, bytes: usize) -> bool {
+        self.count < self.count_max && self.bytes + bytes <= self.bytes_max
+    }
+
+    /// At the count bound.
+    pub fn full(&self) -> bool {
+        self.count >= self.count_max
+    }
+
+    /// Calls kept now.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Keep `v`, counted as `bytes`; its (index, generation).
+    pub fn insert(&mut self, v: T, bytes: usize) -> (usize, u32) {
+        debug_assert!(self.count < self.count_max);
+        self.count += 1;
+        self.bytes += bytes;
+        let i = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.entries.push(None);
+                self.gens.push(0);
+                self.entries.len() - 1
+            }
+        };
+        self.gens[i] = self.gens[i].wrapping_add(1);
+        self.entries[i] = Some((v, bytes));
+        (i, self.gens[i])
+    }
+
+    /// The entry `i` if it is still generation `gen`.
+    pub fn get_mut(&mut self, i: usize, gen: u32) -> Option<&mut T> {
+        match self.entries.get_mut(i) {
+            Some(Some((v, _))) if self.gens[i] == gen => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The entry `i`, whatever its generation.
+    pub fn get(&self, i: usize) -> Option<&T> {
+        self.entries.get(i).and_then(|e| e.as_ref()).map(|(v, _)| v)
+    }
+
+    /// Take entry `i` out (it must be present).
+    pub fn remove(&mut self, i: usize) -> T {
+        let (v, bytes) = self.entries[i].take().expect("parked entry present");
+        self.count -= 1;
+        self.bytes -= bytes;
+        self.free.push(i);
+        v
+    }
+}
+
 /// A parked call running again with its completion.
 #[derive(Clone, Copy)]
 pub struct Resumed<'a> {
@@ -120,5 +201,30 @@ impl<'a> Resumed<'a> {
     /// The payload as `T`, or `None` (cancelled, or not a `T`).
     pub fn get<T: 'static>(&self) -> Option<&'a T> {
         self.payload.and_then(|p| p.downcast_ref::<T>())
+    }
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::Table;
+
+    #[test]
+    fn bounded_and_generations_name_entries() {
+        let mut t: Table<&str> = Table::new(2, 100);
+        assert!(t.has_room(60) && !t.has_room(101));
+        let (a, ga) = t.insert("a", 60);
+        assert!(!t.has_room(41) && t.has_room(40));
+        let (b, gb) = t.insert("b", 40);
+        assert!(t.full() && !t.has_room(0) && t.len() == 2);
+        assert_eq!(t.remove(a), "a");
+        assert!(t.get_mut(a, ga).is_none(), "a removed entry is gone");
+        let (c, gc) = t.insert("c", 10);
+        assert_eq!(c, a, "the slot is reused");
+        assert!(t.get_mut(a, ga).is_none(), "a late completion of the old entry misses the new one");
+        assert_eq!(t.get_mut(c, gc).copied(), Some("c"));
+        assert_eq!(t.get_mut(b, gb).copied(), Some("b"));
+        t.remove(b);
+        t.remove(c);
+        assert!(t.is_empty() && t.has_room(100));
     }
 }

@@ -173,61 +173,7 @@ struct Parked {
 }
 
 /// One core's parked calls, bounded in count and in record bytes.
-struct ParkTable {
-    entries: Vec<Option<Parked>>,
-    gens: Vec<u32>,
-    free: Vec<usize>,
-    count: usize,
-    bytes: usize,
-    count_max: usize,
-    bytes_max: usize,
-    /// Some connection stopped reading at a core bound (re-run them all
-    /// when a call leaves the table).
-    stalled: bool,
-}
-
-impl ParkTable {
-    fn new(count_max: usize, bytes_max: usize) -> Self {
-        ParkTable { entries: Vec::new(), gens: Vec::new(), free: Vec::new(), count: 0, bytes: 0, count_max, bytes_max, stalled: false }
-    }
-
-    /// May another call of `record_len` bytes be dispatched (it may park)?
-    fn has_room(&self, record_len: usize) -> bool {
-        self.count < self.count_max && self.bytes + record_len <= self.bytes_max
-    }
-
-    fn insert(&mut self, p: Parked) -> (usize, u32) {
-        debug_assert!(self.count < self.count_max);
-        self.count += 1;
-        self.bytes += p.record.len() + p.state.len();
-        let i = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.entries.push(None);
-                self.gens.push(0);
-                self.entries.len() - 1
-            }
-        };
-        self.gens[i] = self.gens[i].wrapping_add(1);
-        self.entries[i] = Some(p);
-        (i, self.gens[i])
-    }
-
-    fn get_mut(&mut self, i: usize, gen: u32) -> Option<&mut Parked> {
-        match self.entries.get_mut(i) {
-            Some(Some(p)) if self.gens[i] == gen => Some(p),
-            _ => None,
-        }
-    }
-
-    fn remove(&mut self, i: usize) -> Parked {
-        let p = self.entries[i].take().expect("parked entry present");
-        self.count -= 1;
-        self.bytes -= p.record.len() + p.state.len();
-        self.free.push(i);
-        p
-    }
-}
+type ParkTable = rpc::park::Table<Parked>;
 
 /// `rpc::park::ParkSlot` for one call of one connection of this core.
 struct CoreParker<'a> {
@@ -250,7 +196,8 @@ impl ParkSlot for CoreParker<'_> {
             started: Instant::now(),
             payload: None,
         };
-        let (i, gen) = self.table.borrow_mut().insert(p);
+        let bytes = p.record.len() + p.state.len();
+        let (i, gen) = self.table.borrow_mut().insert(p, bytes);
         let (mail, core) = (self.mail.clone(), self.core);
         Some(Ticket::new(move |payload| mail.complete(core, (i, gen, payload))))
     }
@@ -900,7 +847,7 @@ impl Loop {
         }
         let stalled = {
             let mut t = self.parks.borrow_mut();
-            let go = t.stalled && t.count < t.count_max;
+            let go = t.stalled && !t.full();
             if go {
                 t.stalled = false;
             }

@@ -8,6 +8,17 @@
 #              rsize/wsize; chimerad's metrics count calls, RDMA Reads (WRITE
 #              payloads pulled from Read chunks) and RDMA Writes (READ data
 #              pushed into Write chunks)
+#   diskfs     the same workload (16 MiB of data) at vers=3 and vers=4.1 on
+#              a diskfs mount of the same server (a loop device): its READs,
+#              WRITEs, COMMITs and metadata log flushes park
+#              (chimera_rdma_calls_parked_total grows) and their replies
+#              still carry READ data in Write chunks
+#   parked     an `nfs` mount (relay) of a second chimerad in the guest; that
+#              remote is stopped (SIGSTOP) while a CREATE on the relay is in
+#              flight over RDMA: the call parks, and CREATE, WRITE and READ on
+#              the memfs export over the same RDMA transport answer within
+#              5 s (the RDMA loop is not held); once the remote resumes the
+#              relay's CREATE completes
 #   hostile    chimera-rdma-probe (our raw verbs client) sends a wrong
 #              version, a Read chunk outside its registered memory, more
 #              segments than allowed, a Read chunk over the record limit, more
@@ -64,15 +75,35 @@ step setup
 # modprobe this initramfs cannot run at that moment; load it up front.
 for m in nfs nfsv3 nfsv4 nfs_layout_flexfiles rpcrdma rdma_rxe ib_uverbs rdma_ucm; do modprobe $m || fail "modprobe $m"; done
 rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0"
+# diskfs needs O_DIRECT: a loop device over a file in the guest's memory.
+truncate -s 320M /tmp/dev0.img && losetup /dev/loop0 /tmp/dev0.img || fail "set up the loop device for diskfs"
+# The remote of the relay mount: a second chimerad (memfs, TCP only).
+REMOTE_PORT=2050
+cat >/tmp/remote.json <<JSON
+{
+  "common":  { "log_level": "info" },
+  "server":  { "role": "both", "bind": "$ADDR", "cores": 1,
+               "nfs_port": $REMOTE_PORT, "mount_port": 20050, "portmap_port": 0, "grace_time_s": 0 },
+  "mounts":  { "export": { "module": "memfs", "path": "/", "capacity_bytes": 67108864 } },
+  "exports": { "/export": { "path": "/export" } },
+  "admin":   { "enabled": false },
+  "metrics": { "enabled": false }
+}
+JSON
+"$BIN/chimerad" --config /tmp/remote.json >/tmp/remote.log 2>&1 &
+rpid=$!
 cat >/tmp/c.json <<JSON
 {
   "common":  { "log_level": "info", "rdmacm_tos": 104 },
   "server":  { "role": "both", "bind": "$ADDR", "cores": 1,
                "nfs_port": $PORT, "mount_port": $MPORT, "portmap_port": 0,
                "rdma": true, "rdma_hostname": "$ADDR", "rdma_port": $RPORT, "rdma_conns_max": 8,
-               "grace_time_s": 15, "lease_time_s": 10 },
-  "mounts":  { "export": { "module": "memfs", "path": "/", "capacity_bytes": 536870912 } },
-  "exports": { "/export": { "path": "/export" } },
+               "grace_time_s": 15, "lease_time_s": 10,
+               "vfs": { "diskfs": { "config": { "initialize": true, "devices": [ { "type": "io_uring", "path": "/dev/loop0" } ] } } } },
+  "mounts":  { "export": { "module": "memfs", "path": "/", "capacity_bytes": 536870912 },
+               "durable": { "module": "diskfs", "path": "/" },
+               "relay": { "module": "nfs", "path": "$ADDR:/export", "port": $REMOTE_PORT, "timeout_ms": 60000 } },
+  "exports": { "/export": { "path": "/export" }, "/durable": { "path": "/durable" }, "/relay": { "path": "/relay" } },
   "admin":   { "enabled": false },
   "metrics": { "enabled": true, "bind": "127.0.0.1", "port": $MPORT_METRICS }
 }
@@ -108,6 +139,61 @@ for v in 3 4.1; do
   ok "vers=$v over RDMA: $((calls - calls0)) calls, $((reads - reads0)) RDMA Reads, $((writes - writes0)) RDMA Writes; $(grep 'xprt:' "$ms" | head -n 1 | cut -c1-60)"
   calls0=$calls; reads0=$reads; writes0=$writes
 done
+for v in 3 4.1; do
+  step "diskfs-vers$v"
+  parked0=$(metric chimera_rdma_calls_parked_total)
+  # diskfs copies (COPY) but keeps no extended attributes; 4.1 has neither.
+  NFS_VERS=$v NFS_PROTO=rdma NFS_PORT=$RPORT NFS_MOUNT_PORT=$MPORT NFS_SERVER=$ADDR NFS_EXPORT=/durable \
+    NFS_DATA_MIB=16 NFS_SECOND_CLIENT=none NFS42_BACKEND_OPS=copy dash "$BIN/nfs-workload.sh" >/tmp/wl.txt 2>&1
+  rc=$?
+  sed 's/^/  /' /tmp/wl.txt
+  [ $rc -eq 0 ] || fail "the kernel-client workload over RDMA on diskfs failed at vers=$v"
+  scrape
+  calls=$(metric chimera_rdma_calls_total); writes=$(metric chimera_rdma_rdma_writes_total); parked=$(metric chimera_rdma_calls_parked_total)
+  [ $((parked - parked0)) -ge 100 ] || fail "only $((parked - parked0)) calls parked on diskfs over RDMA at vers=$v (want >= 100: reads, writes and log flushes wait there)"
+  [ "$writes" -gt "$writes0" ] || fail "no RDMA Writes on diskfs: parked READs did not reply through Write chunks ($writes0 -> $writes)"
+  ok "vers=$v on diskfs over RDMA: $((calls - calls0)) calls, $((parked - parked0)) parked, $((writes - writes0)) RDMA Writes"
+  calls0=$calls; writes0=$writes
+done
+
+step parked
+i=0
+until grep -q '"msg":"started"' /tmp/remote.log; do
+  kill -0 $rpid 2>/dev/null || fail "the relay's remote exited: $(tail -n 5 /tmp/remote.log)"
+  i=$((i + 1)); [ $i -lt 300 ] || fail "the relay's remote did not start within 30 s"
+  sleep 0.1
+done
+mkdir -p /mnt/x /mnt/relay
+mount -t nfs -o vers=3,proto=rdma,port=$RPORT,mountport=$MPORT,mountproto=tcp,nolock $ADDR:/export /mnt/x || fail "mount /export over RDMA"
+mount -t nfs -o vers=3,proto=rdma,port=$RPORT,mountport=$MPORT,mountproto=tcp,nolock $ADDR:/relay /mnt/relay || fail "mount /relay over RDMA"
+echo warm >/mnt/relay/warm && [ "$(cat /mnt/relay/warm)" = warm ] || fail "the relay mount does not work before the stall"
+grep -q 'xprt:[[:space:]]*rdma' /proc/self/mountstats || fail "the mounts are not on rdma"
+parked0=$(metric chimera_rdma_calls_parked_total)
+kill -STOP $rpid
+touch /mnt/relay/during &
+tpid=$!
+sleep 1
+kill -0 $tpid 2>/dev/null || fail "the relay's CREATE finished while its remote was stopped"
+t0=$(date +%s)
+( echo during >/mnt/x/during && cat /mnt/x/during >/dev/null && ls /mnt/x >/dev/null ) &
+xpid=$!
+i=0
+while kill -0 $xpid 2>/dev/null; do
+  i=$((i + 1))
+  if [ $i -gt 50 ]; then kill -CONT $rpid; fail "a memfs CREATE/WRITE/READ over RDMA waited more than 5 s while a relay call was stalled: the RDMA loop was held"; fi
+  sleep 0.1
+done
+wait $xpid || { kill -CONT $rpid; fail "the memfs calls over RDMA failed while the relay was stalled"; }
+took=$(( $(date +%s) - t0 ))
+kill -0 $tpid 2>/dev/null || fail "the relay's CREATE finished while its remote was stopped"
+scrape
+parked=$(metric chimera_rdma_calls_parked_total)
+[ "$parked" -gt "$parked0" ] || fail "the stalled relay call did not park ($parked0 -> $parked)"
+kill -CONT $rpid
+wait $tpid || fail "the relay's CREATE failed after its remote resumed"
+[ -e /mnt/relay/during ] || fail "the relay's file is missing after its remote resumed"
+umount /mnt/relay; umount /mnt/x
+ok "a relay CREATE parked over RDMA while its remote was stopped; memfs CREATE/WRITE/READ on the same transport answered meanwhile (${took} s); the relay's CREATE completed once the remote resumed"
 grep '^chimera_rdma' /tmp/metrics.txt >/results/rdma-metrics.txt
 
 step hostile
@@ -154,7 +240,7 @@ for t in ib_send_lat ib_read_lat; do
 done
 grep -q 'over rdma' /results/rdma-figures.txt || fail "no RDMA figure recorded"
 
-kill $pid; wait $pid 2>/dev/null; pid=""
+kill $pid $rpid; wait $pid $rpid 2>/dev/null; pid=""
 cp $LOG /results/rdma-chimerad.log
 
 step pnfs

@@ -45,7 +45,11 @@ impl Compound<'_> {
         let room = self.reply_room(e).saturating_sub(READ_RESOK_OVERHEAD_BYTES);
         let count = (a.count as usize).min(self.prog.cfg.read_bytes_max as usize).min(room);
         if let Some(r) = self.resumed.take() {
-            return read_resumed(&r, count, e);
+            let (head, n) = read_resumed(&r, count, e)?;
+            if let Some(l) = self.lend {
+                l.mark_ddp(head + 8, n);
+            }
+            return Ok(());
         }
         let fh = self.cur_file()?;
         self.io_access(&a.stateid, &fh)?;
@@ -128,7 +132,8 @@ impl Compound<'_> {
 }
 
 /// A parked READ's data came back: answer it as an inline READ would.
-fn read_resumed(r: &rpc::park::Resumed<'_>, count: usize, e: &mut Encoder<'_>) -> OpResult {
+/// Where its data lies: (the reserved words' position, data bytes).
+fn read_resumed(r: &rpc::park::Resumed<'_>, count: usize, e: &mut Encoder<'_>) -> OpResult<(usize, usize)> {
     let (data, eof) = match vfs::io_done(r.payload)? {
         IoDone::Read { data, eof } if data.len() <= count => (data, *eof),
         _ => return fail(p::NFS4ERR_IO),
@@ -142,7 +147,7 @@ fn read_resumed(r: &rpc::park::Resumed<'_>, count: usize, e: &mut Encoder<'_>) -
     }
     buf[..n].copy_from_slice(data);
     read_ok(e, head, n, eof);
-    Ok(())
+    Ok((head, n))
 }
 
 /// A READ4resok whose `n` data bytes are already in place after the
