@@ -14,11 +14,11 @@
 #              (chimera_rdma_calls_parked_total grows) and their replies
 #              still carry READ data in Write chunks
 #   parked     an `nfs` mount (relay) of a second chimerad in the guest; that
-#              remote is stopped (SIGSTOP) while a CREATE on the relay is in
-#              flight over RDMA: the call parks, and CREATE, WRITE and READ on
-#              the memfs export over the same RDMA transport answer within
-#              5 s (the RDMA loop is not held); once the remote resumes the
-#              relay's CREATE completes
+#              remote is replaced by a listener that never answers while a
+#              CREATE on the relay is in flight over RDMA: the call parks, and
+#              CREATE, WRITE and READ on the memfs export over the same RDMA
+#              transport answer within 5 s (the RDMA loop is not held); the
+#              relay's CREATE fails with EIO within its timeout_ms
 #   hostile    chimera-rdma-probe (our raw verbs client) sends a wrong
 #              version, a Read chunk outside its registered memory, more
 #              segments than allowed, a Read chunk over the record limit, more
@@ -60,7 +60,7 @@ ok() { echo "ok   [rdma $STEP] $*"; }
 fail() {
   echo "FAIL [rdma $STEP] $*"
   [ -f $LOG ] && { echo "--- chimerad log (tail)"; tail -n 30 $LOG; cp $LOG /results/rdma-chimerad.log; }
-  for n in mds ds1 ds2; do
+  for n in remote mds ds1 ds2; do
     [ -f /tmp/$n.log ] && { echo "--- $n log (tail)"; tail -n 15 /tmp/$n.log; cp /tmp/$n.log /results/rdma-pnfs-$n.log; }
   done
   dmesg | tail -n 20
@@ -76,7 +76,9 @@ step setup
 for m in nfs nfsv3 nfsv4 nfs_layout_flexfiles rpcrdma rdma_rxe ib_uverbs rdma_ucm; do modprobe $m || fail "modprobe $m"; done
 rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0"
 # diskfs needs O_DIRECT: a loop device over a file in the guest's memory.
-truncate -s 320M /tmp/dev0.img && losetup /dev/loop0 /tmp/dev0.img || fail "set up the loop device for diskfs"
+modprobe loop || fail "modprobe loop"
+[ -b /dev/loop0 ] || mknod /dev/loop0 b 7 0 || fail "mknod /dev/loop0"
+truncate -s 320M /tmp/dev0.img && losetup /dev/loop0 /tmp/dev0.img || fail "set up the loop device for diskfs: $(ls -l /tmp/dev0.img /dev/loop* 2>&1 | head -n 3)"
 # The remote of the relay mount: a second chimerad (memfs, TCP only).
 REMOTE_PORT=2050
 cat >/tmp/remote.json <<JSON
@@ -102,7 +104,7 @@ cat >/tmp/c.json <<JSON
                "vfs": { "diskfs": { "config": { "initialize": true, "devices": [ { "type": "io_uring", "path": "/dev/loop0" } ] } } } },
   "mounts":  { "export": { "module": "memfs", "path": "/", "capacity_bytes": 536870912 },
                "durable": { "module": "diskfs", "path": "/" },
-               "relay": { "module": "nfs", "path": "$ADDR:/export", "port": $REMOTE_PORT, "timeout_ms": 60000 } },
+               "relay": { "module": "nfs", "path": "$ADDR:/export", "port": $REMOTE_PORT, "connections": 1, "timeout_ms": 15000 } },
   "exports": { "/export": { "path": "/export" }, "/durable": { "path": "/durable" }, "/relay": { "path": "/relay" } },
   "admin":   { "enabled": false },
   "metrics": { "enabled": true, "bind": "127.0.0.1", "port": $MPORT_METRICS }
@@ -168,32 +170,47 @@ mount -t nfs -o vers=3,proto=rdma,port=$RPORT,mountport=$MPORT,mountproto=tcp,no
 mount -t nfs -o vers=3,proto=rdma,port=$RPORT,mountport=$MPORT,mountproto=tcp,nolock $ADDR:/relay /mnt/relay || fail "mount /relay over RDMA"
 echo warm >/mnt/relay/warm && [ "$(cat /mnt/relay/warm)" = warm ] || fail "the relay mount does not work before the stall"
 grep -q 'xprt:[[:space:]]*rdma' /proc/self/mountstats || fail "the mounts are not on rdma"
-parked0=$(metric chimera_rdma_calls_parked_total)
-kill -STOP $rpid
-touch /mnt/relay/during &
-tpid=$!
+# The remote goes silent: killed, and in its place a listener that takes
+# every connection and never answers (busybox nc, each connection held by a
+# `sleep`). A first relay call finds the dead connection (or, after it, its
+# MOUNT on the listener times out); once that is over and the reconnect
+# pause (1 s) has passed, the next relay call connects to the listener and
+# waits there for its MOUNT until timeout_ms.
+kill -9 $rpid; wait $rpid 2>/dev/null
+nc -ll -p $REMOTE_PORT -e sleep 600 >/dev/null 2>&1 &
 sleep 1
-kill -0 $tpid 2>/dev/null || fail "the relay's CREATE finished while its remote was stopped"
+stat /mnt/relay/gone >/dev/null 2>&1 && fail "a relay LOOKUP succeeded with its remote gone"
+sleep 2
+scrape
+parked0=$(metric chimera_rdma_calls_parked_total)
 t0=$(date +%s)
+touch /mnt/relay/during 2>/tmp/touch.err &
+tpid=$!
+sleep 2
+kill -0 $tpid 2>/dev/null || fail "the relay's CREATE ended while its remote was silent: $(cat /tmp/touch.err)"
+t1=$(date +%s)
 ( echo during >/mnt/x/during && cat /mnt/x/during >/dev/null && ls /mnt/x >/dev/null ) &
 xpid=$!
 i=0
 while kill -0 $xpid 2>/dev/null; do
   i=$((i + 1))
-  if [ $i -gt 50 ]; then kill -CONT $rpid; fail "a memfs CREATE/WRITE/READ over RDMA waited more than 5 s while a relay call was stalled: the RDMA loop was held"; fi
+  [ $i -le 50 ] || fail "a memfs CREATE/WRITE/READ over RDMA waited more than 5 s while a relay call was stalled: the RDMA loop was held"
   sleep 0.1
 done
-wait $xpid || { kill -CONT $rpid; fail "the memfs calls over RDMA failed while the relay was stalled"; }
-took=$(( $(date +%s) - t0 ))
-kill -0 $tpid 2>/dev/null || fail "the relay's CREATE finished while its remote was stopped"
+wait $xpid || fail "the memfs calls over RDMA failed while the relay was stalled"
+took=$(( $(date +%s) - t1 ))
+kill -0 $tpid 2>/dev/null || fail "the relay's CREATE ended before its remote's timeout: $(cat /tmp/touch.err)"
 scrape
 parked=$(metric chimera_rdma_calls_parked_total)
 [ "$parked" -gt "$parked0" ] || fail "the stalled relay call did not park ($parked0 -> $parked)"
-kill -CONT $rpid
-wait $tpid || fail "the relay's CREATE failed after its remote resumed"
-[ -e /mnt/relay/during ] || fail "the relay's file is missing after its remote resumed"
-umount /mnt/relay; umount /mnt/x
-ok "a relay CREATE parked over RDMA while its remote was stopped; memfs CREATE/WRITE/READ on the same transport answered meanwhile (${took} s); the relay's CREATE completed once the remote resumed"
+# The outage is an I/O error within timeout_ms (15 s), never a hang.
+wait $tpid && fail "the relay's CREATE succeeded against a remote that never answers"
+waited=$(( $(date +%s) - t0 ))
+[ $waited -le 45 ] || fail "the relay's CREATE took $waited s to fail (timeout_ms is 15 s)"
+grep -q 'Input/output error' /tmp/touch.err || fail "the relay's CREATE failed otherwise than with EIO: $(cat /tmp/touch.err)"
+pkill -f "nc -ll -p $REMOTE_PORT" 2>/dev/null; pkill -f "sleep 600" 2>/dev/null
+umount /mnt/relay || umount -f /mnt/relay; umount /mnt/x
+ok "a relay CREATE parked over RDMA while its remote was silent; memfs CREATE/WRITE/READ on the same transport answered meanwhile (${took} s); the relay's CREATE failed with EIO after $waited s (timeout_ms 15 s)"
 grep '^chimera_rdma' /tmp/metrics.txt >/results/rdma-metrics.txt
 
 step hostile
@@ -240,7 +257,7 @@ for t in ib_send_lat ib_read_lat; do
 done
 grep -q 'over rdma' /results/rdma-figures.txt || fail "no RDMA figure recorded"
 
-kill $pid $rpid; wait $pid $rpid 2>/dev/null; pid=""
+kill $pid; wait $pid 2>/dev/null; pid=""
 cp $LOG /results/rdma-chimerad.log
 
 step pnfs
