@@ -200,16 +200,18 @@ pub fn render_rpc(out: &mut String, s: &Snapshot) {
 
 /// Space per mount (every role: a data server's data files fill its own
 /// mounts, which no volume quota covers). A mount whose backend cannot
-/// answer is left out of this scrape rather than failing it. `fsstat` runs on
-/// the scrape thread, as for the admin API's cluster document: a backend
-/// whose fsstat may wait (a future `nfs`-module mount) must answer from a
-/// cached value.
+/// answer is left out of this scrape rather than failing it. The figures
+/// come from `Vfs::fsstat_now` on the scrape thread, as for the admin API's
+/// cluster document: an `nfs`-module mount answers what its remote last
+/// said and asks again on its own workers, so a stalled remote never holds
+/// a scrape.
 pub fn render_mounts(out: &mut String, router: &Router) {
     let stats: Vec<(String, vfs::FsStat)> = router
         .mounts()
         .iter()
         .filter_map(|m| {
-            let s = m.backend.root(m.export_id).and_then(|fh| m.backend.fsstat(&fh)).ok()?;
+            let fh = m.backend.root(m.export_id).ok()?;
+            let s = m.backend.fsstat_now(&fh)?;
             Some((String::from_utf8_lossy(&m.name).into_owned(), s))
         })
         .collect();

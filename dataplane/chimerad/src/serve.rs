@@ -502,9 +502,9 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
         }
         let r = router.clone();
         admin.space = Box::new(move || {
-            r.mounts().iter().fold((0, 0), |(used, avail), m| match m.backend.root(m.export_id).and_then(|fh| m.backend.fsstat(&fh)) {
-                Ok(s) => (used + s.total_bytes.saturating_sub(s.free_bytes), avail + s.avail_bytes),
-                Err(_) => (used, avail),
+            r.mounts().iter().fold((0, 0), |(used, avail), m| match m.backend.root(m.export_id).ok().and_then(|fh| m.backend.fsstat_now(&fh)) {
+                Some(s) => (used + s.total_bytes.saturating_sub(s.free_bytes), avail + s.avail_bytes),
+                None => (used, avail),
             })
         });
         run.admin = Some(Arc::new(admin));

@@ -92,6 +92,11 @@ fn config_b(dir: &Path, a_port: u16) -> PathBuf {
 
 /// `config_b` with `threads` cores.
 fn config_b_on(dir: &Path, a_port: u16, threads: u32) -> PathBuf {
+    config_b_with(dir, a_port, threads, json!({ "enabled": false }))
+}
+
+/// `config_b_on` with the `metrics` section given.
+fn config_b_with(dir: &Path, a_port: u16, threads: u32, metrics: Value) -> PathBuf {
     let v = json!({
         "common": { "log_level": "info" },
         "server": { "bind": "127.0.0.1", "threads": threads, "nfs_port": 0, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0 },
@@ -101,7 +106,7 @@ fn config_b_on(dir: &Path, a_port: u16, threads: u32) -> PathBuf {
         },
         "exports": { "/r": { "path": "/r" }, "/local": { "path": "/local" } },
         "admin": { "bind": "127.0.0.1", "port": 0, "token": "nfsmod-b", "tls": false },
-        "metrics": { "enabled": false }
+        "metrics": metrics
     });
     let cfg = dir.join("b.json");
     std::fs::write(&cfg, v.to_string()).unwrap();
@@ -562,6 +567,69 @@ fn a_stalled_remote_holds_its_calls_not_the_core() {
     });
     let (mut direct, a_root) = connect(&a.nfs, "/m");
     direct.lookup(&a_root, b"g").expect("the CREATE landed on A");
+    drop(b);
+    drop(a);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// GET /metrics from `addr`: (the body, how long it took). Panics when the
+/// scrape does not answer within 5 s.
+fn scrape(addr: &str) -> (String, Duration) {
+    use std::io::{Read, Write};
+    let t = Instant::now();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap_or_else(|e| panic!("the scrape did not answer within 5 s: {e}"));
+    (body, t.elapsed())
+}
+
+/// A remote that stops answering holds neither `/metrics` nor the mount's
+/// space figures in it: the scrape answers at once with what the remote
+/// last said (FSSTAT runs on the mount's workers, never on the scrape
+/// thread), while the mount's own calls wait for the remote.
+#[test]
+fn a_stalled_remote_does_not_hold_a_scrape() {
+    use std::sync::atomic::Ordering;
+    let dir = scratch("scrape");
+    let a = start(&config_a(&dir, 0, None));
+    let r = relay::relay(format!("127.0.0.1:{}", port(&a.nfs)).parse().unwrap());
+    let b = start(&config_b_with(&dir, r.addr.port(), 1, json!({ "bind": "127.0.0.1", "port": 0 })));
+    let metrics = listening(&b.seen, "metrics").to_string();
+    let capacity = |body: &str| body.lines().find(|l| l.starts_with("chimera_mount_capacity_bytes{mount=\"r\"}")).map(str::to_string);
+    // The figures come once the mount has connected (asked at connect, and
+    // again by a scrape that finds them older than a second).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let before = loop {
+        if let Some(l) = capacity(&scrape(&metrics).0) {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "no capacity figure for the nfs mount within 10 s");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let clients: Vec<_> = (0..2).map(|_| connect(&b.nfs, "/r")).collect();
+    r.paused.store(true, Ordering::SeqCst);
+    std::thread::scope(|s| {
+        // Both of the mount's connections wait for A.
+        let waiting: Vec<_> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(i, (mut c, root))| s.spawn(move || c.create(&root, format!("w{i}").as_bytes(), 0o644, true).map(|_| ())))
+            .collect();
+        std::thread::sleep(Duration::from_millis(1300));
+        for round in 0..3 {
+            let (body, took) = scrape(&metrics);
+            assert!(took < Duration::from_millis(500), "scrape {round} took {took:?} while the remote stalled");
+            assert_eq!(capacity(&body).as_deref(), Some(before.as_str()), "the last figures stay in the scrape");
+            assert!(body.contains("chimera_nfs_mount_up{mount=\"r\"}"), "{body}");
+        }
+        assert!(waiting.iter().all(|w| !w.is_finished()), "the mount's calls wait for A");
+        r.paused.store(false, Ordering::SeqCst);
+        for w in waiting {
+            assert_eq!(w.join().unwrap(), Ok(()), "CREATE through B once A answers");
+        }
+    });
     drop(b);
     drop(a);
     std::fs::remove_dir_all(&dir).unwrap();

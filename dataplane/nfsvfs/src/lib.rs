@@ -58,7 +58,7 @@ use client::nfs3::{Fattr, Nfs3, SetAttr as RSetAttr, SetTime as RSetTime, Stable
 use client::{Auth, Limits};
 use proto::nfs3::ftype3;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use vfs::iopool::IoPool;
@@ -76,6 +76,10 @@ const READDIR_BYTES: u32 = 32 << 10;
 const ROOT_INO: u64 = 0;
 const ROOT_GEN: u64 = u64::MAX;
 const MAPPED: u64 = 1 << 63;
+
+/// How old the remote's space figures may be before a report
+/// (`Vfs::fsstat_now`) asks the remote again, on a worker.
+const FSSTAT_REFRESH: Duration = Duration::from_secs(1);
 
 const UNKNOWN: u8 = 0;
 const UP: u8 = 1;
@@ -129,6 +133,10 @@ struct Inner {
     state: AtomicU8,
     notify: Notify,
     stats: Stats,
+    /// The remote's space figures as last seen, and when (for reports).
+    fs_seen: Mutex<Option<(FsStat, Instant)>>,
+    /// A refresh of `fs_seen` is queued or running.
+    fs_refreshing: AtomicBool,
 }
 
 pub struct NfsVfs {
@@ -420,6 +428,22 @@ impl Inner {
         }
     }
 
+    /// FSSTAT on the remote; the figures are kept for reports.
+    fn fsstat(&self, fh: &FileHandle) -> VfsResult<FsStat> {
+        let r = self.remote(fh)?;
+        let s = self.call(|c| c.fsstat(&r))?;
+        let st = FsStat {
+            total_bytes: s.tbytes,
+            free_bytes: s.fbytes,
+            avail_bytes: s.abytes,
+            total_files: s.tfiles,
+            free_files: s.ffiles,
+            avail_files: s.afiles,
+        };
+        *self.fs_seen.lock().unwrap_or_else(|e| e.into_inner()) = Some((st, Instant::now()));
+        Ok(st)
+    }
+
     fn getattr_remote(&self, r: &[u8]) -> VfsResult<Attr> {
         let a = self.call(|c| c.getattr(r))?;
         Ok(self.attr(&a))
@@ -542,11 +566,20 @@ impl NfsVfs {
             state: AtomicU8::new(UNKNOWN),
             notify,
             stats: Stats::default(),
+            fs_seen: Mutex::new(None),
+            fs_refreshing: AtomicBool::new(false),
         });
         let first = inner.clone();
         pool.run(Box::new(move || {
-            let mut slot = first.slots[0].lock().unwrap_or_else(|e| e.into_inner());
-            let _ = first.connect(&mut slot);
+            let connected = {
+                let mut slot = first.slots[0].lock().unwrap_or_else(|e| e.into_inner());
+                first.connect(&mut slot).is_ok()
+            };
+            if connected {
+                // The first space figures for reports.
+                let root = FileHandle { export_id: first.opts.export_id, ino: ROOT_INO, generation: ROOT_GEN };
+                let _ = first.fsstat(&root);
+            }
         }));
         Ok(NfsVfs { inner, pool })
     }
@@ -849,16 +882,31 @@ impl Vfs for NfsVfs {
     }
 
     fn fsstat(&self, fh: &FileHandle) -> VfsResult<FsStat> {
-        let r = self.inner.remote(fh)?;
-        let s = self.inner.call(|c| c.fsstat(&r))?;
-        Ok(FsStat {
-            total_bytes: s.tbytes,
-            free_bytes: s.fbytes,
-            avail_bytes: s.abytes,
-            total_files: s.tfiles,
-            free_files: s.ffiles,
-            avail_files: s.afiles,
-        })
+        self.inner.fsstat(fh)
+    }
+
+    /// The figures the remote last gave (any FSSTAT through this mount, or
+    /// a refresh); older than `FSSTAT_REFRESH`, one refresh is queued on
+    /// the mount's workers (never run here: a stalled remote must not hold
+    /// a scrape). `None` until the remote has answered one.
+    fn fsstat_now(&self, fh: &FileHandle) -> Option<FsStat> {
+        if fh.export_id != self.inner.opts.export_id {
+            return None;
+        }
+        let seen = *self.inner.fs_seen.lock().unwrap_or_else(|e| e.into_inner());
+        let stale = seen.is_none_or(|(_, at)| at.elapsed() >= FSSTAT_REFRESH);
+        if stale && !self.inner.fs_refreshing.swap(true, Ordering::AcqRel) {
+            let inner = self.inner.clone();
+            let fh = *fh;
+            let queued = self.pool.try_run(Box::new(move || {
+                let _ = inner.fsstat(&fh);
+                inner.fs_refreshing.store(false, Ordering::Release);
+            }));
+            if !queued {
+                self.inner.fs_refreshing.store(false, Ordering::Release);
+            }
+        }
+        seen.map(|(s, _)| s)
     }
 
     /// Quotas are the remote's business: it cannot be asked over NFSv3.

@@ -388,6 +388,10 @@ impl Vfs for PnfsVfs {
         self.inner().offload_pool(fh)
     }
 
+    fn fsstat_now(&self, fh: &FileHandle) -> Option<vfs::FsStat> {
+        self.inner().fsstat_now(fh)
+    }
+
     fn remove_tree(&self, dir: &FileHandle, name: &[u8]) -> VfsResult<()> {
         if let Ok((top, a)) = self.inner().lookup(dir, name) {
             if a.ftype == FileType::Directory {

@@ -44,6 +44,12 @@ impl IoPool {
             Err(TrySendError::Full(job)) | Err(TrySendError::Disconnected(job)) => job(),
         }
     }
+
+    /// Queue `job` for a worker, or drop it and return false when the queue
+    /// is full (or the pool is gone): for work whose caller must not wait.
+    pub fn try_run(&self, job: Job) -> bool {
+        self.tx.try_send(job).is_ok()
+    }
 }
 
 /// The job of a parked READ: `read` fills a fresh buffer of `len` bytes on

@@ -431,6 +431,15 @@ pub trait Vfs: Send + Sync {
         None
     }
 
+    /// `fsstat` for reports that must answer at once (`/metrics`, the admin
+    /// API's space figures), on threads that are not a core's. The default
+    /// asks `fsstat`; a backend whose `fsstat` may wait (a remote server)
+    /// answers its last known figures and refreshes them off the caller's
+    /// thread (`None` until it knows any).
+    fn fsstat_now(&self, fh: &FileHandle) -> Option<FsStat> {
+        self.fsstat(fh).ok()
+    }
+
     /// Write verifier: changes whenever unstable data may have been lost
     /// (every restart), so clients know to resend uncommitted writes.
     fn write_verifier(&self) -> [u8; 8];

@@ -419,6 +419,13 @@ impl Vfs for Router {
         }
     }
 
+    fn fsstat_now(&self, fh: &FileHandle) -> Option<crate::FsStat> {
+        match self.target(fh) {
+            Ok(Target::Backend(v)) => v.fsstat_now(fh),
+            _ => self.fsstat(fh).ok(),
+        }
+    }
+
     fn volume_of(&self, fh: &FileHandle) -> VfsResult<Option<Ino>> {
         match self.target(fh)? {
             Target::Pseudo => Ok(None),
