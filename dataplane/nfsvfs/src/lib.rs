@@ -35,7 +35,10 @@
 //! connect is not retried on that connection for `retry_after`: calls fail
 //! fast with `Io` (NFS3ERR_IO / NFS4ERR_IO) while the remote is down,
 //! never hang. `notify` hears the transitions (connected, lost, root
-//! changed).
+//! changed). Reports (`/metrics`, the admin API) take the remote's space
+//! from `Vfs::fsstat_now`: the last FSSTAT figures (asked at connect and by
+//! any FSSTAT through the mount), refreshed on a worker when older than
+//! `FSSTAT_REFRESH`, so a stalled remote never holds them.
 //!
 //! Write verifier. There is no data of ours between the client and the
 //! remote: an UNSTABLE write is unstable on the remote. So the verifier we

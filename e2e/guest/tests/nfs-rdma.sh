@@ -17,9 +17,8 @@
 #              remote is stopped (SIGSTOP) while a CREATE on the relay is in
 #              flight over RDMA: the call parks, and CREATE, WRITE and READ on
 #              the memfs export over the same RDMA transport answer within
-#              5 s (the RDMA loop is not held); once the remote resumes, the
-#              relay's CREATE ends within its timeout_ms (answered, or EIO:
-#              never a hang)
+#              5 s (the RDMA loop is not held), and /metrics answers; once
+#              the remote resumes, the relay's CREATE completes
 #   hostile    chimera-rdma-probe (our raw verbs client) sends a wrong
 #              version, a Read chunk outside its registered memory, more
 #              segments than allowed, a Read chunk over the record limit, more
@@ -196,23 +195,17 @@ parked=$(metric chimera_rdma_calls_parked_total)
 [ "$parked" -gt "$parked0" ] || { kill -CONT $rpid; fail "the stalled relay call did not park ($parked0 -> $parked)"; }
 kill -CONT $rpid
 t2=$(date +%s)
-# Resumed, the remote answers and the CREATE completes; whatever the remote
-# does, the call ends within the mount's timeout_ms (15 s): an answer or
-# EIO, never a hang.
+# Resumed, the remote answers and the CREATE completes (the scrapes above
+# answered from the mount's last space figures: they never wait on it).
 i=0
 while kill -0 $tpid 2>/dev/null; do
   i=$((i + 1))
   [ $i -le 300 ] || fail "the relay's CREATE still hangs 30 s after its remote resumed (timeout_ms is 15 s)"
   sleep 0.1
 done
-if wait $tpid; then
-  [ -e /mnt/relay/during ] || fail "the relay's file is missing after its CREATE succeeded"
-  relay="completed $(( $(date +%s) - t2 )) s after the remote resumed"
-else
-  grep -q 'Input/output error' /tmp/touch.err || fail "the relay's CREATE failed otherwise than with EIO: $(cat /tmp/touch.err)"
-  relay="ended with EIO $(( $(date +%s) - t2 )) s after the remote resumed (its call timed out: $(grep -c 'remote export lost' $LOG) loss logged)"
-  echo "NOTE [rdma parked] the resumed remote did not answer the relay's call within timeout_ms"
-fi
+wait $tpid || fail "the relay's CREATE failed after its remote resumed: $(cat /tmp/touch.err); $(grep 'remote export lost' $LOG | tail -n 1)"
+[ -e /mnt/relay/during ] || fail "the relay's file is missing after its CREATE succeeded"
+relay="completed $(( $(date +%s) - t2 )) s after the remote resumed"
 umount /mnt/relay || umount -f /mnt/relay; umount /mnt/x
 ok "a relay CREATE parked over RDMA while its remote was stopped; memfs CREATE/WRITE/READ on the same transport answered meanwhile (${took} s); the relay's CREATE $relay"
 grep '^chimera_rdma' /tmp/metrics.txt >/results/rdma-metrics.txt
