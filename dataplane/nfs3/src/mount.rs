@@ -100,6 +100,9 @@ impl Mount3Program {
             }
             Err(err) => {
                 let s = match status_of(err) as i32 {
+                    // A backend that cannot reach its storage (an `nfs` mount
+                    // whose remote is away): an I/O error, not "no such export".
+                    v if v == mountstat3::MNT3ERR_IO as i32 => mountstat3::MNT3ERR_IO,
                     v if v == mountstat3::MNT3ERR_NOTDIR as i32 => mountstat3::MNT3ERR_NOTDIR,
                     v if v == mountstat3::MNT3ERR_ACCES as i32 => mountstat3::MNT3ERR_ACCES,
                     v if v == mountstat3::MNT3ERR_NAMETOOLONG as i32 => mountstat3::MNT3ERR_NAMETOOLONG,
