@@ -985,6 +985,8 @@ mod tests {
             state: AtomicU8::new(UP),
             notify: Arc::new(|_, _| {}),
             stats: Stats::default(),
+            fs_seen: Mutex::new(None),
+            fs_refreshing: AtomicBool::new(false),
         }
     }
 
