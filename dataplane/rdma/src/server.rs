@@ -20,7 +20,7 @@
 //! of the registered buffers, which go back at once, and the loop serves
 //! other calls. The call keeps its credit. Its completion comes back
 //! through the loop's eventfd; the call runs again (`Dispatcher::
-//! resume_lending`) with fresh buffers and its reply is sent as any other
+//! resume`) with fresh buffers and its reply is sent as any other
 //! (READ data still by RDMA Write into the call's Write chunk). Parked
 //! calls are bounded by the dispatcher's per-core limits
 //! (`parked_per_core_max`, `parked_bytes_per_core_max`): at the bound, a
@@ -49,9 +49,6 @@ pub const CONN_ID_BIT: u64 = 1 << 62;
 pub const BACKCHANNEL_RECVS: u32 = 4;
 /// Back-channel records waiting for the loop.
 pub const OUTBOX_MAX: usize = 1024;
-/// Room counted for a parked call's resume state beside its record (a
-/// COMPOUND keeps its reply so far; the table's byte bound stays a bound).
-const PARK_STATE_BYTES: usize = 64 << 10;
 /// Completion queue entries per device (clamped to what the device allows).
 const CQ_ENTRIES: i32 = 32767;
 
@@ -1003,7 +1000,7 @@ impl Loop {
             Layout::Whole { len } => len,
             Layout::Spliced { total, .. } => total,
         };
-        if !is_reply && !self.parks.borrow().has_room(record_len + PARK_STATE_BYTES) {
+        if !is_reply && !self.parks.borrow().has_room(record_len) {
             return false;
         }
         if !is_reply {
@@ -1166,7 +1163,7 @@ impl Loop {
             self.scratch = vec![0u8; self.large_size];
         }
         let payload = p.payload.expect("completed");
-        let _ = self.d.resume(&p.info, &p.record, &p.state, payload.as_deref(), &mut self.scratch, p.started);
+        let _ = self.d.resume(&p.info, &p.record, &p.state, payload.as_deref(), &mut self.scratch, p.started, None);
     }
 
     /// Reply to completed parked calls that have buffers to reply from; a
@@ -1203,7 +1200,7 @@ impl Loop {
             let out = self.devices[dev].large_free.pop().expect("checked");
             let obuf = self.devices[dev].large.slice(out as usize * self.large_size, self.large_size);
             let payload = p.payload.expect("ready calls have completed");
-            let o = self.d.resume_lending(&p.info, &p.record, &p.state, payload.as_deref(), obuf, p.started, Some(&self.lender));
+            let o = self.d.resume(&p.info, &p.record, &p.state, payload.as_deref(), obuf, p.started, Some(&self.lender));
             self.call_over(s, false);
             match o {
                 Outcome::Reply(n) => self.reply(s, &p.h, obuf, n, out, send),

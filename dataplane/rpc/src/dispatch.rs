@@ -228,24 +228,11 @@ impl Dispatcher {
     /// Run a parked call again with its completion (`payload`; `None` when
     /// cancelled): `record` and `state` are what it parked with, `started`
     /// when it first arrived (its latency counts the wait). The reply is
-    /// copied, never lent, and the call cannot park twice.
-    pub fn resume(
-        &self,
-        conn: &ConnInfo,
-        record: &[u8],
-        state: &[u8],
-        payload: Option<&(dyn Any + Send)>,
-        out: &mut [u8],
-        started: Instant,
-    ) -> Outcome {
-        self.resume_lending(conn, record, state, payload, out, started, None)
-    }
-
-    /// `resume`, where a READ's data may be marked for direct placement
-    /// (`Lender::mark_ddp`: an RDMA transport moves it with RDMA Writes).
-    /// The data is still copied into `out`; nothing is lent.
+    /// copied, never lent, and the call cannot park twice. With `lender`, a
+    /// READ still marks where its data lies (`Lender::mark_ddp`: an RDMA
+    /// transport moves it with RDMA Writes).
     #[allow(clippy::too_many_arguments)]
-    pub fn resume_lending(
+    pub fn resume(
         &self,
         conn: &ConnInfo,
         record: &[u8],

@@ -766,7 +766,7 @@ impl Loop {
             let payload = p.payload.expect("ready calls have completed");
             let f = c.fill;
             let out = if direct { &mut c.wbuf[f][c.wlen[f]..] } else { &mut self.scratch[..] };
-            let o = self.shared.dispatcher.resume(&c.info, &p.record, &p.state, payload.as_deref(), out, p.started);
+            let o = self.shared.dispatcher.resume(&c.info, &p.record, &p.state, payload.as_deref(), out, p.started, None);
             match o {
                 Outcome::Reply(n) => {
                     if !direct {
@@ -818,7 +818,7 @@ impl Loop {
                     // and an NFSv4 COMPOUND gives its session slot back.
                     let p = self.parks.borrow_mut().remove(i);
                     let payload = p.payload.expect("completed above");
-                    let _ = self.shared.dispatcher.resume(&p.info, &p.record, &p.state, payload.as_deref(), &mut self.scratch[..], p.started);
+                    let _ = self.shared.dispatcher.resume(&p.info, &p.record, &p.state, payload.as_deref(), &mut self.scratch[..], p.started, None);
                     self.conn_lost_park(slot, conn_gen);
                 }
             }
