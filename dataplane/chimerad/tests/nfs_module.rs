@@ -12,7 +12,8 @@
 //!   its port: B serves the mount again (memfs: old handles are stale);
 //! - A on diskfs restarted: a handle B gave out before still reads its data;
 //! - a remote that accepts and never answers: EIO after the timeout;
-//! - a stalled remote holds the calls on its mount, not B's core;
+//! - a stalled remote holds the calls on its mount, not B's core (NFSv3
+//!   calls and NFSv4.1 COMPOUNDs);
 //! - config: remote paths with a port, ports on other modules, bad
 //!   connection counts are refused naming the key.
 //!
@@ -569,6 +570,63 @@ fn a_stalled_remote_holds_its_calls_not_the_core() {
     });
     let (mut direct, a_root) = connect(&a.nfs, "/m");
     direct.lookup(&a_root, b"g").expect("the CREATE landed on A");
+    drop(b);
+    drop(a);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The same over NFSv4.1: a COMPOUND that reaches the stalled mount (a
+/// GETATTR, an OPEN that creates, a WRITE and a READ) moves to the mount's
+/// workers at its first operation there, so another client's COMPOUNDs on
+/// the memfs mount, decoded by the same single core, answer at once —
+/// a LOOKUP from the pseudo-root into the memfs mount too — while the
+/// first waits for A; when A answers it completes, and what it wrote
+/// landed on A.
+#[test]
+fn a_stalled_remote_holds_its_nfs4_compounds_not_the_core() {
+    use client::nfs4::Nfs41;
+    use std::sync::atomic::Ordering;
+    let dir = scratch("stalled4");
+    let a = start(&config_a(&dir, 0, None));
+    let r = relay::relay(format!("127.0.0.1:{}", port(&a.nfs)).parse().unwrap());
+    let b = start(&config_b_on(&dir, r.addr.port(), 1));
+    let mut x = Nfs41::connect(&b.nfs, &Auth::sys(0, 0), limits(), b"stalled4-x").unwrap();
+    let f = x.open("/r", "f", 3, Some(0o644)).unwrap();
+    let mut y = Nfs41::connect(&b.nfs, &Auth::sys(0, 0), limits(), b"stalled4-y").unwrap();
+    let local = y.lookup_path("/local").unwrap();
+    y.getattr(&local).unwrap();
+    r.paused.store(true, Ordering::SeqCst);
+    std::thread::scope(|s| {
+        let remote = s.spawn(|| {
+            let t = Instant::now();
+            let got = (|| {
+                x.getattr(&f.fh)?;
+                let g = x.open("/r", "g", 3, Some(0o644))?;
+                x.write(&g, 0, b"written while A stalled", true)?;
+                let mut back = Vec::new();
+                x.read(&g, 0, 64, &mut back)?;
+                Ok::<_, Error>(back)
+            })();
+            (got, t.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let t = Instant::now();
+        y.getattr(&local).expect("GETATTR on the local mount");
+        y.lookup_path("/local").expect("LOOKUP from the pseudo-root into the local mount");
+        let o = y.open("/local", "x", 3, Some(0o644)).expect("OPEN (create) on the local mount");
+        y.write(&o, 0, b"local", true).expect("WRITE on the local mount");
+        let took = t.elapsed();
+        assert!(took < Duration::from_millis(400), "the local mount's COMPOUNDs took {took:?} while A stalled");
+        assert!(!remote.is_finished(), "the COMPOUNDs on the nfs mount wait for A");
+        std::thread::sleep(Duration::from_millis(700));
+        r.paused.store(false, Ordering::SeqCst);
+        let (got, waited) = remote.join().unwrap();
+        assert_eq!(got.as_deref(), Ok(&b"written while A stalled"[..]), "GETATTR, OPEN, WRITE and READ through B once A answers");
+        assert!(waited >= Duration::from_millis(900), "they waited for A ({waited:?})");
+    });
+    let (mut direct, a_root) = connect(&a.nfs, "/m");
+    let (g, _) = direct.lookup(&a_root, b"g").expect("the OPEN created the file on A");
+    assert_eq!(read_all(&mut direct, &g, 64), b"written while A stalled");
     drop(b);
     drop(a);
     std::fs::remove_dir_all(&dir).unwrap();

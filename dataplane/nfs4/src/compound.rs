@@ -98,6 +98,33 @@ pub(crate) struct Compound<'p> {
     pub lend: Option<&'p rpc::lend::Lender>,
     pub op_at: Option<OpAt>,
     pub resumed: Option<rpc::park::Resumed<'p>>,
+    /// Where a READ run on a worker (no `lend` there) left its data, from
+    /// the COMPOUND4res start: the core marks it when the reply leaves.
+    pub ddp: Option<(usize, usize)>,
+}
+
+/// What a COMPOUND carries to the worker that runs the rest of it
+/// (`offload`): all of `Compound` but its references to the call.
+#[derive(Clone, Copy)]
+struct Carry {
+    conn_id: u64,
+    uid: u32,
+    gid: u32,
+    gids: [u32; GIDS_MAX],
+    ngids: usize,
+    auth_uid: u32,
+    auth_gid: u32,
+    auth_ngids: usize,
+    peer: std::net::IpAddr,
+    cur: Option<FileHandle>,
+    saved: Option<FileHandle>,
+    cur_sid: Option<Stateid>,
+    saved_sid: Option<Stateid>,
+    seq: Option<Seq>,
+    now_ms: u64,
+    minor: u32,
+    numops: u32,
+    request_bytes: usize,
 }
 
 /// How the operation loop ended.
@@ -155,6 +182,117 @@ impl<'p> Compound<'p> {
             lend: ctx.lend,
             op_at: None,
             resumed: None,
+            ddp: None,
+        }
+    }
+
+    fn carry(&self) -> Carry {
+        Carry {
+            conn_id: self.conn_id,
+            uid: self.uid,
+            gid: self.gid,
+            gids: self.gids,
+            ngids: self.ngids,
+            auth_uid: self.auth_uid,
+            auth_gid: self.auth_gid,
+            auth_ngids: self.auth_ngids,
+            peer: self.peer,
+            cur: self.cur,
+            saved: self.saved,
+            cur_sid: self.cur_sid,
+            saved_sid: self.saved_sid,
+            seq: self.seq,
+            now_ms: self.now_ms,
+            minor: self.minor,
+            numops: self.numops,
+            request_bytes: self.request_bytes,
+        }
+    }
+
+    /// The COMPOUND `k` came from, on a worker: it cannot park, lend or
+    /// resume, and its reply starts at 0 of the worker's buffer.
+    fn carried(prog: &'p Nfs4Program, k: Carry) -> Self {
+        Compound {
+            prog,
+            conn_id: k.conn_id,
+            uid: k.uid,
+            gid: k.gid,
+            gids: k.gids,
+            ngids: k.ngids,
+            auth_uid: k.auth_uid,
+            auth_gid: k.auth_gid,
+            auth_ngids: k.auth_ngids,
+            peer: k.peer,
+            cur: k.cur,
+            saved: k.saved,
+            cur_sid: k.cur_sid,
+            saved_sid: k.saved_sid,
+            seq: k.seq,
+            denied: None,
+            error_body_u32: None,
+            now_ms: k.now_ms,
+            minor: k.minor,
+            numops: k.numops,
+            request_bytes: k.request_bytes,
+            reply_start: 0,
+            park: None,
+            lend: None,
+            op_at: None,
+            resumed: None,
+            ddp: None,
+        }
+    }
+
+    /// A READ's data lies at `pos..pos + len` of the reply: the RDMA
+    /// transport may place it by Write chunk (`rpc::lend`). On a worker
+    /// the place is kept for the core to mark.
+    pub fn mark_ddp(&mut self, pos: usize, len: usize) {
+        match self.lend {
+            Some(l) => l.mark_ddp(pos, len),
+            None => self.ddp = Some((pos - self.reply_start, len)),
+        }
+    }
+
+    /// The worker pool operation `opnum` (its arguments at `d`) must run
+    /// on, when its backend waits on another server (`Vfs::offload_pool`:
+    /// an `nfs` mount): the backend of PUTFH's handle, of the current
+    /// filehandle, and for RENAME, LINK, COPY and CLONE of the saved one
+    /// too. Operations that touch only this server's state never move.
+    fn offload_pool(&self, opnum: u32, d: &Decoder<'_>) -> Option<&'p vfs::iopool::IoPool> {
+        use proto::xdr::Xdr;
+        let vfs: &'p dyn vfs::Vfs = &*self.prog.vfs;
+        let op = opnum as i32;
+        let fh = match op {
+            p::OP_PUTFH => FileHandle::from_bytes(p::PUTFH4args::decode(&mut d.clone()).ok()?.object).ok()?,
+            p::OP_SEQUENCE
+            | p::OP_PUTROOTFH
+            | p::OP_PUTPUBFH
+            | p::OP_SAVEFH
+            | p::OP_RESTOREFH
+            | p::OP_GETFH
+            | p::OP_EXCHANGE_ID
+            | p::OP_CREATE_SESSION
+            | p::OP_DESTROY_SESSION
+            | p::OP_DESTROY_CLIENTID
+            | p::OP_BIND_CONN_TO_SESSION
+            | p::OP_BACKCHANNEL_CTL
+            | p::OP_TEST_STATEID
+            | p::OP_FREE_STATEID
+            | p::OP_RECLAIM_COMPLETE
+            | p::OP_OFFLOAD_STATUS
+            | p::OP_OFFLOAD_CANCEL => return None,
+            p::OP_LOOKUP => {
+                let a = p::LOOKUP4args::decode(&mut d.clone()).ok()?;
+                return vfs.offload_pool_at(&self.cur?, a.objname);
+            }
+            _ => self.cur?,
+        };
+        if let Some(pool) = vfs.offload_pool(&fh) {
+            return Some(pool);
+        }
+        match op {
+            p::OP_RENAME | p::OP_LINK | p::OP_COPY | p::OP_CLONE => vfs.offload_pool(&self.saved?),
+            _ => None,
         }
     }
 
@@ -498,6 +636,25 @@ fn resume(
 ) -> Result<(), CallError> {
     let saved = park::unpack(r.state).ok_or(CallError::SystemErr)?;
     let start = e.position();
+    if saved.at.index == park::OFFLOADED {
+        // Ran to its end on a worker (`offload`): its whole reply.
+        let mut c = Compound::new(prog, ctx, args.len(), start);
+        c.seq = saved.seq;
+        let out = match r.payload.and_then(|p| p.downcast_ref::<Offloaded>()) {
+            Some(Ok(t)) if t.reply.len() <= e.remaining() => {
+                e.spare()[..t.reply.len()].copy_from_slice(&t.reply);
+                e.advance(t.reply.len());
+                if let (Some(l), Some((pos, len))) = (ctx.lend, t.ddp) {
+                    l.mark_ddp(start + pos, len);
+                }
+                Ok(Eval::Done)
+            }
+            Some(Err(err)) => Err(*err),
+            // Too long for this reply buffer, or the worker never answered.
+            _ => Err(CallError::SystemErr),
+        };
+        return finish(&c, out, start, e);
+    }
     let room = e.spare();
     if room.len() < saved.reply.len() {
         return Err(CallError::SystemErr);
@@ -532,6 +689,65 @@ fn resume(
     finish(&c, out, start, e)
 }
 
+/// What the worker of an offloaded COMPOUND completes with: its reply (all
+/// of COMPOUND4res) and where a READ left its data in it, or the RPC-level
+/// error to answer.
+type Offloaded = Result<Tail, CallError>;
+
+struct Tail {
+    reply: Vec<u8>,
+    ddp: Option<(usize, usize)>,
+}
+
+/// The COMPOUND reached an operation whose backend waits on another server
+/// (`Compound::offload_pool`): park it and run it from that operation (at
+/// `at`, its arguments from there on in `args`) to its end on `pool`, so
+/// the core goes on serving other calls. The worker's COMPOUND cannot park:
+/// a READ, WRITE or COMMIT later in it waits on the worker too, and a READ
+/// keeps its Write-chunk placement (`Tail::ddp`). The slot of its SEQUENCE
+/// stays busy until the reply leaves (`resume`). False: it could not park
+/// (a bound reached, a long reply so far) and goes on here, inline.
+fn offload(c: &Compound<'_>, at: OpAt, args: &[u8], e: &Encoder<'_>, pool: &vfs::iopool::IoPool) -> bool {
+    let Some(parking) = c.park else { return false };
+    if at.reply_pos > park::SAVED_REPLY_BYTES_MAX {
+        return false;
+    }
+    let so_far = &e.written()[c.reply_start..];
+    let state = park::pack(c, OpAt { index: park::OFFLOADED, ..at }, so_far);
+    let Some(ticket) = parking.park(&state) else { return false };
+    let (prog, carry, args, room) = (c.prog.share(), c.carry(), args.to_vec(), e.remaining());
+    let written = so_far.len();
+    let mut buf = vec![0u8; written + room];
+    buf[..written].copy_from_slice(so_far);
+    pool.run(Box::new(move || {
+        let done: Offloaded = run_offloaded(&prog, carry, at, &args, buf, written);
+        ticket.complete(Box::new(done));
+    }));
+    true
+}
+
+/// On the worker: operations `at.index` on (their arguments `args`), the
+/// reply so far the first `written` bytes of `buf`.
+fn run_offloaded(prog: &Nfs4Program, k: Carry, at: OpAt, args: &[u8], mut buf: Vec<u8>, written: usize) -> Offloaded {
+    let mut c = Compound::carried(prog, k);
+    let mut d = Decoder::new(args);
+    let (r, n) = {
+        let mut e = Encoder::new(&mut buf);
+        e.advance(written);
+        let r = evaluate(&mut c, &mut d, &mut e, 0, at.count_pos, at.index);
+        (r, e.position())
+    };
+    match r {
+        Ok(Eval::Done) => {
+            buf.truncate(n);
+            Ok(Tail { reply: buf, ddp: c.ddp })
+        }
+        // No SEQUENCE runs here (no replay), and nothing parks.
+        Ok(_) => Err(CallError::SystemErr),
+        Err(err) => Err(err),
+    }
+}
+
 /// The operation loop of §16.2, from operation `first` on (0, or where a
 /// parked COMPOUND resumes).
 fn evaluate(
@@ -547,6 +763,7 @@ fn evaluate(
     let mut count = first;
     for i in first..c.numops {
         let args_pos = d.position();
+        let from_here = d.rest();
         let (opnum, opres, short) = match d.u32() {
             Ok(op) if op_known(op, c.minor) => (op, op, false),
             Ok(op) => (op, p::OP_ILLEGAL as u32, false),
@@ -554,6 +771,14 @@ fn evaluate(
             Err(_) => (p::OP_ILLEGAL as u32, p::OP_ILLEGAL as u32, true),
         };
         let op_at = e.position();
+        if i > 0 && opnum == opres && c.park.is_some() && !c.parked() {
+            if let Some(pool) = c.offload_pool(opnum, d) {
+                let at = OpAt { index: i, args_pos, reply_pos: op_at - start, count_pos: count_at - start };
+                if offload(c, at, from_here, e, pool) {
+                    return Ok(Eval::Parked);
+                }
+            }
+        }
         c.op_at = Some(OpAt { index: i, args_pos, reply_pos: op_at - start, count_pos: count_at - start });
         e.u32(opres).map_err(xdr_sys)?;
         let op_status_at = e.reserve(4).map_err(xdr_sys)?;

@@ -144,7 +144,7 @@ impl Config {
 /// The NFSv4.1 program: register with `rpc::Dispatcher`.
 pub struct Nfs4Program {
     vfs: Arc<dyn Vfs>,
-    cfg: Config,
+    cfg: Arc<Config>,
     state: Arc<Mutex<state::State>>,
     clock: Instant,
     /// Added to the clock: lets tests move time forward (leases, grace).
@@ -220,7 +220,7 @@ impl Nfs4Program {
             Arc::new(delegations::Delegations::new(state.clone(), vfs.clone(), callbacks.clone(), clock, skew_ms.clone()));
         Nfs4Program {
             vfs,
-            cfg,
+            cfg: Arc::new(cfg),
             state,
             clock,
             skew_ms,
@@ -230,6 +230,25 @@ impl Nfs4Program {
             offloads: Arc::new(offload::Offloads::new(instance_epoch())),
             layouts: None,
             access: Default::default(),
+        }
+    }
+
+    /// The same program for a worker that runs the rest of a COMPOUND
+    /// (`compound::offload`): every table shared, no lease reaper of its
+    /// own (dropping it stops nothing).
+    pub(crate) fn share(&self) -> Nfs4Program {
+        Nfs4Program {
+            vfs: self.vfs.clone(),
+            cfg: self.cfg.clone(),
+            state: self.state.clone(),
+            clock: self.clock,
+            skew_ms: self.skew_ms.clone(),
+            reaper: None,
+            callbacks: self.callbacks.clone(),
+            delegations: self.delegations.clone(),
+            offloads: self.offloads.clone(),
+            layouts: self.layouts.clone(),
+            access: self.access.clone(),
         }
     }
 

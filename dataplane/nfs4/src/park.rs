@@ -109,6 +109,12 @@ pub(crate) fn pack(c: &Compound<'_>, at: OpAt, reply: &[u8]) -> Vec<u8> {
 /// no operation has this index (`i < numops <= u32::MAX`).
 pub(crate) const DURABLE: u32 = u32::MAX;
 
+/// The operation index of a COMPOUND that runs from one of its operations
+/// to its end on a worker (`compound::offload`): its reply comes whole as
+/// the completion. No operation has this index either: a COMPOUND's
+/// operations take 4 bytes each of a record bounded far below 2^34.
+pub(crate) const OFFLOADED: u32 = u32::MAX - 1;
+
 /// The state of a finished COMPOUND (`reply`: all of it) parked until its
 /// changes are durable.
 pub(crate) fn pack_durable(c: &Compound<'_>, reply: &[u8]) -> Vec<u8> {

@@ -388,6 +388,10 @@ impl Vfs for PnfsVfs {
         self.inner().offload_pool(fh)
     }
 
+    fn offload_pool_at(&self, dir: &FileHandle, name: &[u8]) -> Option<&vfs::iopool::IoPool> {
+        self.inner().offload_pool_at(dir, name)
+    }
+
     fn fsstat_now(&self, fh: &FileHandle) -> Option<vfs::FsStat> {
         self.inner().fsstat_now(fh)
     }

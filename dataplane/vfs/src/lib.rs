@@ -431,6 +431,14 @@ pub trait Vfs: Send + Sync {
         None
     }
 
+    /// `offload_pool` for a LOOKUP of `name` in `dir`, which may reach
+    /// another backend than `dir`'s (a router's pseudo-root looks up the
+    /// root of the mount named, and asks that backend its attributes).
+    fn offload_pool_at(&self, dir: &FileHandle, name: &[u8]) -> Option<&iopool::IoPool> {
+        let _ = name;
+        self.offload_pool(dir)
+    }
+
     /// `fsstat` for reports that must answer at once (`/metrics`, the admin
     /// API's space figures), on threads that are not a core's. The default
     /// asks `fsstat`; a backend whose `fsstat` may wait (a remote server)

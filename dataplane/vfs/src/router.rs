@@ -412,10 +412,24 @@ impl Vfs for Router {
         }
     }
 
+    /// The pseudo-root's listing asks every mount for its root's
+    /// attributes: it waits where any mount does.
     fn offload_pool(&self, fh: &FileHandle) -> Option<&crate::iopool::IoPool> {
         match self.target(fh) {
             Ok(Target::Backend(v)) => v.offload_pool(fh),
-            _ => None,
+            Ok(Target::Pseudo) => self.mounts.iter().find_map(|m| m.backend.offload_pool(&m.backend.root(m.export_id).ok()?)),
+            Err(_) => None,
+        }
+    }
+
+    fn offload_pool_at(&self, dir: &FileHandle, name: &[u8]) -> Option<&crate::iopool::IoPool> {
+        match self.target(dir) {
+            Ok(Target::Backend(v)) => v.offload_pool_at(dir, name),
+            Ok(Target::Pseudo) => {
+                let m = &self.mounts[*self.by_name.get(name)?];
+                m.backend.offload_pool(&m.backend.root(m.export_id).ok()?)
+            }
+            Err(_) => None,
         }
     }
 

@@ -46,9 +46,7 @@ impl Compound<'_> {
         let count = (a.count as usize).min(self.prog.cfg.read_bytes_max as usize).min(room);
         if let Some(r) = self.resumed.take() {
             let (head, n) = read_resumed(&r, count, e)?;
-            if let Some(l) = self.lend {
-                l.mark_ddp(head + 8, n);
-            }
+            self.mark_ddp(head + 8, n);
             return Ok(());
         }
         let fh = self.cur_file()?;
@@ -62,9 +60,7 @@ impl Compound<'_> {
         };
         assert!(n <= count, "backend read more than asked");
         read_ok(e, head, n, eof);
-        if let Some(l) = self.lend {
-            l.mark_ddp(head + 8, n);
-        }
+        self.mark_ddp(head + 8, n);
         Ok(())
     }
 
