@@ -294,7 +294,7 @@ fn dispatcher(
         let r = router.clone();
         let resolve = Arc::new(move |p: &[u8]| r.resolve_path(p));
         d.register(
-            Arc::new(nfs3::Mount3Program::new(mount_exports(cfg), resolve).with_access(access.clone())),
+            Arc::new(nfs3::Mount3Program::new(mount_exports(cfg), resolve).with_access(access.clone()).with_offload(router.clone())),
             "mount3",
             &nfs3::mount::PROC_NAMES,
         );

@@ -534,9 +534,10 @@ fn a_remote_that_never_answers_costs_at_most_the_timeout() {
 
 /// Proves calls on the nfs mount run on the mount's workers, not on B's
 /// core: with one core and A stalled (a relay holding what B sends it), an
-/// NFSv3 GETATTR and then a CREATE on the mount wait, while another
-/// client's GETATTR and CREATE on B's memfs mount, on the same core, are
-/// answered at once; when A answers again, both complete.
+/// NFSv3 GETATTR and then a CREATE on the mount wait, and so does a MOUNT
+/// of it, while another client's GETATTR, CREATE and MOUNT on B's memfs
+/// mount, on the same core, are answered at once; when A answers again,
+/// all complete.
 #[test]
 fn a_stalled_remote_holds_its_calls_not_the_core() {
     use std::sync::atomic::Ordering;
@@ -555,18 +556,23 @@ fn a_stalled_remote_holds_its_calls_not_the_core() {
             let got = c.getattr(&f).map(|_| ()).and_then(|_| c.create(&root, b"g", 0o644, true).map(|_| ()));
             (got, t.elapsed())
         });
+        // MOUNT of the nfs mount asks A for its root's attributes.
+        let mounting = s.spawn(|| Nfs3::connect(&b.nfs, &Auth::sys(0, 0), limits()).unwrap().mount("/r").map(|_| ()));
         std::thread::sleep(Duration::from_millis(300));
         let t = Instant::now();
         cl.getattr(&local).expect("GETATTR on the local mount");
         cl.create(&local, b"x", 0o644, true).expect("CREATE on the local mount");
+        connect(&b.nfs, "/local");
         let took = t.elapsed();
-        assert!(took < Duration::from_millis(400), "the local mount's calls took {took:?} while A stalled");
+        assert!(took < Duration::from_millis(400), "the local mount's calls (and a MOUNT of it) took {took:?} while A stalled");
         assert!(!remote.is_finished(), "the calls on the nfs mount wait for A");
+        assert!(!mounting.is_finished(), "the MOUNT of the nfs mount waits for A");
         std::thread::sleep(Duration::from_millis(700));
         r.paused.store(false, Ordering::SeqCst);
         let (got, waited) = remote.join().unwrap();
         assert_eq!(got, Ok(()), "GETATTR and CREATE through B once A answers");
         assert!(waited >= Duration::from_millis(900), "they waited for A ({waited:?})");
+        assert_eq!(mounting.join().unwrap(), Ok(()), "the MOUNT once A answers");
     });
     let (mut direct, a_root) = connect(&a.nfs, "/m");
     direct.lookup(&a_root, b"g").expect("the CREATE landed on A");

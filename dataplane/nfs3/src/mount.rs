@@ -5,9 +5,10 @@ use crate::status_of;
 use proto::mount3::*;
 use proto::xdr::{Decoder, Encoder, Xdr};
 use rpc::{Auth, CallContext, CallError, Program};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use vfs::clients::AccessTable;
-use vfs::{FileHandle, VfsResult};
+use vfs::{FileHandle, Vfs, VfsResult};
 
 pub const PROC_NAMES: [&str; 6] = ["null", "mnt", "dump", "umnt", "umntall", "export"];
 
@@ -24,12 +25,21 @@ pub struct Export {
 
 type Resolve = dyn Fn(&[u8]) -> VfsResult<FileHandle> + Send + Sync;
 
+/// Cheap to clone: a call that runs on a worker takes its own.
+#[derive(Clone)]
 pub struct Mount3Program {
-    exports: Vec<Export>,
+    exports: Arc<[Export]>,
     resolve: Arc<Resolve>,
-    mounts: Mutex<Vec<(String, Vec<u8>)>>,
+    mounts: Arc<Mutex<Vec<(String, Vec<u8>)>>>,
     access: Arc<AccessTable>,
+    /// The router `resolve` walks, asked where a path's first component
+    /// waits (`with_offload`).
+    router: Option<Arc<dyn Vfs>>,
 }
+
+/// What MNT or EXPORT run on a worker completes with: its result bytes, or
+/// the RPC-level error to answer.
+type Offloaded = Result<Vec<u8>, CallError>;
 
 const AUTH_NONE: i32 = 0;
 const AUTH_SYS: i32 = 1;
@@ -37,7 +47,45 @@ const AUTH_SYS: i32 = 1;
 impl Mount3Program {
     /// `resolve` maps a namespace path ("/share/dir") to a handle.
     pub fn new(exports: Vec<Export>, resolve: Arc<Resolve>) -> Self {
-        Mount3Program { exports, resolve, mounts: Mutex::new(Vec::new()), access: Arc::new(AccessTable::new()) }
+        Mount3Program { exports: exports.into(), resolve, mounts: Default::default(), access: Arc::new(AccessTable::new()), router: None }
+    }
+
+    /// MNT and EXPORT resolve paths through `router` (the one `resolve`
+    /// walks). Where a path's mount waits on another server (an `nfs`
+    /// mount: `Vfs::offload_pool_at` of its first component), the call
+    /// parks and resolves on that mount's workers, so a remote that is slow
+    /// or away holds the MOUNT call, not the core that decoded it.
+    pub fn with_offload(mut self, router: Arc<dyn Vfs>) -> Self {
+        self.router = Some(router);
+        self
+    }
+
+    /// The pool a call of `proc_num` must resolve its paths on, if any.
+    fn offload_pool(&self, proc_num: u32, args: &[u8]) -> Option<&vfs::iopool::IoPool> {
+        let router = self.router.as_deref()?;
+        let first = |path: &[u8]| -> Option<Vec<u8>> {
+            path.split(|&c| c == b'/').find(|c| !c.is_empty() && *c != b".").map(<[u8]>::to_vec)
+        };
+        let pool_of = |path: &[u8]| first(path).and_then(|c| router.offload_pool_at(&vfs::router::PSEUDO_ROOT, &c));
+        match proc_num {
+            MOUNTPROC3_MNT => pool_of(&self.translate(dirpath(args).ok()?)?),
+            MOUNTPROC3_EXPORT => self.exports.iter().find_map(|x| pool_of(&x.path)),
+            _ => None,
+        }
+    }
+
+    /// Park the call and run it on `pool`; false: it could not park.
+    fn offload(&self, ctx: &CallContext<'_>, args: &[u8], e: &Encoder<'_>, pool: &vfs::iopool::IoPool) -> bool {
+        let Some(ticket) = ctx.park.and_then(|k| k.park(&[])) else { return false };
+        let (me, proc_num, peer, args) = (self.clone(), ctx.proc_num, ctx.peer.ip(), args.to_vec());
+        let room = e.remaining().min(OFFLOADED_REPLY_BYTES_MAX);
+        pool.run(Box::new(move || {
+            let mut buf = vec![0u8; room];
+            let mut out = Encoder::new(&mut buf);
+            let done: Offloaded = me.serve(proc_num, peer, &args, &mut out).map(|()| out.written().to_vec());
+            ticket.complete(Box::new(done));
+        }));
+        true
     }
 
     /// Export access rules: MNT answers MNT3ERR_ACCES to a client they do
@@ -51,7 +99,7 @@ impl Mount3Program {
     /// The namespace path a client's dirpath names, if it is inside an export.
     fn translate(&self, dirpath: &[u8]) -> Option<Vec<u8>> {
         let want = trim_slashes(dirpath);
-        for x in &self.exports {
+        for x in self.exports.iter() {
             let name = trim_slashes(&x.name);
             let rest = if want == name {
                 Some(&b""[..])
@@ -73,18 +121,18 @@ impl Mount3Program {
     }
 
     /// §5.2.1 MNT
-    fn mnt(&self, ctx: &CallContext<'_>, dirpath: &[u8], e: &mut Encoder<'_>) -> Result<(), CallError> {
+    fn mnt(&self, peer: IpAddr, dirpath: &[u8], e: &mut Encoder<'_>) -> Result<(), CallError> {
         let Some(path) = self.translate(dirpath) else {
             return e.i32(mountstat3::MNT3ERR_NOENT as i32).map_err(|_| CallError::SystemErr);
         };
         match (self.resolve)(&path) {
-            Ok(fh) if self.access.check_fh(&fh, ctx.peer.ip()).is_none() => {
+            Ok(fh) if self.access.check_fh(&fh, peer).is_none() => {
                 e.i32(mountstat3::MNT3ERR_ACCES as i32).map_err(|_| CallError::SystemErr)
             }
             Ok(fh) => {
                 {
                     let mut m = self.mounts.lock().unwrap();
-                    let host = ctx.peer.ip().to_string();
+                    let host = peer.to_string();
                     if !m.iter().any(|(h, d)| *h == host && d == dirpath) {
                         if m.len() >= MOUNT_LIST_MAX {
                             m.remove(0);
@@ -126,16 +174,16 @@ impl Mount3Program {
     }
 
     /// §5.2.3 UMNT / §5.2.4 UMNTALL
-    fn umnt(&self, ctx: &CallContext<'_>, dirpath: Option<&[u8]>) {
-        let host = ctx.peer.ip().to_string();
+    fn umnt(&self, peer: IpAddr, dirpath: Option<&[u8]>) {
+        let host = peer.to_string();
         self.mounts.lock().unwrap().retain(|(h, d)| !(*h == host && dirpath.is_none_or(|p| p == d.as_slice())));
     }
 
     /// §5.2.5 EXPORT: the exports this client may mount (empty group
     /// list: the rules are by address and stay the server's).
-    fn export(&self, ctx: &CallContext<'_>, e: &mut Encoder<'_>) -> Result<(), XdrErr> {
-        for x in &self.exports {
-            let admitted = (self.resolve)(&x.path).map_or(true, |fh| self.access.check(fh.export_id, ctx.peer.ip()).is_some());
+    fn export(&self, peer: IpAddr, e: &mut Encoder<'_>) -> Result<(), XdrErr> {
+        for x in self.exports.iter() {
+            let admitted = (self.resolve)(&x.path).map_or(true, |fh| self.access.check(fh.export_id, peer).is_some());
             if !admitted {
                 continue;
             }
@@ -170,20 +218,48 @@ impl Program for Mount3Program {
     }
     fn call(&self, ctx: &CallContext<'_>, args: &[u8], e: &mut Encoder<'_>) -> Result<(), CallError> {
         let _ = matches!(ctx.auth, Auth::None);
+        if let Some(r) = ctx.resumed {
+            // Ran on a worker (`offload`): its result.
+            return match r.payload.and_then(|p| p.downcast_ref::<Offloaded>()) {
+                Some(Ok(bytes)) => e.opaque_fixed(bytes).map_err(|_| CallError::SystemErr),
+                Some(Err(err)) => Err(*err),
+                // The worker never answered.
+                None if ctx.proc_num == MOUNTPROC3_MNT => e.i32(mountstat3::MNT3ERR_IO as i32).map_err(|_| CallError::SystemErr),
+                None => Err(CallError::SystemErr),
+            };
+        }
+        if ctx.park.is_some() {
+            if let Some(pool) = self.offload_pool(ctx.proc_num, args) {
+                if self.offload(ctx, args, e, pool) {
+                    return Ok(());
+                }
+            }
+        }
+        self.serve(ctx.proc_num, ctx.peer.ip(), args, e)
+    }
+}
+
+/// Result room MNT or EXPORT get on a worker (MNT: a status, a handle and
+/// two flavors; EXPORT: the export list).
+const OFFLOADED_REPLY_BYTES_MAX: usize = 256 << 10;
+
+impl Mount3Program {
+    /// One procedure, here or on a worker.
+    fn serve(&self, proc_num: u32, peer: IpAddr, args: &[u8], e: &mut Encoder<'_>) -> Result<(), CallError> {
         let sys = |r: Result<(), XdrErr>| r.map_err(|_| CallError::SystemErr);
-        match ctx.proc_num {
+        match proc_num {
             MOUNTPROC3_NULL => Ok(()),
-            MOUNTPROC3_MNT => self.mnt(ctx, dirpath(args)?, e),
+            MOUNTPROC3_MNT => self.mnt(peer, dirpath(args)?, e),
             MOUNTPROC3_DUMP => sys(self.dump(e)),
             MOUNTPROC3_UMNT => {
-                self.umnt(ctx, Some(dirpath(args)?));
+                self.umnt(peer, Some(dirpath(args)?));
                 Ok(())
             }
             MOUNTPROC3_UMNTALL => {
-                self.umnt(ctx, None);
+                self.umnt(peer, None);
                 Ok(())
             }
-            MOUNTPROC3_EXPORT => sys(self.export(ctx, e)),
+            MOUNTPROC3_EXPORT => sys(self.export(peer, e)),
             _ => Err(CallError::ProcUnavail),
         }
     }
