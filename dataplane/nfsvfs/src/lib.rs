@@ -24,11 +24,11 @@
 //! for one. Every remote call is bounded by `timeout` (the client's
 //! per-call timeout), connecting too. READ, WRITE and COMMIT park the call
 //! (`Later`) and run on a pool of `connections` workers (`vfs::iopool`);
-//! metadata calls run there too, whole: `Vfs::offload_pool` names the pool
-//! and NFSv3 parks every procedure on this mount and runs it on a worker.
-//! So a slow remote holds the calls that wait on it, not a core's loop.
-//! NFSv4 COMPOUNDs still call the remote from their core (a COMPOUND cannot
-//! yet move to a worker): a core may wait up to `timeout` there.
+//! metadata calls run there too, whole: `Vfs::offload_pool` names the pool;
+//! NFSv3 parks every procedure on this mount and runs it on a worker, an
+//! NFSv4.1 COMPOUND runs there from its first operation on this mount to
+//! its end, and MOUNT resolves a path into it there. So a slow remote
+//! holds the calls that wait on it, not a core's loop.
 //!
 //! Outages. A lost connection (the remote closed it, a call timed out) is
 //! dropped; the next call on it reconnects and MOUNTs again. A failed
