@@ -13,12 +13,15 @@
 #              WRITEs, COMMITs and metadata log flushes park
 #              (chimera_rdma_calls_parked_total grows) and their replies
 #              still carry READ data in Write chunks
-#   parked     an `nfs` mount (relay) of a second chimerad in the guest; that
-#              remote is stopped (SIGSTOP) while a CREATE on the relay is in
-#              flight over RDMA: the call parks, and CREATE, WRITE and READ on
-#              the memfs export over the same RDMA transport answer within
-#              5 s (the RDMA loop is not held), and /metrics answers; once
-#              the remote resumes, the relay's CREATE completes
+#   parked     an `nfs` mount (relay) of a second chimerad in the guest, at
+#              vers=3 and vers=4.1: 4 MiB read back cold through it come in
+#              Write chunks (at 4.1 from COMPOUNDs run on the mount's
+#              workers); that remote is stopped (SIGSTOP) while a CREATE
+#              (4.1: an OPEN) on the relay is in flight over RDMA: the call
+#              parks, and CREATE, WRITE and READ on the memfs export over the
+#              same RDMA transport answer within 5 s (the RDMA loop is not
+#              held), and /metrics answers; once the remote resumes, the
+#              relay's CREATE completes
 #   hostile    chimera-rdma-probe (our raw verbs client) sends a wrong
 #              version, a Read chunk outside its registered memory, more
 #              segments than allowed, a Read chunk over the record limit, more
@@ -166,48 +169,63 @@ until grep -q '"msg":"started"' /tmp/remote.log; do
   sleep 0.1
 done
 mkdir -p /mnt/x /mnt/relay
-mount -t nfs -o vers=3,proto=rdma,port=$RPORT,mountport=$MPORT,mountproto=tcp,nolock $ADDR:/export /mnt/x || fail "mount /export over RDMA"
-mount -t nfs -o vers=3,proto=rdma,port=$RPORT,mountport=$MPORT,mountproto=tcp,nolock $ADDR:/relay /mnt/relay || fail "mount /relay over RDMA"
-echo warm >/mnt/relay/warm && [ "$(cat /mnt/relay/warm)" = warm ] || fail "the relay mount does not work before the stall"
-grep -q 'xprt:[[:space:]]*rdma' /proc/self/mountstats || fail "the mounts are not on rdma"
-# The remote stops answering: SIGSTOP (its socket still takes the call).
-scrape
-parked0=$(metric chimera_rdma_calls_parked_total)
-kill -STOP $rpid
-touch /mnt/relay/during 2>/tmp/touch.err &
-tpid=$!
-sleep 2
-kill -0 $tpid 2>/dev/null || { kill -CONT $rpid; fail "the relay's CREATE ended while its remote was stopped: $(cat /tmp/touch.err)"; }
-t1=$(date +%s)
-( echo during >/mnt/x/during && cat /mnt/x/during >/dev/null && ls /mnt/x >/dev/null ) &
-xpid=$!
-i=0
-while kill -0 $xpid 2>/dev/null; do
-  i=$((i + 1))
-  [ $i -le 50 ] || { kill -CONT $rpid; fail "a memfs CREATE/WRITE/READ over RDMA waited more than 5 s while a relay call was stalled: the RDMA loop was held"; }
-  sleep 0.1
+for v in 3 4.1; do
+  case $v in
+    3) opts="vers=3,proto=rdma,port=$RPORT,mountport=$MPORT,mountproto=tcp,nolock" ;;
+    *) opts="vers=$v,proto=rdma,port=$RPORT" ;;
+  esac
+  mount -t nfs -o "$opts" $ADDR:/export /mnt/x || fail "mount /export over RDMA at vers=$v"
+  mount -t nfs -o "$opts" $ADDR:/relay /mnt/relay || fail "mount /relay over RDMA at vers=$v"
+  echo warm >/mnt/relay/warm && [ "$(cat /mnt/relay/warm)" = warm ] || fail "the relay mount does not work before the stall at vers=$v"
+  grep -q 'xprt:[[:space:]]*rdma' /proc/self/mountstats || fail "the mounts are not on rdma"
+  # 4 MiB through the relay and read back cold: 1 MiB READs whose data
+  # leaves through Write chunks (at 4.1 they run on the mount's workers,
+  # and the core places their data from the worker's reply).
+  dd if=/dev/urandom of=/tmp/big bs=1M count=4 2>/dev/null
+  cp /tmp/big /mnt/relay/big-$v || fail "writing 4 MiB through the relay at vers=$v"
+  scrape; writes0=$(metric chimera_rdma_rdma_writes_total)
+  echo 3 >/proc/sys/vm/drop_caches
+  [ "$(sha256sum </mnt/relay/big-$v)" = "$(sha256sum </tmp/big)" ] || fail "4 MiB read back through the relay differ at vers=$v"
+  scrape; writes=$(metric chimera_rdma_rdma_writes_total)
+  [ $((writes - writes0)) -ge 4 ] || fail "the relay's 1 MiB READs did not reply through Write chunks at vers=$v ($writes0 -> $writes RDMA Writes)"
+  # The remote stops answering: SIGSTOP (its socket still takes the call).
+  parked0=$(metric chimera_rdma_calls_parked_total)
+  kill -STOP $rpid
+  touch /mnt/relay/during-$v 2>/tmp/touch.err &
+  tpid=$!
+  sleep 2
+  kill -0 $tpid 2>/dev/null || { kill -CONT $rpid; fail "the relay's CREATE ended while its remote was stopped at vers=$v: $(cat /tmp/touch.err)"; }
+  t1=$(date +%s)
+  ( echo during >/mnt/x/during-$v && cat /mnt/x/during-$v >/dev/null && ls /mnt/x >/dev/null ) &
+  xpid=$!
+  i=0
+  while kill -0 $xpid 2>/dev/null; do
+    i=$((i + 1))
+    [ $i -le 50 ] || { kill -CONT $rpid; fail "a memfs CREATE/WRITE/READ over RDMA waited more than 5 s while a relay call was stalled at vers=$v: the RDMA loop was held"; }
+    sleep 0.1
+  done
+  wait $xpid || { kill -CONT $rpid; fail "the memfs calls over RDMA failed while the relay was stalled at vers=$v"; }
+  took=$(( $(date +%s) - t1 ))
+  kill -0 $tpid 2>/dev/null || { kill -CONT $rpid; fail "the relay's CREATE ended while its remote was stopped at vers=$v: $(cat /tmp/touch.err)"; }
+  scrape
+  parked=$(metric chimera_rdma_calls_parked_total)
+  [ "$parked" -gt "$parked0" ] || { kill -CONT $rpid; fail "the stalled relay call did not park at vers=$v ($parked0 -> $parked)"; }
+  kill -CONT $rpid
+  t2=$(date +%s)
+  # Resumed, the remote answers and the CREATE completes (the scrapes above
+  # answered from the mount's last space figures: they never wait on it).
+  i=0
+  while kill -0 $tpid 2>/dev/null; do
+    i=$((i + 1))
+    [ $i -le 300 ] || fail "the relay's CREATE still hangs 30 s after its remote resumed at vers=$v (timeout_ms is 15 s)"
+    sleep 0.1
+  done
+  wait $tpid || fail "the relay's CREATE failed after its remote resumed at vers=$v: $(cat /tmp/touch.err); $(grep 'remote export lost' $LOG | tail -n 1)"
+  [ -e /mnt/relay/during-$v ] || fail "the relay's file is missing after its CREATE succeeded at vers=$v"
+  relay="completed $(( $(date +%s) - t2 )) s after the remote resumed"
+  umount /mnt/relay || umount -f /mnt/relay; umount /mnt/x
+  ok "vers=$v: a relay CREATE parked over RDMA while its remote was stopped; memfs CREATE/WRITE/READ on the same transport answered meanwhile (${took} s); the relay's CREATE $relay; 4 MiB read back through the relay in $((writes - writes0)) RDMA Writes"
 done
-wait $xpid || { kill -CONT $rpid; fail "the memfs calls over RDMA failed while the relay was stalled"; }
-took=$(( $(date +%s) - t1 ))
-kill -0 $tpid 2>/dev/null || { kill -CONT $rpid; fail "the relay's CREATE ended while its remote was stopped: $(cat /tmp/touch.err)"; }
-scrape
-parked=$(metric chimera_rdma_calls_parked_total)
-[ "$parked" -gt "$parked0" ] || { kill -CONT $rpid; fail "the stalled relay call did not park ($parked0 -> $parked)"; }
-kill -CONT $rpid
-t2=$(date +%s)
-# Resumed, the remote answers and the CREATE completes (the scrapes above
-# answered from the mount's last space figures: they never wait on it).
-i=0
-while kill -0 $tpid 2>/dev/null; do
-  i=$((i + 1))
-  [ $i -le 300 ] || fail "the relay's CREATE still hangs 30 s after its remote resumed (timeout_ms is 15 s)"
-  sleep 0.1
-done
-wait $tpid || fail "the relay's CREATE failed after its remote resumed: $(cat /tmp/touch.err); $(grep 'remote export lost' $LOG | tail -n 1)"
-[ -e /mnt/relay/during ] || fail "the relay's file is missing after its CREATE succeeded"
-relay="completed $(( $(date +%s) - t2 )) s after the remote resumed"
-umount /mnt/relay || umount -f /mnt/relay; umount /mnt/x
-ok "a relay CREATE parked over RDMA while its remote was stopped; memfs CREATE/WRITE/READ on the same transport answered meanwhile (${took} s); the relay's CREATE $relay"
 grep '^chimera_rdma' /tmp/metrics.txt >/results/rdma-metrics.txt
 
 step hostile
