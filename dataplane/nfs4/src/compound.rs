@@ -98,8 +98,9 @@ pub(crate) struct Compound<'p> {
     pub lend: Option<&'p rpc::lend::Lender>,
     pub op_at: Option<OpAt>,
     pub resumed: Option<rpc::park::Resumed<'p>>,
-    /// Where a READ run on a worker (no `lend` there) left its data, from
-    /// the COMPOUND4res start: the core marks it when the reply leaves.
+    /// Where a READ left its data, from the COMPOUND4res start, kept
+    /// through a park (`park::pack`) and a worker (`offload`, no `lend`
+    /// there): the core marks it again when the reply leaves.
     pub ddp: Option<(usize, usize)>,
 }
 
@@ -125,6 +126,7 @@ struct Carry {
     minor: u32,
     numops: u32,
     request_bytes: usize,
+    ddp: Option<(usize, usize)>,
 }
 
 /// How the operation loop ended.
@@ -206,6 +208,7 @@ impl<'p> Compound<'p> {
             minor: self.minor,
             numops: self.numops,
             request_bytes: self.request_bytes,
+            ddp: self.ddp,
         }
     }
 
@@ -239,18 +242,18 @@ impl<'p> Compound<'p> {
             lend: None,
             op_at: None,
             resumed: None,
-            ddp: None,
+            ddp: k.ddp,
         }
     }
 
     /// A READ's data lies at `pos..pos + len` of the reply: the RDMA
-    /// transport may place it by Write chunk (`rpc::lend`). On a worker
-    /// the place is kept for the core to mark.
+    /// transport may place it by Write chunk (`rpc::lend`). The place is
+    /// kept too, for a reply that leaves after a park or from a worker.
     pub fn mark_ddp(&mut self, pos: usize, len: usize) {
-        match self.lend {
-            Some(l) => l.mark_ddp(pos, len),
-            None => self.ddp = Some((pos - self.reply_start, len)),
+        if let Some(l) = self.lend {
+            l.mark_ddp(pos, len);
         }
+        self.ddp = Some((pos - self.reply_start, len));
     }
 
     /// The worker pool operation `opnum` (its arguments at `d`) must run
@@ -661,6 +664,10 @@ fn resume(
     }
     room[..saved.reply.len()].copy_from_slice(saved.reply);
     e.advance(saved.reply.len());
+    // A READ before the park placed its data (the mark is in the reply kept).
+    if let (Some(l), Some((pos, len))) = (ctx.lend, saved.ddp) {
+        l.mark_ddp(start + pos, len);
+    }
     if saved.at.index == park::DURABLE {
         // Finished before it parked (`when_durable`): only the flush was left.
         let mut c = Compound::new(prog, ctx, args.len(), start);
@@ -676,6 +683,7 @@ fn resume(
     c.cur_sid = saved.cur_sid;
     c.saved_sid = saved.saved_sid;
     c.seq = saved.seq;
+    c.ddp = saved.ddp;
     c.resumed = ctx.resumed;
     let mut d = Decoder::new(args);
     d.skip(saved.at.args_pos).map_err(|_| CallError::SystemErr)?;
@@ -858,5 +866,112 @@ impl Compound<'_> {
             e.u32(w)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn prog() -> Nfs4Program {
+        let fs = Arc::new(vfs::memfs::MemFs::new(vfs::memfs::MemFsConfig { export_id: 1, capacity_bytes: 1 << 20 }));
+        Nfs4Program::new_without_reaper(fs, crate::Config { root_export: 1, grace_time_s: 0, ..crate::Config::default() })
+    }
+
+    fn ctx<'a>(lend: Option<&'a rpc::lend::Lender>, resumed: Option<rpc::park::Resumed<'a>>) -> CallContext<'a> {
+        CallContext {
+            xid: 1,
+            prog: p::NFS4_PROGRAM,
+            vers: 4,
+            proc_num: 1,
+            auth: Auth::None,
+            conn_id: 1,
+            peer: "127.0.0.1:700".parse().unwrap(),
+            core: 0,
+            lend,
+            park: None,
+            resumed,
+        }
+    }
+
+    /// COMPOUND4args with an empty tag and no operations (all a resumed
+    /// DURABLE or OFFLOADED COMPOUND reads of its arguments).
+    const ARGS: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0];
+    /// Where COMPOUND4res starts in the resumed call's reply buffer (the
+    /// RPC reply header before it).
+    const AT: usize = 24;
+
+    /// A COMPOUND4res of `len` bytes: NFS4_OK, empty tag, `len / 4 - 3` words.
+    fn reply(len: usize) -> Vec<u8> {
+        let mut r = vec![0u8; len];
+        r[8..12].copy_from_slice(&((len / 4 - 3) as u32).to_be_bytes());
+        r
+    }
+
+    /// A READ's Write-chunk placement survives a park for the COMPOUND's log
+    /// flush: the resumed reply marks the same bytes (from where its
+    /// COMPOUND4res now starts), so an RDMA reply still places the data by
+    /// Write chunk instead of needing room inline.
+    #[test]
+    fn a_read_keeps_its_write_chunk_mark_through_a_durable_park() {
+        let prog = prog();
+        let c0 = ctx(None, None);
+        let mut c = Compound::new(&prog, &c0, ARGS.len(), 0);
+        c.ddp = Some((40, 100));
+        let state = park::pack_durable(&c, &reply(200));
+        let synced: vfs::VfsResult<()> = Ok(());
+        let lender = rpc::lend::Lender::new();
+        let resumed = rpc::park::Resumed { state: &state, payload: Some(&synced) };
+        let mut buf = vec![0u8; 4096];
+        let mut e = Encoder::new(&mut buf);
+        e.advance(AT);
+        run(&prog, &ctx(Some(&lender), Some(resumed)), &ARGS, &mut e).unwrap();
+        assert_eq!(e.position(), AT + 200, "the whole reply kept");
+        assert_eq!(lender.take_ddp(), Some((AT + 40, 100)));
+    }
+
+    /// A park state whose placement lies outside its reply is not ours.
+    #[test]
+    fn a_placement_outside_the_kept_reply_is_refused() {
+        let prog = prog();
+        let c0 = ctx(None, None);
+        let mut c = Compound::new(&prog, &c0, ARGS.len(), 0);
+        c.ddp = Some((150, 100));
+        assert!(park::unpack(&park::pack_durable(&c, &reply(200))).is_none());
+        c.ddp = Some((usize::MAX - 1, 8));
+        assert!(park::unpack(&park::pack_durable(&c, &reply(200))).is_none());
+        c.ddp = Some((100, 100));
+        assert_eq!(park::unpack(&park::pack_durable(&c, &reply(200))).map(|s| s.ddp), Some(Some((100, 100))));
+    }
+
+    /// A COMPOUND that ran to its end on a worker: the core sends the
+    /// worker's reply whole, marks the READ data the worker placed, and
+    /// answers SYSTEM_ERR for a worker that never answered (a dropped
+    /// ticket) or a reply longer than the buffer.
+    #[test]
+    fn an_offloaded_reply_leaves_whole_with_its_mark() {
+        let prog = prog();
+        let c0 = ctx(None, None);
+        let c = Compound::new(&prog, &c0, ARGS.len(), 0);
+        let so_far = reply(16);
+        let state = park::pack(&c, OpAt { index: park::OFFLOADED, args_pos: 0, reply_pos: 16, count_pos: 8 }, &so_far);
+        let done: Offloaded = Ok(Tail { reply: reply(300), ddp: Some((60, 200)) });
+        let lender = rpc::lend::Lender::new();
+        let mut buf = vec![0u8; 4096];
+        let mut e = Encoder::new(&mut buf);
+        e.advance(AT);
+        let resumed = rpc::park::Resumed { state: &state, payload: Some(&done) };
+        run(&prog, &ctx(Some(&lender), Some(resumed)), &ARGS, &mut e).unwrap();
+        assert_eq!(e.written()[AT..], reply(300)[..]);
+        assert_eq!(lender.take_ddp(), Some((AT + 60, 200)));
+
+        for payload in [None, Some(&done as &(dyn std::any::Any + Send))] {
+            let mut small = vec![0u8; AT + 100];
+            let mut e = Encoder::new(&mut small);
+            e.advance(AT);
+            let resumed = rpc::park::Resumed { state: &state, payload };
+            assert_eq!(run(&prog, &ctx(None, Some(resumed)), &ARGS, &mut e), Err(CallError::SystemErr));
+        }
     }
 }

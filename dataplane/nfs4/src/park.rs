@@ -2,8 +2,9 @@
 //! go on when the backend's completion comes back — its position (the
 //! operation's index and where its op number sits in the arguments), the
 //! current and saved filehandles and stateids, the SEQUENCE it holds (its
-//! slot stays busy while parked: a retransmission gets NFS4ERR_DELAY), and
-//! the reply written so far (header, tag and the earlier operations'
+//! slot stays busy while parked: a retransmission gets NFS4ERR_DELAY), where
+//! a READ before the park left its data (an RDMA reply places it by Write
+//! chunk), and the reply written so far (header, tag and the earlier operations'
 //! results). The COMPOUND resumes by re-decoding the parked operation,
 //! which takes the completion instead of calling the backend, then
 //! evaluates the remaining operations as usual.
@@ -37,6 +38,8 @@ pub(crate) struct Saved<'s> {
     pub cur_sid: Option<Stateid>,
     pub saved_sid: Option<Stateid>,
     pub seq: Option<Seq>,
+    /// Where a READ before the park left its data (`Compound::ddp`).
+    pub ddp: Option<(usize, usize)>,
     /// The reply from the COMPOUND4res start up to the parked operation.
     pub reply: &'s [u8],
 }
@@ -97,6 +100,14 @@ pub(crate) fn pack(c: &Compound<'_>, at: OpAt, reply: &[u8]) -> Vec<u8> {
             w.u32(s.cachethis as u32);
             w.u64(s.response_bytes_max as u64);
             w.u64(s.response_cached_bytes_max as u64);
+        }
+        None => w.u32(0),
+    }
+    match c.ddp {
+        Some((pos, len)) => {
+            w.u32(1);
+            w.u64(pos as u64);
+            w.u64(len as u64);
         }
         None => w.u32(0),
     }
@@ -187,11 +198,15 @@ pub(crate) fn unpack(b: &[u8]) -> Option<Saved<'_>> {
     } else {
         None
     };
+    let ddp = if r.present()? { Some((r.u64()? as usize, r.u64()? as usize)) } else { None };
     let reply = &b[r.at..];
     if reply.len() != reply_pos || count_pos + 4 > reply_pos {
         return None;
     }
-    Some(Saved { at: OpAt { index, args_pos, reply_pos, count_pos }, cur, saved, cur_sid, saved_sid, seq, reply })
+    if ddp.is_some_and(|(pos, len)| pos.checked_add(len).is_none_or(|end| end > reply_pos)) {
+        return None;
+    }
+    Some(Saved { at: OpAt { index, args_pos, reply_pos, count_pos }, cur, saved, cur_sid, saved_sid, seq, ddp, reply })
 }
 
 /// Parks the COMPOUND at its current operation when the backend must wait.
