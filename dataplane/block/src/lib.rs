@@ -22,6 +22,7 @@
 pub mod conformance;
 pub mod error;
 pub mod fault;
+pub mod huge;
 pub mod mem;
 pub mod pool;
 pub mod recording;

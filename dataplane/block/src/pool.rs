@@ -31,6 +31,11 @@ pub enum Hugepages {
     Try,
     /// 2 MiB hugepages or an error.
     Require,
+    /// As the process is configured (`crate::huge::configure`): carved
+    /// from its hugepage arena when hugepages are on (ordinary pages and a
+    /// warning when the arena has no room), ordinary pages when they are
+    /// off, and as `Try` when nothing was configured.
+    AsConfigured,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -71,6 +76,8 @@ impl std::error::Error for PoolError {}
 struct Region {
     base: NonNull<u8>,
     map_bytes: usize,
+    /// Carved from the hugepage arena (given back on drop), not mapped.
+    carved: Option<crate::huge::Carved>,
 }
 
 // SAFETY: the region is plain memory owned by the pool; who may touch which
@@ -78,8 +85,18 @@ struct Region {
 unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
+impl Region {
+    fn mapped(base: Result<NonNull<u8>, i32>, map_bytes: usize) -> Result<Region, PoolError> {
+        let base = base.map_err(|errno| PoolError::Map { bytes: map_bytes, errno })?;
+        Ok(Region { base, map_bytes, carved: None })
+    }
+}
+
 impl Drop for Region {
     fn drop(&mut self) {
+        if self.carved.is_some() {
+            return; // the range goes back to its arena
+        }
         // SAFETY: the mapping made in `map`, unmapped once; every `Buf`
         // holds the pool alive, so no buffer outlives it.
         unsafe { libc::munmap(self.base.as_ptr() as *mut libc::c_void, self.map_bytes) };
@@ -131,13 +148,36 @@ impl BufPool {
             )));
         };
         let huge_bytes = bytes.div_ceil(HUGEPAGE_BYTES) * HUGEPAGE_BYTES;
-        let (base, map_bytes, hugepages, warning) = match cfg.hugepages {
+        let mut carved = None;
+        let policy = match cfg.hugepages {
+            Hugepages::AsConfigured => match crate::huge::policy() {
+                None => Hugepages::Try,
+                Some(crate::huge::Policy::Off) => Hugepages::Off,
+                Some(crate::huge::Policy::On(a)) => match a.carve(bytes) {
+                    Ok(c) => {
+                        carved = Some(c);
+                        Hugepages::AsConfigured
+                    }
+                    Err(e) => {
+                        let w = format!("buffer pool: {e}; using ordinary pages");
+                        return Self::finish(cfg, Region::mapped(map(bytes, false), bytes)?, false, Some(w));
+                    }
+                },
+            },
+            p => p,
+        };
+        if let Some(c) = carved {
+            let base = NonNull::new(c.as_ptr()).expect("carved memory is not null");
+            let region = Region { base, map_bytes: c.len(), carved: Some(c) };
+            return Self::finish(cfg, region, true, None);
+        }
+        let (base, map_bytes, hugepages, warning) = match policy {
             Hugepages::Off => (map(bytes, false), bytes, false, None),
             Hugepages::Require => match map(huge_bytes, true) {
                 Ok(p) => (Ok(p), huge_bytes, true, None),
                 Err(errno) => return Err(PoolError::NoHugepages { bytes: huge_bytes, errno }),
             },
-            Hugepages::Try => match map(huge_bytes, true) {
+            Hugepages::Try | Hugepages::AsConfigured => match map(huge_bytes, true) {
                 Ok(p) => (Ok(p), huge_bytes, true, None),
                 Err(errno) => {
                     let w = PoolError::NoHugepages { bytes: huge_bytes, errno }.to_string() + "; using ordinary pages";
@@ -145,12 +185,15 @@ impl BufPool {
                 }
             },
         };
-        let base = base.map_err(|errno| PoolError::Map { bytes: map_bytes, errno })?;
-        debug_assert_eq!(base.as_ptr() as usize % BLOCK_BYTES, 0, "mmap is page aligned");
+        Self::finish(cfg, Region::mapped(base, map_bytes)?, hugepages, warning)
+    }
+
+    fn finish(cfg: PoolConfig, region: Region, hugepages: bool, warning: Option<String>) -> Result<BufPool, PoolError> {
+        debug_assert_eq!(region.base.as_ptr() as usize % BLOCK_BYTES, 0, "mmap is page aligned");
         // Handed out lowest index first (pop from the end).
         let free = (0..cfg.bufs_max as u32).rev().collect();
         Ok(BufPool(Arc::new(Inner {
-            region: Region { base, map_bytes },
+            region,
             buf_bytes: cfg.buf_bytes,
             bufs_max: cfg.bufs_max,
             hugepages,
@@ -187,9 +230,14 @@ impl BufPool {
         Arc::strong_count(&self.0) == 1
     }
 
-    /// Whether the pool sits on 2 MiB hugepages.
+    /// Whether the pool sits on hugepages (2 MiB, or the arena's size).
     pub fn hugepages(&self) -> bool {
         self.0.hugepages
+    }
+
+    /// Whether the pool was carved from the process's hugepage arena.
+    pub fn carved(&self) -> bool {
+        self.0.region.carved.is_some()
     }
 
     /// Why `Hugepages::Try` fell back to ordinary pages (for the log).
