@@ -532,6 +532,8 @@ pub struct MetricsConfig {
 pub struct Config {
     pub log_level: LogLevel,
     pub log_format: LogFormat,
+    /// `common.huge_pages`, `huge_page_size`, `slab_size`, `preallocate_slabs`.
+    pub huge_pages: HugePages,
     pub server: ServerConfig,
     pub mounts: Vec<MountConfig>,
     pub exports: Vec<ExportConfig>,
@@ -552,16 +554,12 @@ pub struct Config {
 // not listed here and not parsed is an error.
 const FOREIGN_TOP: &[&str] = &["shares", "buckets", "users", "s3_access_keys"];
 const FOREIGN_COMMON: &[&str] = &[
-    "huge_pages",
-    "huge_page_size",
-    "slab_size",
     "tcp_flavor",
     "metrics_file",
     "sync_delegation",
     "sync_delegation_threads",
     "async_delegation",
     "async_delegation_threads",
-    "preallocate_slabs",
     "preallocate_threads",
 ];
 const FOREIGN_SERVER: &[&str] = &[
@@ -704,12 +702,11 @@ fn check_foreign(path: &str, key: &str, v: &Value) -> Result<(), ConfigError> {
         return Ok(());
     }
     match key {
-        "huge_pages" | "sync_delegation" | "async_delegation" | "external_portmap" => match v {
+        "sync_delegation" | "async_delegation" | "external_portmap" => match v {
             Value::Bool(_) => Ok(()),
             other => err(path, format!("expected true or false, got {}", kind(other))),
         },
-        "huge_page_size" | "slab_size" => parse_size(path, v).map(|_| ()),
-        "preallocate_slabs" | "preallocate_threads" | "nfs4_session_slots" | "delegation_threads"
+        "preallocate_threads" | "nfs4_session_slots" | "delegation_threads"
         | "sync_delegation_threads" | "async_delegation_threads" | "max_open_files" => {
             parse_u64_in(path, v, 0, u32::MAX as u64).map(|_| ())
         }
@@ -868,9 +865,9 @@ impl Config {
         let mut warnings = Vec::new();
         let mut top = Obj::new("", &root)?;
 
-        let (log_level, log_format, rdma_tos) = match top.get("common") {
+        let (log_level, log_format, rdma_tos, huge_pages) = match top.get("common") {
             Some(v) => parse_common(v, &mut warnings)?,
-            None => (LogLevel::Info, LogFormat::Json, None),
+            None => (LogLevel::Info, LogFormat::Json, None, HugePages::Default),
         };
         let mounts = match top.get("mounts") {
             Some(v) => parse_mounts(v, &mut warnings)?,
@@ -931,7 +928,7 @@ impl Config {
             notes.push("admin.token: none set; a random token is generated at start and kept beside the config".to_string());
         }
         let cfg =
-            Config { log_level, log_format, server, mounts, exports, volumes_path, admin, metrics, diskfs, warnings, notes };
+            Config { log_level, log_format, huge_pages, server, mounts, exports, volumes_path, admin, metrics, diskfs, warnings, notes };
         cfg.check_ports()?;
         Ok(cfg)
     }
@@ -990,7 +987,54 @@ impl Config {
     }
 }
 
-fn parse_common(v: &Value, warnings: &mut Vec<String>) -> Result<(LogLevel, LogFormat, Option<u8>), ConfigError> {
+/// Where DMA memory (diskfs buffer pools, NVMe queues) comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HugePages {
+    /// `huge_pages` not given: each pool tries 2 MiB hugepages of its own,
+    /// ordinary pages when there are none.
+    Default,
+    /// `huge_pages: false`: ordinary pages.
+    Off,
+    /// `huge_pages: true`: every pool carved from slabs of `slab_bytes` of
+    /// `page_bytes` hugepages, `preallocate_slabs` of them mapped at start.
+    On { page_bytes: u64, slab_bytes: u64, preallocate_slabs: u32 },
+}
+
+/// Hugepage sizes of x86-64 (`common.huge_page_size`).
+pub const HUGE_PAGE_SIZES: [u64; 2] = [2 << 20, 1 << 30];
+/// `common.slab_size` when not given: one 1 GiB page, or 32 pages of 2 MiB.
+pub const SLAB_BYTES_DEFAULT_2M: u64 = 64 << 20;
+/// Most bytes of slabs preallocated (`slab_size` x `preallocate_slabs`).
+pub const SLABS_PREALLOCATED_BYTES_MAX: u64 = 64 << 30;
+
+fn parse_huge_pages(o: &mut Obj<'_>) -> Result<HugePages, ConfigError> {
+    let on = o.bool("huge_pages")?;
+    let page = o.size_in("huge_page_size", 1, u64::MAX)?;
+    let slab = o.size_in("slab_size", 1, u64::MAX)?;
+    let pre = o.u64_in("preallocate_slabs", 0, block::huge::SLABS_MAX as u64)?;
+    let page_bytes = page.unwrap_or(2 << 20);
+    if !HUGE_PAGE_SIZES.contains(&page_bytes) {
+        return err("common.huge_page_size", format!("expected \"2M\" or \"1G\" (the hugepage sizes of x86-64), got {page_bytes} bytes"));
+    }
+    let slab_bytes = slab.unwrap_or(if page_bytes == 1 << 30 { 1 << 30 } else { SLAB_BYTES_DEFAULT_2M });
+    if slab_bytes % page_bytes != 0 {
+        return err("common.slab_size", format!("{slab_bytes} bytes is not a multiple of common.huge_page_size ({page_bytes} bytes)"));
+    }
+    let preallocate_slabs = pre.unwrap_or(1) as u32;
+    if slab_bytes.saturating_mul(u64::from(preallocate_slabs)) > SLABS_PREALLOCATED_BYTES_MAX {
+        return err(
+            "common.preallocate_slabs",
+            format!("{preallocate_slabs} slabs of {slab_bytes} bytes is more than {SLABS_PREALLOCATED_BYTES_MAX} bytes"),
+        );
+    }
+    Ok(match on {
+        None => HugePages::Default,
+        Some(false) => HugePages::Off,
+        Some(true) => HugePages::On { page_bytes, slab_bytes, preallocate_slabs },
+    })
+}
+
+fn parse_common(v: &Value, warnings: &mut Vec<String>) -> Result<(LogLevel, LogFormat, Option<u8>, HugePages), ConfigError> {
     let mut o = Obj::new("common", v)?;
     let level = match o.str("log_level")? {
         None => LogLevel::Info,
@@ -1006,8 +1050,9 @@ fn parse_common(v: &Value, warnings: &mut Vec<String>) -> Result<(LogLevel, LogF
     };
     // The reference's RoCE traffic class (an IP TOS byte), for RDMA connections.
     let tos = o.u64_in("rdmacm_tos", 0, 255)?.map(|t| t as u8);
+    let huge = parse_huge_pages(&mut o)?;
     o.finish(FOREIGN_COMMON, warnings)?;
-    Ok((level, format, tos))
+    Ok((level, format, tos, huge))
 }
 
 /// Credits per RDMA connection: the Linux client asks for 128; 32 calls in

@@ -329,6 +329,9 @@ pub fn render_with(s: &Snapshot, admin: Option<&Admin>, router: Option<&Router>)
         render_admin(&mut out, a);
     }
     render_devices(&mut out, &DEVICES.lock().unwrap_or_else(|e| e.into_inner()));
+    if let Some(u) = block::huge::usage() {
+        render_hugepages(&mut out, u);
+    }
     render_nfs_mounts(&mut out, &NFS_MOUNTS.lock().unwrap_or_else(|e| e.into_inner()));
     if let Some(c) = DISKFS.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
         render_diskfs(&mut out, c);
@@ -337,6 +340,16 @@ pub fn render_with(s: &Snapshot, admin: Option<&Admin>, router: Option<&Router>)
         render_rdma(&mut out);
     }
     out
+}
+
+/// The hugepage arena (`common.huge_pages`): slabs mapped, bytes mapped
+/// and carved out for pools and queues.
+pub fn render_hugepages(out: &mut String, u: block::huge::Usage) {
+    header(out, "chimera_hugepage_slabs", "gauge", "Hugepage slabs mapped (common.slab_size each, or larger).");
+    let _ = writeln!(out, "chimera_hugepage_slabs{{page_bytes=\"{}\"}} {}", u.page_bytes, u.slabs);
+    header(out, "chimera_hugepage_bytes", "gauge", "Bytes of hugepage slabs: mapped, and carved out for DMA pools and queues.");
+    let _ = writeln!(out, "chimera_hugepage_bytes{{state=\"mapped\"}} {}", u.mapped_bytes);
+    let _ = writeln!(out, "chimera_hugepage_bytes{{state=\"carved\"}} {}", u.carved_bytes);
 }
 
 /// The RPC-over-RDMA transport's counters (`server.rdma`).

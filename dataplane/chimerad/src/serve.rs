@@ -441,12 +441,44 @@ fn bind(what: &str, ip: std::net::IpAddr, port: u16) -> Result<TcpListener, Stri
 }
 
 /// Start everything; on error, whatever was started is stopped again.
+/// `common.huge_pages`: the process's DMA memory (diskfs buffer pools,
+/// NVMe queues), set before any device or pool exists. Slabs that cannot
+/// be mapped at start are a warning naming what to reserve, and the server
+/// runs on ordinary pages: a node without its hugepages still serves.
+fn apply_huge_pages(h: crate::config::HugePages) {
+    use crate::config::HugePages;
+    let shape = match h {
+        HugePages::Default => return,
+        HugePages::Off => None,
+        HugePages::On { page_bytes, slab_bytes, preallocate_slabs } => Some(block::huge::HugeConfig {
+            page_bytes: page_bytes as usize,
+            slab_bytes: slab_bytes as usize,
+            preallocate: preallocate_slabs as usize,
+            slabs_max: block::huge::SLABS_MAX,
+        }),
+    };
+    match block::huge::configure(shape) {
+        Ok(Some(u)) => log::info(
+            "hugepages",
+            &[("page_bytes", u.page_bytes.into()), ("slabs", u.slabs.into()), ("mapped_bytes", u.mapped_bytes.into())],
+        ),
+        Ok(None) => log::info("hugepages off: DMA memory on ordinary pages", &[]),
+        // A second server in one process (tests): the first one's policy stands.
+        Err(e) if block::huge::policy().is_some() => log::debug("hugepage policy already set in this process", &[("error", e.as_str().into())]),
+        Err(e) => {
+            log::warn("hugepages unavailable: DMA memory on ordinary pages", &[("error", e.as_str().into())]);
+            let _ = block::huge::configure(None);
+        }
+    }
+}
+
 pub fn start(cfg: &Config) -> Result<Running, String> {
     // An admin API without a token would let anyone in: the token is
     // generated before start (`Config::provide_admin_token`), never skipped.
     if cfg.admin.enabled && cfg.admin.token.is_empty() {
         return Err("admin.token: none set and none generated (Config::provide_admin_token was not called)".into());
     }
+    apply_huge_pages(cfg.huge_pages);
     let router = build_router(cfg)?;
     for e in &cfg.exports {
         // An nfs mount's remote may be down now: its exports are resolved

@@ -14,7 +14,7 @@
 
 mod common;
 
-use chimerad::config::{AdminTls, Config, LogLevel, Module, Netid, Role};
+use chimerad::config::{AdminTls, Config, HugePages, LogLevel, Module, Netid, Role};
 use serde_json::{json, Value};
 use std::process::Command;
 
@@ -93,8 +93,6 @@ fn reference_config_is_accepted_with_warnings_naming_foreign_keys() {
     for key in [
         "shares",
         "buckets",
-        "common.huge_pages",
-        "common.slab_size",
         "server.delegation_threads",
         "server.sync_delegation_threads",
         "server.async_delegation",
@@ -103,12 +101,13 @@ fn reference_config_is_accepted_with_warnings_naming_foreign_keys() {
         assert!(cfg.warnings.iter().any(|x| x.starts_with(&format!("{key}:"))), "no warning for {key} in:\n{w}");
     }
     // Implemented keys are not warned about (server.threads only when capped, above).
-    for key in ["server.nfs_port", "server.pnfs", "mounts", "exports", "admin"] {
+    for key in ["server.nfs_port", "server.pnfs", "mounts", "exports", "admin", "common.huge_pages", "common.slab_size"] {
         assert!(!cfg.warnings.iter().any(|x| x.starts_with(&format!("{key}:"))), "spurious warning for {key}");
     }
     let capped = cpus < 4;
     assert_eq!(cfg.warnings.iter().any(|x| x.starts_with("server.threads: 4 requested")), capped, "{w}");
-    assert_eq!(cfg.warnings.len(), 8 + usize::from(capped), "{w}");
+    assert_eq!(cfg.warnings.len(), 6 + usize::from(capped), "{w}");
+    assert_eq!(cfg.huge_pages, HugePages::On { page_bytes: 2 << 20, slab_bytes: 2 << 20, preallocate_slabs: 1 });
 }
 
 #[test]
@@ -320,8 +319,9 @@ fn operator_and_csi_rendered_configs_are_accepted() {
     assert_eq!(cfg.server.role, Role::Mds);
     assert_eq!(cfg.admin.token, "b64+token/=");
     assert!(cfg.server.rdma);
-    // huge_pages, huge_page_size, slab_size.
-    assert_eq!(cfg.warnings.len(), 3, "{:?}", cfg.warnings);
+    // huge_pages, huge_page_size, slab_size are ours now: no warnings.
+    assert_eq!(cfg.warnings.len(), 0, "{:?}", cfg.warnings);
+    assert_eq!(cfg.huge_pages, HugePages::On { page_bytes: 2 << 20, slab_bytes: 2 << 20, preallocate_slabs: 1 });
     let ds = json!({
         "common": { "log_level": "info", "log_format": "json" },
         "server": { "role": "ds", "bind": "0.0.0.0", "nfs_port": 2049, "mount_port": 20048, "portmap_port": 0, "rdma": false },
@@ -556,16 +556,16 @@ fn reference_tuning_keys_are_warnings_with_checked_types() {
     v["common"]["preallocate_slabs"] = json!(8);
     v["common"]["preallocate_threads"] = json!(8);
     v["common"]["huge_page_size"] = json!("1G");
+    v["common"]["slab_size"] = json!("1G");
     v["server"]["tcp_flavor"] = json!("plain");
     v["server"]["rdma_hostname"] = json!("0.0.0.0");
     v["server"]["nfs4_session_slots"] = json!(4096);
     v["server"]["threads"] = json!(80);
     let cfg = parse(&v).unwrap();
     assert_eq!((cfg.server.rdma_tos, cfg.server.rdma_addr), (Some(104), Some("0.0.0.0".parse().unwrap())));
+    assert_eq!(cfg.huge_pages, HugePages::On { page_bytes: 1 << 30, slab_bytes: 1 << 30, preallocate_slabs: 8 });
     for key in [
-        "common.preallocate_slabs",
         "common.preallocate_threads",
-        "common.huge_page_size",
         "server.tcp_flavor",
         "server.nfs4_session_slots",
     ] {
@@ -591,6 +591,11 @@ fn reference_tuning_keys_are_warnings_with_checked_types() {
         ("common.preallocate_slabs", json!(-1), "expected a non-negative integer"),
         ("common.huge_pages", json!("yes"), "expected true or false"),
         ("common.huge_page_size", json!("huge"), "expected a size"),
+        ("common.huge_page_size", json!("4K"), "expected \"2M\" or \"1G\""),
+        ("common.huge_page_size", json!("16G"), "expected \"2M\" or \"1G\""),
+        ("common.slab_size", json!("3M"), "not a multiple of common.huge_page_size"),
+        ("common.slab_size", json!(0), "out of range"),
+        ("common.preallocate_slabs", json!(65), "out of range 0..=64"),
         ("server.tcp_flavor", json!(1), "expected a string"),
         ("server.nfs4_session_slots", json!("many"), "expected a non-negative integer"),
         ("server.threads", json!(0), "out of range"),
@@ -601,6 +606,17 @@ fn reference_tuning_keys_are_warnings_with_checked_types() {
         assert_eq!(p, path, "{path}={value}: {msg}");
         assert!(msg.contains(want), "{path}={value}: {msg:?} lacks {want:?}");
     }
+    // Preallocated slabs are bounded in bytes too (80 GiB here).
+    let mut big = reference_shaped();
+    big["common"] = json!({ "huge_pages": true, "huge_page_size": "1G", "slab_size": "2G", "preallocate_slabs": 40 });
+    let (p, msg) = error_of(&big);
+    assert_eq!(p, "common.preallocate_slabs", "{msg}");
+    assert!(msg.contains("more than 68719476736 bytes"), "{msg}");
+    // Off, and not given: what the pools do without an arena.
+    big["common"] = json!({ "huge_pages": false, "huge_page_size": "1G" });
+    assert_eq!(parse(&big).unwrap().huge_pages, HugePages::Off);
+    big["common"] = json!({ "log_level": "info" });
+    assert_eq!(parse(&big).unwrap().huge_pages, HugePages::Default);
 }
 
 /// An export naming no mount (the reference MDS has one) is left out with a

@@ -8,7 +8,8 @@
 //!   servers RDMA-first, the diskfs and nfs mounts);
 //! - started with only device edits (and their fixed ports moved to
 //!   loopback port 0), the data server's runs on diskfs and restarts onto
-//!   the same file system; the MDS's starts too, its `nfs` mount's
+//!   the same file system; its 1 GiB hugepage slabs are mapped where they
+//!   are reserved, else a warning names what to reserve; the MDS's starts too, its `nfs` mount's
 //!   remote (not here) logged as unreachable by the mount's name;
 //! - with the admin API on and no token, the first start generates one into
 //!   `<config>.admin-token` (mode 0600), requests with it get 200 and without
@@ -41,11 +42,7 @@ fn scratch(name: &str) -> PathBuf {
 /// Reference keys each fixture carries that we accept but do not implement.
 const COMMON_WARNED: &[&str] = &[
     "common.async_delegation",
-    "common.huge_page_size",
-    "common.huge_pages",
-    "common.preallocate_slabs",
     "common.preallocate_threads",
-    "common.slab_size",
     "common.sync_delegation",
     "server.tcp_flavor",
     "server.vfs.diskfs.path",
@@ -171,6 +168,22 @@ fn reference_ds_config_runs_on_diskfs_with_device_edits_and_restarts() {
     let m = mounted(&lines);
     assert_eq!(m["formatted"], true, "{m}");
     assert_eq!(m["mount"], "ds");
+    // huge_pages: true, 1 GiB pages, 8 slabs of 1 GiB preallocated: mapped
+    // where they are reserved; elsewhere a warning naming what to reserve,
+    // and the server runs on ordinary pages.
+    let free_1g: u64 = std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-1048576kB/free_hugepages")
+        .map_or(0, |s| s.trim().parse().unwrap_or(0));
+    if free_1g >= 8 {
+        let h = lines.iter().find(|v| v["msg"] == "hugepages").unwrap_or_else(|| panic!("no hugepages line: {lines:?}"));
+        assert_eq!((h["page_bytes"].as_u64(), h["slabs"].as_u64()), (Some(1 << 30), Some(8)), "{h}");
+    } else {
+        let w = lines
+            .iter()
+            .find(|v| v["msg"] == "hugepages unavailable: DMA memory on ordinary pages")
+            .unwrap_or_else(|| panic!("no warning about the missing 1 GiB hugepages: {lines:?}"));
+        let e = w["error"].as_str().unwrap_or("");
+        assert!(e.contains("1 GiB hugepages") && e.contains("hugepages-1048576kB") && e.contains("common.huge_pages"), "{w}");
+    }
     let cluster = m["cluster"].as_str().unwrap().to_string();
     listening(&lines, "nfs");
     drop(p);

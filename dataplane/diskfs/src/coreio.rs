@@ -146,7 +146,7 @@ fn core_for(fs: &Arc<Inner>) -> Option<Rc<RefCell<CoreIo>>> {
         }
         // Forget states of file systems that are gone and idle.
         cores.retain(|c| c.try_borrow().map(|c| !c.is_gone()).unwrap_or(true));
-        let pool = match BufPool::new(block::PoolConfig { buf_bytes: CORE_BUF_BYTES, bufs_max: CORE_BUFS, hugepages: block::Hugepages::Try }) {
+        let pool = match BufPool::new(block::PoolConfig { buf_bytes: CORE_BUF_BYTES, bufs_max: CORE_BUFS, hugepages: block::Hugepages::AsConfigured }) {
             Ok(p) => p,
             Err(e) => {
                 eprintln!("diskfs: no I/O buffers for this core ({e}); its reads and writes run on the I/O threads");

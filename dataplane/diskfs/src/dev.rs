@@ -36,7 +36,7 @@ impl Devs {
         let pool = BufPool::new(block::PoolConfig {
             buf_bytes: BUF_BLOCKS * BLOCK_BYTES,
             bufs_max: bufs.max(1),
-            hugepages: block::Hugepages::Try,
+            hugepages: block::Hugepages::AsConfigured,
         })
         .map_err(|e| format!("diskfs: {e}"))?;
         let queues = devs.iter().map(|_| Mutex::new(HashMap::new())).collect();

@@ -85,6 +85,9 @@ pub struct DmaMem {
     base: NonNull<u8>,
     len: usize,
     iova: u64,
+    /// Carved from the process's hugepage arena (`block::huge`), given
+    /// back on drop instead of unmapped.
+    carved: Option<block::huge::Carved>,
 }
 
 // SAFETY: plain memory; who writes which part is decided by the driver
@@ -95,7 +98,20 @@ unsafe impl Sync for DmaMem {}
 pub const HUGE_BYTES: usize = 2 << 20;
 
 impl DmaMem {
+    /// `len` bytes: carved from the process's hugepage arena when
+    /// `common.huge_pages` is on (`block::huge::configure`), else a mapping
+    /// of its own (2 MiB hugepages when `hugepages`).
     pub fn new(bus: Arc<dyn Bus>, len: usize, hugepages: bool) -> Result<DmaMem, String> {
+        if let Some(c) = block::huge::carve(len) {
+            let c = c.map_err(|e| format!("queue memory: {e}"))?;
+            let base = NonNull::new(c.as_ptr()).expect("carved memory is not null");
+            let len = c.len();
+            // As zeroed as a fresh mapping (the range may have served before).
+            // SAFETY: the carved range is ours.
+            unsafe { std::ptr::write_bytes(base.as_ptr(), 0, len) };
+            let iova = bus.map_dma(base.as_ptr(), len)?;
+            return Ok(DmaMem { bus, base, len, iova, carved: Some(c) });
+        }
         let len = if hugepages { len.div_ceil(HUGE_BYTES) * HUGE_BYTES } else { len.div_ceil(4096) * 4096 };
         let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE | libc::MAP_LOCKED;
         if hugepages {
@@ -124,7 +140,7 @@ impl DmaMem {
                 return Err(e);
             }
         };
-        Ok(DmaMem { bus, base, len, iova })
+        Ok(DmaMem { bus, base, len, iova, carved: None })
     }
 
     pub fn ptr(&self, off: usize) -> *mut u8 {
@@ -162,6 +178,9 @@ impl DmaMem {
 impl Drop for DmaMem {
     fn drop(&mut self) {
         self.bus.unmap_dma(self.iova, self.len);
+        if self.carved.is_some() {
+            return; // back to the arena
+        }
         // SAFETY: the mapping made in `new`, unmapped once.
         unsafe { libc::munmap(self.base.as_ptr() as *mut libc::c_void, self.len) };
     }
