@@ -147,7 +147,12 @@ fn core_for(fs: &Arc<Inner>) -> Option<Rc<RefCell<CoreIo>>> {
         // Forget states of file systems that are gone and idle.
         cores.retain(|c| c.try_borrow().map(|c| !c.is_gone()).unwrap_or(true));
         let pool = match BufPool::new(block::PoolConfig { buf_bytes: CORE_BUF_BYTES, bufs_max: CORE_BUFS, hugepages: block::Hugepages::AsConfigured }) {
-            Ok(p) => p,
+            Ok(p) => {
+                if let Some(w) = p.warning().filter(|_| block::huge::usage().is_some()) {
+                    eprintln!("diskfs: a core's I/O buffers: {w}");
+                }
+                p
+            }
             Err(e) => {
                 eprintln!("diskfs: no I/O buffers for this core ({e}); its reads and writes run on the I/O threads");
                 return None;

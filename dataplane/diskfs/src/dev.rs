@@ -39,6 +39,10 @@ impl Devs {
             hugepages: block::Hugepages::AsConfigured,
         })
         .map_err(|e| format!("diskfs: {e}"))?;
+        // Hugepages asked for (common.huge_pages) and not had: say so.
+        if let Some(w) = pool.warning().filter(|_| block::huge::usage().is_some()) {
+            eprintln!("diskfs: I/O buffers: {w}");
+        }
         let queues = devs.iter().map(|_| Mutex::new(HashMap::new())).collect();
         Ok(Devs { devs, queues, pool, flush_started: AtomicU64::new(0), flush_done: AtomicU64::new(0), io_errors: AtomicU64::new(0) })
     }

@@ -18,7 +18,9 @@
 #              random ones each; default 0) written to C and recovered through
 #              the driver; crash-uring (at the end) the same through io_uring
 #   bench      4 KiB random reads, QD1 and QD32, through vfio (recorded)
-#   diskfs     chimerad on diskfs over the two vfio devices; the kernel
+#   diskfs     chimerad on diskfs over the two vfio devices, its DMA memory
+#              (buffer pools, queues) carved from one 1 GiB hugepage slab
+#              (common.huge_pages, huge_page_size 1G); the kernel
 #              client workload at vers=3 and vers=4.1 (checksums); both
 #              devices carry data (per-device metrics)
 #   restart    kill -9 chimerad while a client writes with fsync, restart on
@@ -162,9 +164,12 @@ done
 sed 's/^/  /' /results/vfio-bench.txt
 
 step diskfs
+# DMA memory from one 1 GiB hugepage slab, as the reference config asks.
+echo 1 >/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages
+[ "$(cat /sys/kernel/mm/hugepages/hugepages-1048576kB/free_hugepages)" -ge 1 ] || fail "cannot reserve a 1 GiB hugepage in the guest: $(grep -i huge /proc/meminfo | tr '\n' ' ')"
 cat >/tmp/c.json <<JSON
 {
-  "common":  { "log_level": "info", "huge_pages": true },
+  "common":  { "log_level": "info", "huge_pages": true, "huge_page_size": "1G", "slab_size": "1G", "preallocate_slabs": 1 },
   "server":  { "role": "both", "bind": "127.0.0.1", "cores": 1,
                "nfs_port": $PORT, "mount_port": $MPORT, "portmap_port": 0,
                "grace_time_s": 15, "lease_time_s": 10,
@@ -190,7 +195,8 @@ start() {
 }
 start
 grep -q '"nvme device"' $LOG || fail "no nvme device line in the log"
-ok "chimerad on diskfs over vfio $A and ${B#0000:}: $(grep -c '"nvme device"' $LOG) devices"
+grep '"msg":"hugepages"' $LOG | grep -q '"page_bytes":1073741824' || fail "no 1 GiB hugepage slab mapped: $(grep hugepages $LOG)"
+ok "chimerad on diskfs over vfio $A and ${B#0000:}: $(grep -c '"nvme device"' $LOG) devices; $(grep '"msg":"hugepages"' $LOG | tail -n 1)"
 for v in 3 4.1; do
   step "workload-vers$v"
   NFS_VERS=$v NFS_PORT=$PORT NFS_MOUNT_PORT=$MPORT NFS_SERVER=127.0.0.1 NFS_EXPORT=/diskfs \
@@ -202,7 +208,12 @@ for v in 3 4.1; do
 done
 step devices-both
 wget -qO /tmp/metrics.txt "http://127.0.0.1:$MPORT_METRICS/metrics" || fail "cannot scrape metrics"
-grep '^chimera_device_' /tmp/metrics.txt >/results/vfio-metrics.txt
+grep '^chimera_device_\|^chimera_hugepage_' /tmp/metrics.txt >/results/vfio-metrics.txt
+carved=$(awk '$1 == "chimera_hugepage_bytes{state=\"carved\"}" { print $2 }' /tmp/metrics.txt)
+slabs=$(awk '$1 == "chimera_hugepage_slabs{page_bytes=\"1073741824\"}" { print $2 }' /tmp/metrics.txt)
+[ "${carved:-0}" -gt 0 ] && [ "${slabs:-0}" = 1 ] || fail "the pools and queues are not carved from the one 1 GiB slab (slabs ${slabs:-none}, carved ${carved:-none} bytes)"
+grep -q 'buffer pool: ' $LOG && fail "a pool fell back to ordinary pages: $(grep 'buffer pool: ' $LOG | head -n 1)"
+ok "pools and queues: $carved bytes carved from one 1 GiB hugepage slab"
 for c in $A $B; do
   w=$(awk -v d="$c" 'index($0, "chimera_device_bytes_total{device=\"" d "\",op=\"write\"}") == 1 { print $2 }' /tmp/metrics.txt)
   [ "${w:-0}" -gt 1048576 ] || fail "device $c wrote ${w:-no} bytes: the data is not on both devices"
