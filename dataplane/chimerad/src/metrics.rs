@@ -354,6 +354,9 @@ pub fn render_hugepages(out: &mut String, u: block::huge::Usage) {
 
 /// The RPC-over-RDMA transport's counters (`server.rdma`).
 pub fn render_rdma(out: &mut String) {
+    header(out, "chimera_rdma_registered_bytes", "gauge", "Memory registered with RDMA devices, by where it came from (hugepage slabs, or mappings of its own).");
+    let _ = writeln!(out, "chimera_rdma_registered_bytes{{from=\"hugepages\"}} {}", rdma::mem::CARVED_BYTES.load(std::sync::atomic::Ordering::Relaxed));
+    let _ = writeln!(out, "chimera_rdma_registered_bytes{{from=\"mapped\"}} {}", rdma::mem::MAPPED_BYTES.load(std::sync::atomic::Ordering::Relaxed));
     header(out, "chimera_rdma_connections_open", "gauge", "RDMA connections open");
     let _ = writeln!(out, "chimera_rdma_connections_open {}", rdma::server::CONNS_OPEN.load(std::sync::atomic::Ordering::Relaxed));
     for (name, help, v) in rdma::server::STATS.rows() {

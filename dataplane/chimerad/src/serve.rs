@@ -458,10 +458,21 @@ fn apply_huge_pages(h: crate::config::HugePages) {
         }),
     };
     match block::huge::configure(shape) {
-        Ok(Some(u)) => log::info(
-            "hugepages",
-            &[("page_bytes", u.page_bytes.into()), ("slabs", u.slabs.into()), ("mapped_bytes", u.mapped_bytes.into())],
-        ),
+        Ok(Some(u)) => {
+            // RDMA registrations come from the same slabs (a mapping of
+            // their own when the slabs have no room, with a warning).
+            rdma::mem::set_allocator(Box::new(|len| match block::huge::carve(len)? {
+                Ok(c) => Some(Ok(rdma::mem::Carved { ptr: c.as_ptr(), len: c.len(), keep: Box::new(c) })),
+                Err(e) => {
+                    log::warn("RDMA buffers on ordinary pages", &[("error", e.as_str().into())]);
+                    None
+                }
+            }));
+            log::info(
+                "hugepages",
+                &[("page_bytes", u.page_bytes.into()), ("slabs", u.slabs.into()), ("mapped_bytes", u.mapped_bytes.into())],
+            )
+        }
         Ok(None) => log::info("hugepages off: DMA memory on ordinary pages", &[]),
         // A second server in one process (tests): the first one's policy stands.
         Err(e) if block::huge::policy().is_some() => log::debug("hugepage policy already set in this process", &[("error", e.as_str().into())]),

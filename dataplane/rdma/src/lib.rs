@@ -7,7 +7,7 @@
 //! - [`server`]: the listener and event loop that feeds `rpc::Dispatcher`.
 
 pub mod client;
-mod mem;
+pub mod mem;
 pub mod server;
 pub mod verbs;
 pub mod wire;

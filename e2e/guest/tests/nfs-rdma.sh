@@ -1,7 +1,9 @@
 #!/bin/sh
 # NFS over RDMA in the guest (issue 15), soft RoCE (rdma_rxe) on eth0:
 #   setup      rxe0 on eth0; chimerad (memfs) with server.rdma on the guest's
-#              address, RDMA port 20049, common.rdmacm_tos 104
+#              address, RDMA port 20049, common.rdmacm_tos 104, and
+#              common.huge_pages: its RDMA buffers are registered from 2 MiB
+#              hugepage slabs (chimera_rdma_registered_bytes)
 #   workload   the kernel client mounts proto=rdma at vers=3 and vers=4.1 and
 #              passes the dataplane guest test's whole file workload
 #              (nfs-workload.sh); mountstats shows the rdma transport and 1 MiB
@@ -97,9 +99,12 @@ cat >/tmp/remote.json <<JSON
 JSON
 "$BIN/chimerad" --config /tmp/remote.json >/tmp/remote.log 2>&1 &
 rpid=$!
+# Registered memory (RDMA buffers) and diskfs's pools from 2 MiB hugepage
+# slabs (64 MiB each): 96 pages leave room for a second slab.
+echo 96 >/proc/sys/vm/nr_hugepages
 cat >/tmp/c.json <<JSON
 {
-  "common":  { "log_level": "info", "rdmacm_tos": 104 },
+  "common":  { "log_level": "info", "rdmacm_tos": 104, "huge_pages": true },
   "server":  { "role": "both", "bind": "$ADDR", "cores": 1,
                "nfs_port": $PORT, "mount_port": $MPORT, "portmap_port": 0,
                "rdma": true, "rdma_hostname": "$ADDR", "rdma_port": $RPORT, "rdma_conns_max": 8,
@@ -142,6 +147,11 @@ for v in 3 4.1; do
   [ "$reads" -gt "$reads0" ] || fail "no RDMA Reads counted: WRITE payloads did not come through Read chunks ($reads0 -> $reads)"
   [ "$writes" -gt "$writes0" ] || fail "no RDMA Writes counted: READ data did not go through Write chunks ($writes0 -> $writes)"
   ok "vers=$v over RDMA: $((calls - calls0)) calls, $((reads - reads0)) RDMA Reads, $((writes - writes0)) RDMA Writes; $(grep 'xprt:' "$ms" | head -n 1 | cut -c1-60)"
+  if [ "$v" = 3 ]; then
+    huge=$(metric 'chimera_rdma_registered_bytes{from="hugepages"}'); mapped=$(metric 'chimera_rdma_registered_bytes{from="mapped"}')
+    [ "$huge" -gt 0 ] && [ "$mapped" -eq 0 ] || fail "RDMA buffers not registered from the hugepage slabs (common.huge_pages): $huge bytes from slabs, $mapped mapped; $(grep -i 'hugepages\|ordinary pages' $LOG | head -n 2)"
+    ok "RDMA buffers: $huge bytes registered from 2 MiB hugepage slabs, none mapped apart; $(grep '"msg":"hugepages"' $LOG)"
+  fi
   calls0=$calls; reads0=$reads; writes0=$writes
 done
 for v in 3 4.1; do
