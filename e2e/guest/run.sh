@@ -16,7 +16,9 @@
 # not finish in time; 125 when the guest never started the test (twice).
 # Environment: GUEST_MEM_MB (default 1024), GUEST_SMP (2), GUEST_NICS (1 or 2),
 # GUEST_IOMMU (0 or 1: the emulated intel-iommu for VFIO), GUEST_NETDEV_OPTS
-# (appended to the user netdev, e.g. ",hostfwd=tcp:127.0.0.1:10250-:10250").
+# (appended to the user netdev, e.g. ",hostfwd=tcp:127.0.0.1:10250-:10250"),
+# GUEST_KERNEL_ARGS (appended to the kernel command line, e.g.
+# "hugepagesz=1G hugepages=1": 1 GiB pages can only be reserved at boot).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -97,7 +99,7 @@ esac
 qemu=(qemu-system-x86_64 -accel tcg -cpu max -machine q35 -m "${GUEST_MEM_MB:-1024}"
   -smp "${GUEST_SMP:-2}" -nographic -no-reboot -serial mon:stdio
   -kernel "$img/vmlinuz" -initrd "$work/initrd.img"
-  -append "console=ttyS0 quiet panic=-1 no_timer_check $iommu_append"
+  -append "console=ttyS0 quiet panic=-1 no_timer_check $iommu_append ${GUEST_KERNEL_ARGS:-}"
   "${iommu[@]}"
   -netdev "user,id=n0${GUEST_NETDEV_OPTS:-}" -device virtio-net-pci,netdev=n0,romfile=
   "${nic2[@]}"

@@ -38,7 +38,7 @@ for n in A B; do truncate -s "${NVME_MIB}M" "$work/nvme$n.img"; done
 truncate -s 8M "$work/nvmeC.img"
 
 rc=0
-GUEST_IOMMU=1 GUEST_MEM_MB=3072 "$here/run.sh" -t $RUN_TIMEOUT_S -o "$OUT_DIR" -e NVME_BYTES=$((NVME_MIB << 20)) \
+GUEST_IOMMU=1 GUEST_MEM_MB=4096 GUEST_KERNEL_ARGS="hugepagesz=1G hugepages=1" "$here/run.sh" -t $RUN_TIMEOUT_S -o "$OUT_DIR" -e NVME_BYTES=$((NVME_MIB << 20)) \
   "$here/tests/nvme-vfio.sh" \
   -drive "file=$work/nvmeA.img,if=none,format=raw,id=nvA" -device nvme,serial=chimA,drive=nvA \
   -drive "file=$work/nvmeB.img,if=none,format=raw,id=nvB" -device nvme,serial=chimB,drive=nvB \
