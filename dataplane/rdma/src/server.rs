@@ -107,6 +107,7 @@ pub struct Stats {
     pub completion_errors: AtomicU64,
     pub backchannel_calls: AtomicU64,
     pub calls_parked: AtomicU64,
+    pub sends_with_invalidate: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -126,6 +127,7 @@ pub static STATS: Stats = Stats {
     completion_errors: AtomicU64::new(0),
     backchannel_calls: AtomicU64::new(0),
     calls_parked: AtomicU64::new(0),
+    sends_with_invalidate: AtomicU64::new(0),
 };
 
 impl Stats {
@@ -149,6 +151,7 @@ impl Stats {
             ("completion_errors_total", "work completions with an error status", v(&self.completion_errors)),
             ("backchannel_calls_total", "server-initiated calls sent over RDMA", v(&self.backchannel_calls)),
             ("calls_parked_total", "RPC calls over RDMA that parked while their backend waited (the loop served others meanwhile)", v(&self.calls_parked)),
+            ("sends_with_invalidate_total", "replies sent with Send With Invalidate (the client's registration for the call invalidated by the reply)", v(&self.sends_with_invalidate)),
         ]
     }
 }
@@ -191,6 +194,8 @@ struct Conn {
     send_hold: Vec<Option<u32>>,
     credits: u32,
     send_inline_max: usize,
+    /// The client accepts Send With Invalidate (its private data said so).
+    remote_invalidate: bool,
     /// Received messages waiting for buffers: (receive buffer, length).
     waiting: VecDeque<(u32, u32)>,
     reading: Vec<Pending>,
@@ -749,6 +754,7 @@ impl Loop {
             send_hold: vec![None; (nrecv + nsend) as usize],
             credits,
             send_inline_max: client_recv.min(inline),
+            remote_invalidate: theirs.is_some_and(|p| p.remote_invalidate),
             waiting: VecDeque::new(),
             reading: Vec::new(),
             outstanding: 0,
@@ -1294,7 +1300,18 @@ impl Loop {
         STATS.rdma_writes.fetch_add(batch.n as u64, Relaxed);
         STATS.rdma_write_bytes.fetch_add(batch.sge[..batch.n].iter().map(|g| g.length as u64).sum::<u64>(), Relaxed);
         let local = ibv_sge { addr: c.small.addr(send as usize * c.buf_bytes), length: sent as u32, lkey: c.small.lkey };
-        batch.push(wr_id(c.gen, s, KIND_SEND, send), local, verbs::IBV_WR_SEND, verbs::IBV_SEND_SIGNALED, &Segment::default());
+        // The client's registration for this call is done with once the
+        // reply lands: invalidate it with the Send (the Writes before it
+        // on the queue pair complete first), sparing the client its own
+        // Local Invalidate.
+        match h.invalidate_rkey().filter(|_| c.remote_invalidate) {
+            Some(rkey) => {
+                batch.push(wr_id(c.gen, s, KIND_SEND, send), local, verbs::IBV_WR_SEND_WITH_INV, verbs::IBV_SEND_SIGNALED, &Segment::default());
+                batch.wr[batch.n - 1].imm_data = rkey;
+                STATS.sends_with_invalidate.fetch_add(1, Relaxed);
+            }
+            None => batch.push(wr_id(c.gen, s, KIND_SEND, send), local, verbs::IBV_WR_SEND, verbs::IBV_SEND_SIGNALED, &Segment::default()),
+        }
         if nomsg {
             STATS.reply_chunks.fetch_add(1, Relaxed);
         }

@@ -143,6 +143,9 @@ pub struct rdma_event_channel {
 pub const IBV_WR_RDMA_WRITE: u32 = 0;
 pub const IBV_WR_SEND: u32 = 2;
 pub const IBV_WR_RDMA_READ: u32 = 4;
+/// A Send that also invalidates one of the peer's memory registrations
+/// (its rkey in `imm_data`, the `invalidate_rkey` side of that union).
+pub const IBV_WR_SEND_WITH_INV: u32 = 9;
 pub const IBV_SEND_SIGNALED: u32 = 2;
 pub const IBV_WC_SUCCESS: u32 = 0;
 pub const IBV_WC_WR_FLUSH_ERR: u32 = 5;

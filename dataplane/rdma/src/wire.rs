@@ -81,6 +81,24 @@ pub struct Header {
     pub len: usize,
 }
 
+impl Header {
+    /// The registration a reply may invalidate for the client with Send
+    /// With Invalidate (RFC 8797 §4.2, when the client said it accepts it):
+    /// the handle every segment of every chunk of the call names, when they
+    /// all name one. `None` for a call without chunks, with segments of
+    /// several handles, or with Write chunks past the first (their handles
+    /// are not kept).
+    pub fn invalidate_rkey(&self) -> Option<u32> {
+        if self.write_chunks > 1 {
+            return None;
+        }
+        let reply = self.reply.as_ref().map_or(&[][..], |r| r.as_slice());
+        let mut handles = self.reads.as_slice().iter().chain(self.write.as_slice()).chain(reply).map(|s| s.handle);
+        let first = handles.next()?;
+        handles.all(|h| h == first).then_some(first)
+    }
+}
+
 /// What a received transport message is.
 #[derive(Debug, Clone, Copy)]
 pub enum Message {
@@ -375,6 +393,35 @@ impl Private {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rkey_a_reply_may_invalidate_is_the_one_all_chunks_share() {
+        let seg = |handle| Segment { handle, length: 4096, offset: 0 };
+        let list = |hs: &[u32]| {
+            let mut l = Segments::default();
+            for &h in hs {
+                l.seg[l.n] = seg(h);
+                l.n += 1;
+            }
+            l
+        };
+        let mut h = Header { xid: 1, credit: 1, proc_: 0, read_position: 0, reads: Segments::default(), write: Segments::default(), write_chunks: 0, reply: None, len: 28 };
+        assert_eq!(h.invalidate_rkey(), None, "no chunks, nothing to invalidate");
+        h.write = list(&[7, 7]);
+        h.write_chunks = 1;
+        assert_eq!(h.invalidate_rkey(), Some(7));
+        h.reply = Some(list(&[7]));
+        assert_eq!(h.invalidate_rkey(), Some(7));
+        h.reply = Some(list(&[8]));
+        assert_eq!(h.invalidate_rkey(), None, "two registrations: neither is invalidated");
+        h.reply = None;
+        h.write_chunks = 2;
+        assert_eq!(h.invalidate_rkey(), None, "a second Write chunk's handles are unknown");
+        h.write_chunks = 0;
+        h.write = Segments::default();
+        h.reads = list(&[9]);
+        assert_eq!(h.invalidate_rkey(), Some(9));
+    }
 
     fn words(w: &[u32]) -> Vec<u8> {
         w.iter().flat_map(|v| v.to_be_bytes()).collect()

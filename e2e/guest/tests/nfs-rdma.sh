@@ -9,7 +9,9 @@
 #              (nfs-workload.sh); mountstats shows the rdma transport and 1 MiB
 #              rsize/wsize; chimerad's metrics count calls, RDMA Reads (WRITE
 #              payloads pulled from Read chunks) and RDMA Writes (READ data
-#              pushed into Write chunks)
+#              pushed into Write chunks); replies invalidate the client's
+#              registrations (Send With Invalidate): its local_inv_needed
+#              stays under a quarter of the chunks it registered
 #   diskfs     the same workload (16 MiB of data) at vers=3 and vers=4.1 on
 #              a diskfs mount of the same server (a loop device): its READs,
 #              WRITEs, COMMITs and metadata log flushes park
@@ -147,6 +149,16 @@ for v in 3 4.1; do
   [ "$reads" -gt "$reads0" ] || fail "no RDMA Reads counted: WRITE payloads did not come through Read chunks ($reads0 -> $reads)"
   [ "$writes" -gt "$writes0" ] || fail "no RDMA Writes counted: READ data did not go through Write chunks ($writes0 -> $writes)"
   ok "vers=$v over RDMA: $((calls - calls0)) calls, $((reads - reads0)) RDMA Reads, $((writes - writes0)) RDMA Writes; $(grep 'xprt:' "$ms" | head -n 1 | cut -c1-60)"
+  # Replies invalidate the client's registration (Send With Invalidate):
+  # the client's own Local Invalidates (local_inv_needed, the 27th field of
+  # the xprt line) stay few next to the chunks it registered.
+  set -- $(awk '$1 == "xprt:" && $2 == "rdma" { print $13 + $14 + $15, $27; exit }' "$ms")
+  chunks=${1:-0}; localinv=${2:-0}
+  inv=$(metric chimera_rdma_sends_with_invalidate_total)
+  [ "$chunks" -gt 0 ] && [ $((localinv * 4)) -le "$chunks" ] || fail "the client still invalidated locally: local_inv_needed $localinv for $chunks chunks at vers=$v (Send With Invalidate: $inv)"
+  [ "$inv" -gt "${inv0:-0}" ] || fail "no reply was sent with Send With Invalidate at vers=$v"
+  ok "vers=$v: $((inv - ${inv0:-0})) replies with Send With Invalidate; the client invalidated locally $localinv times for $chunks chunks"
+  inv0=$inv
   if [ "$v" = 3 ]; then
     huge=$(metric 'chimera_rdma_registered_bytes{from="hugepages"}'); mapped=$(metric 'chimera_rdma_registered_bytes{from="mapped"}')
     [ "$huge" -gt 0 ] && [ "$mapped" -eq 0 ] || fail "RDMA buffers not registered from the hugepage slabs (common.huge_pages): $huge bytes from slabs, $mapped mapped; $(grep -i 'hugepages\|ordinary pages' $LOG | head -n 2)"
