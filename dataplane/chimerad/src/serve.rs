@@ -163,6 +163,7 @@ fn open_diskfs(cfg: &Config, m: &MountConfig) -> Result<diskfs::DiskFs, String> 
                         ("lba_bytes", id.lba_bytes.into()),
                         ("bytes", (id.lbas * id.lba_bytes as u64).into()),
                         ("io_queues", id.io_queues.into()),
+                        ("irq_vectors", id.irq_vectors.into()),
                     ],
                 );
                 devices.push(Arc::new(dev));

@@ -17,6 +17,18 @@ pub trait Bus: Send + Sync {
     /// pool on first use); never on the I/O path.
     fn map_dma(&self, vaddr: *const u8, len: usize) -> Result<u64, String>;
     fn unmap_dma(&self, iova: u64, len: usize);
+    /// Turn on up to `want` interrupt vectors, each signalling an eventfd
+    /// (`irq_fd`); how many are on. The default: none (completions are
+    /// only polled).
+    fn enable_irqs(&self, want: usize) -> Result<usize, String> {
+        let _ = want;
+        Ok(0)
+    }
+    /// The eventfd vector `vector` signals, once enabled.
+    fn irq_fd(&self, vector: usize) -> Option<std::os::fd::RawFd> {
+        let _ = vector;
+        None
+    }
 }
 
 /// Register access through BAR0.

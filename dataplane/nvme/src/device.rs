@@ -48,6 +48,10 @@ pub struct Options {
     /// Driver tests only: let requests past the namespace's end reach the
     /// controller (to see its LBA-out-of-range status come back).
     pub pass_out_of_range: bool,
+    /// Completion interrupts (MSI-X through the bus, one vector per I/O
+    /// pair): a queue with I/O in flight hands its loop an eventfd to
+    /// sleep on (`notify_fd`) instead of being polled until it is idle.
+    pub interrupts: bool,
 }
 
 impl Default for Options {
@@ -60,6 +64,7 @@ impl Default for Options {
             hugepages: false,
             sgl: true,
             pass_out_of_range: false,
+            interrupts: true,
         }
     }
 }
@@ -86,6 +91,9 @@ pub struct Identity {
     pub io_queues: u16,
     pub queue_entries: u16,
     pub doorbell_stride: usize,
+    /// MSI-X vectors on (`Options::interrupts`): vector 0 the admin
+    /// queue's, vector q the I/O pair q's; pairs past them are polled only.
+    pub irq_vectors: u16,
 }
 
 struct Admin {
@@ -314,11 +322,14 @@ fn set_queue_count(regs: &Regs, stride: usize, t: Duration, adm: &mut Admin, wan
     Ok(granted as u16)
 }
 
-fn create_pair(sh_regs: &Regs, stride: usize, t: Duration, adm: &mut Admin, q: &HwQueue) -> Result<(), String> {
+/// Create I/O pair `q`; its completion queue raises vector `q.qid` when
+/// the controller has that many `vectors` on, else it is only polled.
+fn create_pair(sh_regs: &Regs, stride: usize, t: Duration, adm: &mut Admin, q: &HwQueue, vectors: u16) -> Result<(), String> {
     let mut c = Sqe::new(ADM_CREATE_CQ, 0);
     c.prp1 = q.mem.iova(q.cq_off);
     c.cdw10 = (q.entries as u32 - 1) << 16 | q.qid as u32;
-    c.cdw11 = 1; // physically contiguous, interrupts off: completions are polled
+    // Physically contiguous; interrupts enabled (IEN) on vector IV = qid.
+    c.cdw11 = if q.qid < vectors { (q.qid as u32) << 16 | 0b10 | 1 } else { 1 };
     admin_cmd(sh_regs, stride, t, adm, c).map_err(|e| format!("creating I/O completion queue {}: {e}", q.qid))?;
     let mut s = Sqe::new(ADM_CREATE_SQ, 0);
     s.prp1 = q.mem.iova(0);
@@ -401,6 +412,19 @@ impl NvmeDevice {
         let want = opts.io_queues_max.clamp(1, 1024);
         let granted = set_queue_count(&regs, stride, t, &mut adm, want).map_err(|e| open_err(format!("Set Features (number of queues): {e}")))?;
         let entries = (opts.queue_entries as u32).clamp(2, cap.mqes().min(4096)) as u16;
+        // Vector 0 (the admin queue, polled) and one per I/O pair. A bus
+        // that cannot give them leaves every pair polled.
+        let irq_vectors = if opts.interrupts {
+            match regs.bus().enable_irqs(1 + granted as usize) {
+                Ok(n) => n as u16,
+                Err(e) => {
+                    eprintln!("nvme: {name}: no completion interrupts ({e}); queues are polled");
+                    0
+                }
+            }
+        } else {
+            0
+        };
         let ident = Identity {
             serial: text(&idc[idc::SN]),
             model: text(&idc[idc::MN]),
@@ -417,6 +441,7 @@ impl NvmeDevice {
             io_queues: granted,
             queue_entries: entries,
             doorbell_stride: stride,
+            irq_vectors,
         };
         let ident_sgl = ident.sgl;
         let zero_page = DmaMem::new(bus.clone(), PAGE_BYTES, false).map_err(open_err)?;
@@ -533,7 +558,7 @@ fn reset(sh: &Shared, why: &str) {
     let t = sh.opts.admin_timeout;
     let r = enable(&sh.regs, sh.cap, &mut adm)
         .and_then(|_| set_queue_count(&sh.regs, stride, t, &mut adm, sh.ident.io_queues).map(|_| ()))
-        .and_then(|_| guards.iter().try_for_each(|q| create_pair(&sh.regs, stride, t, &mut adm, q)));
+        .and_then(|_| guards.iter().try_for_each(|q| create_pair(&sh.regs, stride, t, &mut adm, q, sh.ident.irq_vectors)));
     if let Err(e) = r {
         sh.fail(format!("controller reset (after {why}) failed: {e}; restart the server once the device is healthy"));
     }
@@ -589,7 +614,7 @@ impl BlockDevice for NvmeDevice {
                 q.reset_rings();
                 let _one = lock(&sh.resetting);
                 let mut adm = lock(&sh.admin);
-                create_pair(&sh.regs, sh.ident.doorbell_stride, sh.opts.admin_timeout, &mut adm, &q)
+                create_pair(&sh.regs, sh.ident.doorbell_stride, sh.opts.admin_timeout, &mut adm, &q, sh.ident.irq_vectors)
                     .map_err(|why| sh.err(OpKind::Open, None, ErrorKind::Unusable { why }))?;
                 let h = Arc::new(Mutex::new(q));
                 hws.push(h.clone());
@@ -979,8 +1004,18 @@ impl BlockQueue for NvmeQueue {
         }
     }
 
+    /// The pair's MSI-X eventfd, when it has a vector and this queue is
+    /// the only one attached to it (two loops reading one eventfd would
+    /// take each other's wakeups: shared pairs are polled).
     fn notify_fd(&self) -> Option<std::os::fd::RawFd> {
-        None
+        let qid = {
+            let hw = lock(&self.hw);
+            if hw.qid >= self.sh.ident.irq_vectors || hw.attached.iter().filter(|a| **a).count() != 1 {
+                return None;
+            }
+            hw.qid
+        };
+        self.sh.regs.bus().irq_fd(qid as usize)
     }
 }
 

@@ -30,6 +30,12 @@ const VFIO_GROUP_GET_STATUS: libc::c_ulong = vfio_io(3);
 const VFIO_GROUP_SET_CONTAINER: libc::c_ulong = vfio_io(4);
 const VFIO_GROUP_GET_DEVICE_FD: libc::c_ulong = vfio_io(6);
 const VFIO_DEVICE_GET_REGION_INFO: libc::c_ulong = vfio_io(8);
+const VFIO_DEVICE_GET_IRQ_INFO: libc::c_ulong = vfio_io(9);
+const VFIO_DEVICE_SET_IRQS: libc::c_ulong = vfio_io(10);
+const VFIO_PCI_MSIX_IRQ_INDEX: u32 = 2;
+const VFIO_IRQ_SET_DATA_NONE: u32 = 1 << 0;
+const VFIO_IRQ_SET_DATA_EVENTFD: u32 = 1 << 2;
+const VFIO_IRQ_SET_ACTION_TRIGGER: u32 = 1 << 5;
 const VFIO_DEVICE_RESET: libc::c_ulong = vfio_io(11);
 const VFIO_IOMMU_MAP_DMA: libc::c_ulong = vfio_io(13);
 const VFIO_IOMMU_UNMAP_DMA: libc::c_ulong = vfio_io(14);
@@ -65,6 +71,30 @@ struct RegionInfo {
     size: u64,
     offset: u64,
 }
+
+#[repr(C)]
+#[derive(Default)]
+struct IrqInfo {
+    argsz: u32,
+    flags: u32,
+    index: u32,
+    count: u32,
+}
+
+/// `struct vfio_irq_set` followed by its eventfds.
+#[repr(C)]
+struct IrqSet<const N: usize> {
+    argsz: u32,
+    flags: u32,
+    index: u32,
+    start: u32,
+    count: u32,
+    fds: [i32; N],
+}
+
+/// Most MSI-X vectors taken (vector 0 for the admin queue, one per I/O
+/// queue pair after it).
+pub const IRQ_VECTORS_MAX: usize = 65;
 
 #[repr(C)]
 struct DmaMap {
@@ -114,6 +144,8 @@ pub struct VfioBus {
     _group: OwnedFd,
     container: OwnedFd,
     next_iova: Mutex<u64>,
+    /// One eventfd per MSI-X vector enabled (`enable_irqs`).
+    irqs: Mutex<Vec<OwnedFd>>,
 }
 
 // SAFETY: the BAR mapping is only accessed through `Regs` (volatile
@@ -283,6 +315,7 @@ impl VfioBus {
                 _group: group_fd,
                 container,
                 next_iova: Mutex::new(IOVA_BASE),
+                irqs: Mutex::new(Vec::new()),
             };
             bus.enable_bus_master().map_err(|e| format!("NVMe device {pci}: {e}"))?;
             Ok(bus)
@@ -313,6 +346,51 @@ impl VfioBus {
 impl Bus for VfioBus {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    /// MSI-X through VFIO: an eventfd per vector, signalled by the kernel
+    /// when the controller raises it. Fewer than asked when the function
+    /// has fewer; 0 (and polling) when it has none or VFIO refuses.
+    fn enable_irqs(&self, want: usize) -> Result<usize, String> {
+        let mut info = IrqInfo { argsz: std::mem::size_of::<IrqInfo>() as u32, index: VFIO_PCI_MSIX_IRQ_INDEX, ..Default::default() };
+        // SAFETY: the structure vfio.h defines, on our device fd.
+        if unsafe { libc::ioctl(self.device.as_raw_fd(), VFIO_DEVICE_GET_IRQ_INFO, &mut info) } < 0 {
+            return Err(format!("cannot read the MSI-X capability: {}", errno()));
+        }
+        let n = want.min(info.count as usize).min(IRQ_VECTORS_MAX);
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut fds = Vec::with_capacity(n);
+        for _ in 0..n {
+            // SAFETY: a new eventfd, owned at once.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+            if fd < 0 {
+                return Err(format!("cannot create an eventfd for MSI-X: {}", errno()));
+            }
+            fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+        let mut set = IrqSet::<IRQ_VECTORS_MAX> {
+            argsz: (std::mem::size_of::<IrqSet<0>>() + 4 * n) as u32,
+            flags: VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+            index: VFIO_PCI_MSIX_IRQ_INDEX,
+            start: 0,
+            count: n as u32,
+            fds: [-1; IRQ_VECTORS_MAX],
+        };
+        for (i, f) in fds.iter().enumerate() {
+            set.fds[i] = f.as_raw_fd();
+        }
+        // SAFETY: argsz covers the header and the n descriptors given.
+        if unsafe { libc::ioctl(self.device.as_raw_fd(), VFIO_DEVICE_SET_IRQS, &set) } < 0 {
+            return Err(format!("cannot enable {n} MSI-X vectors: {}", errno()));
+        }
+        *self.irqs.lock().unwrap_or_else(|e| e.into_inner()) = fds;
+        Ok(n)
+    }
+
+    fn irq_fd(&self, vector: usize) -> Option<std::os::fd::RawFd> {
+        self.irqs.lock().unwrap_or_else(|e| e.into_inner()).get(vector).map(|f| f.as_raw_fd())
     }
 
     fn bar0(&self) -> (NonNull<u8>, usize) {
@@ -352,6 +430,18 @@ impl Bus for VfioBus {
 
 impl Drop for VfioBus {
     fn drop(&mut self) {
+        if !self.irqs.get_mut().map(|v| v.is_empty()).unwrap_or(true) {
+            let off = IrqSet::<0> {
+                argsz: std::mem::size_of::<IrqSet<0>>() as u32,
+                flags: VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER,
+                index: VFIO_PCI_MSIX_IRQ_INDEX,
+                start: 0,
+                count: 0,
+                fds: [],
+            };
+            // SAFETY: disables the vectors (count 0) before their eventfds close.
+            unsafe { libc::ioctl(self.device.as_raw_fd(), VFIO_DEVICE_SET_IRQS, &off) };
+        }
         // SAFETY: the BAR mapping made in `open_at`, unmapped once.
         unsafe { libc::munmap(self.bar.as_ptr() as *mut libc::c_void, self.bar_len) };
     }

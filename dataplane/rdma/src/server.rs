@@ -108,6 +108,7 @@ pub struct Stats {
     pub backchannel_calls: AtomicU64,
     pub calls_parked: AtomicU64,
     pub sends_with_invalidate: AtomicU64,
+    pub replies_not_invalidated: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -128,6 +129,7 @@ pub static STATS: Stats = Stats {
     backchannel_calls: AtomicU64::new(0),
     calls_parked: AtomicU64::new(0),
     sends_with_invalidate: AtomicU64::new(0),
+    replies_not_invalidated: AtomicU64::new(0),
 };
 
 impl Stats {
@@ -152,6 +154,7 @@ impl Stats {
             ("backchannel_calls_total", "server-initiated calls sent over RDMA", v(&self.backchannel_calls)),
             ("calls_parked_total", "RPC calls over RDMA that parked while their backend waited (the loop served others meanwhile)", v(&self.calls_parked)),
             ("sends_with_invalidate_total", "replies sent with Send With Invalidate (the client's registration for the call invalidated by the reply)", v(&self.sends_with_invalidate)),
+            ("replies_not_invalidated_total", "replies to calls with chunks that could not invalidate the client's registration (its chunks name several handles)", v(&self.replies_not_invalidated)),
         ]
     }
 }
@@ -1310,7 +1313,13 @@ impl Loop {
                 batch.wr[batch.n - 1].imm_data = rkey;
                 STATS.sends_with_invalidate.fetch_add(1, Relaxed);
             }
-            None => batch.push(wr_id(c.gen, s, KIND_SEND, send), local, verbs::IBV_WR_SEND, verbs::IBV_SEND_SIGNALED, &Segment::default()),
+            None => {
+                let chunked = h.reads.n > 0 || h.write_chunks > 0 || h.reply.is_some();
+                if chunked && c.remote_invalidate {
+                    STATS.replies_not_invalidated.fetch_add(1, Relaxed);
+                }
+                batch.push(wr_id(c.gen, s, KIND_SEND, send), local, verbs::IBV_WR_SEND, verbs::IBV_SEND_SIGNALED, &Segment::default())
+            }
         }
         if nomsg {
             STATS.reply_chunks.fetch_add(1, Relaxed);

@@ -23,6 +23,8 @@
 #              (common.huge_pages, huge_page_size 1G); the kernel
 #              client workload at vers=3 and vers=4.1 (checksums); both
 #              devices carry data (per-device metrics)
+#   interrupts the controllers' MSI-X vectors (one per I/O queue pair, through
+#              VFIO eventfds the cores sleep on) fired during the workload
 #   restart    kill -9 chimerad while a client writes with fsync, restart on
 #              the same devices; the writer sees no error and the file reads
 #              back with the source's checksum
@@ -196,6 +198,9 @@ start() {
 }
 start
 grep -q '"nvme device"' $LOG || fail "no nvme device line in the log"
+grep '"nvme device"' $LOG | grep -q '"irq_vectors":[1-9]' || fail "the devices have no completion interrupts: $(grep '"nvme device"' $LOG | head -n 1)"
+irqs() { awk '/vfio-msix/ { for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i } END { print n + 0 }' /proc/interrupts; }
+irq0=$(irqs)
 grep '"msg":"hugepages"' $LOG | grep -q '"page_bytes":1073741824' || fail "no 1 GiB hugepage slab mapped: $(grep hugepages $LOG)"
 ok "chimerad on diskfs over vfio $A and ${B#0000:}: $(grep -c '"nvme device"' $LOG) devices; $(grep '"msg":"hugepages"' $LOG | tail -n 1)"
 for v in 3 4.1; do
@@ -207,6 +212,12 @@ for v in 3 4.1; do
   [ $rc -eq 0 ] || fail "the kernel-client workload failed at vers=$v"
   ok "kernel-client workload passed at vers=$v on diskfs over vfio"
 done
+step interrupts
+# The cores slept on the queues' MSI-X eventfds while I/O was in flight:
+# the controllers' interrupts reached them through VFIO.
+irq1=$(irqs)
+[ "$irq1" -gt "$irq0" ] || fail "no MSI-X interrupts from the controllers during the workload ($irq0 -> $irq1): $(grep vfio-msix /proc/interrupts | head -n 3)"
+ok "$((irq1 - irq0)) MSI-X interrupts from the controllers during the workload ($(grep -c vfio-msix /proc/interrupts) vectors); $(grep '"nvme device"' $LOG | head -n 1 | grep -o '"irq_vectors":[0-9]*')"
 step devices-both
 wget -qO /tmp/metrics.txt "http://127.0.0.1:$MPORT_METRICS/metrics" || fail "cannot scrape metrics"
 grep '^chimera_device_\|^chimera_hugepage_' /tmp/metrics.txt >/results/vfio-metrics.txt
