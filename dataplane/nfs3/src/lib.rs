@@ -1045,9 +1045,28 @@ fn parks_by_itself(proc_num: u32) -> bool {
     matches!(proc_num, NFSPROC3_READ | NFSPROC3_WRITE | NFSPROC3_COMMIT)
 }
 
-/// What an offloaded call completes with: its reply's result bytes, or the
-/// RPC-level error to answer.
-type Offloaded = Result<Vec<u8>, CallError>;
+/// What an offloaded call (an NFSv3 procedure, MNT, EXPORT) completes
+/// with: its reply's result bytes, or the RPC-level error to answer.
+pub(crate) type Offloaded = Result<Vec<u8>, CallError>;
+
+/// Park the call and run `serve` on `pool`, into `room` bytes of reply;
+/// what it wrote comes back as the completion (`Offloaded`). False: the
+/// call could not park (bounds reached) and runs where it is.
+pub(crate) fn offload_to(
+    ctx: &CallContext<'_>,
+    pool: &vfs::iopool::IoPool,
+    room: usize,
+    serve: impl FnOnce(&mut Encoder<'_>) -> Result<(), CallError> + Send + 'static,
+) -> bool {
+    let Some(ticket) = ctx.park.and_then(|k| k.park(&[])) else { return false };
+    pool.run(Box::new(move || {
+        let mut buf = vec![0u8; room];
+        let mut out = Encoder::new(&mut buf);
+        let done: Offloaded = serve(&mut out).map(|()| out.written().to_vec());
+        ticket.complete(Box::new(done));
+    }));
+    true
+}
 
 /// Reply room an offloaded call other than READDIR(PLUS) gets on its worker.
 const OFFLOADED_REPLY_BYTES_MAX: usize = 8192;
@@ -1095,7 +1114,6 @@ impl Nfs3Program {
     /// its reply comes back as the completion (`Offloaded`). False: it
     /// could not park (bounds reached) and runs here.
     fn offload(&self, ctx: &CallContext<'_>, args: &[u8], cred: &Cred<'_>, e: &mut Encoder<'_>, pool: &vfs::iopool::IoPool) -> bool {
-        let Some(ticket) = ctx.park.and_then(|k| k.park(&[])) else { return false };
         let me = self.clone();
         let (proc_num, args, uid, gid, gids) = (ctx.proc_num, args.to_vec(), cred.uid, cred.gid, cred.gids.to_vec());
         // READDIR replies are as large as the client asks; the others are
@@ -1104,14 +1122,10 @@ impl Nfs3Program {
             NFSPROC3_READDIR | NFSPROC3_READDIRPLUS => e.remaining(),
             _ => e.remaining().min(OFFLOADED_REPLY_BYTES_MAX),
         };
-        pool.run(Box::new(move || {
-            let mut buf = vec![0u8; room];
-            let mut out = Encoder::new(&mut buf);
+        offload_to(ctx, pool, room, move |out| {
             let cred = Cred { uid, gid, gids: &gids };
-            let done: Offloaded = me.metadata_procedure(proc_num, &args, &cred, &mut out).map(|()| out.written().to_vec());
-            ticket.complete(Box::new(done));
-        }));
-        true
+            me.metadata_procedure(proc_num, &args, &cred, out)
+        })
     }
 
     /// A metadata call parked by `when_durable` comes back: its reply is

@@ -37,10 +37,6 @@ pub struct Mount3Program {
     router: Option<Arc<dyn Vfs>>,
 }
 
-/// What MNT or EXPORT run on a worker completes with: its result bytes, or
-/// the RPC-level error to answer.
-type Offloaded = Result<Vec<u8>, CallError>;
-
 const AUTH_NONE: i32 = 0;
 const AUTH_SYS: i32 = 1;
 
@@ -76,16 +72,9 @@ impl Mount3Program {
 
     /// Park the call and run it on `pool`; false: it could not park.
     fn offload(&self, ctx: &CallContext<'_>, args: &[u8], e: &Encoder<'_>, pool: &vfs::iopool::IoPool) -> bool {
-        let Some(ticket) = ctx.park.and_then(|k| k.park(&[])) else { return false };
         let (me, proc_num, peer, args) = (self.clone(), ctx.proc_num, ctx.peer.ip(), args.to_vec());
         let room = e.remaining().min(OFFLOADED_REPLY_BYTES_MAX);
-        pool.run(Box::new(move || {
-            let mut buf = vec![0u8; room];
-            let mut out = Encoder::new(&mut buf);
-            let done: Offloaded = me.serve(proc_num, peer, &args, &mut out).map(|()| out.written().to_vec());
-            ticket.complete(Box::new(done));
-        }));
-        true
+        crate::offload_to(ctx, pool, room, move |out| me.serve(proc_num, peer, &args, out))
     }
 
     /// Export access rules: MNT answers MNT3ERR_ACCES to a client they do
@@ -220,7 +209,7 @@ impl Program for Mount3Program {
         let _ = matches!(ctx.auth, Auth::None);
         if let Some(r) = ctx.resumed {
             // Ran on a worker (`offload`): its result.
-            return match r.payload.and_then(|p| p.downcast_ref::<Offloaded>()) {
+            return match r.payload.and_then(|p| p.downcast_ref::<crate::Offloaded>()) {
                 Some(Ok(bytes)) => e.opaque_fixed(bytes).map_err(|_| CallError::SystemErr),
                 Some(Err(err)) => Err(*err),
                 // The worker never answered.

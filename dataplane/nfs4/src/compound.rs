@@ -267,21 +267,13 @@ impl<'p> Compound<'p> {
         let op = opnum as i32;
         let fh = match op {
             p::OP_PUTFH => FileHandle::from_bytes(p::PUTFH4args::decode(&mut d.clone()).ok()?.object).ok()?,
+            op if session_or_client_op(op) => return None,
             p::OP_SEQUENCE
             | p::OP_PUTROOTFH
             | p::OP_PUTPUBFH
             | p::OP_SAVEFH
             | p::OP_RESTOREFH
             | p::OP_GETFH
-            | p::OP_EXCHANGE_ID
-            | p::OP_CREATE_SESSION
-            | p::OP_DESTROY_SESSION
-            | p::OP_DESTROY_CLIENTID
-            | p::OP_BIND_CONN_TO_SESSION
-            | p::OP_BACKCHANNEL_CTL
-            | p::OP_TEST_STATEID
-            | p::OP_FREE_STATEID
-            | p::OP_RECLAIM_COMPLETE
             | p::OP_OFFLOAD_STATUS
             | p::OP_OFFLOAD_CANCEL => return None,
             p::OP_LOOKUP => {
@@ -293,10 +285,10 @@ impl<'p> Compound<'p> {
         if let Some(pool) = vfs.offload_pool(&fh) {
             return Some(pool);
         }
-        match op {
-            p::OP_RENAME | p::OP_LINK | p::OP_COPY | p::OP_CLONE => vfs.offload_pool(&self.saved?),
-            _ => None,
+        if uses_saved_fh(op) {
+            return vfs.offload_pool(&self.saved?);
         }
+        None
     }
 
     fn parked(&self) -> bool {
@@ -407,25 +399,16 @@ impl<'p> Compound<'p> {
                 | p::OP_OPEN_DOWNGRADE
                 | p::OP_DELEGRETURN
                 | p::OP_LAYOUTRETURN
-                | p::OP_FREE_STATEID
-                | p::OP_TEST_STATEID
-                | p::OP_RECLAIM_COMPLETE
                 | p::OP_GETDEVICEINFO
                 | p::OP_GETDEVICELIST
-                | p::OP_EXCHANGE_ID
-                | p::OP_CREATE_SESSION
-                | p::OP_DESTROY_SESSION
-                | p::OP_DESTROY_CLIENTID
-                | p::OP_BIND_CONN_TO_SESSION
-                | p::OP_BACKCHANNEL_CTL
-        );
+        ) && !session_or_client_op(op);
         let table = self.prog.access();
         let mut grant = vfs::clients::Grant::OPEN;
         if uses_fh {
             if let Some(fh) = self.cur {
                 grant = table.check_fh(&fh, self.peer).ok_or(Nfs4Error(p::NFS4ERR_ACCESS))?;
             }
-            if matches!(op, p::OP_RENAME | p::OP_LINK | p::OP_COPY | p::OP_CLONE) {
+            if uses_saved_fh(op) {
                 if let Some(fh) = self.saved {
                     let g = table.check_fh(&fh, self.peer).ok_or(Nfs4Error(p::NFS4ERR_ACCESS))?;
                     // COPY and CLONE only read their source (the saved filehandle).
@@ -515,6 +498,29 @@ impl<'p> Compound<'p> {
             _ => fail(p::NFS4ERR_NOTSUPP),
         }
     }
+}
+
+/// Operations on the session, the client or stateids alone: no filehandle,
+/// no backend.
+fn session_or_client_op(op: i32) -> bool {
+    matches!(
+        op,
+        p::OP_EXCHANGE_ID
+            | p::OP_CREATE_SESSION
+            | p::OP_DESTROY_SESSION
+            | p::OP_DESTROY_CLIENTID
+            | p::OP_BIND_CONN_TO_SESSION
+            | p::OP_BACKCHANNEL_CTL
+            | p::OP_TEST_STATEID
+            | p::OP_FREE_STATEID
+            | p::OP_RECLAIM_COMPLETE
+    )
+}
+
+/// Operations that use the saved filehandle too (RENAME's and LINK's
+/// source directory or file, COPY's and CLONE's source).
+fn uses_saved_fh(op: i32) -> bool {
+    matches!(op, p::OP_RENAME | p::OP_LINK | p::OP_COPY | p::OP_CLONE)
 }
 
 /// Whether an operation would change the file system (refused with
