@@ -359,6 +359,17 @@ pub fn render_rdma(out: &mut String) {
     let _ = writeln!(out, "chimera_rdma_registered_bytes{{from=\"mapped\"}} {}", rdma::mem::MAPPED_BYTES.load(std::sync::atomic::Ordering::Relaxed));
     header(out, "chimera_rdma_connections_open", "gauge", "RDMA connections open");
     let _ = writeln!(out, "chimera_rdma_connections_open {}", rdma::server::CONNS_OPEN.load(std::sync::atomic::Ordering::Relaxed));
+    let shards = (rdma::server::SHARDS.load(std::sync::atomic::Ordering::Relaxed) as usize).min(rdma::server::SHARDS_MAX);
+    for (name, kind, help, a) in [
+        ("chimera_rdma_shard_connections_open", "gauge", "RDMA connections open per shard (core loop)", &rdma::server::SHARD_OPEN),
+        ("chimera_rdma_shard_connections_accepted_total", "counter", "RDMA connections each shard (core loop) accepted", &rdma::server::SHARD_ACCEPTED),
+        ("chimera_rdma_shard_calls_total", "counter", "RPC-over-RDMA calls each shard (core loop) received", &rdma::server::SHARD_CALLS),
+    ] {
+        header(out, name, kind, help);
+        for (core, v) in a.iter().take(shards).enumerate() {
+            let _ = writeln!(out, "{name}{{core=\"{core}\"}} {}", v.load(std::sync::atomic::Ordering::Relaxed));
+        }
+    }
     for (name, help, v) in rdma::server::STATS.rows() {
         let n = format!("chimera_rdma_{name}");
         header(out, &n, "counter", help);

@@ -555,21 +555,13 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
     }
 
     let result = (|| -> Result<(), String> {
-        let rt = runtime::Config {
-            cores: cfg.server.cores,
-            listen: listen_addrs(cfg),
-            limits: limits(cfg),
-            device_poll_us: cfg.server.device_poll_us as u64,
-            ..Default::default()
-        };
         let (d, callbacks, grace) = dispatcher(cfg, &router, pnfs.as_ref(), &access);
         if let (Some(a), Some(g)) = (&run.admin, grace) {
             let _ = a.grace.set(g);
         }
         let d = Arc::new(d);
-        let nfs = runtime::Server::start(rt, d.clone())
-            .map_err(|e| format!("server.nfs_port: cannot start the data path on {}:{}: {e}", cfg.server.bind, cfg.server.nfs_port))?;
-        let rdma = if cfg.server.rdma {
+        // RDMA listens first: its shards join the core loops as they start.
+        let (rdma, on_core_start) = if cfg.server.rdma {
             let addr = SocketAddr::new(cfg.server.rdma_addr.unwrap_or(cfg.server.bind), cfg.server.rdma_port);
             let rc = rdma::server::Config {
                 addr,
@@ -577,15 +569,34 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
                 credits: cfg.server.rdma_credits,
                 conns_max: cfg.server.rdma_conns_max as usize,
                 large_buffers: cfg.server.rdma_large_buffers as usize,
-                metrics_core: cfg.server.cores.min(rpc::metrics::CORES_MAX - 1),
                 ..Default::default()
             };
-            let r = rdma::server::Server::start(rc, d.clone()).map_err(|e| format!("server.rdma: {e}"))?;
-            log::info("listening", &[("service", "nfs-rdma".into()), ("addr", r.local_addr().to_string().as_str().into())]);
+            let (r, attach) = rdma::server::Server::start_on_cores(rc, d.clone(), cfg.server.cores).map_err(|e| format!("server.rdma: {e}"))?;
+            log::info(
+                "listening",
+                &[("service", "nfs-rdma".into()), ("addr", r.local_addr().to_string().as_str().into()), ("shards", (cfg.server.cores as u64).into())],
+            );
             run.rdma_addr = Some(r.local_addr());
-            Some(r)
+            (Some(r), Some(runtime::CoreHook(attach)))
         } else {
-            None
+            (None, None)
+        };
+        let rt = runtime::Config {
+            cores: cfg.server.cores,
+            listen: listen_addrs(cfg),
+            limits: limits(cfg),
+            device_poll_us: cfg.server.device_poll_us as u64,
+            on_core_start,
+            ..Default::default()
+        };
+        let nfs = match runtime::Server::start(rt, d.clone()) {
+            Ok(n) => n,
+            Err(e) => {
+                if let Some(r) = rdma {
+                    r.shutdown();
+                }
+                return Err(format!("server.nfs_port: cannot start the data path on {}:{}: {e}", cfg.server.bind, cfg.server.nfs_port));
+            }
         };
         if let Some(cb) = callbacks {
             cb.attach(match &rdma {

@@ -1,7 +1,20 @@
-//! The RPC-over-RDMA v1 server: one event loop ("chimera-rdma") owns the
-//! connection manager's listener, every RDMA connection, and one completion
-//! queue per RDMA device; it polls them while busy and sleeps in epoll on
-//! the completion channels when idle.
+//! The RPC-over-RDMA v1 server, sharded: one shard per core. A shard owns
+//! its connections, a connection manager event channel, and per RDMA device
+//! a protection domain, a completion queue and large buffers; nothing on
+//! the data path is shared between shards. In chimerad the shards run in
+//! the TCP core loops (`Server::start_on_cores`: each is an
+//! `rpc::poller::Poller` the core's loop polls beside its sockets, and a
+//! sleeping loop wakes for the shard's epoll descriptor). `Server::start`
+//! runs them on threads of their own instead ("chimera-rdma"), each
+//! polling while busy and sleeping in epoll when idle.
+//!
+//! Shard 0 also holds the listener: a connection request it takes is
+//! reserved against `conns_max` and goes to the shard with the fewest
+//! connections — migrated to that shard's event channel
+//! (`rdma_migrate_id`) and accepted there, so its queue pair, buffers and
+//! later events belong to the shard that serves it. A connection's id
+//! carries its shard in its low byte; back-channel records find their
+//! shard by it.
 //!
 //! Memory is registered once per device or connection, never per call:
 //! - per device, `large_buffers` buffers of the record limit (+64 KiB),
@@ -37,7 +50,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -71,6 +84,9 @@ pub struct Config {
     pub metrics_core: usize,
     /// How long the loop keeps polling after its last event before sleeping.
     pub poll_spin_us: u64,
+    /// Shards `Server::start` runs on threads of their own
+    /// (`start_on_cores` runs one per core instead).
+    pub shards: usize,
 }
 
 impl Default for Config {
@@ -84,6 +100,7 @@ impl Default for Config {
             large_buffers: 16,
             metrics_core: 0,
             poll_spin_us: 20,
+            shards: 1,
         }
     }
 }
@@ -162,8 +179,22 @@ impl Stats {
 /// Set once a server has started (`/metrics` renders the counters then).
 pub static STARTED: AtomicBool = AtomicBool::new(false);
 
-/// Open RDMA connections now.
+/// Open RDMA connections now (with those handed to a shard and not yet
+/// accepted there: the reservation against `conns_max`).
 pub static CONNS_OPEN: AtomicU64 = AtomicU64::new(0);
+
+/// Per shard: connections open or on their way to it, connections it
+/// accepted, and calls it received (`/metrics` renders the shards started).
+pub static SHARD_OPEN: [AtomicU64; SHARDS_MAX] = [const { AtomicU64::new(0) }; SHARDS_MAX];
+pub static SHARD_ACCEPTED: [AtomicU64; SHARDS_MAX] = [const { AtomicU64::new(0) }; SHARDS_MAX];
+pub static SHARD_CALLS: [AtomicU64; SHARDS_MAX] = [const { AtomicU64::new(0) }; SHARDS_MAX];
+/// Shards started (the first `SHARDS` entries of the arrays above).
+pub static SHARDS: AtomicU64 = AtomicU64::new(0);
+/// Shards at most (one per core loop; a connection id's low byte).
+pub const SHARDS_MAX: usize = rpc::metrics::CORES_MAX;
+/// How often a busy shard looks at its connection manager channel (a
+/// sleeping one wakes for it at once).
+const CM_POLL: Duration = Duration::from_millis(1);
 
 /// One RDMA device's protection domain, completion queue and large buffers.
 struct Device {
@@ -273,14 +304,54 @@ impl ParkSlot for Parker<'_> {
     }
 }
 
+/// One shard's mail: back-channel records, completions of its parked
+/// calls, connections handed to it, and the eventfd that wakes it.
 struct Outbox {
     queue: Mutex<VecDeque<(u64, Vec<u8>)>>,
     /// Completions of parked calls (from any thread).
     done: Mutex<Vec<Completed>>,
+    /// Connection requests migrated to this shard's event channel.
+    handoff: Mutex<VecDeque<Handoff>>,
+    /// This shard's connection manager event channel (a pointer).
+    ch: usize,
     efd: libc::c_int,
     stop: AtomicBool,
     record_max: usize,
 }
+
+/// What a connection request asked for (copied out of its CM event, which
+/// is acknowledged before the id moves to another shard).
+#[derive(Clone, Copy)]
+struct Request {
+    private: [u8; 256],
+    private_len: u8,
+    responder_resources: u8,
+    initiator_depth: u8,
+}
+
+impl Request {
+    fn of(p: &rdma_conn_param) -> Request {
+        let mut r = Request { private: [0; 256], private_len: 0, responder_resources: p.responder_resources, initiator_depth: p.initiator_depth };
+        if !p.private_data.is_null() {
+            let n = p.private_data_len as usize;
+            r.private[..n].copy_from_slice(unsafe { std::slice::from_raw_parts(p.private_data as *const u8, n) });
+            r.private_len = p.private_data_len;
+        }
+        r
+    }
+
+    fn private(&self) -> Option<&[u8]> {
+        (self.private_len > 0).then(|| &self.private[..self.private_len as usize])
+    }
+}
+
+struct Handoff {
+    id: *mut rdma_cm_id,
+    req: Request,
+}
+// The id is used by one shard at a time: the listener's until it is
+// migrated and queued, the target's after.
+unsafe impl Send for Handoff {}
 
 impl Outbox {
     fn complete(&self, c: Completed) {
@@ -317,44 +388,163 @@ impl CallSender for Outbox {
     }
 }
 
-/// A running RDMA server.
-pub struct Server {
-    thread: Option<std::thread::JoinHandle<()>>,
-    addr: SocketAddr,
-    outbox: Arc<Outbox>,
+/// Back-channel records to the shard a connection id names.
+struct Router(Arc<[Arc<Outbox>]>);
+
+impl CallSender for Router {
+    fn send(&self, conn_id: u64, record: Vec<u8>) -> Result<(), SendError> {
+        match self.0.get((conn_id & 0xff) as usize) {
+            Some(o) => o.send(conn_id, record),
+            None if self.0[0].stop.load(Relaxed) => Err(SendError::Stopped),
+            None => Err(SendError::NoConnection),
+        }
+    }
 }
 
-struct SendPtr<T>(T);
-unsafe impl<T> Send for SendPtr<T> {}
+/// A running RDMA server.
+pub struct Server {
+    threads: Vec<std::thread::JoinHandle<()>>,
+    addr: SocketAddr,
+    shards: Arc<[Arc<Outbox>]>,
+    /// Shards running as core-loop pollers, and how many have torn down.
+    attached: usize,
+    finished: Arc<AtomicUsize>,
+}
+
+/// Registers shard `core` with the calling core loop (`Server::start_on_cores`).
+pub type CoreAttach = Arc<dyn Fn(usize) + Send + Sync>;
+
+/// Everything a shard's loop is built from, until its thread builds it.
+struct Seed {
+    cfg: Config,
+    d: Arc<Dispatcher>,
+    ch: *mut verbs::rdma_event_channel,
+    listen_id: Option<*mut rdma_cm_id>,
+    shard: usize,
+    peers: Arc<[Arc<Outbox>]>,
+    large_size: usize,
+}
+unsafe impl Send for Seed {}
+
+impl Seed {
+    fn build(self) -> Result<Loop, String> {
+        Loop::new(self.cfg, self.d, self.ch, self.listen_id, self.shard, self.peers, self.large_size)
+    }
+}
+
 
 impl Server {
     /// Open the connection manager, bind and listen on `cfg.addr`, and start
-    /// the loop. Errors name what is missing (rdma-core, an RDMA device on
-    /// the address).
+    /// `cfg.shards` shards on threads of their own. Errors name what is
+    /// missing (rdma-core, an RDMA device on the address).
     pub fn start(cfg: Config, dispatcher: Arc<Dispatcher>) -> Result<Server, String> {
+        let shards = cfg.shards;
+        let (mut server, seeds) = Self::listen(cfg, dispatcher, shards)?;
+        for seed in seeds {
+            let name = if shards == 1 { "chimera-rdma".to_string() } else { format!("chimera-rdma-{}", seed.shard) };
+            let t = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || {
+                    rpc::metrics::set_core(seed.cfg.metrics_core);
+                    match seed.build() {
+                        Ok(mut lp) => lp.run(),
+                        Err(e) => eprintln!("chimera-rdma: {e}"),
+                    }
+                })
+                .map_err(|e| format!("cannot start the RDMA loop: {e}"));
+            match t {
+                Ok(t) => server.threads.push(t),
+                Err(e) => {
+                    server.stop_and_join();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(server)
+    }
+
+    /// As `start`, with one shard per core loop: the returned hook, called
+    /// on each core loop's thread with its index (`runtime::Config::
+    /// on_core_start`), builds that core's shard there and registers it
+    /// as the loop's poller. A thread that takes no pollers runs its shard
+    /// on a thread of its own instead (logged).
+    pub fn start_on_cores(cfg: Config, dispatcher: Arc<Dispatcher>, cores: usize) -> Result<(Server, CoreAttach), String> {
+        let (mut server, seeds) = Self::listen(cfg, dispatcher, cores)?;
+        server.attached = cores;
+        let seeds: Mutex<Vec<Option<Seed>>> = Mutex::new(seeds.into_iter().map(Some).collect());
+        let finished = server.finished.clone();
+        let attach: CoreAttach = Arc::new(move |core| {
+            let Some(seed) = seeds.lock().unwrap_or_else(|e| e.into_inner()).get_mut(core).and_then(|s| s.take()) else { return };
+            if !rpc::poller::available() {
+                eprintln!("chimera-rdma: shard {core}: not called on a core loop; it runs on a thread of its own");
+                let finished = finished.clone();
+                let _ = std::thread::Builder::new().name(format!("chimera-rdma-{core}")).spawn(move || {
+                    rpc::metrics::set_core(seed.cfg.metrics_core);
+                    match seed.build() {
+                        Ok(mut lp) => lp.run(),
+                        Err(e) => eprintln!("chimera-rdma: shard {core}: {e}"),
+                    }
+                    finished.fetch_add(1, Relaxed);
+                });
+                return;
+            }
+            let lp = match seed.build() {
+                Ok(lp) => lp,
+                Err(e) => {
+                    eprintln!("chimera-rdma: shard {core}: {e}");
+                    finished.fetch_add(1, Relaxed);
+                    return;
+                }
+            };
+            let p = std::rc::Rc::new(RefCell::new(ShardPoller { lp, done: false, finished: finished.clone() }));
+            if !rpc::poller::register(p.clone()) {
+                eprintln!(
+                    "chimera-rdma: shard {core}: its core loop holds {} pollers already; the shard is not served",
+                    rpc::poller::POLLERS_PER_THREAD_MAX
+                );
+                p.borrow_mut().lp.teardown();
+                finished.fetch_add(1, Relaxed);
+            }
+        });
+        Ok((server, attach))
+    }
+
+    /// Bind and listen, and make one seed per shard (shard 0's holds the
+    /// listener).
+    fn listen(cfg: Config, dispatcher: Arc<Dispatcher>, shards: usize) -> Result<(Server, Vec<Seed>), String> {
         let l = verbs::lib()?;
         if cfg.credits == 0 || cfg.credits > 1024 || cfg.inline_bytes < 1024 || cfg.large_buffers == 0 || cfg.conns_max == 0 {
             return Err("rdma: credits must be 1..=1024, inline_bytes >= 1024, large_buffers and conns_max >= 1".into());
         }
-        let ch = unsafe { (l.create_event_channel)() };
-        if ch.is_null() {
-            return Err(format!(
-                "cannot open the RDMA connection manager: {} (load rdma_ucm and give the pod /dev/infiniband)",
-                std::io::Error::last_os_error()
-            ));
+        if shards == 0 || shards > SHARDS_MAX {
+            return Err(format!("rdma: shards must be 1..={SHARDS_MAX}, got {shards}"));
+        }
+        let mut chans = Vec::new();
+        let close_chans = |chans: &mut Vec<*mut verbs::rdma_event_channel>| {
+            for ch in chans.drain(..) {
+                unsafe { (l.destroy_event_channel)(ch) };
+            }
+        };
+        for _ in 0..shards {
+            let ch = unsafe { (l.create_event_channel)() };
+            if ch.is_null() {
+                let e = std::io::Error::last_os_error();
+                close_chans(&mut chans);
+                return Err(format!("cannot open the RDMA connection manager: {e} (load rdma_ucm and give the pod /dev/infiniband)"));
+            }
+            chans.push(ch);
         }
         let mut id: *mut rdma_cm_id = std::ptr::null_mut();
-        let fail = |what: &str, id: *mut rdma_cm_id| {
+        let ch0 = chans[0];
+        let mut fail = |what: &str, id: *mut rdma_cm_id| {
             let e = std::io::Error::last_os_error();
-            unsafe {
-                if !id.is_null() {
-                    (l.destroy_id)(id);
-                }
-                (l.destroy_event_channel)(ch);
+            if !id.is_null() {
+                unsafe { (l.destroy_id)(id) };
             }
+            close_chans(&mut chans);
             format!("{what} {}: {e}", cfg.addr)
         };
-        if unsafe { (l.create_id)(ch, &mut id, std::ptr::null_mut(), verbs::RDMA_PS_TCP) } != 0 {
+        if unsafe { (l.create_id)(ch0, &mut id, std::ptr::null_mut(), verbs::RDMA_PS_TCP) } != 0 {
             return Err(fail("cannot create an RDMA CM id for", std::ptr::null_mut()));
         }
         if let Some(tos) = cfg.tos {
@@ -373,31 +563,41 @@ impl Server {
         let port = u16::from_be(unsafe { (l.get_src_port)(id) });
         let addr = SocketAddr::new(cfg.addr.ip(), port);
         STARTED.store(true, Relaxed);
-        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        SHARDS.store(shards as u64, Relaxed);
         let limits = dispatcher.limits;
-        let outbox = Arc::new(Outbox {
-            queue: Mutex::new(VecDeque::new()),
-            done: Mutex::new(Vec::new()),
-            efd,
-            stop: AtomicBool::new(false),
-            record_max: limits.reply_bytes_max,
-        });
-        let ob = outbox.clone();
-        let raw = SendPtr((ch, id));
-        let thread = std::thread::Builder::new()
-            .name("chimera-rdma".into())
-            .spawn(move || {
-                let raw = raw;
-                let (ch, id) = raw.0;
-                rpc::metrics::set_core(cfg.metrics_core);
-                let large_size = (limits.record_bytes_max.max(limits.reply_bytes_max) + (64 << 10) + 4095) & !4095;
-                match Loop::new(cfg, dispatcher, ch, id, ob, large_size) {
-                    Ok(mut lp) => lp.run(),
-                    Err(e) => eprintln!("chimera-rdma: {e}"),
-                }
+        let peers: Arc<[Arc<Outbox>]> = chans
+            .iter()
+            .map(|&ch| {
+                Arc::new(Outbox {
+                    queue: Mutex::new(VecDeque::new()),
+                    done: Mutex::new(Vec::new()),
+                    handoff: Mutex::new(VecDeque::new()),
+                    ch: ch as usize,
+                    efd: unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) },
+                    stop: AtomicBool::new(false),
+                    record_max: limits.reply_bytes_max,
+                })
             })
-            .map_err(|e| format!("cannot start the RDMA loop: {e}"))?;
-        Ok(Server { thread: Some(thread), addr, outbox })
+            .collect();
+        let large_size = (limits.record_bytes_max.max(limits.reply_bytes_max) + (64 << 10) + 4095) & !4095;
+        // The large buffers of a device are split between the shards.
+        let mut per_shard = cfg.clone();
+        per_shard.large_buffers = cfg.large_buffers.div_ceil(shards);
+        let seeds = chans
+            .iter()
+            .enumerate()
+            .map(|(shard, &ch)| Seed {
+                cfg: per_shard.clone(),
+                d: dispatcher.clone(),
+                ch,
+                listen_id: (shard == 0).then_some(id),
+                shard,
+                peers: peers.clone(),
+                large_size,
+            })
+            .collect();
+        let server = Server { threads: Vec::new(), addr, shards: peers, attached: 0, finished: Arc::new(AtomicUsize::new(0)) };
+        Ok((server, seeds))
     }
 
     /// The address actually listened on (port 0 resolved).
@@ -407,7 +607,7 @@ impl Server {
 
     /// Back-channel calls on RDMA connections (conn ids with `CONN_ID_BIT`).
     pub fn sender(&self) -> Arc<dyn CallSender> {
-        self.outbox.clone()
+        Arc::new(Router(self.shards.clone()))
     }
 
     /// Close every connection and join the loop.
@@ -416,11 +616,19 @@ impl Server {
     }
 
     fn stop_and_join(&mut self) {
-        self.outbox.stop.store(true, Relaxed);
-        self.outbox.wake();
-        if let Some(t) = self.thread.take() {
+        for o in self.shards.iter() {
+            o.stop.store(true, Relaxed);
+            o.wake();
+        }
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        // Shards in core loops tear down on their loops' threads.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.finished.load(Relaxed) < self.attached && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        self.attached = 0;
     }
 }
 
@@ -434,9 +642,21 @@ struct Loop {
     cfg: Config,
     d: Arc<Dispatcher>,
     lender: Lender,
+    /// This shard's event channel; shard 0's also carries the listener.
     ch: *mut verbs::rdma_event_channel,
-    listen_id: *mut rdma_cm_id,
+    listen_id: Option<*mut rdma_cm_id>,
+    shard: usize,
+    /// The metrics shard and `ConnInfo::core` of this shard's calls.
+    core: usize,
     outbox: Arc<Outbox>,
+    peers: Arc<[Arc<Outbox>]>,
+    /// Completion notifications are requested and the epoll descriptor
+    /// may be readable: drain it at the next turn.
+    armed: bool,
+    /// The shard slept and woke: look at the event channel now.
+    woke: bool,
+    cm_check_at: Instant,
+    next_shard: usize,
     epfd: libc::c_int,
     devices: Vec<Device>,
     conns: Vec<Option<Conn>>,
@@ -473,10 +693,15 @@ impl Loop {
         cfg: Config,
         d: Arc<Dispatcher>,
         ch: *mut verbs::rdma_event_channel,
-        listen_id: *mut rdma_cm_id,
-        outbox: Arc<Outbox>,
+        listen_id: Option<*mut rdma_cm_id>,
+        shard: usize,
+        peers: Arc<[Arc<Outbox>]>,
         large_size: usize,
     ) -> Result<Loop, String> {
+        let outbox = peers[shard].clone();
+        // On a core loop the core's own metrics shard; on a thread of its
+        // own, the configured one.
+        let core = if rpc::poller::available() { shard } else { cfg.metrics_core };
         let parks = RefCell::new(rpc::park::Table::new(d.limits.parked_per_core_max, d.limits.parked_bytes_per_core_max));
         let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if epfd < 0 {
@@ -492,7 +717,14 @@ impl Loop {
             lender: Lender::new(),
             ch,
             listen_id,
+            shard,
+            core,
             outbox,
+            peers,
+            armed: false,
+            woke: true,
+            cm_check_at: Instant::now(),
+            next_shard: 0,
             epfd,
             devices: Vec::new(),
             conns: Vec::new(),
@@ -516,6 +748,58 @@ impl Loop {
         }
     }
 
+    /// One pass over everything the shard serves; whether anything was done.
+    fn turn(&mut self) -> bool {
+        let now = Instant::now();
+        let mut did = false;
+        if self.woke || now >= self.cm_check_at {
+            self.woke = false;
+            self.cm_check_at = now + CM_POLL;
+            did |= self.cm_events();
+        }
+        did |= self.take_handoffs();
+        did |= self.poll_cqs();
+        did |= self.drain_outbox();
+        did |= self.take_done();
+        did |= self.resume_ready();
+        did |= self.retry_waiting();
+        did
+    }
+
+    /// Ask every completion queue to signal its channel at the next
+    /// completion: the shard may sleep after this (and a turn).
+    fn arm(&mut self) {
+        for dv in &self.devices {
+            unsafe { verbs::req_notify_cq(dv.cq) };
+        }
+        self.armed = true;
+    }
+
+    /// After a sleep: take the completion-channel events and the eventfd's
+    /// count, so the epoll descriptor is quiet until new work arrives.
+    fn disarm(&mut self) {
+        let l = verbs::lib().expect("loaded at start");
+        for dv in &self.devices {
+            let mut n = 0;
+            loop {
+                let mut cq = std::ptr::null_mut();
+                let mut ctx = std::ptr::null_mut();
+                if unsafe { (l.get_cq_event)(dv.channel, &mut cq, &mut ctx) } != 0 {
+                    break;
+                }
+                n += 1;
+            }
+            if n > 0 {
+                unsafe { (l.ack_cq_events)(dv.cq, n) };
+            }
+        }
+        let mut v = 0u64;
+        unsafe { libc::read(self.outbox.efd, &mut v as *mut u64 as *mut c_void, 8) };
+        self.armed = false;
+        self.woke = true;
+    }
+
+    /// A shard on a thread of its own: turns while busy, epoll when idle.
     fn run(&mut self) {
         let spin = Duration::from_micros(self.cfg.poll_spin_us);
         let mut busy_at = Instant::now();
@@ -523,45 +807,23 @@ impl Loop {
             if self.outbox.stop.load(Relaxed) {
                 break;
             }
-            let mut did = self.cm_events();
-            did |= self.poll_cqs();
-            did |= self.drain_outbox();
-            did |= self.take_done();
-            did |= self.resume_ready();
-            did |= self.retry_waiting();
-            if did {
+            if self.armed {
+                self.disarm();
+            }
+            if self.turn() {
                 busy_at = Instant::now();
                 continue;
             }
             if busy_at.elapsed() < spin {
                 continue;
             }
-            let l = verbs::lib().expect("loaded at start");
-            for dv in &self.devices {
-                unsafe { verbs::req_notify_cq(dv.cq) };
-            }
-            if self.poll_cqs() {
+            self.arm();
+            if self.turn() {
                 busy_at = Instant::now();
                 continue;
             }
             let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 8];
             unsafe { libc::epoll_wait(self.epfd, evs.as_mut_ptr(), 8, 100) };
-            for dv in &self.devices {
-                let mut n = 0;
-                loop {
-                    let mut cq = std::ptr::null_mut();
-                    let mut ctx = std::ptr::null_mut();
-                    if unsafe { (l.get_cq_event)(dv.channel, &mut cq, &mut ctx) } != 0 {
-                        break;
-                    }
-                    n += 1;
-                }
-                if n > 0 {
-                    unsafe { (l.ack_cq_events)(dv.cq, n) };
-                }
-            }
-            let mut v = 0u64;
-            unsafe { libc::read(self.outbox.efd, &mut v as *mut u64 as *mut c_void, 8) };
             busy_at = Instant::now();
         }
         self.teardown();
@@ -575,8 +837,21 @@ impl Loop {
                 self.close(s);
             }
         }
+        let handed: Vec<Handoff> = self.outbox.handoff.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
+        for h in handed {
+            self.unreserve();
+            unsafe {
+                (l.reject)(h.id, std::ptr::null(), 0);
+                (l.destroy_id)(h.id);
+            }
+        }
+        // Completion-channel events must be acknowledged before their
+        // queues go.
+        self.disarm();
         unsafe {
-            (l.destroy_id)(self.listen_id);
+            if let Some(id) = self.listen_id.take() {
+                (l.destroy_id)(id);
+            }
             (l.destroy_event_channel)(self.ch);
         }
         for dv in self.devices.drain(..) {
@@ -607,13 +882,9 @@ impl Loop {
             let (kind, id) = unsafe { ((*ev).event, (*ev).id) };
             match kind {
                 verbs::CM_CONNECT_REQUEST => {
-                    let accepted = self.accept(id, unsafe { &(*ev).conn });
+                    let req = Request::of(unsafe { &(*ev).conn });
                     unsafe { (l.ack_cm_event)(ev) };
-                    if let Err(e) = accepted {
-                        STATS.conns_rejected.fetch_add(1, Relaxed);
-                        self.log(format!("connection refused: {e}"));
-                        unsafe { (l.destroy_id)(id) };
-                    }
+                    self.route(id, req);
                 }
                 verbs::CM_ESTABLISHED => {
                     unsafe { (l.ack_cm_event)(ev) };
@@ -690,19 +961,74 @@ impl Loop {
         Ok(self.devices.len() - 1)
     }
 
-    fn accept(&mut self, id: *mut rdma_cm_id, req: &rdma_conn_param) -> Result<(), String> {
-        let l = verbs::lib()?;
-        let open = self.conns.iter().filter(|c| c.is_some()).count();
-        if open >= self.cfg.conns_max {
-            unsafe { (l.reject)(id, std::ptr::null(), 0) };
-            return Err(format!("{open} RDMA connections open (the limit)"));
+    /// A connection request on the listener (shard 0): reserve it against
+    /// `conns_max` and give it to the shard with the fewest connections.
+    fn route(&mut self, id: *mut rdma_cm_id, req: Request) {
+        let l = verbs::lib().expect("loaded");
+        let open = CONNS_OPEN.fetch_add(1, Relaxed);
+        if open >= self.cfg.conns_max as u64 {
+            CONNS_OPEN.fetch_sub(1, Relaxed);
+            STATS.conns_rejected.fetch_add(1, Relaxed);
+            self.log(format!("connection refused: {open} RDMA connections open (the limit)"));
+            unsafe {
+                (l.reject)(id, std::ptr::null(), 0);
+                (l.destroy_id)(id);
+            }
+            return;
         }
+        let n = self.peers.len();
+        let start = self.next_shard;
+        self.next_shard = (start + 1) % n;
+        let target = (0..n).map(|i| (start + i) % n).min_by_key(|&t| SHARD_OPEN[t].load(Relaxed)).unwrap_or(0);
+        SHARD_OPEN[target].fetch_add(1, Relaxed);
+        if target == self.shard {
+            self.accept_reserved(id, req);
+            return;
+        }
+        let to = &self.peers[target];
+        if unsafe { (l.migrate_id)(id, to.ch as *mut verbs::rdma_event_channel) } != 0 {
+            let e = std::io::Error::last_os_error();
+            SHARD_OPEN[target].fetch_sub(1, Relaxed);
+            self.accept_reserved(id, req);
+            self.log(format!("cannot move a connection to shard {target}: {e}; shard {} serves it", self.shard));
+            return;
+        }
+        to.handoff.lock().unwrap_or_else(|e| e.into_inner()).push_back(Handoff { id, req });
+        to.wake();
+    }
+
+    /// Give back a reservation of `route` (the connection never opened).
+    fn unreserve(&self) {
+        CONNS_OPEN.fetch_sub(1, Relaxed);
+        SHARD_OPEN[self.shard].fetch_sub(1, Relaxed);
+    }
+
+    /// Accept a request reserved for this shard, or refuse it and give the
+    /// reservation back.
+    fn accept_reserved(&mut self, id: *mut rdma_cm_id, req: Request) {
+        if let Err(e) = self.accept(id, &req) {
+            self.unreserve();
+            STATS.conns_rejected.fetch_add(1, Relaxed);
+            self.log(format!("connection refused: {e}"));
+            unsafe { (verbs::lib().expect("loaded").destroy_id)(id) };
+        }
+    }
+
+    /// Connections the listener handed to this shard.
+    fn take_handoffs(&mut self) -> bool {
+        let mut did = false;
+        loop {
+            let h = self.outbox.handoff.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+            let Some(h) = h else { return did };
+            did = true;
+            self.accept_reserved(h.id, h.req);
+        }
+    }
+
+    fn accept(&mut self, id: *mut rdma_cm_id, req: &Request) -> Result<(), String> {
+        let l = verbs::lib()?;
         let dev = self.device(unsafe { (*id).verbs })?;
-        let theirs = if req.private_data.is_null() {
-            None
-        } else {
-            Private::decode(unsafe { std::slice::from_raw_parts(req.private_data as *const u8, req.private_data_len as usize) })
-        };
+        let theirs = req.private().and_then(Private::decode);
         let inline = self.cfg.inline_bytes as usize;
         let client_recv = theirs.map_or(wire::INLINE_DEFAULT, |p| p.recv) as usize;
         let credits = self.cfg.credits;
@@ -742,7 +1068,7 @@ impl Loop {
         };
         self.gens[slot] = self.gens[slot].wrapping_add(1);
         let gen = self.gens[slot];
-        let conn_id = CONN_ID_BIT | self.next_conn;
+        let conn_id = CONN_ID_BIT | self.next_conn << 8 | self.shard as u64;
         self.next_conn += 1;
         let peer = verbs::from_sockaddr(unsafe { &(*id).dst_addr });
         let c = Conn {
@@ -750,7 +1076,7 @@ impl Loop {
             qp,
             dev,
             gen,
-            info: ConnInfo { conn_id, peer, core: self.cfg.metrics_core },
+            info: ConnInfo { conn_id, peer, core: self.core },
             small,
             buf_bytes: inline,
             send_free: (nrecv..nrecv + nsend).rev().collect(),
@@ -793,7 +1119,7 @@ impl Loop {
             return Err(format!("accept: {e}"));
         }
         STATS.conns_accepted.fetch_add(1, Relaxed);
-        CONNS_OPEN.fetch_add(1, Relaxed);
+        SHARD_ACCEPTED[self.shard].fetch_add(1, Relaxed);
         Ok(())
     }
 
@@ -804,7 +1130,7 @@ impl Loop {
             return;
         }
         self.close_quiet(s);
-        CONNS_OPEN.fetch_sub(1, Relaxed);
+        self.unreserve();
         STATS.conns_closed.fetch_add(1, Relaxed);
     }
 
@@ -1014,6 +1340,7 @@ impl Loop {
         }
         if !is_reply {
             STATS.calls.fetch_add(1, Relaxed);
+            SHARD_CALLS[self.shard].fetch_add(1, Relaxed);
         }
         let c = self.conns[s].as_mut().expect("live");
         let send = c.send_free.pop().expect("checked");
@@ -1416,6 +1743,55 @@ impl Loop {
             }
         }
         true
+    }
+}
+
+/// A shard in a core loop (`Server::start_on_cores`).
+struct ShardPoller {
+    lp: Loop,
+    done: bool,
+    finished: Arc<AtomicUsize>,
+}
+
+impl rpc::poller::Poller for ShardPoller {
+    fn poll(&mut self) -> usize {
+        if self.done {
+            return 0;
+        }
+        if self.lp.outbox.stop.load(Relaxed) {
+            self.lp.teardown();
+            self.done = true;
+            self.finished.fetch_add(1, Relaxed);
+            return 0;
+        }
+        if self.lp.armed {
+            self.lp.disarm();
+        }
+        self.lp.turn() as usize
+    }
+    /// Work in flight (RDMA Reads, parked calls) wakes the loop through
+    /// the shard's epoll descriptor: the loop need not spin for it.
+    fn busy(&self) -> bool {
+        false
+    }
+    fn notify_fds(&self, _out: &mut Vec<std::os::fd::RawFd>) {}
+    fn wake_fds(&self, out: &mut Vec<std::os::fd::RawFd>) {
+        if !self.done {
+            out.push(self.lp.epfd);
+        }
+    }
+    fn before_sleep(&mut self) -> bool {
+        if self.done {
+            return false;
+        }
+        if self.lp.outbox.stop.load(Relaxed) {
+            return true;
+        }
+        self.lp.arm();
+        self.lp.turn()
+    }
+    fn gone(&self) -> bool {
+        self.done
     }
 }
 

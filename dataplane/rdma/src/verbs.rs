@@ -219,6 +219,7 @@ pub struct Lib {
     pub destroy_qp: unsafe extern "C" fn(*mut rdma_cm_id),
     pub set_option: unsafe extern "C" fn(*mut rdma_cm_id, c_int, c_int, *mut c_void, usize) -> c_int,
     pub get_src_port: unsafe extern "C" fn(*mut rdma_cm_id) -> u16,
+    pub migrate_id: unsafe extern "C" fn(*mut rdma_cm_id, *mut rdma_event_channel) -> c_int,
 }
 
 fn open(name: &str) -> Result<*mut c_void, String> {
@@ -276,6 +277,7 @@ fn load() -> Result<Lib, String> {
         destroy_qp: sym(c, C, "rdma_destroy_qp")?,
         set_option: sym(c, C, "rdma_set_option")?,
         get_src_port: sym(c, C, "rdma_get_src_port")?,
+        migrate_id: sym(c, C, "rdma_migrate_id")?,
     })
 }
 

@@ -30,6 +30,17 @@ pub trait Poller {
     fn gone(&self) -> bool {
         false
     }
+    /// Descriptors to wake the loop whenever it sleeps, busy or not (a
+    /// transport's listener and completion channels, which take new work
+    /// rather than finish old). The loop waits for them to become readable
+    /// (poll, not read): the poller consumes what makes them so.
+    fn wake_fds(&self, _out: &mut Vec<RawFd>) {}
+    /// The loop is about to sleep: arm what wakes `wake_fds` (a completion
+    /// queue's notification) and look once more for work that raced the
+    /// arming. Work found: return true after doing it (the loop stays up).
+    fn before_sleep(&mut self) -> bool {
+        false
+    }
 }
 
 pub type Shared = Rc<RefCell<dyn Poller>>;
@@ -112,6 +123,33 @@ pub fn poll_all(fds: &mut Vec<RawFd>) -> Turn {
     turn
 }
 
+/// The descriptors every poller of the calling thread wants a sleeping
+/// loop woken by (`Poller::wake_fds`; cleared first).
+pub fn wake_fds_all(fds: &mut Vec<RawFd>) {
+    fds.clear();
+    POLLERS.with(|v| {
+        for p in v.borrow().iter() {
+            if let Ok(p) = p.try_borrow() {
+                p.wake_fds(fds);
+            }
+        }
+    });
+}
+
+/// Tell every poller of the calling thread its loop is about to sleep
+/// (`Poller::before_sleep`); true when one of them found work instead.
+pub fn before_sleep_all() -> bool {
+    POLLERS.with(|v| {
+        let mut found = false;
+        for p in v.borrow().iter() {
+            if let Ok(mut p) = p.try_borrow_mut() {
+                found |= p.before_sleep();
+            }
+        }
+        found
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +193,49 @@ mod tests {
                 assert!(register(Rc::new(RefCell::new(Count { left: 0, fd: None }))));
             }
             assert!(!register(Rc::new(RefCell::new(Count { left: 0, fd: None }))), "the bound holds");
+        })
+        .join()
+        .unwrap();
+    }
+
+    struct Waker {
+        fd: RawFd,
+        armed: u32,
+        race: bool,
+    }
+
+    impl Poller for Waker {
+        fn poll(&mut self) -> usize {
+            0
+        }
+        fn busy(&self) -> bool {
+            false
+        }
+        fn notify_fds(&self, _out: &mut Vec<RawFd>) {}
+        fn wake_fds(&self, out: &mut Vec<RawFd>) {
+            out.push(self.fd);
+        }
+        fn before_sleep(&mut self) -> bool {
+            self.armed += 1;
+            std::mem::take(&mut self.race)
+        }
+    }
+
+    #[test]
+    fn an_idle_poller_names_its_wake_descriptors_and_is_told_before_sleep() {
+        std::thread::spawn(|| {
+            serve_on_this_thread();
+            let w = Rc::new(RefCell::new(Waker { fd: 9, armed: 0, race: true }));
+            assert!(register(w.clone()));
+            let mut fds = vec![1, 2];
+            // Joined at the first poll_all.
+            assert_eq!(poll_all(&mut fds), Turn::default());
+            assert!(fds.is_empty(), "an idle poller has no notify descriptors");
+            wake_fds_all(&mut fds);
+            assert_eq!(fds, vec![9]);
+            assert!(before_sleep_all(), "work that raced the arming keeps the loop up");
+            assert!(!before_sleep_all());
+            assert_eq!(w.borrow().armed, 2);
         })
         .join()
         .unwrap();

@@ -24,6 +24,8 @@ const KIND_TIMEOUT: u64 = 4;
 const KIND_WAKE: u64 = 5;
 /// An eventfd read on a backend poller's notify descriptor (`rpc::poller`).
 const KIND_NOTIFY: u64 = 6;
+/// A readiness poll on a poller's wake descriptor (`Poller::wake_fds`).
+const KIND_WAKE_POLL: u64 = 7;
 
 /// How long a sleeping loop waits before rechecking the stop flag.
 const IDLE_WAKE: Duration = Duration::from_millis(100);
@@ -263,6 +265,10 @@ pub(crate) struct Loop {
     /// Eventfd reads armed on them while the loop sleeps: the descriptor
     /// and the read's target (the kernel writes it; it lives here).
     notify: Vec<(RawFd, Box<u64>, bool)>,
+    /// Pollers' wake descriptors (`Poller::wake_fds`) and whether a
+    /// readiness poll is armed on each.
+    wake_polls: Vec<(RawFd, bool)>,
+    wake_scratch: Vec<RawFd>,
 }
 
 impl Loop {
@@ -296,6 +302,8 @@ impl Loop {
             scratch: MmapBuf::new(limits.reply_bytes_max),
             poll_fds: Vec::new(),
             notify: Vec::new(),
+            wake_polls: Vec::new(),
+            wake_scratch: Vec::new(),
         }
     }
 
@@ -328,6 +336,9 @@ impl Loop {
     pub(crate) fn run(mut self) {
         metrics::set_core(self.core);
         rpc::poller::serve_on_this_thread();
+        if let Some(h) = self.shared.cfg.on_core_start.clone() {
+            (h.0)(self.core);
+        }
         for i in 0..self.listeners.len() {
             self.arm_accept(i);
         }
@@ -343,6 +354,16 @@ impl Loop {
         while !self.shared.stop.load(Ordering::Relaxed) {
             let idle = last_event.elapsed();
             let polling = spin_pollers || idle < spin || (device_busy && idle < device_spin);
+            // A poller that finds work as the loop goes to sleep keeps it up.
+            let polling = polling || {
+                let found = rpc::poller::before_sleep_all();
+                if found {
+                    last_event = Instant::now();
+                } else {
+                    self.arm_wake_polls();
+                }
+                found
+            };
             let r = if polling {
                 if self.kernel_has_work() {
                     self.ring.submit()
@@ -418,6 +439,27 @@ impl Loop {
         turn
     }
 
+    /// A readiness poll on every wake descriptor of this thread's pollers
+    /// not watched yet, so the sleep ends when one becomes readable.
+    fn arm_wake_polls(&mut self) {
+        let mut fds = std::mem::take(&mut self.wake_scratch);
+        rpc::poller::wake_fds_all(&mut fds);
+        for &fd in &fds {
+            let i = match self.wake_polls.iter().position(|w| w.0 == fd) {
+                Some(i) if self.wake_polls[i].1 => continue,
+                Some(i) => i,
+                None => {
+                    self.wake_polls.push((fd, false));
+                    self.wake_polls.len() - 1
+                }
+            };
+            self.wake_polls[i].1 = true;
+            let sqe = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32).build().user_data(user_data(KIND_WAKE_POLL, 0, i));
+            self.push(sqe);
+        }
+        self.wake_scratch = fds;
+    }
+
     fn drain(&mut self, batch: &mut Vec<(u64, i32)>) {
         batch.clear();
         for cqe in self.ring.completion() {
@@ -436,6 +478,11 @@ impl Loop {
             KIND_NOTIFY => {
                 if let Some(n) = self.notify.get_mut(slot) {
                     n.2 = false;
+                }
+            }
+            KIND_WAKE_POLL => {
+                if let Some(w) = self.wake_polls.get_mut(slot) {
+                    w.1 = false;
                 }
             }
             _ => unreachable!("unknown completion kind {kind}"),

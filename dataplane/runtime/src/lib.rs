@@ -127,6 +127,20 @@ pub struct Config {
     pub device_poll_us: u64,
     /// Submission queue entries per ring.
     pub ring_entries: u32,
+    /// Run on each loop's thread (with its core index) before it serves:
+    /// another transport registers its per-core share there as an
+    /// `rpc::poller::Poller` (the RDMA server's shards).
+    pub on_core_start: Option<CoreHook>,
+}
+
+/// See `Config::on_core_start`.
+#[derive(Clone)]
+pub struct CoreHook(pub Arc<dyn Fn(usize) + Send + Sync>);
+
+impl std::fmt::Debug for CoreHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CoreHook")
+    }
 }
 
 impl Default for Config {
@@ -138,6 +152,7 @@ impl Default for Config {
             poll_spin_us: 20,
             device_poll_us: 0,
             ring_entries: 1024,
+            on_core_start: None,
         }
     }
 }

@@ -24,7 +24,7 @@
 #              workers); that remote is stopped (SIGSTOP) while a CREATE
 #              (4.1: an OPEN) on the relay is in flight over RDMA: the call
 #              parks, and CREATE, WRITE and READ on the memfs export over the
-#              same RDMA transport answer within 5 s (the RDMA loop is not
+#              same RDMA transport answer within 5 s (the RDMA shard is not
 #              held), and /metrics answers; once the remote resumes, the
 #              relay's CREATE completes
 #   hostile    chimera-rdma-probe (our raw verbs client) sends a wrong
@@ -36,6 +36,9 @@
 #              or a refused connection, a second well-behaved client's NULL
 #              succeeds after each, and chimerad's RSS grows by less than
 #              64 MiB over the suite
+#   shards     chimerad runs two core loops: both RDMA shards accepted
+#              connections and served calls, in the core loops' threads (no
+#              RDMA thread of its own)
 #   pnfs       an MDS (10.0.2.15) and two data servers (10.0.2.16, .17:
 #              their own processes and addresses) all with server.rdma; the
 #              MDS lists the DSes with netid rdma (advertised rdma-first in
@@ -108,7 +111,7 @@ echo 96 >/proc/sys/vm/nr_hugepages
 cat >/tmp/c.json <<JSON
 {
   "common":  { "log_level": "info", "rdmacm_tos": 104, "huge_pages": true },
-  "server":  { "role": "both", "bind": "$ADDR", "cores": 1,
+  "server":  { "role": "both", "bind": "$ADDR", "cores": 2,
                "nfs_port": $PORT, "mount_port": $MPORT, "portmap_port": 0,
                "rdma": true, "rdma_hostname": "$ADDR", "rdma_port": $RPORT, "rdma_conns_max": 8,
                "grace_time_s": 15, "lease_time_s": 10,
@@ -227,7 +230,7 @@ for v in 3 4.1; do
   i=0
   while kill -0 $xpid 2>/dev/null; do
     i=$((i + 1))
-    [ $i -le 50 ] || { kill -CONT $rpid; fail "a memfs CREATE/WRITE/READ over RDMA waited more than 5 s while a relay call was stalled at vers=$v: the RDMA loop was held"; }
+    [ $i -le 50 ] || { kill -CONT $rpid; fail "a memfs CREATE/WRITE/READ over RDMA waited more than 5 s while a relay call was stalled at vers=$v: the RDMA shard was held"; }
     sleep 0.1
   done
   wait $xpid || { kill -CONT $rpid; fail "the memfs calls over RDMA failed while the relay was stalled at vers=$v"; }
@@ -267,6 +270,22 @@ rss1=$(rss)
 scrape
 ok "every hostile message refused or closed; RSS $rss0 -> $rss1 KiB; $(metric chimera_rdma_errors_sent_total) RDMA_ERRORs sent, $(metric chimera_rdma_protocol_errors_total) connections closed for protocol errors, $(metric chimera_rdma_connections_open) open"
 [ "$(metric chimera_rdma_errors_sent_total)" -ge 3 ] || fail "fewer than 3 RDMA_ERRORs counted"
+
+step shards
+# Two core loops, two RDMA shards: the kernel mounts of the steps above and
+# the probe's connections were spread over both, and each shard served
+# calls in its own core loop (no RDMA thread of its own).
+shard() { awk -v n="$1{core=\"$2\"}" '$1 == n { print $2; f = 1 } END { if (!f) print 0 }' /tmp/metrics.txt; }
+grep '^chimera_rdma_shard' /tmp/metrics.txt | sed 's/^/  /'
+for c in 0 1; do
+  [ "$(shard chimera_rdma_shard_connections_accepted_total $c)" -ge 1 ] || fail "shard $c accepted no RDMA connection"
+  [ "$(shard chimera_rdma_shard_calls_total $c)" -ge 100 ] || fail "shard $c served fewer than 100 RDMA calls"
+done
+[ "$(shard chimera_rdma_shard_calls_total 2)" = 0 ] || fail "a third shard with two cores"
+threads=$(ls /proc/$pid/task | while read t; do cat /proc/$pid/task/$t/comm; done | sort | uniq -c | tr -s ' ' | tr '\n' ';')
+case "$threads" in *chimera-rdma*) fail "an RDMA thread of its own runs beside the core loops: $threads" ;; esac
+case "$threads" in *"2 chimera-core-"*|*"chimera-core-0"*"chimera-core-1"*) ;; *) fail "expected two core loops: $threads" ;; esac
+ok "connections accepted per shard: $(shard chimera_rdma_shard_connections_accepted_total 0) / $(shard chimera_rdma_shard_connections_accepted_total 1), calls $(shard chimera_rdma_shard_calls_total 0) / $(shard chimera_rdma_shard_calls_total 1); threads: $threads"
 
 step figures
 "$BIN/chimera-rdma-probe" null $ADDR:$RPORT --count 2000 --tcp $ADDR:$PORT >/tmp/null.txt 2>&1 || fail "NULL round trips: $(cat /tmp/null.txt)"
