@@ -365,6 +365,12 @@ pub struct NfsMount {
     /// The remote's NFS port (`port`, default 2049); MOUNT is asked there
     /// too, as chimerad serves it on its NFS port.
     pub port: u16,
+    /// The remote's MOUNT port (`mount_port`): MOUNT is asked only there.
+    /// Absent: on the NFS port, and where the remote has none there (the
+    /// Linux server, Ganesha) at the port its portmapper names.
+    pub mount_port: Option<u16>,
+    /// The remote portmapper's port (`portmap_port`, default 111).
+    pub portmap_port: u16,
     /// TCP connections to the remote (`connections`, 1..=16, default 2).
     pub connections: u32,
     /// Bound on every remote call, connecting included (`timeout_ms`,
@@ -1569,14 +1575,27 @@ fn parse_mounts(v: &Value, warnings: &mut Vec<String>) -> Result<Vec<MountConfig
         let port = o.port("port", false)?;
         let connections = o.u64_in("connections", 1, NFS_MOUNT_CONNECTIONS_MAX as u64)?;
         let timeout_ms = o.u64_in("timeout_ms", 100, 600_000)?;
+        let mount_port = o.port("mount_port", false)?;
+        let portmap_port = o.port("portmap_port", false)?;
+        if let (Some(_), Some(_)) = (mount_port, portmap_port) {
+            return err(&join(&path, "portmap_port"), "the portmapper is not asked when mount_port is given; set one of them");
+        }
         let nfs = match module {
             Module::Nfs => Some(NfsMount {
                 port: port.unwrap_or(Netid::Tcp.default_port()),
+                mount_port,
+                portmap_port: portmap_port.unwrap_or(111),
                 connections: connections.map_or(NFS_MOUNT_CONNECTIONS_DEFAULT, |c| c as u32),
                 timeout_ms: timeout_ms.unwrap_or(NFS_MOUNT_TIMEOUT_MS_DEFAULT),
             }),
             m => {
-                for (key, given) in [("port", port.is_some()), ("connections", connections.is_some()), ("timeout_ms", timeout_ms.is_some())] {
+                for (key, given) in [
+                    ("port", port.is_some()),
+                    ("connections", connections.is_some()),
+                    ("timeout_ms", timeout_ms.is_some()),
+                    ("mount_port", mount_port.is_some()),
+                    ("portmap_port", portmap_port.is_some()),
+                ] {
                     if given {
                         return err(&join(&path, key), format!("only an nfs mount has {key}; this is a {} mount", m.as_str()));
                     }

@@ -418,6 +418,7 @@ mod tests {
             connections: 1,
             timeout: std::time::Duration::from_secs(2),
             retry_after: std::time::Duration::from_millis(1),
+            mount_at: Default::default(),
         };
         let v = Arc::new(nfsvfs::NfsVfs::new(opts, Arc::new(|_, _| {})).unwrap());
         let root = vfs::Vfs::root(&*v, 1).unwrap();

@@ -118,6 +118,10 @@ fn nfs_backend(m: &MountConfig, export_id: u32) -> Result<Arc<dyn Vfs>, String> 
         connections: nfs.connections as usize,
         timeout: std::time::Duration::from_millis(nfs.timeout_ms),
         retry_after: std::time::Duration::from_millis(nfs.timeout_ms.min(1000)),
+        mount_at: match nfs.mount_port {
+            Some(p) => nfsvfs::MountAt::Port(p),
+            None => nfsvfs::MountAt::Portmap(nfs.portmap_port),
+        },
     };
     let (name, remote) = (m.name.clone(), format!("{}:{}", opts.addr, opts.path));
     let notify: nfsvfs::Notify = Arc::new(move |msg: &str, error: Option<&str>| {

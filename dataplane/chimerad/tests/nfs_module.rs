@@ -14,8 +14,12 @@
 //! - a remote that accepts and never answers: EIO after the timeout;
 //! - a stalled remote holds the calls on its mount, not B's core (NFSv3
 //!   calls and NFSv4.1 COMPOUNDs);
+//! - a remote whose MOUNT is on a port of its own (as the Linux server's
+//!   and Ganesha's): found through its portmapper, or at `mount_port`; a
+//!   portmapper that knows none: the mount is down and says why, EIO;
 //! - config: remote paths with a port, ports on other modules, bad
-//!   connection counts are refused naming the key.
+//!   connection counts, mount_port with portmap_port are refused naming
+//!   the key.
 //!
 //! Every server binds 127.0.0.1 with kernel-chosen ports; a restarted A
 //! reuses the port it had.
@@ -416,6 +420,9 @@ fn nfs_mount_settings_are_checked_by_name() {
     let ok = parse_mounts(json!({ "r": { "module": "nfs", "path": "[::1]:/ds", "port": 20490, "connections": 4, "timeout_ms": 500 } })).unwrap();
     let n = ok.mounts[0].nfs.as_ref().unwrap();
     assert_eq!((n.port, n.connections, n.timeout_ms), (20490, 4, 500));
+    assert_eq!((n.mount_port, n.portmap_port), (None, 111), "MOUNT on the NFS port, else through the portmapper on 111");
+    let ok = parse_mounts(json!({ "r": { "module": "nfs", "path": "10.0.0.9:/ds", "mount_port": 20048 } })).unwrap();
+    assert_eq!(ok.mounts[0].nfs.as_ref().unwrap().mount_port, Some(20048));
     assert!(ok.mounts.iter().all(|m| m.name != "x"));
 
     let cases = [
@@ -452,6 +459,10 @@ fn nfs_mount_settings_are_checked_by_name() {
             json!({ "m": { "module": "memfs", "port": 2049 } }),
             "mounts.m.port",
         ),
+        (json!({ "m": { "module": "memfs", "mount_port": 20048 } }), "mounts.m.mount_port"),
+        (json!({ "r": { "module": "nfs", "path": "10.0.0.9:/ds", "mount_port": 0 } }), "mounts.r.mount_port"),
+        (json!({ "r": { "module": "nfs", "path": "10.0.0.9:/ds", "portmap_port": 70000 } }), "mounts.r.portmap_port"),
+        (json!({ "r": { "module": "nfs", "path": "10.0.0.9:/ds", "mount_port": 20048, "portmap_port": 111 } }), "mounts.r.portmap_port"),
     ];
     for (mounts, key) in cases {
         let e = parse_mounts(mounts.clone()).expect_err(&mounts.to_string());
@@ -698,5 +709,112 @@ fn a_stalled_remote_does_not_hold_a_scrape() {
     });
     drop(b);
     drop(a);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A remote laid out like the Linux server or Ganesha: NFS on one port
+/// with no MOUNT there (PROG_UNAVAIL), MOUNT on a port of its own, and a
+/// portmapper that names it. Built in-process from our own programs over
+/// one memfs; every server on a kernel-chosen port.
+struct SplitRemote {
+    vfs: std::sync::Arc<dyn vfs::Vfs>,
+    nfs: runtime::Server,
+    mount: runtime::Server,
+    portmap: runtime::Server,
+}
+
+impl SplitRemote {
+    /// `registered`: whether the portmapper knows the MOUNT port.
+    fn start(registered: bool) -> SplitRemote {
+        use std::sync::Arc;
+        let vfs: Arc<dyn vfs::Vfs> = Arc::new(vfs::memfs::MemFs::new(vfs::memfs::MemFsConfig { export_id: 1, capacity_bytes: 64 << 20 }));
+        let serve = |d: rpc::Dispatcher| {
+            let cfg = runtime::Config { cores: 1, listen: vec!["127.0.0.1:0".parse().unwrap()], ..Default::default() };
+            runtime::Server::start(cfg, Arc::new(d)).unwrap()
+        };
+        let limits = rpc::Limits::default();
+        let mut d = rpc::Dispatcher::new(limits);
+        d.register(Arc::new(nfs3::Nfs3Program::new(vfs.clone())), "nfs3", &nfs3::PROC_NAMES);
+        let nfs = serve(d);
+        let v = vfs.clone();
+        let resolve = Arc::new(move |_: &[u8]| v.root(1));
+        let mut d = rpc::Dispatcher::new(limits);
+        let exports = vec![nfs3::Export { name: b"/m".to_vec(), path: b"/".to_vec() }];
+        d.register(Arc::new(nfs3::Mount3Program::new(exports, resolve)), "mount3", &nfs3::mount::PROC_NAMES);
+        let mount = serve(d);
+        let mport = mount.local_addrs()[0].port() as u32;
+        let regs = if registered { vec![nfs3::portmap::Registration { prog: 100_005, vers: 3, prot: 6, port: mport }] } else { vec![] };
+        let mut d = rpc::Dispatcher::new(limits);
+        d.register(Arc::new(nfs3::PortmapProgram::new(regs)), "portmap", &nfs3::portmap::PROC_NAMES);
+        let portmap = serve(d);
+        SplitRemote { vfs, nfs, mount, portmap }
+    }
+
+    fn port(s: &runtime::Server) -> u16 {
+        s.local_addrs()[0].port()
+    }
+}
+
+fn config_split(dir: &Path, nfs_port: u16, mount_keys: Value) -> PathBuf {
+    let mut r = json!({ "module": "nfs", "path": "127.0.0.1:/m", "port": nfs_port, "connections": 1, "timeout_ms": REMOTE_TIMEOUT_MS });
+    for (k, v) in mount_keys.as_object().unwrap() {
+        r[k] = v.clone();
+    }
+    let v = json!({
+        "common": { "log_level": "info" },
+        "server": { "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0 },
+        "mounts": { "r": r },
+        "exports": { "/r": { "path": "/r" } },
+        "admin": { "enabled": false },
+        "metrics": { "enabled": false }
+    });
+    let cfg = dir.join("split.json");
+    std::fs::write(&cfg, v.to_string()).unwrap();
+    cfg
+}
+
+/// A remote whose MOUNT is not on its NFS port: B finds it through the
+/// remote's portmapper (`portmap_port`), or at `mount_port` when given;
+/// the file B creates lands in the remote's file system. A portmapper that
+/// knows no MOUNT leaves the mount down with a log line that says so, and
+/// its calls answer EIO, not a hang.
+#[test]
+fn mount_is_found_through_the_remote_portmapper_or_at_mount_port() {
+    let dir = scratch("split");
+    let remote = SplitRemote::start(true);
+    let (np, mp, pp) = (SplitRemote::port(&remote.nfs), SplitRemote::port(&remote.mount), SplitRemote::port(&remote.portmap));
+    // The remote really has no MOUNT on its NFS port.
+    let mut direct = Nfs3::connect(&format!("127.0.0.1:{np}"), &Auth::sys(0, 0), limits()).unwrap();
+    let e = direct.mount("/m").unwrap_err();
+    assert!(matches!(e, Error::Accept { code: 1, .. }), "PROG_UNAVAIL on the NFS port: {e}");
+    for (i, keys) in [json!({ "portmap_port": pp }), json!({ "mount_port": mp })].into_iter().enumerate() {
+        let mut b = start(&config_split(&dir, np, keys.clone()));
+        logged(&mut b, "remote export connected", Duration::from_secs(10));
+        let (mut c, root) = connect(&b.nfs, "/r");
+        let name = format!("split-{i}");
+        let f = c.create(&root, name.as_bytes(), 0o644, true).unwrap();
+        c.write(&f, 0, b"through the split remote", Stable::FileSync).unwrap();
+        assert_eq!(read_all(&mut c, &f, 64), b"through the split remote", "{keys}");
+        let rroot = remote.vfs.root(1).unwrap();
+        let (fh, attr) = remote.vfs.lookup(&rroot, name.as_bytes()).unwrap_or_else(|e| panic!("{keys}: not on the remote: {e:?}"));
+        assert_eq!(attr.size, 24, "{keys}: {fh:?}");
+        drop(b);
+    }
+    // A portmapper without MOUNT: down, said so, EIO within the timeout.
+    let bare = SplitRemote::start(false);
+    let mut b = start(&config_split(&dir, SplitRemote::port(&bare.nfs), json!({ "portmap_port": SplitRemote::port(&bare.portmap) })));
+    let mut c = Nfs3::connect(&b.nfs, &Auth::sys(0, 0), limits()).unwrap();
+    let t = Instant::now();
+    let e = c.mount("/r").unwrap_err();
+    assert!(matches!(e, Error::Mount { code: MNT3ERR_IO, .. }), "{e}");
+    assert!(t.elapsed() < Duration::from_millis(2 * REMOTE_TIMEOUT_MS + 1000), "{:?}", t.elapsed());
+    let v = logged(&mut b, "remote has no MOUNT service we can reach (set the mount's mount_port)", Duration::from_secs(10));
+    assert!(v["error"].as_str().is_some_and(|e| e.contains("portmapper") && e.contains("none registered")), "{v}");
+    drop(b);
+    for s in [remote, bare] {
+        s.nfs.shutdown();
+        s.mount.shutdown();
+        s.portmap.shutdown();
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }

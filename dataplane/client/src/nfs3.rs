@@ -450,6 +450,17 @@ pub fn mount_at(addr: &str, path: &str, auth: &Auth, limits: Limits) -> Result<V
     mount_on(&mut rpc, path)
 }
 
+/// PMAPPROC_GETPORT (RFC 1833 §3.2) at the portmapper `addr`: the TCP port
+/// of program `prog` version `vers` there, 0 when it has none registered.
+pub fn portmap_getport(addr: &str, prog: u32, vers: u32, auth: &Auth, limits: Limits) -> Result<u16> {
+    use proto::portmap as pm;
+    let mut rpc = RpcConn::connect(addr, auth, limits)?;
+    let want = pm::mapping { prog, vers, prot: 6, port: 0 };
+    let r = rpc.call(pm::PMAP_PROG, pm::PMAP_VERS, pm::PMAPPROC_GETPORT, &|e| want.encode(e))?;
+    let port = Decoder::new(r.body()).u32().map_err(xdr)?;
+    u16::try_from(port).map_err(|_| Error::Malformed(format!("the portmapper at {addr} answered port {port}")))
+}
+
 /// What SETATTR changes (None: leave it); times are (seconds, nanoseconds)
 /// or the server's clock.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -53,9 +53,14 @@
 //! is always zero (the remote's is not tracked, and a zero verifier asks
 //! neither side to check). Not here: MKNOD (devices, sockets, FIFOs are
 //! `NotSupported`), quotas and volume deletion (`NotSupported`; `quota` is
-//! none), pinning (a remove on the remote destroys the file), the MOUNT
-//! service on a port of its own (MOUNT goes to the NFS port, as chimerad
-//! serves it), pipelined calls on one connection.
+//! none), pinning (a remove on the remote destroys the file), pipelined
+//! calls on one connection.
+//!
+//! MOUNT. Asked on the NFS connection (chimerad serves it on its NFS port);
+//! a remote that has no MOUNT there (PROG_UNAVAIL, as the Linux server and
+//! Ganesha answer) is asked at the port its portmapper names
+//! (`MountAt::Portmap`, the default, port 111), or at a port given
+//! (`MountAt::Port`).
 
 use client::nfs3::{Fattr, Nfs3, SetAttr as RSetAttr, SetTime as RSetTime, Stable};
 use client::{Auth, Limits};
@@ -103,6 +108,55 @@ pub struct Options {
     pub timeout: Duration,
     /// A connection whose connect failed is not tried again before this.
     pub retry_after: Duration,
+    /// Where MOUNT is asked when the NFS port does not serve it.
+    pub mount_at: MountAt,
+}
+
+/// Where a remote's MOUNT service is (see the module's "MOUNT").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountAt {
+    /// On the NFS port; where the remote has none there, at the port its
+    /// portmapper (on this port) names.
+    Portmap(u16),
+    /// At this port, only.
+    Port(u16),
+}
+
+impl Default for MountAt {
+    fn default() -> Self {
+        MountAt::Portmap(111)
+    }
+}
+
+/// `addr` ("host:port", "[v6]:port") with another port.
+fn with_port(addr: &str, port: u16) -> String {
+    match addr.rfind(':') {
+        Some(i) => format!("{}:{port}", &addr[..i]),
+        None => format!("{addr}:{port}"),
+    }
+}
+
+/// MOUNT of `path` for a connection to `addr` (see `MountAt`).
+fn mount_root(c: &mut Nfs3, addr: &str, path: &str, at: MountAt, limits: Limits) -> client::Result<Vec<u8>> {
+    const MOUNT_PROGRAM: u32 = 100_005;
+    const PROG_UNAVAIL: u32 = 1;
+    let auth = Auth::sys(0, 0);
+    match at {
+        MountAt::Port(p) => client::nfs3::mount_at(&with_port(addr, p), path, &auth, limits),
+        MountAt::Portmap(pm) => match c.mount(path) {
+            Err(client::Error::Accept { code: PROG_UNAVAIL, .. }) => {
+                let pm_addr = with_port(addr, pm);
+                let port = client::nfs3::portmap_getport(&pm_addr, MOUNT_PROGRAM, 3, &auth, limits)?;
+                if port == 0 {
+                    return Err(client::Error::Invalid(format!(
+                        "no MOUNT service: the NFS port does not serve it and the portmapper at {pm_addr} has none registered"
+                    )));
+                }
+                client::nfs3::mount_at(&with_port(addr, port), path, &auth, limits)
+            }
+            r => r,
+        },
+    }
 }
 
 /// A transition worth a log line: `error` is set for the bad ones.
@@ -364,7 +418,7 @@ impl Inner {
         }
         let r =
             Nfs3::connect(&self.opts.addr, &Auth::sys(0, 0), self.limits()).and_then(|mut c| {
-                let root = c.mount(&self.opts.path)?;
+                let root = mount_root(&mut c, &self.opts.addr, &self.opts.path, self.opts.mount_at, self.limits())?;
                 Ok((c, root))
             });
         match r {
@@ -384,6 +438,7 @@ impl Inner {
                     client::Error::Mount { .. } => {
                         "remote refused MOUNT of the export (no such export, or not exported to us)"
                     }
+                    client::Error::Invalid(_) => "remote has no MOUNT service we can reach (set the mount's mount_port)",
                     _ => "remote export unreachable",
                 };
                 self.set_state(DOWN, what, Some(&e.to_string()));
@@ -975,6 +1030,7 @@ mod tests {
                 connections: 1,
                 timeout: Duration::from_secs(1),
                 retry_after: Duration::from_secs(1),
+                mount_at: Default::default(),
             },
             slots: vec![],
             next: AtomicUsize::new(0),
