@@ -206,7 +206,29 @@ ok "chimerad on diskfs over vfio $A and ${B#0000:}: $(grep -c '"nvme device"' $L
 for v in 3 4.1; do
   step "workload-vers$v"
   NFS_VERS=$v NFS_PORT=$PORT NFS_MOUNT_PORT=$MPORT NFS_SERVER=127.0.0.1 NFS_EXPORT=/diskfs \
-    NFS_DATA_MIB=${NFS_DATA_MIB:-16} NFS_SECOND_CLIENT=none dash "$BIN/nfs-workload.sh" >/tmp/wl.txt 2>&1
+    NFS_DATA_MIB=${NFS_DATA_MIB:-16} NFS_SECOND_CLIENT=none dash "$BIN/nfs-workload.sh" >/tmp/wl.txt 2>&1 &
+  wl=$!
+  # Bounded (it takes well under a minute): a hang fails with what each
+  # side was doing, not at the guest's own timeout with nothing.
+  i=0
+  while kill -0 $wl 2>/dev/null; do
+    i=$((i + 1))
+    if [ $i -gt 3000 ]; then
+      echo "  --- the workload at vers=$v is still running after 300 s; so far:"; sed 's/^/  /' /tmp/wl.txt
+      echo "  --- blocked tasks (state D) and chimerad's threads:"
+      for t in /proc/[0-9]*/task/[0-9]*; do
+        st=$(awk '{ print $3 }' $t/stat 2>/dev/null)
+        case "$t" in /proc/$pid/task/*) ;; *) [ "$st" = D ] || continue ;; esac
+        echo "  $t $(cat $t/comm 2>/dev/null) state=$st wchan=$(cat $t/wchan 2>/dev/null)"
+        [ "$st" = D ] && sed 's/^/      /' $t/stack 2>/dev/null | head -n 12
+      done
+      wget -qO - "http://127.0.0.1:$MPORT_METRICS/metrics" 2>/dev/null | grep -E '^chimera_(device|rpc_parked|calls_parked|nfs3_calls)' | head -n 40 | sed 's/^/  /'
+      grep -i nfs /proc/self/mountstats 2>/dev/null | head -n 5
+      fail "the kernel-client workload hung at vers=$v (300 s)"
+    fi
+    sleep 0.1
+  done
+  wait $wl
   rc=$?
   sed 's/^/  /' /tmp/wl.txt
   [ $rc -eq 0 ] || fail "the kernel-client workload failed at vers=$v"
