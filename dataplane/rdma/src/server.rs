@@ -427,8 +427,14 @@ struct Seed {
 unsafe impl Send for Seed {}
 
 impl Seed {
-    fn build(self) -> Result<Loop, String> {
-        Loop::new(self.cfg, self.d, self.ch, self.listen_id, self.shard, self.peers, self.large_size)
+    /// The body of a shard's thread of its own: build the loop, run it.
+    fn run_here(self) {
+        rpc::metrics::set_core(self.cfg.metrics_core);
+        let shard = self.shard;
+        match Loop::new(self) {
+            Ok(mut lp) => lp.run(),
+            Err(e) => eprintln!("chimera-rdma: shard {shard}: {e}"),
+        }
     }
 }
 
@@ -444,13 +450,7 @@ impl Server {
             let name = if shards == 1 { "chimera-rdma".to_string() } else { format!("chimera-rdma-{}", seed.shard) };
             let t = std::thread::Builder::new()
                 .name(name)
-                .spawn(move || {
-                    rpc::metrics::set_core(seed.cfg.metrics_core);
-                    match seed.build() {
-                        Ok(mut lp) => lp.run(),
-                        Err(e) => eprintln!("chimera-rdma: {e}"),
-                    }
-                })
+                .spawn(move || seed.run_here())
                 .map_err(|e| format!("cannot start the RDMA loop: {e}"));
             match t {
                 Ok(t) => server.threads.push(t),
@@ -479,16 +479,12 @@ impl Server {
                 eprintln!("chimera-rdma: shard {core}: not called on a core loop; it runs on a thread of its own");
                 let finished = finished.clone();
                 let _ = std::thread::Builder::new().name(format!("chimera-rdma-{core}")).spawn(move || {
-                    rpc::metrics::set_core(seed.cfg.metrics_core);
-                    match seed.build() {
-                        Ok(mut lp) => lp.run(),
-                        Err(e) => eprintln!("chimera-rdma: shard {core}: {e}"),
-                    }
+                    seed.run_here();
                     finished.fetch_add(1, Relaxed);
                 });
                 return;
             }
-            let lp = match seed.build() {
+            let lp = match Loop::new(seed) {
                 Ok(lp) => lp,
                 Err(e) => {
                     eprintln!("chimera-rdma: shard {core}: {e}");
@@ -689,15 +685,8 @@ fn epoll_add(epfd: libc::c_int, fd: libc::c_int) {
 }
 
 impl Loop {
-    fn new(
-        cfg: Config,
-        d: Arc<Dispatcher>,
-        ch: *mut verbs::rdma_event_channel,
-        listen_id: Option<*mut rdma_cm_id>,
-        shard: usize,
-        peers: Arc<[Arc<Outbox>]>,
-        large_size: usize,
-    ) -> Result<Loop, String> {
+    fn new(seed: Seed) -> Result<Loop, String> {
+        let Seed { cfg, d, ch, listen_id, shard, peers, large_size } = seed;
         let outbox = peers[shard].clone();
         // On a core loop the core's own metrics shard; on a thread of its
         // own, the configured one.
