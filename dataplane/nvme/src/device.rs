@@ -28,6 +28,11 @@ const REGIONS_MAX: usize = 64;
 const STATUS_RESET: u16 = 0xffff;
 /// How often a queue looks for overdue commands.
 const TIMEOUT_SCAN: Duration = Duration::from_millis(20);
+/// `wait`: how long it polls before it sleeps, and the longest sleep on a
+/// queue's interrupt eventfd before it looks again (timeouts are scanned
+/// then).
+const WAIT_SPIN: Duration = Duration::from_micros(100);
+const WAIT_SLEEP_MAX: Duration = Duration::from_millis(20);
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -986,20 +991,39 @@ impl BlockQueue for NvmeQueue {
         n
     }
 
+    /// Poll for up to `WAIT_SPIN` (a fast device answers within it, and a
+    /// benchmark's latency is the device's); then, when the pair has its
+    /// own interrupt vector, sleep on its eventfd until the controller
+    /// signals a completion (at most `WAIT_SLEEP_MAX` at a time, so
+    /// timeouts are still scanned). Without one (a shared pair, no MSI-X):
+    /// yield, then nap.
     fn wait(&mut self, done: &mut Vec<Completion>) -> usize {
+        let fd = self.notify_fd();
+        let t0 = Instant::now();
         let mut spins = 0u32;
+        let mut sleeping = false;
         loop {
+            if let (true, Some(fd)) = (sleeping, fd) {
+                // Cleared before the queue is looked at: a completion
+                // after that look raises the vector again and ends the
+                // sleep below.
+                drain_eventfd(fd);
+            }
             let n = self.poll(done);
             if n > 0 || self.inflight == 0 {
                 return n;
             }
             spins += 1;
-            if spins < 200 {
-                std::hint::spin_loop();
-            } else if spins < 400 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(20));
+            match fd {
+                Some(fd) if sleeping => sleep_on(fd, WAIT_SLEEP_MAX),
+                Some(_) => {
+                    // Sleep from the next turn on (after a drain and a look).
+                    sleeping = t0.elapsed() >= WAIT_SPIN;
+                    std::hint::spin_loop();
+                }
+                None if spins < 200 => std::hint::spin_loop(),
+                None if spins < 400 => std::thread::yield_now(),
+                None => std::thread::sleep(Duration::from_micros(20)),
             }
         }
     }
@@ -1017,6 +1041,21 @@ impl BlockQueue for NvmeQueue {
         };
         self.sh.regs.bus().irq_fd(qid as usize)
     }
+}
+
+/// Empty an eventfd (non-blocking): what it counted is about to be looked
+/// at.
+fn drain_eventfd(fd: std::os::fd::RawFd) {
+    let mut v = [0u8; 8];
+    // SAFETY: an 8-byte read into our buffer; EAGAIN when it is empty.
+    let _ = unsafe { libc::read(fd, v.as_mut_ptr().cast(), 8) };
+}
+
+/// Sleep until `fd` is readable or `max` has passed.
+fn sleep_on(fd: std::os::fd::RawFd, max: Duration) {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one pollfd of ours; EINTR or a timeout just end the sleep.
+    let _ = unsafe { libc::poll(&mut p, 1, max.as_millis() as libc::c_int) };
 }
 
 impl Drop for NvmeQueue {

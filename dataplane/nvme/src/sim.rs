@@ -11,6 +11,7 @@
 //! the QEMU guest test drives the real driver against QEMU's controller.
 
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicBool, AtomicU16, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,6 +44,10 @@ pub struct SimConfig {
     pub metadata: u16,
     /// SGLs supported (SGLS bit 0).
     pub sgl: bool,
+    /// MSI-X vectors it offers (`Bus::enable_irqs`): a completion on a
+    /// queue created with interrupts on (IEN) signals its vector's eventfd,
+    /// as VFIO does for a real controller. 0: completions are only polled.
+    pub irq_vectors: u16,
 }
 
 impl SimConfig {
@@ -60,6 +65,7 @@ impl SimConfig {
             namespace: true,
             metadata: 0,
             sgl: true,
+            irq_vectors: 0,
         }
     }
 }
@@ -78,6 +84,11 @@ pub struct SimFaults {
     /// Commands seen with SGL (PSDT 01b) and with PRP data pointers.
     pub sgl_commands: AtomicU32,
     pub prp_commands: AtomicU32,
+    /// While set, I/O submission queues are not looked at: commands wait
+    /// (a slow device), then run once it is cleared.
+    pub hold: AtomicBool,
+    /// Interrupts signalled (eventfd writes).
+    pub irqs: AtomicU32,
 }
 
 struct Queue {
@@ -92,6 +103,8 @@ struct Cq {
     entries: u16,
     tail: u16,
     phase: bool,
+    /// The vector it signals (IEN set at creation).
+    vector: Option<u16>,
 }
 
 struct Ctl {
@@ -107,6 +120,8 @@ struct State {
     store: Mutex<Vec<u8>>,
     faults: Arc<SimFaults>,
     stop: AtomicBool,
+    /// One eventfd per vector turned on (`enable_irqs`).
+    irq_fds: Mutex<Vec<std::os::fd::OwnedFd>>,
 }
 
 pub struct SimBus {
@@ -124,7 +139,7 @@ impl SimBus {
         bar[REG_CAP / 4 + 1].store((cap >> 32) as u32, Ordering::Relaxed);
         bar[REG_VS / 4].store(0x0001_0400, Ordering::Relaxed);
         let bytes = (cfg.lbas * cfg.lba_bytes as u64) as usize;
-        let st = Arc::new(State { cfg, bar, store: Mutex::new(vec![0u8; bytes]), faults: Arc::new(SimFaults::default()), stop: AtomicBool::new(false) });
+        let st = Arc::new(State { cfg, bar, store: Mutex::new(vec![0u8; bytes]), faults: Arc::new(SimFaults::default()), stop: AtomicBool::new(false), irq_fds: Mutex::new(Vec::new()) });
         let s2 = st.clone();
         let thread = std::thread::Builder::new().name("nvme-sim".into()).spawn(move || run(&s2)).expect("spawn the simulated controller");
         SimBus { st, thread: Some(thread) }
@@ -163,6 +178,24 @@ impl Bus for SimBus {
     }
 
     fn unmap_dma(&self, _iova: u64, _len: usize) {}
+
+    fn enable_irqs(&self, want: usize) -> Result<usize, String> {
+        let mut fds = self.st.irq_fds.lock().expect("irq fds");
+        while fds.len() < want.min(self.st.cfg.irq_vectors as usize) {
+            // SAFETY: a new eventfd, owned at once.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+            if fd < 0 {
+                return Err(format!("eventfd: {}", std::io::Error::last_os_error()));
+            }
+            // SAFETY: just created, not owned elsewhere.
+            fds.push(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+        }
+        Ok(fds.len())
+    }
+
+    fn irq_fd(&self, vector: usize) -> Option<std::os::fd::RawFd> {
+        self.st.irq_fds.lock().expect("irq fds").get(vector).map(|f| f.as_raw_fd())
+    }
 }
 
 fn reg(st: &State, off: usize) -> u32 {
@@ -189,7 +222,7 @@ fn run(st: &State) {
                 set_reg(st, REG_DOORBELLS + 4 * i, 0);
             }
             ctl.sqs.insert(0, Queue { base: asq as usize, entries: (aqa & 0xfff) as u16 + 1, head: 0, cqid: 0 });
-            ctl.cqs.insert(0, Cq { base: acq as usize, entries: ((aqa >> 16) & 0xfff) as u16 + 1, tail: 0, phase: true });
+            ctl.cqs.insert(0, Cq { base: acq as usize, entries: ((aqa >> 16) & 0xfff) as u16 + 1, tail: 0, phase: true, vector: None });
             ctl.ready = true;
             set_reg(st, REG_CSTS, CSTS_RDY);
         } else if !en && ctl.ready {
@@ -202,7 +235,8 @@ fn run(st: &State) {
         if ctl.ready {
             let mut qids: Vec<u16> = ctl.sqs.keys().copied().collect();
             qids.sort();
-            for qid in qids {
+            let held = st.faults.hold.load(Ordering::Acquire);
+            for qid in qids.into_iter().filter(|q| *q == 0 || !held) {
                 busy |= drain_sq(st, &mut ctl, qid);
             }
         }
@@ -238,12 +272,27 @@ fn drain_sq(st: &State, ctl: &mut Ctl, qid: u16) -> bool {
         if status == u16::MAX {
             continue; // swallowed
         }
-        post(ctl, cqid, qid, head, sqe.cid(), result, status);
+        if let Some(v) = post(ctl, cqid, qid, head, sqe.cid(), result, status) {
+            signal(st, v);
+        }
     }
 }
 
-fn post(ctl: &mut Ctl, cqid: u16, sqid: u16, sq_head: u16, cid: u16, result: u32, status: u16) {
-    let Some(cq) = ctl.cqs.get_mut(&cqid) else { return };
+/// Raise vector `v`: its eventfd counts one more (what VFIO does on an
+/// MSI-X message).
+fn signal(st: &State, v: u16) {
+    if let Some(fd) = st.irq_fds.lock().expect("irq fds").get(v as usize) {
+        st.faults.irqs.fetch_add(1, Ordering::Relaxed);
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: 8 bytes to an eventfd we own; a full counter (never, in
+        // a test) would only drop this wakeup.
+        let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+}
+
+/// Write a completion entry; the vector to raise, when its queue has one.
+fn post(ctl: &mut Ctl, cqid: u16, sqid: u16, sq_head: u16, cid: u16, result: u32, status: u16) -> Option<u16> {
+    let cq = ctl.cqs.get_mut(&cqid)?;
     let cqe = Cqe { result, rsvd: 0, sq: sq_head as u32 | (sqid as u32) << 16, status_cid: cid as u32 | (cq.phase as u32) << 16 | (status as u32) << 17 };
     // SAFETY: identity DMA: the CQ ring the driver created. The phase word
     // is written last.
@@ -259,6 +308,7 @@ fn post(ctl: &mut Ctl, cqid: u16, sqid: u16, sq_head: u16, cid: u16, result: u32
     if cq.tail == 0 {
         cq.phase = !cq.phase;
     }
+    cq.vector
 }
 
 fn status(sct: u8, sc: u8) -> u16 {
@@ -323,7 +373,8 @@ fn admin(st: &State, ctl: &mut Ctl, s: &Sqe) -> (u32, u16) {
             if entries > cfg.mqes + 1 || entries < 2 {
                 return (0, status(1, SC_INVALID_QUEUE_SIZE));
             }
-            ctl.cqs.insert(qid, Cq { base: s.prp1 as usize, entries, tail: 0, phase: true });
+            let vector = (s.cdw11 & 0b10 != 0).then_some((s.cdw11 >> 16) as u16);
+            ctl.cqs.insert(qid, Cq { base: s.prp1 as usize, entries, tail: 0, phase: true, vector });
             (0, 0)
         }
         ADM_CREATE_SQ => {
@@ -355,7 +406,9 @@ fn admin(st: &State, ctl: &mut Ctl, s: &Sqe) -> (u32, u16) {
                     Some(q) => (q.cqid, q.head),
                     None => return (1, 0),
                 };
-                post(ctl, cqid, sqid, head, cid, 0, status(0, SC_ABORT_REQUESTED));
+                if let Some(v) = post(ctl, cqid, sqid, head, cid, 0, status(0, SC_ABORT_REQUESTED)) {
+                    signal(st, v);
+                }
                 return (0, 0);
             }
             (1, 0)

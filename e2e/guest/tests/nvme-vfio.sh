@@ -17,7 +17,8 @@
 #   crash-vfio diskfs's crash-state suite (every flush-point image, CRASH_SEEDS
 #              random ones each; default 0) written to C and recovered through
 #              the driver; crash-uring (at the end) the same through io_uring
-#   bench      4 KiB random reads, QD1 and QD32, through vfio (recorded)
+#   bench      4 KiB random reads, QD1 and QD32, through vfio, polled; QD1
+#              also through the blocking wait (interrupts) (recorded)
 #   diskfs     chimerad on diskfs over the two vfio devices, its DMA memory
 #              (buffer pools, queues) carved from one 1 GiB hugepage slab
 #              (common.huge_pages, huge_page_size 1G); the kernel
@@ -163,6 +164,9 @@ step bench-vfio
 for qd in 1 32; do
   check bench --vfio "$A" --qd $qd --seconds 3 >>/results/vfio-bench.txt 2>&1 || fail "bench vfio qd$qd: $(tail -n 2 /results/vfio-bench.txt)"
 done
+# The same QD1 through the queue's blocking wait: 100 us of polling, then
+# asleep on the pair's MSI-X eventfd (what the tools and workers do).
+check bench --vfio "$A" --qd 1 --seconds 3 --wait sleep >>/results/vfio-bench.txt 2>&1 || fail "bench vfio qd1 wait=sleep: $(tail -n 2 /results/vfio-bench.txt)"
 sed 's/^/  /' /results/vfio-bench.txt
 
 step diskfs

@@ -7,7 +7,10 @@
 //!       N random reads and writes (1..16 blocks) with verification, T threads
 //!       each on its own queue pair; then flush, write-zeroes, an out-of-range
 //!       read that the controller must refuse, and the device counters
-//!   chimera-nvme-check bench (--vfio ADDR | --uring PATH) [--qd Q] [--seconds S] [--span-mib M]
+//!   chimera-nvme-check bench (--vfio ADDR | --uring PATH) [--qd Q] [--seconds S] [--span-mib M] [--wait poll|sleep]
+//!     (--wait: spin on the queue's poll, as a core loop with I/O in flight
+//!     does — the default for vfio; or the queue's blocking wait — the
+//!     default for io_uring, as fio's io_uring engine waits in the kernel)
 //!       4 KiB random reads at queue depth Q: IOPS and latency percentiles
 //!
 //! Exit status 0 on success, 1 when a check fails (with the reason), 2 on
@@ -259,6 +262,12 @@ fn bench(args: &HashMap<String, String>) {
     } else {
         die(2, "bench needs --vfio ADDR or --uring PATH")
     };
+    let spin = match args.get("wait").map(String::as_str) {
+        None => args.contains_key("vfio"),
+        Some("poll") => true,
+        Some("sleep") => false,
+        Some(other) => die(2, format!("--wait {other}: expected poll or sleep")),
+    };
     let span = (span_mib * 256).min(dev.info().blocks);
     let p = BufPool::new(PoolConfig { buf_bytes: BLOCK_BYTES, bufs_max: qd, hugepages: Hugepages::Try }).unwrap_or_else(|e| die(1, e));
     let mut q = dev.queue(0, qd).unwrap_or_else(|e| die(1, e));
@@ -283,7 +292,7 @@ fn bench(args: &HashMap<String, String>) {
         } else if q.inflight() == 0 {
             break;
         }
-        if q.poll(&mut done) == 0 {
+        if q.poll(&mut done) == 0 && !spin {
             q.wait(&mut done);
         }
         for c in done.drain(..) {
@@ -298,5 +307,6 @@ fn bench(args: &HashMap<String, String>) {
     let el = t0.elapsed().as_secs_f64();
     lat.sort_unstable();
     let pct = |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1))).copied().unwrap_or(0);
-    println!("bench {what} qd={qd} ops={n} seconds={el:.2} iops={:.0} p50_us={} p99_us={}", n as f64 / el, pct(0.5), pct(0.99));
+    let how = if spin { "poll" } else { "sleep" };
+    println!("bench {what} qd={qd} wait={how} ops={n} seconds={el:.2} iops={:.0} p50_us={} p99_us={}", n as f64 / el, pct(0.5), pct(0.99));
 }
