@@ -2,7 +2,8 @@
 //! `vfs::durable`), over real TCP on 127.0.0.1 with one core: a device
 //! whose flushes take hundreds of milliseconds holds up only the calls that
 //! wait for them — another client's GETATTR on the same core is answered
-//! at once, for NFSv3 procedures and for an NFSv4.1 OPEN that creates —
+//! at once, for NFSv3 procedures, for an NFSv4.1 OPEN that creates and for
+//! a COMPOUND that parks twice (WRITE on the device, then SETATTR's flush) —
 //! yet no reply leaves before its change is on the device (the device's
 //! image, opened as a new file system, holds it); calls that wait together
 //! share flushes (group commit: fewer flushes than calls); a flush that
@@ -144,6 +145,40 @@ fn nfs4_open_create_waits_for_the_flush_off_the_core() {
     let o = o.expect("OPEN with create");
     assert!(names_on_the_device(&up).contains(&"v4file".to_string()), "OPEN answered before its create was on the device");
     c.write(&o, 0, b"hello", true).expect("WRITE");
+    c.close(&o).expect("CLOSE");
+}
+
+/// A COMPOUND that parks twice: its WRITE waits for the device on the core
+/// (`coreio`), and once it resumes, the SETATTR after it logs a change
+/// whose flush must not run on the core either — the COMPOUND parks again
+/// with its reply, and the reply leaves once the mode is on the device.
+#[test]
+fn nfs4_compound_resumed_after_a_write_parks_again_for_its_flush() {
+    use proto::nfs4 as p;
+    let up = start();
+    let mut c = client::nfs4::Nfs41::connect(&up.addr, &root_auth(), Limits::default(), b"flush-test-rw").unwrap();
+    let o = c.open("", "v4rw", 3, Some(0o644)).expect("OPEN with create");
+    let data = vec![0x5au8; 8192];
+    let mode = 0o600u32.to_be_bytes();
+    let ops = [
+        p::nfs_argop4::OP_PUTFH(p::PUTFH4args { object: &o.fh }),
+        p::nfs_argop4::OP_WRITE(p::WRITE4args { stateid: o.stateid.clone(), offset: 0, stable: p::stable_how4::UNSTABLE4, data: &data }),
+        p::nfs_argop4::OP_SETATTR(p::SETATTR4args {
+            stateid: o.stateid.clone(),
+            obj_attributes: p::fattr4 { attrmask: vec![0, 1 << (33 - 32)], attr_vals: &mode },
+        }),
+    ];
+    let (r, _) = while_slow(&up, || {
+        c.compound(&ops, |r| match r {
+            [_, p::nfs_resop4::OP_WRITE(p::WRITE4res::NFS4_OK(w)), p::nfs_resop4::OP_SETATTR(s)] if s.status == p::nfsstat4::NFS4_OK => Ok(w.count),
+            other => Err(Error::Malformed(format!("WRITE + SETATTR results: {other:?}"))),
+        })
+    });
+    assert_eq!(r.expect("WRITE + SETATTR"), 8192);
+    let dev: Device = Arc::new(MemDevice::from_image("copy", up.mem.snapshot()));
+    let fs = DiskFs::open(vec![dev], &Options::new(EXPORT, false)).unwrap();
+    let (fh, _) = fs.lookup(&fs.root(EXPORT).unwrap(), b"v4rw").unwrap();
+    assert_eq!(fs.getattr(&fh).unwrap().mode & 0o7777, 0o600, "the COMPOUND answered before its SETATTR was on the device");
     c.close(&o).expect("CLOSE");
 }
 

@@ -590,9 +590,10 @@ pub(crate) fn run(
 /// The COMPOUND's metadata changes are applied but not yet durable (`p`,
 /// see `vfs::durable`): a finished COMPOUND parks with its whole reply and
 /// a worker flushes; the reply leaves when the flush is done (`resume`),
-/// its slot busy until then. Without a place to park, with a reply too
-/// long to keep, or when an operation parked on the backend (the COMPOUND
-/// cannot park twice), the flush happens here. A failed flush answers
+/// its slot busy until then (also for a COMPOUND that resumed after an
+/// operation parked on the backend: it parks a second time). Without a
+/// place to park, with a reply too long to keep, or when a later operation
+/// parked on the backend (its park comes first), the flush happens here. A failed flush answers
 /// SYSTEM_ERR: the reply may not claim changes a crash could lose.
 fn when_durable(c: &Compound<'_>, r: Result<Eval, CallError>, p: vfs::durable::Pending, start: usize, e: &mut Encoder<'_>) -> Result<Eval, CallError> {
     if r == Ok(Eval::Done) && !p.is_durable() && e.position() - start <= park::SAVED_REPLY_BYTES_MAX {
@@ -693,11 +694,13 @@ fn resume(
     c.resumed = ctx.resumed;
     let mut d = Decoder::new(args);
     d.skip(saved.at.args_pos).map_err(|_| CallError::SystemErr)?;
-    // A resumed call cannot park again: what the rest logs is flushed here.
+    // The rest may park again: at a later data operation, or, once done,
+    // for the flush of what it logged (`when_durable`) — the transport
+    // keeps it parked, and the core goes on.
     let (out, pending) = vfs::durable::deferring(|| evaluate(&mut c, &mut d, e, start, start + saved.at.count_pos, saved.at.index));
-    let out = match pending.map(|p| p.sync_now()) {
-        Some(Err(_)) if out.is_ok() => Err(CallError::SystemErr),
-        _ => out,
+    let out = match pending {
+        Some(p) => when_durable(&c, out, p, start, e),
+        None => out,
     };
     debug_assert!(c.resumed.is_none(), "the parked operation took its completion");
     finish(&c, out, start, e)

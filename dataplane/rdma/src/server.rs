@@ -278,6 +278,9 @@ struct Parker<'a> {
     gen: u16,
     info: ConnInfo,
     h: Header,
+    /// A resumed call parking again: when it first arrived (its latency
+    /// counts every wait).
+    again: Option<Instant>,
 }
 
 impl ParkSlot for Parker<'_> {
@@ -294,7 +297,7 @@ impl ParkSlot for Parker<'_> {
             h: self.h,
             record: record.to_vec(),
             state: state.to_vec(),
-            started: Instant::now(),
+            started: self.again.unwrap_or_else(Instant::now),
             payload: None,
         };
         let (i, g) = t.insert(p, bytes);
@@ -1420,7 +1423,7 @@ impl Loop {
         let info = c.info;
         let dv = &self.devices[c.dev];
         let obuf = dv.large.slice(out as usize * self.large_size, self.large_size);
-        let parker = Parker { table: &self.parks, outbox: &self.outbox, slot: s, gen: c.gen, info, h: *h };
+        let parker = Parker { table: &self.parks, outbox: &self.outbox, slot: s, gen: c.gen, info, h: *h, again: None };
         // The dispatcher writes a TCP record mark first; it is dropped here.
         let outcome = self.d.handle_parking(&info, record, obuf, Some(&self.lender), &parker);
         match outcome {
@@ -1488,7 +1491,10 @@ impl Loop {
             self.scratch = vec![0u8; self.large_size];
         }
         let payload = p.payload.expect("completed");
-        let _ = self.d.resume(&p.info, &p.record, &p.state, payload.as_deref(), &mut self.scratch, p.started, None);
+        // It may park again (a later operation of its COMPOUND waits); its
+        // completion then finds the connection gone and comes back here.
+        let parker = Parker { table: &self.parks, outbox: &self.outbox, slot: p.slot, gen: p.gen, info: p.info, h: p.h, again: Some(p.started) };
+        let _ = self.d.resume(&p.info, &p.record, &p.state, payload.as_deref(), &mut self.scratch, p.started, None, Some(&parker));
     }
 
     /// Reply to completed parked calls that have buffers to reply from; a
@@ -1525,7 +1531,16 @@ impl Loop {
             let out = self.devices[dev].large_free.pop().expect("checked");
             let obuf = self.devices[dev].large.slice(out as usize * self.large_size, self.large_size);
             let payload = p.payload.expect("ready calls have completed");
-            let o = self.d.resume(&p.info, &p.record, &p.state, payload.as_deref(), obuf, p.started, Some(&self.lender));
+            let gen = c.gen;
+            let parker = Parker { table: &self.parks, outbox: &self.outbox, slot: s, gen, info: p.info, h: p.h, again: Some(p.started) };
+            let o = self.d.resume(&p.info, &p.record, &p.state, payload.as_deref(), obuf, p.started, Some(&self.lender), Some(&parker));
+            if o == Outcome::Parked {
+                // Waits again (a later operation of its COMPOUND): its
+                // credit stays taken, the buffers go back.
+                let _ = self.lender.take_ddp();
+                self.release(s, out, send);
+                continue;
+            }
             self.call_over(s, false);
             match o {
                 Outcome::Reply(n) => self.reply(s, &p.h, obuf, n, out, send),
@@ -1533,7 +1548,7 @@ impl Loop {
                     let _ = self.lender.take_ddp();
                     self.release(s, out, send);
                 }
-                Outcome::Parked => unreachable!("the dispatcher asserts a resumed call does not park"),
+                Outcome::Parked => unreachable!("handled above"),
                 Outcome::Close => {
                     let _ = self.lender.take_ddp();
                     self.release(s, out, send);

@@ -228,9 +228,11 @@ impl Dispatcher {
     /// Run a parked call again with its completion (`payload`; `None` when
     /// cancelled): `record` and `state` are what it parked with, `started`
     /// when it first arrived (its latency counts the wait). The reply is
-    /// copied, never lent, and the call cannot park twice. With `lender`, a
-    /// READ still marks where its data lies (`Lender::mark_ddp`: an RDMA
-    /// transport moves it with RDMA Writes).
+    /// copied, never lent. With `lender`, a READ still marks where its data
+    /// lies (`Lender::mark_ddp`: an RDMA transport moves it with RDMA
+    /// Writes). With `slot`, the call may park again (`Outcome::Parked`: a
+    /// COMPOUND whose later operations wait too — on the backend, or for
+    /// their log flush); without one it runs to its reply here.
     #[allow(clippy::too_many_arguments)]
     pub fn resume(
         &self,
@@ -241,11 +243,12 @@ impl Dispatcher {
         out: &mut [u8],
         started: Instant,
         lender: Option<&Lender>,
+        slot: Option<&dyn ParkSlot>,
     ) -> Outcome {
         let resumed = Resumed { state, payload };
-        let (o, _) = self.run(conn, record, Out::One(out), lender, None, Some(resumed), started);
+        let (o, _) = self.run(conn, record, Out::One(out), lender, slot, Some(resumed), started);
         debug_assert!(lender.is_none_or(|l| l.lent_len() == 0), "a resumed call lent buffers");
-        assert!(o != Outcome::Parked, "a resumed call parked again");
+        assert!(slot.is_some() || o != Outcome::Parked, "a resumed call parked with nowhere to park");
         o
     }
 

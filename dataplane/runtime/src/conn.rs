@@ -185,20 +185,27 @@ struct CoreParker<'a> {
     slot: usize,
     conn_gen: u32,
     info: ConnInfo,
+    /// A resumed call parking again: when it first arrived (its latency
+    /// counts every wait). Its table room is checked here (a new call's
+    /// was checked before it ran).
+    again: Option<Instant>,
 }
 
 impl ParkSlot for CoreParker<'_> {
     fn park(&self, record: &[u8], state: &[u8]) -> Option<Ticket> {
+        let bytes = record.len() + state.len();
+        if self.again.is_some() && !self.table.borrow().has_room(bytes) {
+            return None;
+        }
         let p = Parked {
             slot: self.slot,
             conn_gen: self.conn_gen,
             info: self.info,
             record: record.to_vec(),
             state: state.to_vec(),
-            started: Instant::now(),
+            started: self.again.unwrap_or_else(Instant::now),
             payload: None,
         };
-        let bytes = p.record.len() + p.state.len();
         let (i, gen) = self.table.borrow_mut().insert(p, bytes);
         let (mail, core) = (self.mail.clone(), self.core);
         Some(Ticket::new(move |payload| mail.complete(core, (i, gen, payload))))
@@ -704,6 +711,7 @@ impl Loop {
                         slot,
                         conn_gen: c.gen,
                         info: c.info,
+                        again: None,
                     };
                     let record = &c.rbuf[start..end];
                     let (outcome, in_scratch) = if direct {
@@ -813,7 +821,16 @@ impl Loop {
             let payload = p.payload.expect("ready calls have completed");
             let f = c.fill;
             let out = if direct { &mut c.wbuf[f][c.wlen[f]..] } else { &mut self.scratch[..] };
-            let o = self.shared.dispatcher.resume(&c.info, &p.record, &p.state, payload.as_deref(), out, p.started, None);
+            let parker = CoreParker {
+                table: &self.parks,
+                mail: &self.shared.mail,
+                core: self.core,
+                slot,
+                conn_gen: c.gen,
+                info: c.info,
+                again: Some(p.started),
+            };
+            let o = self.shared.dispatcher.resume(&c.info, &p.record, &p.state, payload.as_deref(), out, p.started, None, Some(&parker));
             match o {
                 Outcome::Reply(n) => {
                     if !direct {
@@ -823,7 +840,9 @@ impl Loop {
                     c.wcount[f] += 1;
                 }
                 Outcome::Nothing => {}
-                Outcome::Parked => unreachable!("the dispatcher asserts a resumed call does not park"),
+                // Waits again (a later operation of its COMPOUND): still
+                // this connection's, answered by a later completion.
+                Outcome::Parked => c.parked += 1,
                 Outcome::Close => {
                     self.close(slot, true);
                     return;
@@ -865,8 +884,21 @@ impl Loop {
                     // and an NFSv4 COMPOUND gives its session slot back.
                     let p = self.parks.borrow_mut().remove(i);
                     let payload = p.payload.expect("completed above");
-                    let _ = self.shared.dispatcher.resume(&p.info, &p.record, &p.state, payload.as_deref(), &mut self.scratch[..], p.started, None);
-                    self.conn_lost_park(slot, conn_gen);
+                    let parker = CoreParker {
+                        table: &self.parks,
+                        mail: &self.shared.mail,
+                        core: self.core,
+                        slot,
+                        conn_gen,
+                        info: p.info,
+                        again: Some(p.started),
+                    };
+                    let o = self.shared.dispatcher.resume(&p.info, &p.record, &p.state, payload.as_deref(), &mut self.scratch[..], p.started, None, Some(&parker));
+                    if o != Outcome::Parked {
+                        // (Parked again: it stays counted on its closing
+                        // connection until it ends.)
+                        self.conn_lost_park(slot, conn_gen);
+                    }
                 }
             }
         }
