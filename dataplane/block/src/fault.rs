@@ -15,6 +15,7 @@ use std::ops::Range;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Which operations a faulty range fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,8 +31,10 @@ struct Plan {
     /// Operations that still succeed before every operation fails.
     ops_left: Option<u64>,
     read_only: bool,
-    /// How long each flush takes on the thread that submits it (a slow
-    /// device's cache flush; what a caller waiting inline would wait).
+    /// How long each flush takes (a slow device's cache flush): it reaches
+    /// the inner device at once, and its completion is held until then —
+    /// a caller that waits (`wait`) sleeps that long, a polling loop goes
+    /// on serving.
     flush_delay: Option<std::time::Duration>,
 }
 
@@ -116,7 +119,7 @@ impl BlockDevice for FaultDevice {
 
     fn queue(&self, core: usize, depth_max: usize) -> Result<Box<dyn BlockQueue>, BlockError> {
         let inner = self.inner.queue(core, depth_max)?;
-        Ok(Box::new(FaultQueue { inner, faults: self.faults.clone(), failed: Vec::with_capacity(depth_max) }))
+        Ok(Box::new(FaultQueue { inner, faults: self.faults.clone(), failed: Vec::with_capacity(depth_max), slow: Vec::new(), held: Vec::new() }))
     }
 }
 
@@ -125,6 +128,10 @@ struct FaultQueue {
     faults: Arc<Faults>,
     /// Completions of operations failed on purpose, returned by the next poll.
     failed: Vec<Completion>,
+    /// Flushes given a delay: (token, when they may complete).
+    slow: Vec<(u64, Instant)>,
+    /// Their completions, back from the inner device early.
+    held: Vec<(Instant, Completion)>,
 }
 
 impl FaultQueue {
@@ -170,7 +177,7 @@ impl BlockQueue for FaultQueue {
     }
 
     fn inflight(&self) -> usize {
-        self.inner.inflight() + self.failed.len()
+        self.inner.inflight() + self.failed.len() + self.held.len()
     }
 
     fn submit(&mut self, op: Op, token: u64) -> Result<(), Rejected> {
@@ -185,7 +192,7 @@ impl BlockQueue for FaultQueue {
             self.faults.flushes.fetch_add(1, Ordering::Relaxed);
             let delay = self.faults.plan.lock().unwrap_or_else(|e| e.into_inner()).flush_delay;
             if let Some(d) = delay {
-                std::thread::sleep(d);
+                self.slow.push((token, Instant::now() + d));
             }
         }
         let fail = match self.verdict(&op) {
@@ -202,14 +209,50 @@ impl BlockQueue for FaultQueue {
     fn poll(&mut self, done: &mut Vec<Completion>) -> usize {
         let n = self.failed.len();
         done.append(&mut self.failed);
-        n + self.inner.poll(done)
+        if self.slow.is_empty() && self.held.is_empty() {
+            return n + self.inner.poll(done);
+        }
+        let at = done.len();
+        self.inner.poll(done);
+        // Slow flushes back early wait for their time.
+        let mut k = at;
+        while k < done.len() {
+            match self.slow.iter().position(|s| s.0 == done[k].token) {
+                Some(i) => {
+                    let (_, when) = self.slow.swap_remove(i);
+                    self.held.push((when, done.swap_remove(k)));
+                }
+                None => k += 1,
+            }
+        }
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.held.len() {
+            if self.held[i].0 <= now {
+                done.push(self.held.swap_remove(i).1);
+            } else {
+                i += 1;
+            }
+        }
+        n + done.len() - at
     }
 
     fn wait(&mut self, done: &mut Vec<Completion>) -> usize {
         if !self.failed.is_empty() {
             return self.poll(done);
         }
-        self.inner.wait(done)
+        if self.slow.is_empty() && self.held.is_empty() {
+            return self.inner.wait(done);
+        }
+        loop {
+            let n = self.poll(done);
+            if n > 0 || self.inflight() == 0 {
+                return n;
+            }
+            let next = self.held.iter().map(|h| h.0).min();
+            let nap = next.map_or(Duration::from_micros(50), |t| t.saturating_duration_since(Instant::now()).min(Duration::from_millis(5)));
+            std::thread::sleep(nap);
+        }
     }
 
     fn notify_fd(&self) -> Option<RawFd> {

@@ -32,10 +32,11 @@ pub fn set_diskfs(c: diskfs::Counters) {
 pub fn render_diskfs(out: &mut String, c: &diskfs::Counters) {
     let (core, retried) = c.core_reads();
     let (flushes, parked) = c.log_flushes();
-    let rows: [(&str, &str, u64); 6] = [
+    let rows: [(&str, &str, u64); 7] = [
         ("chimera_diskfs_core_reads_total", "READs read from the devices on the core that decoded them (no worker thread).", core),
         ("chimera_diskfs_core_reads_retried_total", "Core READs done again on a worker because their file lost blocks meanwhile.", retried),
-        ("chimera_diskfs_core_writes_total", "UNSTABLE WRITEs written to the devices on the core that decoded them.", c.core_writes()),
+        ("chimera_diskfs_core_writes_total", "WRITEs written to the devices on the core that decoded them.", c.core_writes()),
+        ("chimera_diskfs_core_commits_total", "COMMITs and stable WRITEs whose device flushes ran on the core that decoded them (the log flush after them on a worker).", c.core_commits()),
         ("chimera_diskfs_io_errors_total", "Device operations of diskfs that failed.", c.io_errors()),
         ("chimera_diskfs_log_flushes_total", "Intent-log units written and flushed (each a group commit of every change logged before it).", flushes),
         ("chimera_diskfs_log_waits_parked_total", "Metadata calls that waited for their log flush parked on a worker, not on their core.", parked),

@@ -323,6 +323,7 @@ fn admin_volumes_and_their_data_survive_kill_9() {
     let counter = |name: &str| -> u64 {
         m.lines().find_map(|l| l.strip_prefix(name)).unwrap_or_else(|| panic!("no {name} in\n{m}")).trim().parse().unwrap()
     };
+    assert_eq!(counter("chimera_diskfs_core_commits_total "), 1, "the COMMIT's device flush did not run on the core:\n{m}");
     assert!(counter("chimera_diskfs_log_waits_parked_total ") >= 1, "the CREATE's flush did not wait off the core:\n{m}");
     assert!(counter("chimera_diskfs_log_flushes_total ") >= 1, "{m}");
     drop(up);

@@ -1,7 +1,11 @@
-//! READs and UNSTABLE WRITEs on the core loops: their device operations
+//! READs, WRITEs and COMMIT on the core loops: their device operations
 //! are submitted on the calling core's own queue to each device and
 //! completed when that core's loop polls it (`rpc::poller`), so the call
-//! never leaves the core — no hand-off to a worker thread and back.
+//! never leaves the core — no hand-off to a worker thread and back. A
+//! COMMIT (and a stable WRITE, once its blocks are written) flushes every
+//! device through the core's queues; only the log flush that follows, when
+//! the file has something to log, runs on a worker while the call stays
+//! parked (`vfs::durable::Durability::sync_later`).
 //!
 //! Per core and per file system: one queue per device (`CORE_QUEUE_DEPTH`)
 //! and a buffer pool of its own (`CORE_BUFS` x `CORE_BUF_BYTES`), so the
@@ -67,11 +71,16 @@ pub(crate) struct PlannedWrite {
     pub wlock: Arc<WLock>,
     /// The mount's fsid for the attributes answered.
     pub fsid: u64,
+    /// FILE_SYNC or DATA_SYNC: committed before it answers.
+    pub stable: bool,
 }
 
 enum Kind {
     Read { p: Planned, out: Vec<u8> },
     Write { w: PlannedWrite },
+    /// Flush `flush` (`Devs::flush_begin`) of every device for a COMMIT of
+    /// `fh`, or for a stable write of `write` = (bytes, fsid).
+    Commit { fh: FileHandle, flush: u64, write: Option<(usize, u64)> },
 }
 
 /// A call whose device operations are in flight on this core.
@@ -129,6 +138,15 @@ pub(crate) fn start_write(fs: &Arc<Inner>, w: PlannedWrite, data: &[u8], done: D
     let (offset, end) = (w.offset, w.end);
     c.submit(fs, ops, Job { kind: Kind::Write { w }, pending: 0, failed: false, done: Some(done) }, Some((offset, end, data)));
     Ok(())
+}
+
+/// Start a COMMIT of `fh` (`write`: the stable write it ends) on this
+/// core: a flush of every device on the core's queues. `Err` hands `done`
+/// back when it cannot run here (the caller commits on a worker).
+pub(crate) fn start_commit(fs: &Arc<Inner>, fh: FileHandle, write: Option<(usize, u64)>, done: Done) -> Result<(), Done> {
+    let Some(core) = core_for(fs) else { return Err(done) };
+    let mut c = core.borrow_mut();
+    c.commit(fs, fh, write, done)
 }
 
 /// This thread's state for `fs`, made (and registered with the loop) on
@@ -207,8 +225,14 @@ impl CoreIo {
         if ops.len() > self.pool.bufs_free() {
             return false;
         }
-        for d in 0..self.queues.len() {
-            let want = ops.iter().filter(|o| o.0 == d).count();
+        let want: Vec<usize> = (0..self.queues.len()).map(|d| ops.iter().filter(|o| o.0 == d).count()).collect();
+        self.slots(fs, &want)
+    }
+
+    /// Whether device `d`'s queue has `want[d]` free slots, for every `d`
+    /// (making the queues on first use).
+    fn slots(&mut self, fs: &Arc<Inner>, want: &[usize]) -> bool {
+        for (d, &want) in want.iter().enumerate() {
             if want == 0 {
                 continue;
             }
@@ -279,12 +303,58 @@ impl CoreIo {
         match job.kind {
             Kind::Read { .. } => fs.core_reads.fetch_add(1, Ordering::Relaxed),
             Kind::Write { .. } => fs.core_writes.fetch_add(1, Ordering::Relaxed),
+            Kind::Commit { .. } => unreachable!("submitted by commit"),
         };
         let pending = job.pending;
         self.jobs[j] = Some(job);
         if pending == 0 {
             self.finish(j);
         }
+    }
+
+    /// A flush of every device for a COMMIT (see `start_commit`); `Err`
+    /// hands `done` back when a queue has no room.
+    fn commit(&mut self, fs: &Arc<Inner>, fh: FileHandle, write: Option<(usize, u64)>, done: Done) -> Result<(), Done> {
+        if !self.slots(fs, &vec![1; self.queues.len()]) {
+            return Err(done);
+        }
+        let j = match self.free_jobs.pop() {
+            Some(i) => i,
+            None => {
+                self.jobs.push(None);
+                self.jobs.len() - 1
+            }
+        };
+        let flush = fs.devs.flush_begin();
+        let mut job = Job { kind: Kind::Commit { fh, flush, write }, pending: 0, failed: false, done: Some(done) };
+        for d in 0..self.queues.len() {
+            let o = match self.free_ops.pop() {
+                Some(i) => i,
+                None => {
+                    self.ops.push(None);
+                    self.ops.len() - 1
+                }
+            };
+            let q = self.queues[d].as_mut().expect("made by slots");
+            match q.submit(Op::Flush, o as u64) {
+                Ok(()) => {
+                    self.ops[o] = Some(OpCtx { job: j, at: 0, bytes: 0 });
+                    job.pending += 1;
+                }
+                Err(_) => {
+                    fs.devs.io_errors.fetch_add(1, Ordering::Relaxed);
+                    self.free_ops.push(o);
+                    job.failed = true;
+                }
+            }
+        }
+        fs.core_commits.fetch_add(1, Ordering::Relaxed);
+        let pending = job.pending;
+        self.jobs[j] = Some(job);
+        if pending == 0 {
+            self.finish(j);
+        }
+        Ok(())
     }
 
     fn on_completion(&mut self, c: Completion) {
@@ -294,6 +364,8 @@ impl CoreIo {
         let fs = self.fs.upgrade();
         let Some(job) = self.jobs[ctx.job].as_mut() else { return };
         match (c.result, c.buf) {
+            // A flush (no buffer).
+            (Ok(()), None) if matches!(job.kind, Kind::Commit { .. }) => {}
             (Ok(()), Some(buf)) => {
                 if let Kind::Read { p, out } = &mut job.kind {
                     // The part of the operation's blocks inside the reply.
@@ -332,18 +404,46 @@ impl CoreIo {
         let fs = self.fs.upgrade();
         match job.kind {
             Kind::Write { w } => {
+                let count = (w.end - w.offset) as usize;
                 let r = match &fs {
                     Some(fs) if !job.failed => {
                         fs.mark_written(&w.fh, &w.plan);
-                        fs.unstable_written(&w.fh, (w.end - w.offset) as usize, w.fsid).map(crate::write_done)
+                        fs.unstable_written(&w.fh, count, w.fsid).map(crate::write_done)
                     }
                     _ => Err(VfsError::Io),
                 };
                 w.wlock.unlock();
-                if let Some(fs) = &fs {
-                    fs.gate_exit(w.epoch);
+                let Some(fs) = fs else { return done(r) };
+                fs.gate_exit(w.epoch);
+                if r.is_err() || !w.stable {
+                    return done(r);
                 }
-                done(r)
+                // Stable: its blocks are written; now the COMMIT, here if
+                // the queues have room, else on a worker.
+                if let Err(done) = self.commit(&fs, w.fh, Some((count, w.fsid)), done) {
+                    let (s, fh, fsid) = (fs.clone(), w.fh, w.fsid);
+                    fs.run(Box::new(move || done(s.commit_file(&fh).and_then(|()| s.stable_written(&fh, count, fsid)).map(crate::write_done))));
+                }
+            }
+            Kind::Commit { fh, flush, write } => {
+                let Some(fs) = fs else { return done(Err(VfsError::Io)) };
+                if job.failed {
+                    return done(Err(VfsError::Io));
+                }
+                fs.devs.flush_end(flush);
+                let lsn = match fs.commit_log(&fh) {
+                    Ok(l) => l,
+                    Err(e) => return done(Err(e)),
+                };
+                let s = fs.clone();
+                let answer = move |r: vfs::VfsResult<()>| {
+                    done(r.and_then(|()| match write {
+                        None => Ok(IoDone::Commit),
+                        Some((count, fsid)) => s.stable_written(&fh, count, fsid).map(crate::write_done),
+                    }))
+                };
+                // Answered at once when another call's flush covered it.
+                vfs::durable::Durability::sync_later(&*fs, lsn, Box::new(answer));
             }
             Kind::Read { p, out } => {
                 let Some(fs) = fs else { return done(Err(VfsError::Io)) };

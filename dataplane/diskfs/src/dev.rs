@@ -124,13 +124,25 @@ impl Devs {
     /// Flush every device; afterwards every write that completed before the
     /// call is durable.
     pub fn flush_all(&self) -> Result<(), BlockError> {
-        let k = self.flush_started.fetch_add(1, Ordering::AcqRel) + 1;
+        let k = self.flush_begin();
         for d in 0..self.devs.len() {
             let r = self.with_queue(d, |q| block::sync::flush(q));
             self.count(r.and_then(|x| x))?;
         }
-        self.flush_done.fetch_max(k, Ordering::AcqRel);
+        self.flush_end(k);
         Ok(())
+    }
+
+    /// A flush of every device starts (elsewhere: a core's own queues): its
+    /// number, for `flush_end` once every device has answered.
+    pub fn flush_begin(&self) -> u64 {
+        self.flush_started.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Flush `k` of every device succeeded: writes tagged before it are
+    /// durable.
+    pub fn flush_end(&self, k: u64) {
+        self.flush_done.fetch_max(k, Ordering::AcqRel);
     }
 
     /// Flush one device (the log's).

@@ -101,9 +101,15 @@ impl Counters {
         self.0.devs.io_errors.load(Ordering::Relaxed)
     }
 
-    /// UNSTABLE WRITEs written on a core loop's own device queues.
+    /// WRITEs written on a core loop's own device queues.
     pub fn core_writes(&self) -> u64 {
         self.0.core_writes.load(Ordering::Relaxed)
+    }
+
+    /// COMMITs (and stable WRITEs' commits) whose device flushes ran on a
+    /// core loop's own queues.
+    pub fn core_commits(&self) -> u64 {
+        self.0.core_commits.load(Ordering::Relaxed)
     }
 
     /// Log units written and flushed (each a group commit of every change
@@ -203,6 +209,7 @@ struct Inner {
     core_read_retries: AtomicU64,
     /// UNSTABLE WRITEs written on a core loop (`coreio`).
     core_writes: AtomicU64,
+    core_commits: AtomicU64,
     /// Log units written and flushed (group commits; checkpoints apart).
     log_flushes: AtomicU64,
     /// Calls that waited for their log flush on a worker, parked
@@ -326,6 +333,7 @@ impl DiskFs {
             core_reads: AtomicU64::new(0),
             core_read_retries: AtomicU64::new(0),
             core_writes: AtomicU64::new(0),
+            core_commits: AtomicU64::new(0),
             log_flushes: AtomicU64::new(0),
             log_waits_parked: AtomicU64::new(0),
             verifier: vfs::random_verifier(),
@@ -756,24 +764,33 @@ impl Inner {
     /// Flush data, then log the file's pending extents whose data is now
     /// durable and its attributes, and wait for that.
     fn commit_file(&self, fh: &FileHandle) -> VfsResult<()> {
+        self.commit_check(fh)?;
+        self.devs.flush_all().map_err(|_| VfsError::Io)?;
+        let lsn = self.commit_log(fh)?;
+        self.sync(lsn)
+    }
+
+    /// What COMMIT refuses before it flushes anything.
+    fn commit_check(&self, fh: &FileHandle) -> VfsResult<()> {
         if self.meta().st.get(fh.ino, fh.generation)?.rec.ftype == FileType::Directory {
             return Err(VfsError::IsDir);
         }
-        self.devs.flush_all().map_err(|_| VfsError::Io)?;
+        Ok(())
+    }
+
+    /// After a flush of every device: log the file's extents whose data it
+    /// made durable, and its attributes; the transaction to wait for.
+    fn commit_log(&self, fh: &FileHandle) -> VfsResult<u64> {
         let flushed = self.devs.flushed();
-        let lsn = {
-            let mut m = self.meta();
-            let i = m.st.get(fh.ino, fh.generation)?;
-            let rec = i.rec.clone();
-            let ready: Vec<(u64, Phys)> =
-                i.map.iter().filter(|(_, e)| !e.logged && e.tag < flushed).map(|(f, e)| (*f, e.phys)).collect();
-            for (fblock, phys, count) in meta::runs(ready.into_iter()) {
-                put(&mut m, Rec::Map { ino: fh.ino, fblock, phys, count });
-            }
-            put(&mut m, Rec::InodePut(rec));
-            finish(&mut m)
-        };
-        self.sync(lsn)
+        let mut m = self.meta();
+        let i = m.st.get(fh.ino, fh.generation)?;
+        let rec = i.rec.clone();
+        let ready: Vec<(u64, Phys)> = i.map.iter().filter(|(_, e)| !e.logged && e.tag < flushed).map(|(f, e)| (*f, e.phys)).collect();
+        for (fblock, phys, count) in meta::runs(ready.into_iter()) {
+            put(&mut m, Rec::Map { ino: fh.ino, fblock, phys, count });
+        }
+        put(&mut m, Rec::InodePut(rec));
+        Ok(finish(&mut m))
     }
 
     fn read_impl(&self, fh: &FileHandle, offset: u64, buf: &mut [u8]) -> VfsResult<(usize, bool)> {
@@ -960,6 +977,24 @@ impl Inner {
         let m = self.meta();
         let i = m.st.get(fh.ino, fh.generation)?;
         Ok((count, Stability::Unstable, Attr { fsid, ..self.attr(i) }))
+    }
+
+    /// A stable write's answer once it is committed (FILE_SYNC, as
+    /// `write_impl` answers every stable write).
+    fn stable_written(&self, fh: &FileHandle, count: usize, fsid: u64) -> VfsResult<(usize, Stability, Attr)> {
+        let m = self.meta();
+        let i = m.st.get(fh.ino, fh.generation)?;
+        Ok((count, Stability::FileSync, Attr { fsid, ..self.attr(i) }))
+    }
+
+    /// The answer of a write of `count` bytes whose blocks are written:
+    /// UNSTABLE as it stands, or committed first.
+    fn written(&self, fh: &FileHandle, count: usize, fsid: u64, stable: bool) -> VfsResult<(usize, Stability, Attr)> {
+        if !stable {
+            return self.unstable_written(fh, count, fsid);
+        }
+        self.commit_file(fh)?;
+        self.stable_written(fh, count, fsid)
     }
 
     fn setattr_impl(&self, fh: &FileHandle, set: &SetAttr, guard: Option<Time>) -> VfsResult<Attr> {
@@ -1325,8 +1360,8 @@ impl Vfs for DiskFs {
 
     fn write_start(&self, fh: &FileHandle, offset: u64, data: &[u8], stable: Stability, later: &mut dyn Later) -> VfsResult<Option<(usize, Stability, Attr)>> {
         self.check(fh)?;
-        if rpc::poller::available() && stable == Stability::Unstable && !data.is_empty() {
-            if let Some(r) = self.write_on_core(fh, offset, data, later) {
+        if rpc::poller::available() && !data.is_empty() {
+            if let Some(r) = self.write_on_core(fh, offset, data, stable != Stability::Unstable, later) {
                 return r;
             }
         }
@@ -1341,7 +1376,14 @@ impl Vfs for DiskFs {
 
     fn commit_start(&self, fh: &FileHandle, offset: u64, count: u64, later: &mut dyn Later) -> VfsResult<Option<()>> {
         self.check(fh)?;
+        self.inner.commit_check(fh)?;
         let Some(done) = later.park() else { return self.commit(fh, offset, count).map(Some) };
+        // On a core loop: the devices are flushed through this core's own
+        // queues, then the log flush runs on a worker (`coreio`).
+        let done = match coreio::start_commit(&self.inner, *fh, None, done) {
+            Ok(()) => return Ok(None),
+            Err(done) => done,
+        };
         let (s, fh) = (self.inner.clone(), *fh);
         self.inner.run(Box::new(move || done(s.commit_file(&fh).map(|()| IoDone::Commit))));
         Ok(None)
@@ -1936,7 +1978,7 @@ impl DiskFs {
     /// through the core's own device queues (`coreio`); the lock and the
     /// gate are released when the last block is back. `None`: the file's
     /// lock is busy, so the write goes the worker's way (which waits).
-    fn write_on_core(&self, fh: &FileHandle, offset: u64, data: &[u8], later: &mut dyn Later) -> Option<VfsResult<Option<(usize, Stability, Attr)>>> {
+    fn write_on_core(&self, fh: &FileHandle, offset: u64, data: &[u8], stable: bool, later: &mut dyn Later) -> Option<VfsResult<Option<(usize, Stability, Attr)>>> {
         let end = match offset.checked_add(data.len() as u64) {
             Some(e) if e <= FILE_SIZE_MAX_BYTES => e,
             _ => return Some(Err(VfsError::FileTooBig)),
@@ -1963,11 +2005,13 @@ impl DiskFs {
         };
         let fsid = self.view.export_id as u64;
         let Some(done) = later.park() else {
-            let r = inner.write_exec(fh, offset, data, &plan).and_then(|()| inner.unstable_written(fh, data.len(), fsid));
-            release(inner);
+            let r = inner.write_exec(fh, offset, data, &plan);
+            inner.gate_exit(epoch);
+            let r = r.and_then(|()| inner.written(fh, data.len(), fsid, stable));
+            wlock.unlock();
             return Some(r.map(Some));
         };
-        let w = coreio::PlannedWrite { fh: *fh, offset, end, plan, epoch, wlock: wlock.clone(), fsid };
+        let w = coreio::PlannedWrite { fh: *fh, offset, end, plan, epoch, wlock: wlock.clone(), fsid, stable };
         if Inner::write_needs_read(offset, end, &w.plan) {
             Self::write_on_worker(inner, w, data.to_vec(), done);
             return Some(Ok(None));
@@ -1983,9 +2027,10 @@ impl DiskFs {
     fn write_on_worker(inner: &Arc<Inner>, w: coreio::PlannedWrite, data: Vec<u8>, done: Done) {
         let s = inner.clone();
         inner.run(Box::new(move || {
-            let r = s.write_exec(&w.fh, w.offset, &data, &w.plan).and_then(|()| s.unstable_written(&w.fh, data.len(), w.fsid)).map(write_done);
-            w.wlock.unlock();
+            let r = s.write_exec(&w.fh, w.offset, &data, &w.plan);
             s.gate_exit(w.epoch);
+            let r = r.and_then(|()| s.written(&w.fh, data.len(), w.fsid, w.stable)).map(write_done);
+            w.wlock.unlock();
             done(r)
         }));
     }

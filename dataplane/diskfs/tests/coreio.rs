@@ -329,3 +329,78 @@ fn a_truncation_under_a_core_write_of_the_same_core_does_not_deadlock() {
         fsck_clean(dev);
     });
 }
+
+/// The file as a server opening the device's image now would see it (a
+/// crash: nothing that was not made durable is mapped).
+fn after_a_crash(mem: &MemDevice, f: &FileHandle, len: usize) -> Vec<u8> {
+    let dev: Device = Arc::new(MemDevice::from_image("copy", mem.snapshot()));
+    let fs = DiskFs::open(vec![dev], &Options::new(EXPORT, false)).unwrap();
+    let mut got = vec![0u8; len];
+    let (n, _) = fs.read(f, 0, &mut got).unwrap();
+    got.truncate(n);
+    got
+}
+
+/// Park `start` (a WRITE or COMMIT through its `_start` call) and poll
+/// until it is answered (by the worker that flushed the log, here; a
+/// server's ticket takes the answer back to the core's mailbox).
+fn parked_answer(what: &str, start: impl FnOnce(&mut Park) -> bool) -> VfsResult<IoDone> {
+    let answer: Answer = Arc::new(Mutex::new(None));
+    assert!(start(&mut Park(answer.clone())), "{what} was answered inline");
+    answered(&answer, what).1
+}
+
+/// A FILE_SYNC WRITE and a COMMIT on a core: their blocks and the flush of
+/// every device go through the core's own queues (the log flush after them
+/// on a worker), and once answered the data survives a crash — an
+/// UNSTABLE write's does not until its COMMIT. A device whose flush fails
+/// answers the COMMIT with an I/O error; a directory is refused at once.
+#[test]
+fn stable_writes_and_commits_flush_on_the_core_and_survive_a_crash() {
+    on_a_core(|| {
+        let mem = Arc::new(MemDevice::new("mem0", 16384));
+        let fault = Arc::new(block::fault::FaultDevice::new(mem.clone()));
+        let ctl = fault.control();
+        let dev: Device = fault;
+        let fs = DiskFs::open(vec![dev.clone()], &Options::new(EXPORT, true)).unwrap();
+        let f = create(&fs, "s");
+        let c = fs.counters();
+
+        let a = pattern(8192, 1);
+        let flushes = ctl.flushes();
+        let r = parked_answer("a FILE_SYNC WRITE", |p| fs.write_start(&f, 0, &a, Stability::FileSync, p).unwrap().is_none());
+        match r {
+            Ok(IoDone::Write { count: 8192, committed: Stability::FileSync, attr }) => assert_eq!(attr.size, 8192),
+            other => panic!("a FILE_SYNC WRITE answered {other:?}"),
+        }
+        assert_eq!((c.core_writes(), c.core_commits()), (1, 1), "the write and its commit ran on the core");
+        assert!(ctl.flushes() >= flushes + 2, "a device flush, then the log's");
+        assert!(after_a_crash(&mem, &f, 1 << 20) == a, "a FILE_SYNC answer before its data was durable");
+
+        let b = pattern(4096, 2);
+        let (r, parked) = core_write(&fs, &f, 65536, &b);
+        assert_eq!((r.unwrap(), parked), (4096, true));
+        assert_eq!(after_a_crash(&mem, &f, 1 << 20).len(), 8192, "an UNSTABLE write is not durable before COMMIT");
+        let r = parked_answer("a COMMIT", |p| fs.commit_start(&f, 0, 0, p).unwrap().is_none());
+        assert!(matches!(r, Ok(IoDone::Commit)), "{r:?}");
+        assert_eq!(c.core_commits(), 2);
+        let got = after_a_crash(&mem, &f, 1 << 20);
+        assert!(got.len() == 65536 + 4096 && got[..8192] == a[..] && got[65536..] == b[..], "the COMMIT answered before the write was durable");
+
+        // A flush the device fails: the COMMIT says so.
+        let (r, _) = core_write(&fs, &f, 0, &b);
+        r.unwrap();
+        ctl.fail_after_ops(0);
+        let r = parked_answer("a COMMIT whose flush fails", |p| fs.commit_start(&f, 0, 0, p).unwrap().is_none());
+        assert!(matches!(r, Err(VfsError::Io)), "{r:?}");
+        ctl.clear();
+        let r = parked_answer("a COMMIT after the device recovered", |p| fs.commit_start(&f, 0, 0, p).unwrap().is_none());
+        assert!(matches!(r, Ok(IoDone::Commit)), "{r:?}");
+
+        let root = fs.root(EXPORT).unwrap();
+        let answer: Answer = Arc::new(Mutex::new(None));
+        assert!(matches!(fs.commit_start(&root, 0, 0, &mut Park(answer)), Err(VfsError::IsDir)));
+        drop(fs);
+        fsck_clean(dev);
+    });
+}
