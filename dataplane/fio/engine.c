@@ -28,6 +28,7 @@ struct chimera_options {
 	unsigned int conns;
 	unsigned int pnfs;
 	unsigned int busy_poll_us;
+	unsigned int retry_s;
 };
 
 struct chimera_data {
@@ -104,6 +105,18 @@ static struct fio_option options[] = {
 		.group = FIO_OPT_G_NFS,
 	},
 	{
+		.name = "chimera_retry_s",
+		.lname = "Chimera reconnect window",
+		.type = FIO_OPT_INT,
+		.off1 = offsetof(struct chimera_options, retry_s),
+		.def = "60",
+		.minval = 0,
+		.maxval = 3600,
+		.help = "seconds the I/Os of a lost connection (a server restarting) wait for a reconnect and go out again before they fail (0: fail at once)",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_NFS,
+	},
+	{
 		.name = NULL,
 	},
 };
@@ -143,6 +156,7 @@ static int chimera_init(struct thread_data *td)
 	cfg.gid = getgid();
 	cfg.pnfs = o->pnfs;
 	cfg.busy_poll_us = o->busy_poll_us;
+	cfg.retry_s = o->retry_s;
 	d->h = chimera_fio_connect(&cfg, err, sizeof(err));
 	if (!d->h) {
 		log_err("chimera: %s\n", err);

@@ -155,6 +155,7 @@ expect_fail dead-server "127.0.0.1:$dead" "nothing listening" \
 expect_fail big-bs "lower bs" "a 2 MiB block" "${eng[@]}" --name=h --filename=h --size=4m --bs=2m --rw=write
 expect_fail dotdot "leaves the export" "a file name with .." "${eng[@]}" --name=h --filename=../x --size=1m --rw=write
 expect_fail trim "not supported" "trim" "${eng[@]}" --name=h --filename=seq.0 --size=1m --rw=trim
+expect_fail retry-range "chimera_retry_s" "a reconnect window over an hour" "${eng[@]}" --chimera_retry_s=4000 --name=h --filename=seq.0 --size=1m --rw=read
 # A time-based read of files that do not exist ends at once (it used to
 # retry the opens for its whole runtime).
 t0=$(date +%s)
@@ -163,7 +164,7 @@ expect_fail missing "in export /memfs: NFS3ERR_NOENT" "a time-based read of miss
 [ $(( $(date +%s) - t0 )) -lt 30 ] || bad "the read of missing files took $(( $(date +%s) - t0 )) s to fail (runtime 120 s)"
 
 # The server survived all of it.
-run after "${eng[@]}" --name=after --filename=seq.0 --rw=randread --bs=4k --size=64m --number_ios=2000 --iodepth=8
+run after "${eng[@]}" --chimera_retry_s=5 --name=after --filename=seq.0 --rw=randread --bs=4k --size=64m --number_ios=2000 --iodepth=8
 check after "after the hostile runs, random reads of the 1 MiB-written file" $?
 
 echo "test-engine: $passed passed, $failed failed"

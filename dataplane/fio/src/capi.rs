@@ -22,6 +22,9 @@ pub struct ChimeraFioConfig {
     pub pnfs: c_uint,
     /// Microseconds to poll without sleeping before blocking (0: never).
     pub busy_poll_us: c_uint,
+    /// Seconds the I/Os of a lost connection wait for a reconnect (0: they
+    /// fail at once).
+    pub retry_s: c_uint,
 }
 
 /// What C holds: the engine and the scratch `reap` fills.
@@ -99,6 +102,7 @@ pub unsafe extern "C" fn chimera_fio_connect(cfg: *const ChimeraFioConfig, err: 
             gid: c.gid,
             pnfs: c.pnfs != 0,
             busy_poll_us: c.busy_poll_us,
+            retry_s: c.retry_s,
         };
         let depth = cfg.iodepth;
         let engine = Engine::connect(cfg)?;

@@ -10,10 +10,17 @@
 //! recycled, so a warm engine allocates nothing per I/O.
 //!
 //! WRITEs go UNSTABLE (as the kernel client and libnfs send them); fio's
-//! fsync (and a file's close) sends COMMIT. fio reuses its buffers, so the
-//! engine cannot resend lost writes: it compares verifiers instead, and a
-//! COMMIT whose verifier differs from the writes' (the server restarted and
-//! may have dropped them) fails with EIO naming the file.
+//! fsync (and a file's close) sends COMMIT. fio reuses its buffers once an
+//! I/O is reaped, so the engine cannot resend writes the server answered
+//! and then lost: it compares verifiers instead, and a COMMIT whose
+//! verifier differs from the writes' (the server restarted and may have
+//! dropped them) fails with EIO naming the file.
+//!
+//! I/Os in flight on a connection that is lost (a server restarting, a
+//! network blip) are not failed: they wait, their buffers still fio's and
+//! untouched, while the engine reconnects (backing off from 50 ms to 1 s)
+//! and then go out again — for up to `retry_s` seconds from the loss,
+//! after which they fail with EIO naming the server.
 
 pub mod capi;
 mod pnfs;
@@ -56,7 +63,19 @@ pub struct Config {
     /// Before sleeping in poll(2) for replies, poll without sleeping for
     /// this many microseconds (0: never): trades client CPU for latency.
     pub busy_poll_us: u32,
+    /// How long I/Os of a lost connection wait for a reconnect before they
+    /// fail (0: fail at once).
+    pub retry_s: u32,
 }
+
+/// Longest `retry_s` accepts (one hour).
+pub const RETRY_S_MAX: u32 = 3600;
+/// The default `retry_s`: longer than a data server's restart and its
+/// recovery, shorter than an operator's patience.
+pub const RETRY_S_DEFAULT: u32 = 60;
+/// First and longest pause between reconnect attempts.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(1);
 
 impl Config {
     /// Check the options before any connection: each error names the option.
@@ -72,6 +91,9 @@ impl Config {
         }
         if self.conns == 0 || self.conns > CONNS_MAX {
             return Err(format!("chimera_conns {} is out of range 1..={CONNS_MAX}", self.conns));
+        }
+        if self.retry_s > RETRY_S_MAX {
+            return Err(format!("chimera_retry_s {} is over {RETRY_S_MAX}", self.retry_s));
         }
         Ok(())
     }
@@ -169,6 +191,13 @@ pub struct Engine {
     pnfs: Option<pnfs::State>,
     /// Poll without sleeping this long before blocking (`busy_poll_us`).
     busy_poll: Duration,
+    /// NFSv3 I/Os of lost connections, waiting to go out again.
+    retry: VecDeque<InFlight>,
+    /// Since when they wait, when to try to reconnect next, and the pause
+    /// after that.
+    retry_since: Option<Instant>,
+    retry_at: Instant,
+    retry_pause: Duration,
 }
 
 // The buffers in flight belong to fio, which keeps them alive and
@@ -207,6 +236,10 @@ impl Engine {
             errors: 0,
             pnfs,
             busy_poll: Duration::from_micros(cfg.busy_poll_us as u64),
+            retry: VecDeque::new(),
+            retry_since: None,
+            retry_at: Instant::now(),
+            retry_pause: RETRY_FIRST,
             cfg,
         };
         if e.pnfs.is_none() {
@@ -366,35 +399,122 @@ impl Engine {
         if self.pnfs.is_some() {
             return self.pnfs_queue(file, op, offset, buf, len, tag);
         }
+        if !self.retry.is_empty() {
+            // Waiting for a reconnect: this one waits with them (its
+            // buffer stays fio's until it is reaped).
+            if self.retry.len() >= self.cfg.iodepth.max(1) * 2 {
+                return Err((libc::EAGAIN, BUSY.into()));
+            }
+            self.retry.push_back(InFlight { tag, op, file, offset, buf, len, io: NO_IO });
+            self.in_flight += 1;
+            return Ok(());
+        }
         let i = self.next_conn % self.conns.len();
         self.next_conn = self.next_conn.wrapping_add(1);
         if self.conns[i].nfs.rpc().broken().is_some() {
-            self.reconnect(i).map_err(|m| (libc::EIO, m))?;
+            if let Err(m) = self.reconnect(i) {
+                if self.cfg.retry_s == 0 {
+                    return Err((libc::EIO, m));
+                }
+                self.hold(InFlight { tag, op, file, offset, buf, len, io: NO_IO }, &m);
+                self.in_flight += 1;
+                return Ok(());
+            }
         }
-        let f = self.files[file as usize].as_ref().expect("checked above");
-        let c = &mut self.conns[i];
-        // A full send queue (the server reads slower than fio submits:
-        // iodepth x bs beyond the client's send bound) is back-pressure,
-        // not an error: fio reaps and queues the I/O again.
-        let payload = if op == Op::Write { len } else { 0 };
-        if self.in_flight > 0 && !c.nfs.rpc().has_room(payload) {
+        if self.in_flight > 0 && !self.conns[i].nfs.rpc().has_room(if op == Op::Write { len } else { 0 }) {
+            // A full send queue (the server reads slower than fio submits:
+            // iodepth x bs beyond the client's send bound) is
+            // back-pressure, not an error: fio reaps and queues the I/O
+            // again.
             return Err((libc::EAGAIN, BUSY.into()));
         }
-        let r = match op {
+        self.submit_on(i, InFlight { tag, op, file, offset, buf, len, io: NO_IO })?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Send `op` (an NFSv3 I/O of its own) on connection `i`.
+    fn submit_on(&mut self, i: usize, op: InFlight) -> Result<(), (i32, String)> {
+        let Some(Some(f)) = self.files.get(op.file as usize) else {
+            return Err((libc::EBADF, format!("file {} is not open", op.file)));
+        };
+        let c = &mut self.conns[i];
+        let (offset, len) = (op.offset, op.len);
+        let r = match op.op {
             Op::Read => c.nfs.submit_read(&f.fh, offset, len as u32),
-            // SAFETY: the caller keeps `buf` valid for `len` bytes.
-            Op::Write => c.nfs.submit_write(&f.fh, offset, std::slice::from_raw_parts(buf, len), Stable::Unstable),
+            // SAFETY: `queue`'s caller keeps `buf` valid for `len` bytes
+            // until the I/O is reaped.
+            Op::Write => c.nfs.submit_write(&f.fh, offset, unsafe { std::slice::from_raw_parts(op.buf, len) }, Stable::Unstable),
             Op::Sync => c.nfs.submit_commit(&f.fh),
         };
         match r {
             Ok(xid) => {
-                c.ops.insert(xid, InFlight { tag, op, file, offset, buf, len, io: NO_IO });
+                c.ops.insert(xid, op);
                 c.unsent += 1;
-                self.in_flight += 1;
                 Ok(())
             }
-            Err(e) => Err((e.errno(), format!("{op:?} of {len} bytes at {offset} on {}: {e}", f.path))),
+            Err(e) => Err((e.errno(), format!("{:?} of {len} bytes at {offset} on {}: {e}", op.op, f.path))),
         }
+    }
+
+    /// Keep `op` (its connection was lost: `why`) until a reconnect.
+    fn hold(&mut self, op: InFlight, why: &str) {
+        if self.retry_since.is_none() {
+            let now = Instant::now();
+            self.retry_since = Some(now);
+            self.retry_at = now + RETRY_FIRST;
+            self.retry_pause = RETRY_FIRST;
+            eprintln!(
+                "chimera-fio: {why}; I/Os in flight wait for a reconnect (up to chimera_retry_s={} s)",
+                self.cfg.retry_s
+            );
+        }
+        self.retry.push_back(op);
+    }
+
+    /// Held I/Os: when it is time, reconnect every lost connection and
+    /// send them again; after `retry_s` without a connection, fail them.
+    fn retry_due(&mut self) {
+        let Some(since) = self.retry_since else { return };
+        let now = Instant::now();
+        if now < self.retry_at {
+            return;
+        }
+        let mut failed = None;
+        for i in 0..self.conns.len() {
+            if self.conns[i].nfs.rpc().broken().is_some() {
+                if let Err(m) = self.reconnect(i) {
+                    failed = Some(m);
+                    break;
+                }
+            }
+        }
+        if let Some(m) = failed {
+            if now.duration_since(since) >= Duration::from_secs(self.cfg.retry_s as u64) {
+                let msg = format!("{m}; gave up after chimera_retry_s={} s", self.cfg.retry_s);
+                eprintln!("chimera-fio: {msg}");
+                while let Some(op) = self.retry.pop_front() {
+                    self.complete(op.tag, op.op, op.file, op.offset, op.len, Err((libc::EIO, msg.clone())));
+                }
+                self.retry_since = None;
+            } else {
+                self.retry_pause = (self.retry_pause * 2).min(RETRY_MAX);
+                self.retry_at = now + self.retry_pause;
+            }
+            return;
+        }
+        let n = self.retry.len();
+        eprintln!("chimera-fio: sending {n} I/O(s) again after {} ms", now.duration_since(since).as_millis());
+        self.retry_since = None;
+        while let Some(op) = self.retry.pop_front() {
+            let i = self.next_conn % self.conns.len();
+            self.next_conn = self.next_conn.wrapping_add(1);
+            let (tag, kind, file, offset, len) = (op.tag, op.op, op.file, op.offset, op.len);
+            if let Err(e) = self.submit_on(i, op) {
+                self.complete(tag, kind, file, offset, len, Err(e));
+            }
+        }
+        self.send_all();
     }
 
     fn reconnect(&mut self, i: usize) -> Result<(), String> {
@@ -409,6 +529,11 @@ impl Engine {
         for op in left {
             if op.io != NO_IO {
                 self.pnfs_part_done(i, op, Err((libc::EIO, "connection lost".into(), true)));
+                continue;
+            }
+            if self.cfg.retry_s > 0 {
+                let why = format!("connection {} to {} lost", i + 1, self.conns[i].addr);
+                self.hold(op, &why);
                 continue;
             }
             self.errors += 1;
@@ -484,6 +609,16 @@ impl Engine {
             if polled && wait == Some(Duration::ZERO) {
                 return n;
             }
+            if self.retry_since.is_some() {
+                self.retry_due();
+                if self.retry_since.is_some() && self.conns.iter().all(|c| c.ops.is_empty()) {
+                    // Only held I/Os: sleep until the next attempt.
+                    let pause = self.retry_at.saturating_duration_since(Instant::now());
+                    std::thread::sleep(wait.map_or(pause, |w| w.min(pause)));
+                    polled = true;
+                    continue;
+                }
+            }
             self.pump(wait);
             polled = true;
         }
@@ -497,6 +632,9 @@ impl Engine {
         self.pfds.clear();
         self.pfd_conn.clear();
         let mut until = wait.map(|w| Instant::now() + w);
+        if self.retry_since.is_some() {
+            until = Some(until.map_or(self.retry_at, |u| u.min(self.retry_at)));
+        }
         for (i, c) in self.conns.iter_mut().enumerate() {
             if c.ops.is_empty() {
                 continue;
@@ -603,6 +741,12 @@ impl Engine {
                 self.conns[i].nfs.rpc().recycle(reply);
                 r
             }
+            Err(e) if e.is_connection() && self.cfg.retry_s > 0 => {
+                // Sent again once the connection is back (`retry_due`).
+                let why = format!("connection {} to {} lost ({e})", i + 1, self.conns[i].addr);
+                self.hold(op, &why);
+                return;
+            }
             Err(e) => {
                 if e.is_connection() && !self.conns[i].loss_logged {
                     self.conns[i].loss_logged = true;
@@ -656,7 +800,7 @@ mod tests {
 
     #[test]
     fn options_are_checked_by_name() {
-        let ok = Config { server: "127.0.0.1".into(), export: "/m".into(), mount_port: 0, conns: 1, iodepth: 1, uid: 0, gid: 0, pnfs: false, busy_poll_us: 0 };
+        let ok = Config { server: "127.0.0.1".into(), export: "/m".into(), mount_port: 0, conns: 1, iodepth: 1, uid: 0, gid: 0, pnfs: false, busy_poll_us: 0, retry_s: RETRY_S_DEFAULT };
         assert!(ok.validate().is_ok());
         let e = Config { server: String::new(), ..ok.clone() }.validate().unwrap_err();
         assert!(e.contains("chimera_server"), "{e}");
@@ -666,6 +810,8 @@ mod tests {
         assert!(e.contains("chimera_conns"), "{e}");
         let e = Config { busy_poll_us: 5000, ..ok.clone() }.validate().unwrap_err();
         assert!(e.contains("chimera_busy_poll_us"), "{e}");
+        let e = Config { retry_s: RETRY_S_MAX + 1, ..ok.clone() }.validate().unwrap_err();
+        assert!(e.contains("chimera_retry_s"), "{e}");
         let e = Config { conns: CONNS_MAX + 1, ..ok }.validate().unwrap_err();
         assert!(e.contains("chimera_conns"), "{e}");
     }

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 mod common;
 
 use common::{drain, pattern};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 struct Cluster {
     mds: Option<Running>,
@@ -79,6 +79,7 @@ fn engine(c: &Cluster, depth: usize) -> Engine {
         gid: 0,
         pnfs: true,
         busy_poll_us: 0,
+        retry_s: chimera_fio::RETRY_S_DEFAULT,
     };
     Engine::connect(cfg).expect("pNFS engine")
 }
@@ -227,6 +228,7 @@ fn pnfs_errors_are_named() {
         gid: 0,
         pnfs: true,
         busy_poll_us: 0,
+        retry_s: chimera_fio::RETRY_S_DEFAULT,
     };
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = l.local_addr().unwrap().to_string();
