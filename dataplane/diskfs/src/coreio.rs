@@ -149,6 +149,15 @@ pub(crate) fn start_commit(fs: &Arc<Inner>, fh: FileHandle, write: Option<(usize
     c.commit(fs, fh, write, done)
 }
 
+/// A free index of a slab of optional entries (`free` lists them), or a
+/// new one at its end.
+fn slot<T>(slab: &mut Vec<Option<T>>, free: &mut Vec<usize>) -> usize {
+    free.pop().unwrap_or_else(|| {
+        slab.push(None);
+        slab.len() - 1
+    })
+}
+
 /// This thread's state for `fs`, made (and registered with the loop) on
 /// first use. `None` when the thread is not a polling loop, or the state
 /// cannot be made.
@@ -257,13 +266,7 @@ impl CoreIo {
     /// filled from `data` (bytes `offset..end` of the file; the rest of a
     /// partial new block is zeros).
     fn submit(&mut self, fs: &Arc<Inner>, ops: Vec<(usize, u64, u32, u64)>, mut job: Job, data: Option<(u64, u64, &[u8])>) {
-        let j = match self.free_jobs.pop() {
-            Some(i) => i,
-            None => {
-                self.jobs.push(None);
-                self.jobs.len() - 1
-            }
-        };
+        let j = slot(&mut self.jobs, &mut self.free_jobs);
         let is_read = data.is_none();
         for (d, lba, blocks, fblock) in ops {
             let mut buf = self.pool.get().expect("counted by room");
@@ -274,13 +277,7 @@ impl CoreIo {
                 buf[..len].fill(0);
                 buf[(lo - at) as usize..(hi - at) as usize].copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
             }
-            let o = match self.free_ops.pop() {
-                Some(i) => i,
-                None => {
-                    self.ops.push(None);
-                    self.ops.len() - 1
-                }
-            };
+            let o = slot(&mut self.ops, &mut self.free_ops);
             let q = self.queues[d].as_mut().expect("made by room");
             let op = if is_read { Op::Read { lba, blocks, buf } } else { Op::Write { lba, blocks, buf } };
             match q.submit(op, o as u64) {
@@ -305,6 +302,12 @@ impl CoreIo {
             Kind::Write { .. } => fs.core_writes.fetch_add(1, Ordering::Relaxed),
             Kind::Commit { .. } => unreachable!("submitted by commit"),
         };
+        self.launched(j, job);
+    }
+
+    /// Keep job `j` until its operations are back; one with none on the
+    /// device (every submit refused) is answered now.
+    fn launched(&mut self, j: usize, job: Job) {
         let pending = job.pending;
         self.jobs[j] = Some(job);
         if pending == 0 {
@@ -318,23 +321,11 @@ impl CoreIo {
         if !self.slots(fs, &vec![1; self.queues.len()]) {
             return Err(done);
         }
-        let j = match self.free_jobs.pop() {
-            Some(i) => i,
-            None => {
-                self.jobs.push(None);
-                self.jobs.len() - 1
-            }
-        };
+        let j = slot(&mut self.jobs, &mut self.free_jobs);
         let flush = fs.devs.flush_begin();
         let mut job = Job { kind: Kind::Commit { fh, flush, write }, pending: 0, failed: false, done: Some(done) };
         for d in 0..self.queues.len() {
-            let o = match self.free_ops.pop() {
-                Some(i) => i,
-                None => {
-                    self.ops.push(None);
-                    self.ops.len() - 1
-                }
-            };
+            let o = slot(&mut self.ops, &mut self.free_ops);
             let q = self.queues[d].as_mut().expect("made by slots");
             match q.submit(Op::Flush, o as u64) {
                 Ok(()) => {
@@ -349,11 +340,7 @@ impl CoreIo {
             }
         }
         fs.core_commits.fetch_add(1, Ordering::Relaxed);
-        let pending = job.pending;
-        self.jobs[j] = Some(job);
-        if pending == 0 {
-            self.finish(j);
-        }
+        self.launched(j, job);
         Ok(())
     }
 
@@ -422,7 +409,7 @@ impl CoreIo {
                 // the queues have room, else on a worker.
                 if let Err(done) = self.commit(&fs, w.fh, Some((count, w.fsid)), done) {
                     let (s, fh, fsid) = (fs.clone(), w.fh, w.fsid);
-                    fs.run(Box::new(move || done(s.commit_file(&fh).and_then(|()| s.stable_written(&fh, count, fsid)).map(crate::write_done))));
+                    fs.run(Box::new(move || done(s.written(&fh, count, fsid, true).map(crate::write_done))));
                 }
             }
             Kind::Commit { fh, flush, write } => {

@@ -399,13 +399,14 @@ impl Engine {
         if self.pnfs.is_some() {
             return self.pnfs_queue(file, op, offset, buf, len, tag);
         }
+        let io = InFlight { tag, op, file, offset, buf, len, io: NO_IO };
         if !self.retry.is_empty() {
             // Waiting for a reconnect: this one waits with them (its
             // buffer stays fio's until it is reaped).
             if self.retry.len() >= self.cfg.iodepth.max(1) * 2 {
                 return Err((libc::EAGAIN, BUSY.into()));
             }
-            self.retry.push_back(InFlight { tag, op, file, offset, buf, len, io: NO_IO });
+            self.retry.push_back(io);
             self.in_flight += 1;
             return Ok(());
         }
@@ -416,7 +417,7 @@ impl Engine {
                 if self.cfg.retry_s == 0 {
                     return Err((libc::EIO, m));
                 }
-                self.hold(InFlight { tag, op, file, offset, buf, len, io: NO_IO }, &m);
+                self.hold(io, &m);
                 self.in_flight += 1;
                 return Ok(());
             }
@@ -428,7 +429,7 @@ impl Engine {
             // again.
             return Err((libc::EAGAIN, BUSY.into()));
         }
-        self.submit_on(i, InFlight { tag, op, file, offset, buf, len, io: NO_IO })?;
+        self.submit_on(i, io)?;
         self.in_flight += 1;
         Ok(())
     }
