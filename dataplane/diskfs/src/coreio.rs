@@ -15,7 +15,9 @@
 //! before. The data I/O gate (`IoGate`) is held from planning to the last
 //! completion, exactly as a worker holds it; a read whose file lost blocks
 //! meanwhile is done again on a worker (as `read_impl` retries). A write
-//! holds its file's write lock (`WLock`, taken without waiting) as long;
+//! holds its blocks' range of its file's write lock (`WLock`, taken
+//! without waiting) as long, so writes of disjoint blocks of one file are
+//! in flight together;
 //! one that must read a partial block first runs on a worker.
 
 use std::cell::RefCell;
@@ -61,7 +63,8 @@ pub(crate) struct Planned {
     pub epoch: u64,
 }
 
-/// A write planned under its file's write lock (held) and the gate.
+/// A write planned under its file's write lock (its blocks' range, held)
+/// and the gate.
 pub(crate) struct PlannedWrite {
     pub fh: FileHandle,
     pub offset: u64,
@@ -73,6 +76,13 @@ pub(crate) struct PlannedWrite {
     pub fsid: u64,
     /// FILE_SYNC or DATA_SYNC: committed before it answers.
     pub stable: bool,
+}
+
+impl PlannedWrite {
+    /// The blocks of its file it holds locked.
+    pub fn range(&self) -> crate::wlock::Range {
+        crate::wlock::blocks(self.offset, self.end, BLOCK)
+    }
 }
 
 enum Kind {
@@ -399,7 +409,7 @@ impl CoreIo {
                     }
                     _ => Err(VfsError::Io),
                 };
-                w.wlock.unlock();
+                w.wlock.unlock(w.range());
                 let Some(fs) = fs else { return done(r) };
                 fs.gate_exit(w.epoch);
                 if r.is_err() || !w.stable {

@@ -863,7 +863,7 @@ impl Inner {
             regular(i)?;
             i.wlock.clone()
         };
-        let _w = wlock.lock();
+        let _w = wlock.lock(wlock::blocks(offset, end, BLOCK));
         if !data.is_empty() {
             let e = self.gate.enter();
             let r = self.write_blocks(fh, offset, data);
@@ -1011,7 +1011,7 @@ impl Inner {
             }
             i.wlock.clone()
         };
-        let _w = set.size.map(|_| wlock.lock());
+        let _w = set.size.map(|_| wlock.lock(wlock::WHOLE));
         if let Some(size) = set.size {
             if size > FILE_SIZE_MAX_BYTES {
                 return Err(VfsError::FileTooBig);
@@ -1107,7 +1107,7 @@ impl Inner {
         }
         let end = offset.checked_add(len).filter(|e| *e <= FILE_SIZE_MAX_BYTES).ok_or(VfsError::FileTooBig)?;
         let wlock = self.file_wlock(fh)?;
-        let _w = wlock.lock();
+        let _w = wlock.lock(wlock::WHOLE);
         let (b0, b1) = (offset / BLOCK, (end - 1) / BLOCK);
         let fresh: Vec<(u64, Phys)> = {
             let mut m = self.meta();
@@ -1171,7 +1171,7 @@ impl Inner {
             return Err(VfsError::Inval);
         }
         let wlock = self.file_wlock(fh)?;
-        let _w = wlock.lock();
+        let _w = wlock.lock(wlock::WHOLE);
         let size = self.meta().st.get(fh.ino, fh.generation)?.rec.size;
         let end = offset.saturating_add(len).min(size);
         if offset < end {
@@ -1987,13 +1987,14 @@ impl DiskFs {
             Ok(l) => l,
             Err(e) => return Some(Err(e)),
         };
-        if !wlock.try_lock() {
+        let range = wlock::blocks(offset, end, BLOCK);
+        if !wlock.try_lock(range) {
             return None;
         }
         let inner = &self.inner;
         let epoch = inner.gate.enter();
         let release = |inner: &Inner| {
-            wlock.unlock();
+            wlock.unlock(range);
             inner.gate_exit(epoch);
         };
         let plan = match inner.write_plan(fh, offset, data.len()) {
@@ -2008,7 +2009,7 @@ impl DiskFs {
             let r = inner.write_exec(fh, offset, data, &plan);
             inner.gate_exit(epoch);
             let r = r.and_then(|()| inner.written(fh, data.len(), fsid, stable));
-            wlock.unlock();
+            wlock.unlock(range);
             return Some(r.map(Some));
         };
         let w = coreio::PlannedWrite { fh: *fh, offset, end, plan, epoch, wlock: wlock.clone(), fsid, stable };
@@ -2030,7 +2031,7 @@ impl DiskFs {
             let r = s.write_exec(&w.fh, w.offset, &data, &w.plan);
             s.gate_exit(w.epoch);
             let r = r.and_then(|()| s.written(&w.fh, data.len(), w.fsid, w.stable)).map(write_done);
-            w.wlock.unlock();
+            w.wlock.unlock(w.range());
             done(r)
         }));
     }

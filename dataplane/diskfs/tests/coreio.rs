@@ -295,10 +295,11 @@ fn unstable_writes_on_a_core_read_back_and_survive_commit_and_reopen() {
     });
 }
 
-/// A core's write holds its file's write lock while its blocks are on the
-/// device; a truncation of that file on the same core waits for it by
-/// polling the core's own queues (anything else would wait forever), and a
-/// second write to the file meanwhile goes to a worker.
+/// A core's write holds its blocks' range of its file's write lock while
+/// they are on the device; a truncation of that file on the same core
+/// waits for it by polling the core's own queues (anything else would wait
+/// forever). Meanwhile a second write to other blocks of the file runs on
+/// the core too, and a third to blocks of the first goes to a worker.
 #[test]
 fn a_truncation_under_a_core_write_of_the_same_core_does_not_deadlock() {
     on_a_core(|| {
@@ -310,21 +311,103 @@ fn a_truncation_under_a_core_write_of_the_same_core_does_not_deadlock() {
         // the device until this thread polls.
         assert!(fs.write_start(&f, 0, &data, Stability::Unstable, &mut Park(answer.clone())).unwrap().is_none());
         assert_eq!(fs.counters().core_writes(), 1);
-        let second: Answer = Arc::new(Mutex::new(None));
-        assert!(fs.write_start(&f, 1 << 20, b"later", Stability::Unstable, &mut Park(second.clone())).unwrap().is_none());
-        assert_eq!(fs.counters().core_writes(), 1, "the file's lock was busy: the second write went to a worker");
+        let disjoint: Answer = Arc::new(Mutex::new(None));
+        assert!(fs.write_start(&f, 1 << 20, b"later", Stability::Unstable, &mut Park(disjoint.clone())).unwrap().is_none());
+        assert_eq!(fs.counters().core_writes(), 2, "other blocks of the file: the second write is on the core too");
+        assert!(disjoint.lock().unwrap().is_none(), "not polled yet: still on the device");
+        let third: Answer = Arc::new(Mutex::new(None));
+        assert!(fs.write_start(&f, 8192, b"third", Stability::Unstable, &mut Park(third.clone())).unwrap().is_none());
+        assert_eq!(fs.counters().core_writes(), 2, "block 2 is the first write's: the third went to a worker");
         fs.setattr(&f, &vfs::SetAttr { size: Some(4096), ..Default::default() }, None).unwrap();
         assert!(answer.lock().unwrap().is_some(), "the truncation waited for the write");
+        assert!(disjoint.lock().unwrap().is_some(), "the truncation waited for the second write");
         assert!(matches!(answer.lock().unwrap().take().unwrap().1, Ok(IoDone::Write { count, .. }) if count == 256 << 10));
-        let _ = answered(&second, "the worker's write");
-        // The truncation and the worker's write ran in some order: the
-        // file holds the first 4 KiB of the core's write either way.
+        assert!(matches!(disjoint.lock().unwrap().take().unwrap().1, Ok(IoDone::Write { count: 5, .. })));
+        let _ = answered(&third, "the worker's write");
+        // The truncation and the worker's write ran in some order (the
+        // worker's after the first write): the file holds the first 4 KiB
+        // of the core's write either way, and nothing of the second.
         let size = fs.getattr(&f).unwrap().size;
-        assert!(size == 4096 || size == (1 << 20) + 5, "size {size}");
-        let mut got = vec![0u8; 4096];
+        assert!(size == 4096 || size == 8192 + 5, "size {size}");
+        let mut got = vec![0u8; size as usize];
         fs.read(&f, 0, &mut got).unwrap();
-        assert!(got == data[..4096]);
+        assert!(got[..4096] == data[..4096]);
+        if size > 4096 {
+            assert!(got[4096..8192].iter().all(|&b| b == 0), "truncated then extended: zeros between");
+            assert_eq!(&got[8192..], b"third");
+        }
         fs.commit(&f, 0, 0).unwrap();
+        drop(fs);
+        fsck_clean(dev);
+    });
+}
+
+/// Writes of disjoint blocks of one file are on the device together (a
+/// queue depth of 32 on one file is 32 writes in flight, not one and 31
+/// waiting), and writes sharing a block — each a read-modify-write of it,
+/// on worker threads while the core's writes are in flight — never lose
+/// each other's bytes.
+#[test]
+fn disjoint_writes_of_one_file_are_in_flight_together_and_shared_blocks_lose_nothing() {
+    on_a_core(|| {
+        let (dev, fs) = mem_fs(8192);
+        let fs = Arc::new(fs);
+        let f = create(&fs, "q");
+        const BLOCKS: usize = 96;
+        let mut model = pattern(BLOCKS * 4096, 9);
+        fs.write(&f, 0, &model, Stability::FileSync).unwrap();
+        // 32 whole-block writes, every third block from 0: each its own range.
+        let before = fs.counters().core_writes();
+        let mut parked = Vec::new();
+        for k in 0..32usize {
+            let b = k * 3;
+            let data = pattern(4096, 100 + k as u32);
+            model[b * 4096..(b + 1) * 4096].copy_from_slice(&data);
+            let a: Answer = Arc::new(Mutex::new(None));
+            assert!(fs.write_start(&f, (b * 4096) as u64, &data, Stability::Unstable, &mut Park(a.clone())).unwrap().is_none());
+            parked.push(a);
+        }
+        assert_eq!(fs.counters().core_writes() - before, 32, "all 32 on the core, none waiting for another's lock");
+        assert!(parked.iter().all(|a| a.lock().unwrap().is_none()), "not polled yet: all 32 on the device at once");
+        // Meanwhile four workers write 512-byte slices into the blocks
+        // between (1, 2, 4, 5, ...): each slice a read-modify-write of a
+        // block that another worker is writing too.
+        let mut slices = Vec::new();
+        for b in (0..BLOCKS).filter(|b| b % 3 != 0) {
+            for s in 0..8usize {
+                slices.push((b * 4096 + s * 512, pattern(512, (b * 8 + s) as u32)));
+            }
+        }
+        for (off, d) in &slices {
+            model[*off..*off + 512].copy_from_slice(d);
+        }
+        let workers: Vec<_> = (0..4usize)
+            .map(|t| {
+                let (fs, mine): (Arc<DiskFs>, Vec<_>) = (fs.clone(), slices.iter().skip(t).step_by(4).cloned().collect());
+                std::thread::spawn(move || {
+                    for (off, d) in mine {
+                        fs.write(&f, off as u64, &d, Stability::Unstable).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for (k, a) in parked.iter().enumerate() {
+            let (_, r) = answered(a, "a core write");
+            assert!(matches!(r, Ok(IoDone::Write { count: 4096, .. })), "write {k}: {r:?}");
+        }
+        for w in workers {
+            w.join().unwrap();
+        }
+        let mut got = vec![0u8; model.len()];
+        fs.read(&f, 0, &mut got).unwrap();
+        let first = got.iter().zip(&model).position(|(a, b)| a != b);
+        assert!(got == model, "a write was lost (first differing byte at {first:?})");
+        fs.commit(&f, 0, 0).unwrap();
+        drop(fs);
+        let fs = DiskFs::open(vec![dev.clone()], &Options::new(EXPORT, false)).unwrap();
+        let mut got = vec![0u8; model.len()];
+        fs.read(&f, 0, &mut got).unwrap();
+        assert!(got == model, "committed writes did not survive a reopen");
         drop(fs);
         fsck_clean(dev);
     });
