@@ -105,8 +105,12 @@ pub type XidMap<V> = HashMap<u32, V, std::hash::BuildHasherDefault<XidHasher>>;
 /// rest of a record straight into it) halved the rate.
 const READ_CHUNK_BYTES: usize = 64 << 10;
 /// Reply buffers handed back with `recycle` and kept for the next replies,
-/// so a caller that recycles allocates nothing per call once warm.
-const SPARE_BUFFERS_MAX: usize = 16;
+/// so a caller that recycles allocates nothing per call once warm: as many
+/// as calls may be in flight (every reply of a full window can be out at
+/// once), up to `SPARE_BYTES_MAX` of capacity together (sixteen 1 MiB
+/// READ buffers; 4 KiB ones are far below it).
+const SPARE_BUFFERS_MAX: usize = 256;
+const SPARE_BYTES_MAX: usize = 16 * ((1 << 20) + HEADROOM_BYTES);
 
 /// A successful reply: the whole record, results from `body()`.
 #[derive(Debug)]
@@ -152,6 +156,8 @@ pub struct RpcConn {
     last_frag: bool,
     rec: Vec<u8>,
     spare: Vec<Vec<u8>>,
+    /// Capacity of the buffers in `spare`.
+    spare_bytes: usize,
     /// Calls wait in `out` for `send_queued` (or the next poll) instead of
     /// being sent by `submit`.
     corked: bool,
@@ -320,6 +326,7 @@ impl RpcConn {
             last_frag: false,
             rec: Vec::new(),
             spare: Vec::new(),
+            spare_bytes: 0,
             corked: false,
             pending: XidMap::default(),
             oldest: None,
@@ -418,9 +425,15 @@ impl RpcConn {
     }
 
     /// Give a reply's buffer back for the next replies (bounded: at most
-    /// `SPARE_BUFFERS_MAX` kept, none larger than the reply bound).
+    /// `SPARE_BUFFERS_MAX` kept and `SPARE_BYTES_MAX` of capacity, none
+    /// larger than the reply bound).
     pub fn recycle(&mut self, reply: Reply) {
-        if self.spare.len() < SPARE_BUFFERS_MAX && reply.buf.capacity() <= self.limits.reply_bytes_max {
+        let cap = reply.buf.capacity();
+        if self.spare.len() < SPARE_BUFFERS_MAX.min(self.limits.in_flight_max.max(16))
+            && cap <= self.limits.reply_bytes_max
+            && self.spare_bytes + cap <= SPARE_BYTES_MAX
+        {
+            self.spare_bytes += cap;
             self.spare.push(reply.buf);
         }
     }
@@ -732,6 +745,7 @@ impl RpcConn {
                 }
                 if self.rec.capacity() == 0 {
                     if let Some(mut b) = self.spare.pop() {
+                        self.spare_bytes -= b.capacity();
                         b.clear();
                         self.rec = b;
                     }

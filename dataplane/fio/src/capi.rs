@@ -117,7 +117,7 @@ pub unsafe extern "C" fn chimera_fio_connect(cfg: *const ChimeraFioConfig, err: 
 #[no_mangle]
 pub unsafe extern "C" fn chimera_fio_open(h: *mut ChimeraFio, path: *const c_char, create: c_int, err: *mut c_char, errlen: usize) -> c_int {
     errno_call(err, errlen, || {
-        let h = h.as_mut().ok_or((libc::EINVAL, "no engine".to_string()))?;
+        let h = h.as_mut().ok_or_else(|| (libc::EINVAL, "no engine".to_string()))?;
         let path = string(path, "file name").map_err(|m| (libc::EINVAL, m))?;
         h.engine.open(&path, create != 0).map(|i| i as c_int)
     })
@@ -130,7 +130,7 @@ pub unsafe extern "C" fn chimera_fio_open(h: *mut ChimeraFio, path: *const c_cha
 #[no_mangle]
 pub unsafe extern "C" fn chimera_fio_close(h: *mut ChimeraFio, file: c_int, err: *mut c_char, errlen: usize) -> c_int {
     errno_call(err, errlen, || {
-        let h = h.as_mut().ok_or((libc::EINVAL, "no engine".to_string()))?;
+        let h = h.as_mut().ok_or_else(|| (libc::EINVAL, "no engine".to_string()))?;
         h.engine.close(file as u32).map(|()| 0)
     })
 }
@@ -152,7 +152,7 @@ pub unsafe extern "C" fn chimera_fio_queue(
     errlen: usize,
 ) -> c_int {
     errno_call(err, errlen, || {
-        let h = h.as_mut().ok_or((libc::EINVAL, "no engine".to_string()))?;
+        let h = h.as_mut().ok_or_else(|| (libc::EINVAL, "no engine".to_string()))?;
         let op = match op {
             0 => Op::Read,
             1 => Op::Write,
