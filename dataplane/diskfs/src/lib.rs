@@ -785,7 +785,8 @@ impl Inner {
         let mut m = self.meta();
         let i = m.st.get(fh.ino, fh.generation)?;
         let rec = i.rec.clone();
-        let ready: Vec<(u64, Phys)> = i.map.iter().filter(|(_, e)| !e.logged && e.tag < flushed).map(|(f, e)| (*f, e.phys)).collect();
+        let ready: Vec<(u64, Phys)> =
+            i.pending.iter().filter_map(|f| i.map.get(f).filter(|e| !e.logged && e.tag < flushed).map(|e| (*f, e.phys))).collect();
         for (fblock, phys, count) in meta::runs(ready.into_iter()) {
             put(&mut m, Rec::Map { ino: fh.ino, fblock, phys, count });
         }
@@ -1136,6 +1137,7 @@ impl Inner {
             if let Ok(i) = m.st.get_mut(fh.ino, fh.generation) {
                 for (f, _) in &fresh {
                     i.map.remove(f);
+                    i.pending.remove(f);
                 }
             }
             let next = m.lsn + 1;

@@ -3,7 +3,7 @@
 //! goes through [`State::apply`], so recovery rebuilds exactly the state
 //! the live server had built from the same records.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use vfs::{FileType, Ino, Time, VfsError, VfsResult};
@@ -104,6 +104,9 @@ pub struct Inode {
     pub rec: InodeRec,
     pub dir: Option<DirData>,
     pub map: BTreeMap<u64, Ext>,
+    /// The file blocks of `map` not yet logged (`!Ext::logged`), so a
+    /// COMMIT looks at what it may log, not at the whole file's map.
+    pub pending: BTreeSet<u64>,
     /// Open references (NFSv4 OPEN); not durable.
     pub pins: u32,
     /// Bumped whenever blocks leave the map: a read that raced it retries.
@@ -177,6 +180,11 @@ impl State {
         let i = self.inodes.get_mut(&ino)?;
         let vol = i.rec.volume;
         let old = i.map.insert(fblock, ext);
+        if ext.logged {
+            i.pending.remove(&fblock);
+        } else {
+            i.pending.insert(fblock);
+        }
         if old.is_none() {
             self.charge(vol, 1);
         }
@@ -187,6 +195,7 @@ impl State {
     pub fn unmap_from(&mut self, ino: Ino, from: u64) -> Freed {
         let Some(i) = self.inodes.get_mut(&ino) else { return Vec::new() };
         let gone = i.map.split_off(&from);
+        drop(i.pending.split_off(&from));
         if !gone.is_empty() {
             i.unmaps += 1;
         }
@@ -223,6 +232,7 @@ impl State {
                                 rec: rec.clone(),
                                 dir,
                                 map: BTreeMap::new(),
+                                pending: BTreeSet::new(),
                                 pins: 0,
                                 unmaps: 0,
                                 wlock: Arc::default(),
@@ -290,6 +300,7 @@ impl State {
                     if let Some(e) = i.map.remove(f) {
                         freed.push(e.phys);
                     }
+                    i.pending.remove(f);
                 }
                 self.charge(vol, -(gone.len() as i64));
             }
@@ -570,4 +581,69 @@ pub fn decode_all(b: &[u8]) -> Result<Vec<Rec>, String> {
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(st: &mut State, ino: Ino) {
+        let t = Time::default();
+        let rec = InodeRec {
+            ino,
+            gen: 1,
+            ftype: FileType::Regular,
+            mode: 0o644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            rdev: (0, 0),
+            atime: t,
+            mtime: t,
+            ctime: t,
+            change: 0,
+            volume: 0,
+            quota: 0,
+            parent: 0,
+            tree: 0,
+            verf: [0; 8],
+            target: Vec::new(),
+        };
+        st.apply(&Rec::InodePut(rec), &mut Vec::new()).unwrap();
+    }
+
+    fn pending(st: &State, ino: Ino) -> Vec<u64> {
+        let i = &st.inodes[&ino];
+        let scan: Vec<u64> = i.map.iter().filter(|(_, e)| !e.logged).map(|(f, _)| *f).collect();
+        let kept: Vec<u64> = i.pending.iter().copied().collect();
+        assert_eq!(kept, scan, "the pending set is the map's unlogged blocks");
+        kept
+    }
+
+    /// `Inode::pending` follows the map through every change: pending
+    /// extents in, logged ones out, truncation, punched holes, replay.
+    #[test]
+    fn pending_blocks_are_exactly_the_unlogged_ones() {
+        let mut st = State::default();
+        file(&mut st, 5);
+        for f in [0, 1, 2, 10, 11, 20, 30] {
+            st.map_insert(5, f, Ext { phys: 100 + f, logged: false, tag: u64::MAX });
+        }
+        assert_eq!(pending(&st, 5), vec![0, 1, 2, 10, 11, 20, 30]);
+        let mut freed = Vec::new();
+        st.apply(&Rec::Map { ino: 5, fblock: 1, phys: 101, count: 2 }, &mut freed).unwrap();
+        assert_eq!(pending(&st, 5), vec![0, 10, 11, 20, 30], "logged by a Map record");
+        st.apply(&Rec::Punch { ino: 5, from: 10, count: 2 }, &mut freed).unwrap();
+        assert_eq!(pending(&st, 5), vec![0, 20, 30], "a punched hole");
+        st.apply(&Rec::Trunc { ino: 5, from: 25 }, &mut freed).unwrap();
+        assert_eq!(pending(&st, 5), vec![0, 20], "truncated");
+        // A logged block rewritten as pending again (its map entry replaced).
+        st.map_insert(5, 1, Ext { phys: 300, logged: false, tag: u64::MAX });
+        assert_eq!(pending(&st, 5), vec![0, 1, 20]);
+        st.apply(&Rec::Map { ino: 5, fblock: 0, phys: 100, count: 2 }, &mut freed).unwrap();
+        assert_eq!(pending(&st, 5), vec![20]);
+        st.apply(&Rec::InodeFree { ino: 5 }, &mut freed).unwrap();
+        assert!(!st.inodes.contains_key(&5));
+    }
 }
