@@ -377,6 +377,11 @@ pub struct NfsMount {
     /// 100..=600000, default 10000): a call to a remote that is down fails
     /// with NFS3ERR_IO / NFS4ERR_IO within it.
     pub timeout_ms: u64,
+    /// The file that keeps the mount's mapped handles across restarts
+    /// (`handle_map`, an absolute path; `nfsvfs::Options::handle_map`).
+    /// None: handles of remotes without chimerad's handle shape (the Linux
+    /// server, Ganesha) are stale after a restart of this server.
+    pub handle_map: Option<String>,
 }
 
 pub const NFS_MOUNT_CONNECTIONS_DEFAULT: u32 = 2;
@@ -1577,6 +1582,11 @@ fn parse_mounts(v: &Value, warnings: &mut Vec<String>) -> Result<Vec<MountConfig
         let timeout_ms = o.u64_in("timeout_ms", 100, 600_000)?;
         let mount_port = o.port("mount_port", false)?;
         let portmap_port = o.port("portmap_port", false)?;
+        let handle_map = match o.str("handle_map")? {
+            None => None,
+            Some(f) if f.starts_with('/') && !f.ends_with('/') && !f.contains('\0') => Some(f.to_string()),
+            Some(f) => return err(&join(&path, "handle_map"), format!("expected an absolute file path (e.g. /var/lib/chimera/ds1.handles), got {f:?}")),
+        };
         if let (Some(_), Some(_)) = (mount_port, portmap_port) {
             return err(&join(&path, "portmap_port"), "the portmapper is not asked when mount_port is given; set one of them");
         }
@@ -1587,6 +1597,7 @@ fn parse_mounts(v: &Value, warnings: &mut Vec<String>) -> Result<Vec<MountConfig
                 portmap_port: portmap_port.unwrap_or(111),
                 connections: connections.map_or(NFS_MOUNT_CONNECTIONS_DEFAULT, |c| c as u32),
                 timeout_ms: timeout_ms.unwrap_or(NFS_MOUNT_TIMEOUT_MS_DEFAULT),
+                handle_map,
             }),
             m => {
                 for (key, given) in [
@@ -1595,6 +1606,7 @@ fn parse_mounts(v: &Value, warnings: &mut Vec<String>) -> Result<Vec<MountConfig
                     ("timeout_ms", timeout_ms.is_some()),
                     ("mount_port", mount_port.is_some()),
                     ("portmap_port", portmap_port.is_some()),
+                    ("handle_map", handle_map.is_some()),
                 ] {
                     if given {
                         return err(&join(&path, key), format!("only an nfs mount has {key}; this is a {} mount", m.as_str()));

@@ -420,6 +420,7 @@ mod tests {
             timeout: std::time::Duration::from_secs(2),
             retry_after: std::time::Duration::from_millis(1),
             mount_at: Default::default(),
+            handle_map: None,
         };
         let v = Arc::new(nfsvfs::NfsVfs::new(opts, Arc::new(|_, _| {})).unwrap());
         let root = vfs::Vfs::root(&*v, 1).unwrap();

@@ -122,7 +122,14 @@ fn nfs_backend(m: &MountConfig, export_id: u32) -> Result<Arc<dyn Vfs>, String> 
             Some(p) => nfsvfs::MountAt::Port(p),
             None => nfsvfs::MountAt::Portmap(nfs.portmap_port),
         },
+        handle_map: nfs.handle_map.as_ref().map(std::path::PathBuf::from),
     };
+    if nfs.handle_map.is_none() {
+        log::info(
+            "mapped handles of this nfs mount do not survive a restart (set handle_map to keep them)",
+            &[("mount", m.name.as_str().into())],
+        );
+    }
     let (name, remote) = (m.name.clone(), format!("{}:{}", opts.addr, opts.path));
     let notify: nfsvfs::Notify = Arc::new(move |msg: &str, error: Option<&str>| {
         let mut fields = vec![("mount", name.as_str().into()), ("remote", remote.as_str().into())];

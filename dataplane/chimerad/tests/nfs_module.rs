@@ -18,8 +18,9 @@
 //!   and Ganesha's): found through its portmapper, or at `mount_port`; a
 //!   portmapper that knows none: the mount is down and says why, EIO;
 //! - config: remote paths with a port, ports on other modules, bad
-//!   connection counts, mount_port with portmap_port are refused naming
-//!   the key.
+//!   connection counts, mount_port with portmap_port, a relative
+//!   handle_map or one on another module are refused naming the key; a
+//!   handle map that cannot be opened stops the start naming the file.
 //!
 //! Every server binds 127.0.0.1 with kernel-chosen ports; a restarted A
 //! reuses the port it had.
@@ -424,6 +425,15 @@ fn nfs_mount_settings_are_checked_by_name() {
     let ok = parse_mounts(json!({ "r": { "module": "nfs", "path": "10.0.0.9:/ds", "mount_port": 20048 } })).unwrap();
     assert_eq!(ok.mounts[0].nfs.as_ref().unwrap().mount_port, Some(20048));
     assert!(ok.mounts.iter().all(|m| m.name != "x"));
+    assert_eq!(ok.mounts[0].nfs.as_ref().unwrap().handle_map, None, "no handle map unless asked");
+    let ok = parse_mounts(json!({ "r": { "module": "nfs", "path": "10.0.0.9:/ds", "handle_map": "/var/lib/chimera/r.handles" } })).unwrap();
+    assert_eq!(ok.mounts[0].nfs.as_ref().unwrap().handle_map.as_deref(), Some("/var/lib/chimera/r.handles"));
+    // A handle map that cannot be opened stops the start, naming it.
+    let dir = scratch("handle-map");
+    let bad = dir.join("no-such-dir").join("r.handles");
+    let cfg = parse_mounts(json!({ "r": { "module": "nfs", "path": "127.0.0.1:/ds", "handle_map": bad.to_str().unwrap() } })).unwrap();
+    let e = chimerad::serve::start(&cfg).err().expect("a handle map in a missing directory refuses the start");
+    assert!(e.contains(bad.to_str().unwrap()), "{e}");
 
     let cases = [
         (
@@ -463,6 +473,9 @@ fn nfs_mount_settings_are_checked_by_name() {
         (json!({ "r": { "module": "nfs", "path": "10.0.0.9:/ds", "mount_port": 0 } }), "mounts.r.mount_port"),
         (json!({ "r": { "module": "nfs", "path": "10.0.0.9:/ds", "portmap_port": 70000 } }), "mounts.r.portmap_port"),
         (json!({ "r": { "module": "nfs", "path": "10.0.0.9:/ds", "mount_port": 20048, "portmap_port": 111 } }), "mounts.r.portmap_port"),
+        (json!({ "r": { "module": "nfs", "path": "10.0.0.9:/ds", "handle_map": "relative/r.handles" } }), "mounts.r.handle_map"),
+        (json!({ "r": { "module": "nfs", "path": "10.0.0.9:/ds", "handle_map": 7 } }), "mounts.r.handle_map"),
+        (json!({ "m": { "module": "memfs", "handle_map": "/x.handles" } }), "mounts.m.handle_map"),
     ];
     for (mounts, key) in cases {
         let e = parse_mounts(mounts.clone()).expect_err(&mounts.to_string());

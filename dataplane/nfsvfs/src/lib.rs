@@ -9,9 +9,17 @@
 //!   generation below 2^63. Nothing is remembered, so such handles survive
 //!   a restart of either side when the remote's handles do.
 //! - mapped: any other remote handle gets (hash, hash | 2^63) and is kept in
-//!   a map of at most `HANDLE_MAP_MAX` entries. They do not survive a
-//!   restart of this server (a client then sees `Stale`); a full map refuses
-//!   new handles with `Io` rather than evicting handles clients still hold.
+//!   a map of at most `HANDLE_MAP_MAX` entries; a full map refuses new
+//!   handles with `Io` rather than evicting handles clients still hold.
+//!   With `Options::handle_map` (a file) every new mapped handle is
+//!   appended there and flushed (fdatasync) before any client sees it, and
+//!   the file is read back at start, so mapped handles survive a restart of
+//!   this server; without it they do not (a client then sees `Stale`).
+//!   The file is a sequence of records `[len u8][ino u64 BE][generation
+//!   u64 BE][handle: len bytes]`; a record is checked by recomputing its
+//!   (ino, generation) from its handle. A short last record (a crash in
+//!   the middle of an append) is cut off; any other record that does not
+//!   check refuses the start, naming the file and the record's offset.
 //!
 //! The export root is always (0, u64::MAX), whatever the remote root
 //! handle: the mount starts, and its root stays valid, while the remote is
@@ -74,6 +82,10 @@ use vfs::*;
 
 /// Most remote handles kept in the map (those without the compact form).
 pub const HANDLE_MAP_MAX: usize = 1 << 18;
+/// Longest remote handle (NFSv3's NFS3_FHSIZE).
+pub const REMOTE_HANDLE_MAX: usize = 64;
+/// Bytes of a handle-map record before the handle.
+const HANDLE_REC_HEAD: usize = 17;
 /// Most connections to one remote.
 pub const CONNECTIONS_MAX: usize = 16;
 /// Largest READ or WRITE sent to the remote; bigger calls are split.
@@ -110,6 +122,9 @@ pub struct Options {
     pub retry_after: Duration,
     /// Where MOUNT is asked when the NFS port does not serve it.
     pub mount_at: MountAt,
+    /// The file that keeps mapped handles across restarts (see the crate
+    /// comment); None: they last as long as the process.
+    pub handle_map: Option<std::path::PathBuf>,
 }
 
 /// Where a remote's MOUNT service is (see the module's "MOUNT").
@@ -184,6 +199,8 @@ struct Inner {
     /// The remote root handle from the last MOUNT.
     root: RwLock<Option<Vec<u8>>>,
     map: Mutex<HashMap<(u64, u64), Vec<u8>>>,
+    /// `Options::handle_map` opened for appending, with its path.
+    handle_log: Option<(std::path::PathBuf, std::fs::File)>,
     verifier: Mutex<[u8; 8]>,
     /// Whether the remote answered last time: `UNKNOWN`, `UP` or `DOWN`
     /// (a change is logged through `notify`).
@@ -256,6 +273,74 @@ fn hash64(seed: u64, b: &[u8]) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^ (h >> 33)
+}
+
+/// The local (ino, generation) of a remote handle without the compact
+/// form: its two hashes, the generation marked `MAPPED`, never the root's.
+fn mapped_key(remote: &[u8]) -> (u64, u64) {
+    let key = (hash64(0, remote), hash64(0x9e37_79b9_7f4a_7c15, remote) | MAPPED);
+    if key == (ROOT_INO, ROOT_GEN) {
+        (1, ROOT_GEN)
+    } else {
+        key
+    }
+}
+
+/// One handle-map record (see the crate comment).
+fn handle_record(key: (u64, u64), remote: &[u8]) -> Vec<u8> {
+    let mut r = Vec::with_capacity(HANDLE_REC_HEAD + remote.len());
+    r.push(remote.len() as u8);
+    r.extend_from_slice(&key.0.to_be_bytes());
+    r.extend_from_slice(&key.1.to_be_bytes());
+    r.extend_from_slice(remote);
+    r
+}
+
+/// Open (creating it) the handle map at `path` and read its records into
+/// a map. A short last record is cut off (the file is truncated to the
+/// records before it); a record that does not check is an error naming
+/// the file and its offset.
+fn load_handle_map(path: &std::path::Path) -> Result<(std::fs::File, HashMap<(u64, u64), Vec<u8>>), String> {
+    use std::io::Read;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| format!("handle map {}: {e}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(|e| format!("handle map {}: {e}", path.display()))?;
+    let mut map = HashMap::new();
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let len = bytes[at] as usize;
+        if at + HANDLE_REC_HEAD + len > bytes.len() {
+            // A torn append: the handle was never answered.
+            file.set_len(at as u64).map_err(|e| format!("handle map {}: cutting a torn record at offset {at}: {e}", path.display()))?;
+            file.sync_data().map_err(|e| format!("handle map {}: {e}", path.display()))?;
+            break;
+        }
+        let ino = u64::from_be_bytes(bytes[at + 1..at + 9].try_into().unwrap());
+        let generation = u64::from_be_bytes(bytes[at + 9..at + 17].try_into().unwrap());
+        let remote = &bytes[at + HANDLE_REC_HEAD..at + HANDLE_REC_HEAD + len];
+        if len > REMOTE_HANDLE_MAX || mapped_key(remote) != (ino, generation) {
+            return Err(format!(
+                "handle map {}: the record at offset {at} does not match its handle (the file is damaged); \
+                 move it away to start with an empty map (clients then see stale handles for the files they had open)",
+                path.display()
+            ));
+        }
+        if map.len() >= HANDLE_MAP_MAX {
+            return Err(format!("handle map {}: more than {HANDLE_MAP_MAX} handles at offset {at}", path.display()));
+        }
+        if let Some(old) = map.insert((ino, generation), remote.to_vec()) {
+            if old != remote {
+                return Err(format!("handle map {}: two handles for one key at offset {at}", path.display()));
+            }
+        }
+        at += HANDLE_REC_HEAD + len;
+    }
+    Ok((file, map))
 }
 
 fn set_time(t: SetTime) -> Option<RSetTime> {
@@ -353,15 +438,7 @@ impl Inner {
                 return Ok(fh(ino, generation));
             }
         }
-        let key = (
-            hash64(0, remote),
-            hash64(0x9e37_79b9_7f4a_7c15, remote) | MAPPED,
-        );
-        let key = if key == (ROOT_INO, ROOT_GEN) {
-            (1, ROOT_GEN)
-        } else {
-            key
-        };
+        let key = mapped_key(remote);
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         match map.get(&key) {
             Some(r) if r.as_slice() == remote => return Ok(fh(key.0, key.1)),
@@ -376,6 +453,33 @@ impl Inner {
                 Some("HANDLE_MAP_MAX reached"),
             );
             return Err(VfsError::Io);
+        }
+        if remote.len() > REMOTE_HANDLE_MAX {
+            return Err(VfsError::Io);
+        }
+        if let Some((path, file)) = &self.handle_log {
+            use std::io::Write;
+            // Appended under the map's lock (file and map agree), flushed
+            // after it; either way before the handle is answered.
+            let rec = handle_record(key, remote);
+            if let Err(e) = (&*file).write_all(&rec) {
+                drop(map);
+                (self.notify)(
+                    "handle map: cannot append, new remote handles refused",
+                    Some(&format!("{}: {e}", path.display())),
+                );
+                return Err(VfsError::Io);
+            }
+            map.insert(key, remote.to_vec());
+            drop(map);
+            if let Err(e) = file.sync_data() {
+                (self.notify)(
+                    "handle map: flush failed, a new remote handle refused",
+                    Some(&format!("{}: {e}", path.display())),
+                );
+                return Err(VfsError::Io);
+            }
+            return Ok(fh(key.0, key.1));
         }
         map.insert(key, remote.to_vec());
         Ok(fh(key.0, key.1))
@@ -612,6 +716,13 @@ impl NfsVfs {
         let slots = (0..opts.connections)
             .map(|_| Mutex::new(Slot { nfs: None }))
             .collect();
+        let (handle_log, map) = match &opts.handle_map {
+            Some(p) => {
+                let (file, map) = load_handle_map(p).map_err(|e| format!("{}: {e}", opts.name))?;
+                (Some((p.clone(), file)), map)
+            }
+            None => (None, HashMap::new()),
+        };
         let pool = IoPool::start(&format!("nfs-{}", opts.name), opts.connections)?;
         let inner = Arc::new(Inner {
             opts,
@@ -619,7 +730,8 @@ impl NfsVfs {
             next: AtomicUsize::new(0),
             retry_at: Mutex::new(None),
             root: RwLock::new(None),
-            map: Mutex::new(HashMap::new()),
+            map: Mutex::new(map),
+            handle_log,
             verifier: Mutex::new(random_verifier()),
             state: AtomicU8::new(UNKNOWN),
             notify,
@@ -1031,11 +1143,13 @@ mod tests {
                 timeout: Duration::from_secs(1),
                 retry_after: Duration::from_secs(1),
                 mount_at: Default::default(),
+                handle_map: None,
             },
             slots: vec![],
             next: AtomicUsize::new(0),
             root: RwLock::new(Some(root.to_vec())),
             map: Mutex::new(HashMap::new()),
+            handle_log: None,
             verifier: Mutex::new([0; 8]),
             retry_at: Mutex::new(None),
             state: AtomicU8::new(UP),
@@ -1115,5 +1229,86 @@ mod tests {
         };
         assert_eq!(i.remote(&fh), Err(VfsError::Io));
         assert_eq!(i.local(b"x"), Err(VfsError::Io));
+    }
+
+    fn with_handle_map(root: &[u8], path: &std::path::Path) -> Inner {
+        let mut i = inner_with_root(root);
+        let (file, map) = load_handle_map(path).unwrap();
+        i.handle_log = Some((path.to_path_buf(), file));
+        i.map = Mutex::new(map);
+        i
+    }
+
+    fn temp_map(name: &str) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("nfsvfs-{name}-{}.map", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        p
+    }
+
+    /// With a handle map, mapped handles survive a restart (a new `Inner`
+    /// reading the file back); without one they do not. A torn last record
+    /// is cut off; a damaged record refuses the start, naming its offset.
+    #[test]
+    fn mapped_handles_survive_a_restart_through_the_handle_map() {
+        let root = b"a root handle of a remote with its own handle shape";
+        let path = temp_map("survive");
+        let remotes: Vec<Vec<u8>> = (0..50u8).map(|k| vec![k; 20 + k as usize % 40]).collect();
+        let fhs: Vec<FileHandle> = {
+            let i = with_handle_map(root, &path);
+            remotes.iter().map(|r| i.local(r).unwrap()).collect()
+        };
+        assert!(fhs.iter().all(|f| f.generation & MAPPED != 0), "none has the compact form");
+        // The same remote handle again appends nothing.
+        let len = std::fs::metadata(&path).unwrap().len();
+        {
+            let i = with_handle_map(root, &path);
+            assert_eq!(i.local(&remotes[3]).unwrap(), fhs[3]);
+        }
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), len, "a known handle is not logged twice");
+        let expect: u64 = remotes.iter().map(|r| (HANDLE_REC_HEAD + r.len()) as u64).sum();
+        assert_eq!(len, expect);
+        // "Restarted": every handle a client holds resolves again.
+        let i = with_handle_map(root, &path);
+        for (fh, r) in fhs.iter().zip(&remotes) {
+            assert_eq!(&i.remote(fh).unwrap(), r);
+        }
+        // Without the file they are stale after a restart (the old way).
+        let j = inner_with_root(root);
+        assert_eq!(j.remote(&fhs[0]), Err(VfsError::Stale));
+        drop(i);
+
+        // A crash in the middle of an append: the short record goes.
+        {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+            let rec = handle_record(mapped_key(b"half written"), b"half written");
+            f.write_all(&rec[..rec.len() - 3]).unwrap();
+        }
+        let i = with_handle_map(root, &path);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), len, "the torn record was cut off");
+        assert_eq!(i.remote(&fhs[49]).unwrap(), remotes[49]);
+        let fresh = i.local(b"after the cut").unwrap();
+        drop(i);
+        let i = with_handle_map(root, &path);
+        assert_eq!(i.remote(&fresh).unwrap(), b"after the cut");
+        drop(i);
+
+        // A flipped bit in a handle: the record no longer checks.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let second = HANDLE_REC_HEAD + remotes[0].len();
+        bytes[second + HANDLE_REC_HEAD + 2] ^= 0x10;
+        std::fs::write(&path, &bytes).unwrap();
+        let e = load_handle_map(&path).unwrap_err();
+        assert!(e.contains(&format!("offset {second}")) && e.contains(&path.display().to_string()), "{e}");
+        // A length beyond any NFSv3 handle, also.
+        bytes[second + HANDLE_REC_HEAD + 2] ^= 0x10;
+        bytes[second] = 200;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(load_handle_map(&path).unwrap_err().contains(&format!("offset {second}")));
+        let _ = std::fs::remove_file(&path);
+
+        // A handle map that cannot be opened is a start-up error naming it.
+        let e = load_handle_map(std::path::Path::new("/nonexistent-dir/x.map")).unwrap_err();
+        assert!(e.contains("/nonexistent-dir/x.map"), "{e}");
     }
 }
