@@ -44,6 +44,13 @@ class ParseFio(unittest.TestCase):
         self.assertEqual(r["lat_us_p99_9"], 90.0)
         self.assertEqual(r["total_ios"], 3000)
 
+    def test_total_latency_is_preferred_when_fio_reports_it(self):
+        d = fio_doc(pct=(300, 60_000, 90_000))
+        self.assertEqual(bench.parse_fio(d, CELL)["latency"], "completion")
+        d["jobs"][0]["read"]["lat_ns"] = {"percentile": {"50.000000": 84_000, "99.000000": 130_000, "99.900000": 200_000}}
+        r = bench.parse_fio(d, CELL)
+        self.assertEqual((r["lat_us_p50"], r["lat_us_p99"], r["latency"]), (84.0, 130.0, "total"))
+
     def test_write_cell_reads_write_section(self):
         cell = bench.Cell("w", "randwrite", 4096, 32, 1)
         self.assertEqual(bench.parse_fio(fio_doc("write", iops=7.0), cell)["iops"], 7.0)
