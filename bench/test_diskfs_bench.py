@@ -169,15 +169,24 @@ class Targets(unittest.TestCase):
             ("4k-randwrite-qd32-j1", "ganesha-ext4"): {"iops_per_cpu_s": 30_000.0},
             ("4k-randread-qd1-j1", "chimerad-diskfs"): {"lat_us_p50": 60.0},
             ("4k-randread-qd1-j1", "device"): {"lat_us_p50": 37.0},
+            ("4k-randread-qd1-j1", "chimerad-memfs"): {"lat_us_p50": 15.0},
             ("4k-randwrite-filesync-qd1-j1", "chimerad-diskfs"): {"dev_bytes_per_byte": 2.0},
             ("rss-1m-write-256m", "chimerad-diskfs"): {"rss_peak_mib": 400.0},
         })
         t = db.targets(r)
-        self.assertEqual([x["met"] for x in t], [True, False, False, True, False])
+        self.assertEqual([x["met"] for x in t], [True, False, False, None, True, False])
         self.assertAlmostEqual(t[0]["value"], 3.0)
         self.assertAlmostEqual(t[2]["value"], 23.0)
-        self.assertEqual(t[4]["limit"], "<= 320")  # 16384 x 4 KiB + 256 MiB
-        self.assertIn("NOT met", db.render(dict(r, targets=t)))
+        self.assertAlmostEqual(t[3]["value"], 8.0)  # 60 - 15 (memfs: the RPC path) - 37 (device)
+        self.assertTrue(t[3]["info"])
+        self.assertEqual(t[5]["limit"], "<= 320")  # 16384 x 4 KiB + 256 MiB
+        text = db.render(dict(r, targets=t))
+        self.assertIn("NOT met", text)
+        self.assertIn("8.00 (informative)", text)
+
+    def test_only_the_qd1_read_cell_runs_memfs_too(self):
+        cells = db.diskfs_cells(256 << 20)
+        self.assertEqual([c.name for c in cells if c.with_memfs], ["4k-randread-qd1-j1"])
 
     def test_missing_runs_are_no_data(self):
         r = results_with({("4k-randread-qd32-j1", "chimerad-diskfs"): {"iops_per_cpu_s": 1.0}})
