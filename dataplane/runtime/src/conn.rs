@@ -276,6 +276,10 @@ pub(crate) struct Loop {
     /// readiness poll is armed on each.
     wake_polls: Vec<(RawFd, bool)>,
     wake_scratch: Vec<RawFd>,
+    /// `on_done`'s lists, kept between calls so taking completions does
+    /// not allocate.
+    done_spare: Vec<crate::Completed>,
+    touched_spare: Vec<usize>,
 }
 
 impl Loop {
@@ -311,6 +315,8 @@ impl Loop {
             notify: Vec::new(),
             wake_polls: Vec::new(),
             wake_scratch: Vec::new(),
+            done_spare: Vec::new(),
+            touched_spare: Vec::new(),
         }
     }
 
@@ -342,6 +348,7 @@ impl Loop {
 
     pub(crate) fn run(mut self) {
         metrics::set_core(self.core);
+        crate::set_own_core(self.core);
         rpc::poller::serve_on_this_thread();
         if let Some(h) = self.shared.cfg.on_core_start.clone() {
             (h.0)(self.core);
@@ -422,6 +429,12 @@ impl Loop {
         let mut fds = std::mem::take(&mut self.poll_fds);
         let turn = rpc::poller::poll_all(&mut fds);
         if turn.completed > 0 {
+            crate::take_own_mail();
+            self.on_done();
+        }
+        // Completions this loop posted to itself (none woke it); taking
+        // them may resume calls that complete more the same way.
+        while crate::take_own_mail() {
             self.on_done();
         }
         for &fd in &fds {
@@ -854,15 +867,18 @@ impl Loop {
     /// Completions of parked calls arrived: queue each on its connection
     /// (dropped when that connection has gone) and answer what fits.
     fn on_done(&mut self) {
-        let done: Vec<crate::Completed> = {
+        let mut done = std::mem::take(&mut self.done_spare);
+        {
             let mut q = self.shared.mail.boxes[self.core].done.lock().unwrap_or_else(|e| e.into_inner());
-            std::mem::take(&mut *q)
-        };
+            std::mem::swap(&mut *q, &mut done);
+        }
         if done.is_empty() {
+            self.done_spare = done;
             return;
         }
-        let mut touched: Vec<usize> = Vec::with_capacity(done.len());
-        for (i, gen, payload) in done {
+        let mut touched = std::mem::take(&mut self.touched_spare);
+        touched.clear();
+        for (i, gen, payload) in done.drain(..) {
             let (slot, conn_gen) = {
                 let mut t = self.parks.borrow_mut();
                 let Some(p) = t.get_mut(i, gen) else { continue };
@@ -902,10 +918,12 @@ impl Loop {
                 }
             }
         }
-        for slot in touched {
+        for &slot in &touched {
             self.process(slot);
             self.settle(slot);
         }
+        self.done_spare = done;
+        self.touched_spare = touched;
         self.unstall();
     }
 

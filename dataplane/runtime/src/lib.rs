@@ -62,14 +62,38 @@ pub(crate) struct Mailboxes {
     pub record_bytes_max: usize,
 }
 
+thread_local! {
+    /// The core whose loop runs on this thread (`Loop::run`).
+    static OWN_CORE: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    /// A completion was posted to this thread's own core's mailbox without
+    /// a wake-up: the loop takes it before it sleeps (`take_own_mail`).
+    static OWN_MAIL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Mark this thread as core `core`'s loop.
+pub(crate) fn set_own_core(core: usize) {
+    OWN_CORE.with(|c| c.set(Some(core)));
+}
+
+/// Whether a completion reached this thread's own mailbox unannounced
+/// since the last call (and forget it).
+pub(crate) fn take_own_mail() -> bool {
+    OWN_MAIL.with(|m| m.replace(false))
+}
+
 impl Mailboxes {
-    /// Hand a parked call's completion to its core (any thread).
+    /// Hand a parked call's completion to its core (any thread). From the
+    /// core's own loop (a device completion it reaped, a backend that
+    /// answered inline) there is no eventfd write: the loop takes it in
+    /// the same turn, without a wake-up and a second turn for it.
     pub(crate) fn complete(&self, core: usize, c: Completed) {
         let mut q = self.boxes[core].done.lock().unwrap_or_else(|e| e.into_inner());
         let was_empty = q.is_empty();
         q.push(c);
         drop(q);
-        if was_empty {
+        if OWN_CORE.with(|o| o.get()) == Some(core) {
+            OWN_MAIL.with(|m| m.set(true));
+        } else if was_empty {
             self.wake(core);
         }
     }
@@ -278,5 +302,50 @@ impl Server {
         for t in self.threads {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn readable(fd: &OwnedFd) -> bool {
+        let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    }
+
+    /// A completion a core posts to its own mailbox (a device completion
+    /// its loop reaped) is taken in the same turn: no eventfd write, the
+    /// loop told through `take_own_mail`. Another thread's wakes the core.
+    #[test]
+    fn a_cores_own_completion_does_not_wake_it_another_threads_does() {
+        let mail = Arc::new(Mailboxes {
+            boxes: (0..2)
+                .map(|_| Mailbox { queue: Mutex::new(VecDeque::new()), done: Mutex::new(Vec::new()), efd: sys::eventfd().unwrap() })
+                .collect(),
+            stop: Arc::new(AtomicBool::new(false)),
+            record_bytes_max: 1 << 20,
+        });
+        let m = mail.clone();
+        std::thread::spawn(move || {
+            set_own_core(0);
+            m.complete(0, (1, 1, None));
+            assert!(!readable(&m.boxes[0].efd), "its own completion wrote no eventfd");
+            assert!(take_own_mail(), "the loop is told to take it");
+            assert!(!take_own_mail(), "once");
+            assert_eq!(m.boxes[0].done.lock().unwrap().len(), 1);
+            // Core 0's thread completing a call of core 1 wakes core 1.
+            m.complete(1, (2, 1, None));
+            assert!(readable(&m.boxes[1].efd));
+            assert!(!take_own_mail());
+        })
+        .join()
+        .unwrap();
+        // A thread that is no core's loop (a worker): core 0 is woken now
+        // that its mailbox was emptied.
+        mail.boxes[0].done.lock().unwrap().clear();
+        mail.complete(0, (3, 1, None));
+        assert!(readable(&mail.boxes[0].efd), "a worker's completion wakes the core");
     }
 }
