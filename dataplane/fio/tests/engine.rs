@@ -8,21 +8,9 @@ use chimera_fio::{Config, Engine, Op};
 use serde_json::json;
 mod common;
 
-use common::{drain, pattern};
+use common::{drain, pattern, start_memfs};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-fn start_memfs() -> Running {
-    let v = json!({
-        "common": { "log_level": "warn" },
-        "server": { "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0 },
-        "mounts": { "m": { "module": "memfs", "capacity_bytes": "64M" } },
-        "exports": { "/m": { "path": "/m" } },
-        "admin": { "enabled": false },
-        "metrics": { "enabled": false }
-    });
-    serve::start(&ServerConfig::parse(&v.to_string()).unwrap()).expect("start chimerad")
-}
 
 fn device(name: &str) -> PathBuf {
     let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fio-engine-{name}-{}", std::process::id()));

@@ -12,12 +12,10 @@
 //! spare buffers (16) were fewer than a depth of 32 returns at once.
 
 use chimera_fio::capi::*;
-use chimerad::config::Config as ServerConfig;
-use chimerad::serve;
-use serde_json::json;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::ffi::CString;
+mod common;
 
 struct Counting;
 thread_local! {
@@ -80,15 +78,7 @@ unsafe fn run(h: *mut ChimeraFio, file: i32, bufs: &mut [Vec<u8>], total: usize,
 
 #[test]
 fn reads_and_writes_at_depth_allocate_nothing_per_io() {
-    let v = json!({
-        "common": { "log_level": "warn" },
-        "server": { "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0 },
-        "mounts": { "m": { "module": "memfs", "capacity_bytes": "64M" } },
-        "exports": { "/m": { "path": "/m" } },
-        "admin": { "enabled": false },
-        "metrics": { "enabled": false }
-    });
-    let s = serve::start(&ServerConfig::parse(&v.to_string()).unwrap()).expect("start chimerad");
+    let s = common::start_memfs();
     let server = CString::new(s.nfs_addr.unwrap().to_string()).unwrap();
     let export = CString::new("/m").unwrap();
     let cfg = ChimeraFioConfig {

@@ -1,8 +1,12 @@
-//! Shared by the engine's tests: test data and draining an engine.
+//! Shared by the engine's tests: an in-process chimerad on memfs, test
+//! data and draining an engine.
 
 #![allow(dead_code)]
 
 use chimera_fio::Engine;
+use chimerad::config::Config as ServerConfig;
+use chimerad::serve::{self, Running};
+use serde_json::json;
 use std::time::{Duration, Instant};
 
 /// Deterministic data for [offset, offset+len) of file `seed`.
@@ -21,4 +25,17 @@ pub fn drain(e: &mut Engine) -> Vec<(u64, i64)> {
         all.extend_from_slice(&out[..n]);
     }
     all
+}
+
+/// chimerad on memfs (64 MiB) on 127.0.0.1, NFS at a port it picks, export `/m`.
+pub fn start_memfs() -> Running {
+    let v = json!({
+        "common": { "log_level": "warn" },
+        "server": { "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0 },
+        "mounts": { "m": { "module": "memfs", "capacity_bytes": "64M" } },
+        "exports": { "/m": { "path": "/m" } },
+        "admin": { "enabled": false },
+        "metrics": { "enabled": false }
+    });
+    serve::start(&ServerConfig::parse(&v.to_string()).unwrap()).expect("start chimerad")
 }
