@@ -319,6 +319,9 @@ pub struct ServerConfig {
     /// Microseconds a core keeps polling while device operations it
     /// submitted are in flight (`runtime::Config::device_poll_us`).
     pub device_poll_us: u32,
+    /// Pin core loop `i` to the `i`-th CPU of the process's affinity
+    /// (`runtime::Config::cpus`); false: the scheduler places them.
+    pub pin_cores: bool,
     pub pnfs: PnfsConfig,
 }
 
@@ -1109,6 +1112,7 @@ fn parse_server(o: Option<&mut Obj<'_>>, warnings: &mut Vec<String>) -> Result<S
         grace_time_s: LEASE_TIME_S_DEFAULT as u32,
         delegations_max: DELEGATIONS_DEFAULT as u32,
         device_poll_us: 0,
+        pin_cores: false,
         pnfs: PnfsConfig::defaults(),
     };
     let o = match o {
@@ -1232,6 +1236,9 @@ fn parse_server(o: Option<&mut Obj<'_>>, warnings: &mut Vec<String>) -> Result<S
     };
     if let Some(n) = o.u64_in("device_poll_us", 0, DEVICE_POLL_US_MAX)? {
         s.device_poll_us = n as u32;
+    }
+    if let Some(b) = o.bool("pin_cores")? {
+        s.pin_cores = b;
     }
     if let Some(n) = o.u64_in("nfs4_delegations_max", 1, DELEGATIONS_MAX)? {
         s.delegations_max = n as u32;

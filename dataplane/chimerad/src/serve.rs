@@ -359,6 +359,25 @@ fn register_nfs4(
     (callbacks, delegations, grace)
 }
 
+/// The CPUs the core loops are pinned to (`server.pin_cores`): the
+/// process's affinity, in order; loop `i` takes the `i`-th, wrapping when
+/// there are more loops than CPUs (with a warning: those loops take turns).
+fn core_cpus(cores: usize) -> Result<Vec<usize>, String> {
+    let cpus = runtime::allowed_cpus().map_err(|e| format!("server.pin_cores: cannot read this process's CPU affinity: {e}"))?;
+    if cpus.is_empty() {
+        return Err("server.pin_cores: this process's CPU affinity is empty".into());
+    }
+    if cores > cpus.len() {
+        log::warn(
+            "server.pin_cores: more core loops than usable CPUs; some CPUs run two loops that take turns",
+            &[("cores", (cores as u64).into()), ("cpus", (cpus.len() as u64).into())],
+        );
+    }
+    let list: Vec<String> = (0..cores).map(|i| cpus[i % cpus.len()].to_string()).collect();
+    log::info("core loops pinned (loop i on the i-th CPU listed)", &[("cpus", list.join(",").as_str().into())]);
+    Ok(cpus)
+}
+
 /// Data-path listen addresses: NFS, then MOUNT and portmap when enabled
 /// (role mds/both).
 fn listen_addrs(cfg: &Config) -> Vec<SocketAddr> {
@@ -571,6 +590,7 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
             let _ = a.grace.set(g);
         }
         let d = Arc::new(d);
+        let cpus = if cfg.server.pin_cores { core_cpus(cfg.server.cores)? } else { Vec::new() };
         // RDMA listens first: its shards join the core loops as they start.
         let (rdma, on_core_start) = if cfg.server.rdma {
             let addr = SocketAddr::new(cfg.server.rdma_addr.unwrap_or(cfg.server.bind), cfg.server.rdma_port);
@@ -598,6 +618,7 @@ pub fn start(cfg: &Config) -> Result<Running, String> {
             limits: limits(cfg),
             device_poll_us: cfg.server.device_poll_us as u64,
             on_core_start,
+            cpus,
             ..Default::default()
         };
         let nfs = match runtime::Server::start(rt, d.clone()) {

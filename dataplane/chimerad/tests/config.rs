@@ -723,6 +723,17 @@ fn device_poll_us_default_and_bounds() {
     }
 }
 
+/// `server.pin_cores`: off by default (the scheduler places the loops),
+/// a boolean; anything else names the key.
+#[test]
+fn pin_cores_default_and_type() {
+    assert!(!parse(&reference_shaped()).unwrap().server.pin_cores);
+    assert!(parse(&with("server.pin_cores", json!(true))).unwrap().server.pin_cores);
+    let (p, msg) = error_of(&with("server.pin_cores", json!("yes")));
+    assert_eq!(p, "server.pin_cores");
+    assert!(msg.contains("expected true or false"), "{msg}");
+}
+
 /// `exports.<name>.access`: client rules parsed in order with their
 /// defaults; bad CIDRs, unknown keys and options, out-of-range anonymous
 /// ids and conflicting rules on one mount are errors naming the key path.

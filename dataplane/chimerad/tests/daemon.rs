@@ -221,6 +221,55 @@ fn ds_role_serves_nfs3_only() {
     assert_eq!(wait_exit(&mut d).0.code(), Some(0));
 }
 
+/// `server.pin_cores: true`: each core loop's thread may run only on its
+/// own CPU of the process's affinity (loop i on the i-th, wrapping), and
+/// NFS still answers.
+#[test]
+fn pin_cores_pins_each_loop_to_its_cpu() {
+    let mut d = start_with("pin", |v| {
+        v["server"]["pin_cores"] = json!(true);
+        v["server"].as_object_mut().unwrap().remove("threads");
+        v["server"]["cores"] = json!(2);
+    });
+    let allowed = cpu_list(&std::fs::read_to_string(format!("/proc/{}/status", d.proc.child.id())).unwrap());
+    // A thread names itself once it runs: look until both loops have.
+    let deadline = Instant::now() + START_TIMEOUT;
+    let loops = loop {
+        let mut loops = Vec::new();
+        for t in std::fs::read_dir(format!("/proc/{}/task", d.proc.child.id())).unwrap() {
+            let t = t.unwrap().path();
+            let comm = std::fs::read_to_string(t.join("comm")).unwrap_or_default();
+            if let Some(core) = comm.trim().strip_prefix("chimera-core-") {
+                loops.push((core.parse::<usize>().unwrap(), cpu_list(&std::fs::read_to_string(t.join("status")).unwrap())));
+            }
+        }
+        loops.sort();
+        if loops.len() == 2 || Instant::now() > deadline {
+            break loops;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let want: Vec<(usize, Vec<usize>)> = (0..2).map(|i| (i, vec![allowed[i % allowed.len()]])).collect();
+    assert_eq!(loops, want, "process may run on {allowed:?}");
+    let mut s = TcpStream::connect_timeout(&d.nfs, common::TIMEOUT).unwrap();
+    assert_eq!(rpc_call_raw(&mut s, 1, 100003, 3, 0, &[]).0, 0);
+    signal(&d, libc::SIGTERM);
+    assert_eq!(wait_exit(&mut d).0.code(), Some(0));
+}
+
+/// `Cpus_allowed_list:` of a /proc status file ("0-2,5") as CPU numbers.
+fn cpu_list(status: &str) -> Vec<usize> {
+    let line = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).expect("Cpus_allowed_list");
+    let mut v = Vec::new();
+    for part in line.trim().split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => v.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap()),
+            None => v.push(part.parse().unwrap()),
+        }
+    }
+    v
+}
+
 /// Export access rules on the real binary: the config's rules refuse this
 /// client (127.0.0.1) at MNT; `PUT /api/v1/access/<mount>` changes them
 /// without a restart (read-only: MNT and GETATTR work, REMOVE is ROFS; then

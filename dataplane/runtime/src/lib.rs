@@ -155,6 +155,12 @@ pub struct Config {
     /// another transport registers its per-core share there as an
     /// `rpc::poller::Poller` (the RDMA server's shards).
     pub on_core_start: Option<CoreHook>,
+    /// CPUs to pin the loops to: loop `i` runs only on `cpus[i % len]`.
+    /// Empty: the loops float (the scheduler places them). A loop polls
+    /// while busy, so two loops the scheduler stacks on one CPU take
+    /// turns of whole time slices (milliseconds) while another CPU runs
+    /// something else; pinned, each keeps its own CPU.
+    pub cpus: Vec<usize>,
 }
 
 /// See `Config::on_core_start`.
@@ -177,6 +183,7 @@ impl Default for Config {
             device_poll_us: 0,
             ring_entries: 1024,
             on_core_start: None,
+            cpus: Vec::new(),
         }
     }
 }
@@ -199,6 +206,37 @@ fn new_ring(entries: u32) -> std::io::Result<(io_uring::IoUring, bool)> {
         Ok(r) => Ok((r, true)),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((io_uring::IoUring::builder().build(entries)?, false)),
         Err(e) => Err(e),
+    }
+}
+
+/// Let a loop's thread run only on `cpu` (set from the spawning thread, so
+/// a refusal, e.g. a CPU outside the process's cpuset, fails the start).
+fn pin(t: &JoinHandle<()>, cpu: usize) -> io::Result<()> {
+    use std::os::unix::thread::JoinHandleExt;
+    // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET is given a CPU
+    // below CPU_SETSIZE (checked by `Server::start`); the pthread is alive
+    // (its JoinHandle is held and not joined).
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::pthread_setaffinity_np(t.as_pthread_t(), std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    match rc {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// The CPUs this process may run on (its affinity mask), ascending: what a
+/// caller pins loops to when it was not told which CPUs to use.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: an all-zero cpu_set_t is valid; sched_getaffinity fills it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect())
     }
 }
 
@@ -230,6 +268,12 @@ impl Server {
         }
         if cfg.listen.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "no listen addresses"));
+        }
+        if let Some(&cpu) = cfg.cpus.iter().find(|&&c| c >= libc::CPU_SETSIZE as usize) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cpu {cpu} out of range (0..{})", libc::CPU_SETSIZE),
+            ));
         }
         // Bind core 0's sockets first so that port 0 resolves once and every
         // other core joins the same port.
@@ -264,20 +308,26 @@ impl Server {
         for (core, listeners) in per_core.into_iter().enumerate() {
             let shared = shared.clone();
             let (ring, deferred) = new_ring(cfg.ring_entries)?;
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("chimera-core-{core}"))
-                    .spawn(move || {
-                        if deferred {
-                            // The loop's thread becomes the ring's one issuer.
-                            if let Err(e) = ring.submitter().register_enable_rings() {
-                                eprintln!("chimera-core-{core}: cannot enable its io_uring: {e}");
-                                return;
-                            }
-                        }
-                        conn::Loop::new(core, ring, listeners, shared, deferred).run()
-                    })?,
-            );
+            let t = std::thread::Builder::new().name(format!("chimera-core-{core}")).spawn(move || {
+                if deferred {
+                    // The loop's thread becomes the ring's one issuer.
+                    if let Err(e) = ring.submitter().register_enable_rings() {
+                        eprintln!("chimera-core-{core}: cannot enable its io_uring: {e}");
+                        return;
+                    }
+                }
+                conn::Loop::new(core, ring, listeners, shared, deferred).run()
+            })?;
+            let pinned = match cfg.cpus.len() {
+                0 => Ok(()),
+                n => pin(&t, cfg.cpus[core % n]),
+            };
+            threads.push(t);
+            if let Err(e) = pinned {
+                let cpu = cfg.cpus[core % cfg.cpus.len()];
+                Server { threads, stop, addrs, mail }.shutdown();
+                return Err(io::Error::new(e.kind(), format!("cannot pin core {core} to cpu {cpu}: {e}")));
+            }
         }
         Ok(Server { threads, stop, addrs, mail })
     }
