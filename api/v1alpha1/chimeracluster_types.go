@@ -374,6 +374,13 @@ type TuningSpec struct {
 	// +kubebuilder:validation:Maximum=64
 	// +optional
 	Threads int32 `json:"threads,omitempty"`
+	// PinCores pins each event loop to its own CPU of the pod's cpuset
+	// (chimerad server.pin_cores). Meant for pods with dedicated CPUs (the
+	// kubelet's static CPU manager and Guaranteed QoS: integer CPU requests
+	// equal to limits); left to the scheduler, busy polling loops can be
+	// stacked on one CPU and take turns of whole time slices.
+	// +optional
+	PinCores bool `json:"pinCores,omitempty"`
 	// HugePageSize backs chimerad's buffer pools with hugepages of this size;
 	// the pod must then request hugepages-<size> in its resources.
 	// +optional

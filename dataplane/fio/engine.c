@@ -29,6 +29,7 @@ struct chimera_options {
 	unsigned int pnfs;
 	unsigned int busy_poll_us;
 	unsigned int retry_s;
+	unsigned int hold_mib;
 };
 
 struct chimera_data {
@@ -117,6 +118,18 @@ static struct fio_option options[] = {
 		.group = FIO_OPT_G_NFS,
 	},
 	{
+		.name = "chimera_hold_mib",
+		.lname = "Chimera held writes",
+		.type = FIO_OPT_INT,
+		.off1 = offsetof(struct chimera_options, hold_mib),
+		.def = "64",
+		.minval = 0,
+		.maxval = 4096,
+		.help = "MiB of answered UNSTABLE writes kept until a COMMIT covers them, to send again when the server restarted (0: keep none; a restart then fails the next fsync with EIO)",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_NFS,
+	},
+	{
 		.name = NULL,
 	},
 };
@@ -157,6 +170,7 @@ static int chimera_init(struct thread_data *td)
 	cfg.pnfs = o->pnfs;
 	cfg.busy_poll_us = o->busy_poll_us;
 	cfg.retry_s = o->retry_s;
+	cfg.hold_mib = o->hold_mib;
 	d->h = chimera_fio_connect(&cfg, err, sizeof(err));
 	if (!d->h) {
 		log_err("chimera: %s\n", err);

@@ -87,6 +87,12 @@ run fsync "${eng[@]}" --name=fsync --filename=fsync.0 --rw=randwrite --bs=8k --s
   --verify=crc32c --do_verify=1
 check fsync "random writes with fsync every 16 (COMMIT) + verify" $?
 
+# Held copies of UNSTABLE writes under a 1 MiB bound: 16 MiB of random
+# writes make the engine COMMIT on its own ~16 times; the data verifies.
+run hold "${eng[@]}" --name=hold --filename=hold.0 --rw=randwrite --bs=4k --size=16m --iodepth=16 --chimera_hold_mib=1 \
+  --verify=crc32c --do_verify=1
+check hold "random writes with held copies bounded at 1 MiB (the engine COMMITs at the bound) + verify" $?
+
 # Back-pressure: 32 x 1 MiB writes queued on one connection are 8x the
 # client's send-queue bound; the engine answers "busy" and fio reaps first
 # (it used to fail the I/O with "calls wait for the socket").
@@ -149,13 +155,18 @@ expect_fail no-server "chimera_server is required" "no chimera_server" \
   --ioengine="external:$engine" --chimera_export=/memfs --name=h --filename=h --size=1m --rw=read
 expect_fail bad-export "MOUNT of export /nope" "unknown export" \
   --ioengine="external:$engine" --chimera_server="127.0.0.1:$port" --chimera_export=/nope --name=h --filename=h --size=1m --rw=write
-dead=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# A port that refuses connections: bound and never listening, held by a
+# helper until the check is done (a closed port could be taken meanwhile).
+coproc HOLD { exec python3 -c 'import socket, time; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1], flush=True); time.sleep(300)'; }
+read -r dead <&"${HOLD[0]}"
 expect_fail dead-server "127.0.0.1:$dead" "nothing listening" \
   --ioengine="external:$engine" --chimera_server="127.0.0.1:$dead" --chimera_export=/memfs --name=h --filename=h --size=1m --rw=write
+kill "$HOLD_PID" 2>/dev/null; wait "$HOLD_PID" 2>/dev/null
 expect_fail big-bs "lower bs" "a 2 MiB block" "${eng[@]}" --name=h --filename=h --size=4m --bs=2m --rw=write
 expect_fail dotdot "leaves the export" "a file name with .." "${eng[@]}" --name=h --filename=../x --size=1m --rw=write
 expect_fail trim "not supported" "trim" "${eng[@]}" --name=h --filename=seq.0 --size=1m --rw=trim
 expect_fail retry-range "chimera_retry_s" "a reconnect window over an hour" "${eng[@]}" --chimera_retry_s=4000 --name=h --filename=seq.0 --size=1m --rw=read
+expect_fail hold-range "chimera_hold_mib" "held writes over 4 GiB" "${eng[@]}" --chimera_hold_mib=5000 --name=h --filename=seq.0 --size=1m --rw=read
 # A time-based read of files that do not exist ends at once (it used to
 # retry the opens for its whole runtime).
 t0=$(date +%s)

@@ -41,6 +41,7 @@ type serverSection struct {
 	Role        string       `json:"role"`
 	Bind        string       `json:"bind"`
 	Cores       int32        `json:"cores,omitempty"`
+	PinCores    bool         `json:"pin_cores,omitempty"`
 	NFSPort     int32        `json:"nfs_port"`
 	MountPort   int32        `json:"mount_port"`
 	PortmapPort int32        `json:"portmap_port"`
@@ -146,6 +147,7 @@ func RenderConfig(c *chimerav1.ChimeraCluster, role string, access []AccessRule)
 			Role:        role,
 			Bind:        "0.0.0.0",
 			Cores:       c.Spec.Tuning.Threads,
+			PinCores:    c.Spec.Tuning.PinCores,
 			NFSPort:     TCPPort(c),
 			MountPort:   PortMount,
 			PortmapPort: 0,

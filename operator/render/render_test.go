@@ -50,7 +50,7 @@ func productionCluster() *chimerav1.ChimeraCluster {
 	c.Spec.MetadataServer.Storage = &chimerav1.MetadataStorageSpec{StorageClassName: "fast-local", Size: resource.MustParse("100Gi")}
 	c.Spec.Network = chimerav1.NetworkSpec{Transport: chimerav1.TransportRDMA, Port: 20049, TOS: i32(104), NetworkAttachment: "roce-a", RDMAResourceName: "rdma/roce_a"}
 	c.Spec.PNFS = chimerav1.PNFSSpec{StripeUnitBytes: 512 << 10, Mirrors: 1}
-	c.Spec.Tuning = chimerav1.TuningSpec{Threads: 64, HugePageSize: "1Gi"}
+	c.Spec.Tuning = chimerav1.TuningSpec{Threads: 64, PinCores: true, HugePageSize: "1Gi"}
 	return c
 }
 
@@ -179,7 +179,7 @@ func TestConfigRendering(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := m["server"]
-	if srv["role"] != "mds" || srv["cores"] != 64.0 || srv["rdma"] != true || srv["rdma_port"] != 20049.0 || srv["nfs_port"] != 2049.0 {
+	if srv["role"] != "mds" || srv["cores"] != 64.0 || srv["pin_cores"] != true || srv["rdma"] != true || srv["rdma_port"] != 20049.0 || srv["nfs_port"] != 2049.0 {
 		t.Errorf("server section %v", srv)
 	}
 	pnfs := srv["pnfs"].(map[string]any)
@@ -192,7 +192,7 @@ func TestConfigRendering(t *testing.T) {
 	ds, _ := RenderConfig(smallCluster(), ComponentDS, nil)
 	var d map[string]map[string]any
 	_ = json.Unmarshal(ds, &d)
-	if d["server"]["role"] != "ds" || d["server"]["pnfs"] != nil || d["admin"] != nil {
+	if d["server"]["role"] != "ds" || d["server"]["pnfs"] != nil || d["admin"] != nil || d["server"]["pin_cores"] != nil {
 		t.Errorf("DS config must have role ds, no pnfs, no admin: %s", ds)
 	}
 	if d["mounts"]["data"].(map[string]any)["capacity_bytes"] != float64(256<<20) {

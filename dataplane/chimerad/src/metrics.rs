@@ -397,6 +397,10 @@ pub fn handler_with(admin: Option<Arc<Admin>>, router: Option<Arc<Router>>) -> H
 }
 
 #[cfg(test)]
+#[path = "../tests/common/held_port.rs"]
+mod held_port;
+
+#[cfg(test)]
 mod tests {
     //! Proves the exposition text is well-formed for a known snapshot:
     //! cumulative buckets in seconds ending in +Inf, _sum/_count consistent,
@@ -410,7 +414,7 @@ mod tests {
     #[test]
     fn renders_nfs_mount_metrics() {
         // A remote nobody listens on: the mount exists, is down, counts it.
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let (_held, port) = held_port::held_port();
         let opts = nfsvfs::Options {
             name: "r".into(),
             export_id: 1,

@@ -25,6 +25,8 @@
 //! Every server binds 127.0.0.1 with kernel-chosen ports; a restarted A
 //! reuses the port it had.
 
+#[path = "common/held_port.rs"]
+mod held_port;
 mod process;
 mod relay;
 
@@ -489,12 +491,10 @@ fn nfs_mount_settings_are_checked_by_name() {
 #[test]
 fn remote_down_at_start_does_not_stop_the_server() {
     let dir = scratch("down");
-    // A port nobody listens on: bind one, learn it, close it.
-    let free = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A port nobody listens on, held (bound, never listening) for the
+    // whole test so that no other process can take it: connections to it
+    // are refused. SO_REUSEPORT lets server A bind it later.
+    let (_held, free) = held_port::held_port();
     let mut b = start(&config_b(&dir, free));
     let v = logged(&mut b, "remote export unreachable", Duration::from_secs(10));
     assert_eq!(v["mount"], "r", "{v}");
@@ -831,3 +831,4 @@ fn mount_is_found_through_the_remote_portmapper_or_at_mount_port() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+

@@ -251,7 +251,7 @@ fn reference_mds_config_starts_with_its_nfs_mount_unreachable() {
 fn nfs_mount_with_its_remote_down_starts() {
     let dir = scratch("nfs");
     let cfg = dir.join("chimera.json");
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (_held, free) = common::held_port::held_port();
     let v = json!({
         "server": { "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0 },
         "mounts": { "memfs": { "module": "memfs", "path": "/", "capacity_bytes": "64M" },

@@ -25,6 +25,7 @@ pub struct ChimeraFioConfig {
     /// Seconds the I/Os of a lost connection wait for a reconnect (0: they
     /// fail at once).
     pub retry_s: c_uint,
+    pub hold_mib: c_uint,
 }
 
 /// What C holds: the engine and the scratch `reap` fills.
@@ -103,6 +104,7 @@ pub unsafe extern "C" fn chimera_fio_connect(cfg: *const ChimeraFioConfig, err: 
             pnfs: c.pnfs != 0,
             busy_poll_us: c.busy_poll_us,
             retry_s: c.retry_s,
+            hold_mib: c.hold_mib,
         };
         let depth = cfg.iodepth;
         let engine = Engine::connect(cfg)?;

@@ -11,10 +11,14 @@
 //!
 //! WRITEs go UNSTABLE (as the kernel client and libnfs send them); fio's
 //! fsync (and a file's close) sends COMMIT. fio reuses its buffers once an
-//! I/O is reaped, so the engine cannot resend writes the server answered
-//! and then lost: it compares verifiers instead, and a COMMIT whose
-//! verifier differs from the writes' (the server restarted and may have
-//! dropped them) fails with EIO naming the file.
+//! I/O is reaped, so the engine keeps a copy of each answered UNSTABLE
+//! write until a COMMIT with the same write verifier covers it (`Held`,
+//! up to `hold_mib`; at the bound the engine COMMITs every file itself
+//! first). A COMMIT whose verifier differs from a write's (the server
+//! restarted and may have dropped it) makes the engine send those writes
+//! again from its copies and COMMIT again, so fio sees no error; with
+//! `hold_mib` 0 nothing is kept and such a COMMIT fails with EIO naming
+//! the file.
 //!
 //! I/Os in flight on a connection that is lost (a server restarting, a
 //! network blip) are not failed: they wait, their buffers still fio's and
@@ -66,7 +70,18 @@ pub struct Config {
     /// How long I/Os of a lost connection wait for a reconnect before they
     /// fail (0: fail at once).
     pub retry_s: u32,
+    /// MiB of answered UNSTABLE writes kept for resending after a server
+    /// restart (0: none; a restart then fails the next COMMIT with EIO).
+    pub hold_mib: u32,
 }
+
+/// Largest `hold_mib` accepted (4 GiB).
+pub const HOLD_MIB_MAX: u32 = 4096;
+/// The default `hold_mib`.
+pub const HOLD_MIB_DEFAULT: u32 = 64;
+/// Rounds of resend + COMMIT one COMMIT tries while the verifier keeps
+/// changing (a server restarting again and again) before it fails.
+const RESEND_ROUNDS_MAX: usize = 3;
 
 /// Longest `retry_s` accepts (one hour).
 pub const RETRY_S_MAX: u32 = 3600;
@@ -94,6 +109,9 @@ impl Config {
         }
         if self.retry_s > RETRY_S_MAX {
             return Err(format!("chimera_retry_s {} is over {RETRY_S_MAX}", self.retry_s));
+        }
+        if self.hold_mib > HOLD_MIB_MAX {
+            return Err(format!("chimera_hold_mib {} is over {HOLD_MIB_MAX}", self.hold_mib));
         }
         Ok(())
     }
@@ -141,6 +159,104 @@ struct InFlight {
     /// pNFS: the I/O this data-server call is part of (`NO_IO`: the call
     /// is the whole I/O).
     io: u32,
+    /// A COMMIT: the last held write it covers (`Held::seq` when sent).
+    seq: u64,
+}
+
+/// Copies of answered UNSTABLE writes not yet covered by a COMMIT of the
+/// same verifier, all files together, in the order they were answered:
+/// one byte arena (appended to; entries a COMMIT covered are dead until
+/// the arena is compacted or emptied) and its entries. Both keep their
+/// capacity, so a warm engine allocates nothing to hold a write.
+#[derive(Default)]
+struct Held {
+    arena: Vec<u8>,
+    entries: Vec<HeldWrite>,
+    /// Bytes of dead entries still in the arena.
+    dead: usize,
+    /// Writes answered so far (the last entry's `seq`).
+    seq: u64,
+    /// The bound (`hold_mib`), bytes.
+    max: usize,
+    /// Writes and bytes sent again after a verifier change.
+    resent: (u64, u64),
+}
+
+struct HeldWrite {
+    file: u32,
+    offset: u64,
+    len: u32,
+    /// Where its bytes are in the arena.
+    at: usize,
+    verf: [u8; 8],
+    seq: u64,
+    live: bool,
+}
+
+impl Held {
+    fn live_bytes(&self) -> usize {
+        self.arena.len() - self.dead
+    }
+
+    fn add(&mut self, file: u32, offset: u64, data: &[u8], verf: [u8; 8]) {
+        self.seq += 1;
+        let at = self.arena.len();
+        self.arena.extend_from_slice(data);
+        self.entries.push(HeldWrite { file, offset, len: data.len() as u32, at, verf, seq: self.seq, live: true });
+    }
+
+    /// `file`'s live writes answered up to `upto` whose verifier is not
+    /// `verf` (indices into `entries`).
+    fn stale(&self, file: u32, upto: u64, verf: [u8; 8], out: &mut Vec<usize>) {
+        out.clear();
+        out.extend(
+            self.entries
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.live && e.file == file && e.seq <= upto && e.verf != verf)
+                .map(|(i, _)| i),
+        );
+    }
+
+    /// A COMMIT covered `file`'s writes answered up to `upto`: drop them.
+    fn covered(&mut self, file: u32, upto: u64) {
+        for e in self.entries.iter_mut().filter(|e| e.live && e.file == file && e.seq <= upto) {
+            e.live = false;
+            self.dead += e.len as usize;
+        }
+        if self.dead == self.arena.len() {
+            self.arena.clear();
+            self.entries.clear();
+            self.dead = 0;
+        } else if self.dead > self.arena.len() / 2 {
+            self.compact();
+        }
+    }
+
+    /// Move the live entries' bytes to the front, in order.
+    fn compact(&mut self) {
+        let mut to = 0;
+        for e in self.entries.iter_mut().filter(|e| e.live) {
+            self.arena.copy_within(e.at..e.at + e.len as usize, to);
+            e.at = to;
+            to += e.len as usize;
+        }
+        self.arena.truncate(to);
+        self.entries.retain(|e| e.live);
+        self.dead = 0;
+    }
+
+    fn holds(&self, file: u32) -> bool {
+        self.entries.iter().any(|e| e.live && e.file == file)
+    }
+
+    /// Files with live entries, once each.
+    fn files(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.entries.iter().filter(|e| e.live).map(|e| e.file).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
 }
 
 const NO_IO: u32 = u32::MAX;
@@ -153,6 +269,10 @@ struct File {
     /// Two UNSTABLE writes since the last COMMIT carried different
     /// verifiers: the server restarted between them.
     verf_changed: bool,
+    /// An UNSTABLE write was answered that `Held` does not hold (holding
+    /// is off, or the bound was reached while no COMMIT could be made):
+    /// a changed verifier cannot be repaired until the next COMMIT.
+    unheld: bool,
     /// pNFS: the open, the layout segments held, what was written where.
     pnfs: Option<pnfs::FileLayouts>,
 }
@@ -198,6 +318,9 @@ pub struct Engine {
     retry_since: Option<Instant>,
     retry_at: Instant,
     retry_pause: Duration,
+    /// NFSv3 mode: copies of answered UNSTABLE writes (`Held`).
+    held: Held,
+    stale: Vec<usize>,
 }
 
 // The buffers in flight belong to fio, which keeps them alive and
@@ -240,6 +363,8 @@ impl Engine {
             retry_since: None,
             retry_at: Instant::now(),
             retry_pause: RETRY_FIRST,
+            held: Held { max: (cfg.hold_mib as usize) << 20, ..Default::default() },
+            stale: Vec::new(),
             cfg,
         };
         if e.pnfs.is_none() {
@@ -311,7 +436,7 @@ impl Engine {
             }
             Err(e) => return Err(fail("opening", e)),
         };
-        let f = File { path: path.to_string(), fh, unstable_verf: None, verf_changed: false, pnfs: None };
+        let f = File { path: path.to_string(), fh, unstable_verf: None, verf_changed: false, unheld: false, pnfs: None };
         Ok(self.add_file(f))
     }
 
@@ -339,37 +464,165 @@ impl Engine {
             self.files[file as usize] = None;
             return r;
         }
-        let r = if f.unstable_verf.is_some() {
-            let fh = f.fh.clone();
-            let c = &mut self.conns[0].nfs;
-            let verf = c
-                .submit_commit(&fh)
-                .and_then(|x| c.rpc().wait(x))
-                .and_then(|r| Nfs3::committed(&r))
-                .map_err(|e| (e.errno(), format!("COMMIT of {} at close: {e}", f.path)))?;
-            self.check_commit(file, verf)
+        let r = if f.unstable_verf.is_some() || self.held.holds(file) {
+            self.commit_now(file, "at close")
         } else {
             Ok(())
         };
+        self.held.covered(file, u64::MAX);
         self.files[file as usize] = None;
         r
     }
 
-    fn check_commit(&mut self, file: u32, verf: [u8; 8]) -> Result<(), (i32, String)> {
+    /// COMMIT `file` and wait (on a connection that works, reconnecting
+    /// one if none does), then settle its held writes.
+    fn commit_now(&mut self, file: u32, when: &str) -> Result<(), (i32, String)> {
+        let f = self.files[file as usize].as_ref().expect("open");
+        let (fh, path) = (f.fh.clone(), f.path.clone());
+        let upto = self.held.seq;
+        let i = self.usable_conn().map_err(|m| (libc::EIO, format!("COMMIT of {path} {when}: {m}")))?;
+        let c = &mut self.conns[i].nfs;
+        let verf = c
+            .submit_commit(&fh)
+            .and_then(|x| c.rpc().wait(x))
+            .and_then(|r| Nfs3::committed(&r))
+            .map_err(|e| (e.errno(), format!("COMMIT of {path} {when}: {e}")))?;
+        self.check_commit(file, verf, upto)
+    }
+
+    /// A connection with no loss pending, reconnecting the first if needed.
+    fn usable_conn(&mut self) -> Result<usize, String> {
+        if let Some(i) = self.conns.iter_mut().position(|c| c.nfs.rpc().broken().is_none()) {
+            return Ok(i);
+        }
+        self.reconnect(0).map(|()| 0)
+    }
+
+    /// A COMMIT of `file` answered with `verf`; it covers the writes
+    /// answered up to `upto`. Held writes with another verifier (the server
+    /// restarted after answering them) are sent again and COMMITted, until
+    /// every one carries the COMMIT's verifier; then they are dropped. A
+    /// change nothing held can repair fails with EIO naming the file.
+    fn check_commit(&mut self, file: u32, mut verf: [u8; 8], upto: u64) -> Result<(), (i32, String)> {
         let f = self.files[file as usize].as_mut().expect("open");
-        let lost = f.verf_changed || f.unstable_verf.is_some_and(|v| v != verf);
+        let changed = f.verf_changed || f.unstable_verf.is_some_and(|v| v != verf);
+        let unheld = f.unheld;
         f.unstable_verf = None;
         f.verf_changed = false;
-        if lost {
+        f.unheld = false;
+        if changed && unheld {
+            self.held.covered(file, upto);
+            let path = &self.files[file as usize].as_ref().expect("open").path;
             return Err((
                 libc::EIO,
                 format!(
-                    "{}: the server restarted since UNSTABLE writes it acknowledged (COMMIT verifier changed); they may be lost",
-                    f.path
+                    "{path}: the server restarted since UNSTABLE writes it acknowledged (COMMIT verifier changed); they may be lost \
+                     (not all were held for resending: chimera_hold_mib)"
                 ),
             ));
         }
-        Ok(())
+        let mut stale = std::mem::take(&mut self.stale);
+        let mut r = Ok(());
+        for round in 0.. {
+            self.held.stale(file, upto, verf, &mut stale);
+            if stale.is_empty() {
+                break;
+            }
+            if round == RESEND_ROUNDS_MAX {
+                let path = &self.files[file as usize].as_ref().expect("open").path;
+                r = Err((libc::EIO, format!("{path}: the write verifier kept changing while resending uncommitted writes ({RESEND_ROUNDS_MAX} rounds)")));
+                break;
+            }
+            match self.resend(file, &stale) {
+                Ok(v) => verf = v,
+                Err(e) => {
+                    r = Err(e);
+                    break;
+                }
+            }
+        }
+        self.stale = stale;
+        self.held.covered(file, upto);
+        r
+    }
+
+    /// Send the held writes `which` of `file` again (UNSTABLE, waiting for
+    /// each), then COMMIT: the COMMIT's verifier. The writes take the
+    /// verifiers of their new answers.
+    fn resend(&mut self, file: u32, which: &[usize]) -> Result<[u8; 8], (i32, String)> {
+        let f = self.files[file as usize].as_ref().expect("open");
+        let (fh, path) = (f.fh.clone(), f.path.clone());
+        let bytes: u64 = which.iter().map(|&k| self.held.entries[k].len as u64).sum();
+        eprintln!(
+            "chimera-fio: {path}: the server's write verifier changed (it restarted): sending {} uncommitted write(s), {bytes} bytes, again",
+            which.len()
+        );
+        let i = self.usable_conn().map_err(|m| (libc::EIO, format!("resending writes of {path}: {m}")))?;
+        let fail = |e: Error| (e.errno(), format!("resending writes of {path}: {e}"));
+        for &k in which {
+            let e = &self.held.entries[k];
+            let data = &self.held.arena[e.at..e.at + e.len as usize];
+            let c = &mut self.conns[i].nfs;
+            let reply = c.submit_write(&fh, e.offset, data, Stable::Unstable).and_then(|x| c.rpc().wait(x)).map_err(fail)?;
+            let w = Nfs3::written(&reply, e.len as usize).map_err(fail)?;
+            c.rpc().recycle(reply);
+            if (w.count as usize) < e.len as usize {
+                return Err((libc::EIO, format!("resending writes of {path}: {} of {} bytes at {} written", w.count, e.len, e.offset)));
+            }
+            self.held.entries[k].verf = w.verf;
+        }
+        self.held.resent.0 += which.len() as u64;
+        self.held.resent.1 += bytes;
+        let c = &mut self.conns[i].nfs;
+        c.submit_commit(&fh).and_then(|x| c.rpc().wait(x)).and_then(|r| Nfs3::committed(&r)).map_err(fail)
+    }
+
+    /// Make room in `Held` for a write of `len` bytes: COMMIT (and settle)
+    /// every file with held writes when the bound would be passed. When no
+    /// COMMIT can be made now (the server is away), the write goes out
+    /// unheld and its file is marked so (`File::unheld`).
+    fn hold_room(&mut self, file: u32, len: usize) {
+        if self.held.max == 0 {
+            if let Some(f) = self.files[file as usize].as_mut() {
+                f.unheld = true;
+            }
+            return;
+        }
+        if self.held.arena.len() + len <= self.held.max {
+            return;
+        }
+        if self.held.dead >= len {
+            self.held.compact();
+            if self.held.arena.len() + len <= self.held.max {
+                return;
+            }
+        }
+        for f in self.held.files() {
+            if let Err((_, m)) = self.commit_now(f, "to make room for held writes (chimera_hold_mib)") {
+                // Report it at the file's next COMMIT instead.
+                eprintln!("chimera-fio: {m}");
+                if let Some(f) = self.files[f as usize].as_mut() {
+                    f.unheld = true;
+                }
+            }
+        }
+        if self.held.arena.len() + len > self.held.max {
+            if let Some(f) = self.files[file as usize].as_mut() {
+                f.unheld = true;
+            }
+        }
+    }
+
+    /// Bytes of answered UNSTABLE writes held now (not yet covered by a
+    /// COMMIT of their verifier).
+    pub fn held_bytes(&self) -> usize {
+        self.held.live_bytes()
+    }
+
+    /// Writes and bytes sent again after a server restart changed the
+    /// write verifier (from the held copies).
+    pub fn resent(&self) -> (u64, u64) {
+        self.held.resent
     }
 
     /// I/Os queued and not yet handed back by `reap`.
@@ -399,7 +652,7 @@ impl Engine {
         if self.pnfs.is_some() {
             return self.pnfs_queue(file, op, offset, buf, len, tag);
         }
-        let io = InFlight { tag, op, file, offset, buf, len, io: NO_IO };
+        let io = InFlight { tag, op, file, offset, buf, len, io: NO_IO, seq: self.held.seq };
         if !self.retry.is_empty() {
             // Waiting for a reconnect: this one waits with them (its
             // buffer stays fio's until it is reaped).
@@ -428,6 +681,9 @@ impl Engine {
             // back-pressure, not an error: fio reaps and queues the I/O
             // again.
             return Err((libc::EAGAIN, BUSY.into()));
+        }
+        if op == Op::Write {
+            self.hold_room(file, len);
         }
         self.submit_on(i, io)?;
         self.in_flight += 1;
@@ -728,13 +984,19 @@ impl Engine {
                                     Some(v) if v != w.verf => f.verf_changed = true,
                                     Some(_) => {}
                                 }
+                                if self.held.max > 0 {
+                                    // SAFETY: `queue`'s contract: fio's buffer
+                                    // is valid and untouched until reaped.
+                                    let data = unsafe { std::slice::from_raw_parts(op.buf, (w.count as usize).min(op.len)) };
+                                    self.held.add(op.file, op.offset, data, w.verf);
+                                }
                             }
                         }
                         w.count as i64
                     }),
                     Op::Sync => Nfs3::committed(&reply).map_err(|e| (e.errno(), e.to_string())).and_then(|verf| {
                         if self.files.get(op.file as usize).is_some_and(Option::is_some) {
-                            self.check_commit(op.file, verf)?;
+                            self.check_commit(op.file, verf, op.seq)?;
                         }
                         Ok(0)
                     }),
@@ -801,7 +1063,7 @@ mod tests {
 
     #[test]
     fn options_are_checked_by_name() {
-        let ok = Config { server: "127.0.0.1".into(), export: "/m".into(), mount_port: 0, conns: 1, iodepth: 1, uid: 0, gid: 0, pnfs: false, busy_poll_us: 0, retry_s: RETRY_S_DEFAULT };
+        let ok = Config { server: "127.0.0.1".into(), export: "/m".into(), mount_port: 0, conns: 1, iodepth: 1, uid: 0, gid: 0, pnfs: false, busy_poll_us: 0, retry_s: RETRY_S_DEFAULT, hold_mib: HOLD_MIB_DEFAULT };
         assert!(ok.validate().is_ok());
         let e = Config { server: String::new(), ..ok.clone() }.validate().unwrap_err();
         assert!(e.contains("chimera_server"), "{e}");
@@ -813,6 +1075,8 @@ mod tests {
         assert!(e.contains("chimera_busy_poll_us"), "{e}");
         let e = Config { retry_s: RETRY_S_MAX + 1, ..ok.clone() }.validate().unwrap_err();
         assert!(e.contains("chimera_retry_s"), "{e}");
+        let e = Config { hold_mib: HOLD_MIB_MAX + 1, ..ok.clone() }.validate().unwrap_err();
+        assert!(e.contains("chimera_hold_mib"), "{e}");
         let e = Config { conns: CONNS_MAX + 1, ..ok }.validate().unwrap_err();
         assert!(e.contains("chimera_conns"), "{e}");
     }

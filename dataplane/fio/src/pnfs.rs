@@ -138,6 +138,7 @@ impl Engine {
             fh,
             unstable_verf: None,
             verf_changed: false,
+            unheld: false,
             pnfs: Some(FileLayouts { open: o, iomode, segs: Vec::new(), lstateid: None, written: Vec::new(), write_end: 0, generation: 0, failed: Vec::new() }),
         })
     }
@@ -292,7 +293,7 @@ impl Engine {
             };
             let part = {
                 let io = self.io(idx);
-                InFlight { tag: io.tag, op, file, offset, buf: io.buf, len, io: idx }
+                InFlight { tag: io.tag, op, file, offset, buf: io.buf, len, io: idx, seq: 0 }
             };
             let conn = match self.ds_conn(deviceid, uid, gid) {
                 Ok(c) => c,

@@ -46,6 +46,7 @@ fn cfg(s: &Running, export: &str, conns: usize, iodepth: usize) -> Config {
         pnfs: false,
         busy_poll_us: 0,
         retry_s: chimera_fio::RETRY_S_DEFAULT,
+        hold_mib: chimera_fio::HOLD_MIB_DEFAULT,
     }
 }
 
@@ -160,45 +161,119 @@ fn bad_options_paths_and_ios_are_named_errors() {
     assert_eq!(drain(&mut e), vec![(6, 4096)]);
 }
 
-/// With `chimera_retry_s=0` (fail at once).
+/// With `chimera_retry_s=0` (fail at once): a lost server fails queued
+/// I/Os at once, and the next I/O reconnects to the restarted one.
+/// UNSTABLE writes the old server answered and then lost (diskfs logs their
+/// block maps only at COMMIT; its stop does not) are sent again from the
+/// engine's copies when the COMMIT shows the new verifier: fsync succeeds
+/// and the data is there. With `chimera_hold_mib=0` nothing is kept: that
+/// COMMIT fails with EIO and the data is indeed gone.
 #[test]
-fn server_loss_fails_ios_and_a_restart_is_reported_by_commit() {
+fn a_restart_lost_writes_are_resent_from_held_copies_or_reported_by_commit() {
     let img = device("restart");
     let s = start_diskfs(&img, 0, true);
     let port = s.nfs_addr.unwrap().port();
-    let mut e = Engine::connect(Config { retry_s: 0, ..cfg(&s, "/d", 1, 8) }).unwrap();
-    let f = e.open("f", true).unwrap();
+    let mut kept = Engine::connect(Config { retry_s: 0, ..cfg(&s, "/d", 1, 8) }).unwrap();
+    let mut bare = Engine::connect(Config { retry_s: 0, hold_mib: 0, ..cfg(&s, "/d", 1, 8) }).unwrap();
+    let (fk, fb) = (kept.open("kept", true).unwrap(), bare.open("bare", true).unwrap());
     let mut b = pattern(4, 0, 8192);
-    unsafe { e.queue(f, Op::Write, 0, b.as_mut_ptr(), 8192, 1) }.unwrap();
-    assert_eq!(drain(&mut e), vec![(1, 8192)]);
+    unsafe { kept.queue(fk, Op::Write, 0, b.as_mut_ptr(), 8192, 1) }.unwrap();
+    assert_eq!(drain(&mut kept), vec![(1, 8192)]);
+    unsafe { bare.queue(fb, Op::Write, 0, b.as_mut_ptr(), 8192, 1) }.unwrap();
+    assert_eq!(drain(&mut bare), vec![(1, 8192)]);
+    assert_eq!((kept.held_bytes(), bare.held_bytes()), (8192, 0));
     // The server goes away: a queued I/O fails (connection lost), no hang.
     s.shutdown();
     let mut r = vec![0u8; 4096];
-    match unsafe { e.queue(f, Op::Read, 0, r.as_mut_ptr(), 4096, 2) } {
-        Ok(()) => {
-            let got = drain(&mut e);
-            assert_eq!(got.len(), 1);
-            assert!(got[0].1 < 0, "{got:?}");
+    for (e, f) in [(&mut kept, fk), (&mut bare, fb)] {
+        match unsafe { e.queue(f, Op::Read, 0, r.as_mut_ptr(), 4096, 2) } {
+            Ok(()) => {
+                let got = drain(e);
+                assert_eq!(got.len(), 1);
+                assert!(got[0].1 < 0, "{got:?}");
+            }
+            Err((errno, msg)) => assert!(errno > 0 && !msg.is_empty()),
         }
-        Err((errno, msg)) => assert!(errno > 0 && !msg.is_empty()),
     }
-    // Back on the same port (a new verifier): the next I/O reconnects, and
-    // the COMMIT says the UNSTABLE write before the restart may be lost.
+    // Back on the same port (a new verifier): each engine reconnects.
     let s2 = start_diskfs(&img, port, false);
-    let mut ok = false;
-    for _ in 0..3 {
-        if unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 3) }.is_ok() {
-            ok = true;
-            break;
+    let sync = |e: &mut Engine, f: u32| {
+        for _ in 0..3 {
+            if unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 3) }.is_ok() {
+                return drain(e);
+            }
         }
-    }
-    assert!(ok, "the engine reconnects to the restarted server");
-    let got = drain(&mut e);
-    assert_eq!(got.len(), 1);
-    assert_eq!(got[0], (3, -(libc::EIO as i64)), "COMMIT after a restart reports possible loss");
+        panic!("the engine reconnects to the restarted server");
+    };
+    assert_eq!(sync(&mut bare, fb), vec![(3, -(libc::EIO as i64))], "nothing held: the COMMIT reports possible loss");
+    assert_eq!(sync(&mut kept, fk), vec![(3, 0)], "held: the lost write is sent again and the COMMIT is clean");
+    assert_eq!(kept.resent(), (1, 8192));
+    assert_eq!(kept.held_bytes(), 0, "covered by the COMMIT of the new verifier");
+    let mut got = vec![0u8; 8192];
+    unsafe { kept.queue(fk, Op::Read, 0, got.as_mut_ptr(), 8192, 4) }.unwrap();
+    assert_eq!(drain(&mut kept), vec![(4, 8192)]);
+    assert!(got == b, "the resent data is on the restarted server");
+    got.fill(0);
+    unsafe { bare.queue(fb, Op::Read, 0, got.as_mut_ptr(), 8192, 4) }.unwrap();
+    let r = drain(&mut bare);
+    assert!(r[0].1 < 8192 || got != b, "without held copies the write was lost ({r:?}): the test's loss is real");
     // Later writes and commits are clean again.
-    unsafe { e.queue(f, Op::Write, 0, b.as_mut_ptr(), 8192, 4) }.unwrap();
-    assert_eq!(drain(&mut e), vec![(4, 8192)]);
+    unsafe { bare.queue(fb, Op::Write, 0, b.as_mut_ptr(), 8192, 5) }.unwrap();
+    assert_eq!(drain(&mut bare), vec![(5, 8192)]);
+    bare.close(fb).unwrap();
+    kept.close(fk).unwrap();
+    s2.shutdown();
+}
+
+/// `chimera_hold_mib` bounds the copies: at the bound the engine COMMITs
+/// on its own (what it held is then durable and dropped), so 2 MiB of
+/// writes under a 1 MiB bound hold at most the bound plus the writes in
+/// flight. A restart after that resends only what the last COMMIT did not
+/// cover, and every block reads back.
+#[test]
+fn held_copies_stay_under_the_bound_and_a_restart_resends_only_the_uncovered() {
+    let img = device("bound");
+    let s = start_diskfs(&img, 0, true);
+    let port = s.nfs_addr.unwrap().port();
+    let depth = 8;
+    let mut e = Engine::connect(Config { retry_s: 20, hold_mib: 1, ..cfg(&s, "/d", 2, depth) }).unwrap();
+    let f = e.open("b", true).unwrap();
+    const BLOCKS: u64 = 512;
+    let mut data: Vec<Vec<u8>> = (0..BLOCKS).map(|b| pattern(11, b * 4096, 4096)).collect();
+    let mut peak = 0;
+    let mut next = 0u64;
+    let mut done = 0;
+    let mut out = vec![(0u64, 0i64); depth];
+    while done < BLOCKS as usize {
+        while next < BLOCKS && e.in_flight() < depth {
+            let d = &mut data[next as usize];
+            unsafe { e.queue(f, Op::Write, next * 4096, d.as_mut_ptr(), 4096, next) }.unwrap();
+            next += 1;
+        }
+        e.commit();
+        let n = e.reap(1, None, &mut out);
+        assert!(out[..n].iter().all(|r| r.1 == 4096), "{:?}", &out[..n]);
+        done += n;
+        peak = peak.max(e.held_bytes());
+    }
+    assert!(peak <= (1 << 20) + depth * 4096, "held {peak} bytes under a 1 MiB bound");
+    let held = e.held_bytes();
+    assert!(held > 0 && held < BLOCKS as usize * 4096, "{held}");
+    s.shutdown();
+    let s2 = start_diskfs(&img, port, false);
+    unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 1000) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(1000, 0)]);
+    assert_eq!(e.resent(), ((held / 4096) as u64, held as u64), "only the writes no COMMIT covered went again");
+    let at: Vec<u64> = (0..BLOCKS).collect();
+    let mut bufs = vec![vec![0u8; 4096]; BLOCKS as usize];
+    for chunk in at.chunks(depth) {
+        let (lo, hi) = (chunk[0] as usize, chunk[0] as usize + chunk.len());
+        check_reads(&mut e, f, chunk, &mut bufs[lo..hi]);
+        assert!(drain(&mut e).iter().all(|r| r.1 == 4096));
+    }
+    for (b, buf) in bufs.iter().enumerate() {
+        assert!(*buf == data[b], "block {b} after the restart");
+    }
     e.close(f).unwrap();
     s2.shutdown();
 }

@@ -80,6 +80,7 @@ fn engine(c: &Cluster, depth: usize) -> Engine {
         pnfs: true,
         busy_poll_us: 0,
         retry_s: chimera_fio::RETRY_S_DEFAULT,
+        hold_mib: chimera_fio::HOLD_MIB_DEFAULT,
     };
     Engine::connect(cfg).expect("pNFS engine")
 }
@@ -229,6 +230,7 @@ fn pnfs_errors_are_named() {
         pnfs: true,
         busy_poll_us: 0,
         retry_s: chimera_fio::RETRY_S_DEFAULT,
+        hold_mib: chimera_fio::HOLD_MIB_DEFAULT,
     };
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = l.local_addr().unwrap().to_string();

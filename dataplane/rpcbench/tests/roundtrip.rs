@@ -6,6 +6,9 @@
 //! in-test servers on loopback, a measurement returns exactly the calls asked
 //! for, while a misbehaving server makes it fail.
 
+#[path = "../../chimerad/tests/common/held_port.rs"]
+mod held_port;
+
 use rpcbench::*;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -141,8 +144,8 @@ fn null_measurement_fails_when_the_server_hangs_up() {
 
 #[test]
 fn connecting_to_nothing_names_the_address() {
-    // Bind then drop: the port is very likely closed afterwards.
-    let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (_held, port) = held_port::held_port();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let e = NullClient::connect(addr, NFS_PROGRAM, NFS_V3).err().expect("connect should fail");
     assert!(e.to_string().contains(&addr.to_string()), "{e}");
 }

@@ -10,6 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 pub mod certs;
+pub mod held_port;
 
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
