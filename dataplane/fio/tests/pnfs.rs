@@ -17,7 +17,8 @@ use serde_json::{json, Value};
 mod common;
 
 use common::{drain, pattern};
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 struct Cluster {
     mds: Option<Running>,
@@ -35,17 +36,28 @@ impl Drop for Cluster {
     }
 }
 
+/// A data server on `port` (0: any): memfs, or diskfs on the image `img`
+/// (formatted when `initialize`), which keeps its data files across a
+/// restart.
+fn start_ds(port: u16, img: Option<(&Path, bool)>) -> Running {
+    let mut v = json!({
+        "common": { "log_level": "warn" },
+        "server": { "role": "ds", "bind": "127.0.0.1", "threads": 1, "nfs_port": port, "mount_port": 0, "portmap_port": 0 },
+        "metrics": { "enabled": false }
+    });
+    if let Some((img, initialize)) = img {
+        v["server"]["vfs"] = json!({ "diskfs": { "config": { "initialize": initialize, "devices": [{ "type": "io_uring", "path": img.to_str().unwrap() }] } } });
+        v["mounts"] = json!({ "ds": { "module": "diskfs", "path": "/" } });
+    }
+    serve::start(&ServerConfig::parse(&v.to_string()).unwrap()).expect("start DS")
+}
+
 fn cluster(pnfs: Value) -> Cluster {
-    let ds: Vec<Option<Running>> = (0..3)
-        .map(|_| {
-            let v = json!({
-                "common": { "log_level": "warn" },
-                "server": { "role": "ds", "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0 },
-                "metrics": { "enabled": false }
-            });
-            Some(serve::start(&ServerConfig::parse(&v.to_string()).unwrap()).expect("start DS"))
-        })
-        .collect();
+    cluster_on(pnfs, &[None, None, None])
+}
+
+fn cluster_on(pnfs: Value, imgs: &[Option<&Path>]) -> Cluster {
+    let ds: Vec<Option<Running>> = imgs.iter().map(|img| Some(start_ds(0, img.map(|i| (i, true))))).collect();
     let list: Vec<Value> = ds
         .iter()
         .enumerate()
@@ -238,3 +250,65 @@ fn pnfs_errors_are_named() {
     let err = Engine::connect(Config { server: dead.clone(), ..bad }).err().unwrap();
     assert!(err.contains("metadata server") && err.contains(&dead), "{err}");
 }
+
+/// One copy (mirrors=1) and a data server that restarts (on diskfs, so its
+/// data files and handles survive): the engine reports the lost connection
+/// as the data server failing, and the MDS marks it unhealthy but does not
+/// mark the only copy stale (before, it did, and every later I/O of that
+/// range failed with EIO for good, through the MDS too). Once the data
+/// server is back, writes to it succeed again, and what was COMMITted
+/// before the restart reads back with them.
+#[test]
+fn a_single_copy_survives_its_data_server_restarting() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fio-pnfs-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let imgs: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("ds{i}.img"))).collect();
+    for img in &imgs {
+        std::fs::File::create(img).unwrap().set_len(64 << 20).unwrap();
+    }
+    let mut c = cluster_on(json!({ "mirrors": 1 }), &imgs.iter().map(|p| Some(p.as_path())).collect::<Vec<_>>());
+    let mut e = engine(&c, 4);
+    let f = e.open("restart.0", true).unwrap();
+    let mut a = pattern(5, 0, BS);
+    unsafe { e.queue(f, Op::Write, 0, a.as_mut_ptr(), BS, 1) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(1, BS as i64)]);
+    unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 2) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(2, 0)]);
+    // The data server of stripe unit 0, and a later unit on the same one.
+    let ds_of = |c: &Cluster, unit: u64| data_on_each_ds(c, "restart.0", unit * 65536, 1)[0].0.clone();
+    let victim = ds_of(&c, 0);
+    let unit = (1..12).find(|&u| ds_of(&c, u) == victim).expect("a later unit on the same data server");
+    let i = c.ds.iter().position(|d| d.as_ref().is_some_and(|d| d.nfs_addr.unwrap().to_string() == victim)).unwrap();
+    let port = c.ds[i].as_ref().unwrap().nfs_addr.unwrap().port();
+    c.ds[i].take().unwrap().shutdown();
+    c.ds[i] = Some(start_ds(port, Some((&imgs[i], false))));
+    // Writes to the restarted data server: the first may fail (the lost
+    // connection), then they succeed.
+    let mut b = pattern(6, unit * 65536, BS);
+    let until = Instant::now() + Duration::from_secs(20);
+    let mut tag = 10;
+    let failed = loop {
+        unsafe { e.queue(f, Op::Write, unit * 65536, b.as_mut_ptr(), BS, tag) }.unwrap();
+        let got = drain(&mut e);
+        if got == vec![(tag, BS as i64)] {
+            break tag - 10;
+        }
+        assert!(Instant::now() < until, "writes to the restarted data server still fail after 20 s: {got:?}");
+        tag += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!("{failed} write(s) failed while the data server came back");
+    unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 100) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(100, 0)]);
+    for (off, want) in [(0, &a), (unit * 65536, &b)] {
+        let mut got = vec![0u8; BS];
+        unsafe { e.queue(f, Op::Read, off, got.as_mut_ptr(), BS, 200) }.unwrap();
+        assert_eq!(drain(&mut e), vec![(200, BS as i64)], "read at {off}");
+        assert!(got == *want, "the data at {off} after its data server restarted");
+    }
+    e.close(f).unwrap();
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+

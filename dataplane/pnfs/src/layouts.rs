@@ -231,16 +231,17 @@ impl Pnfs {
     }
 
     /// Mark the copy on DS `id` of `fh` stale (a failed write reached the
-    /// other mirrors only).
+    /// other mirrors only; a client reported the DS failing). A copy that
+    /// is the last good one of a stripe unit stays (`Placement::others_cover`):
+    /// with one copy, a DS restarting made the data unreachable for good.
     pub(crate) fn mark_stale(&self, fh: &FileHandle, id: u64) {
         let mut newly = false;
         let mut st = self.state();
         if let Some(p) = st.files.get_mut(fh) {
-            for (i, d) in p.dses.iter().enumerate() {
-                if *d == id && !p.stale[i] {
-                    p.stale[i] = true;
-                    newly = true;
-                }
+            let slots: Vec<usize> = (0..p.dses.len()).filter(|&i| p.dses[i] == id && !p.stale[i] && p.others_cover(i, id)).collect();
+            for i in slots {
+                p.stale[i] = true;
+                newly = true;
             }
         }
         if newly {

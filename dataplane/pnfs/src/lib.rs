@@ -231,6 +231,26 @@ impl Placement {
         self.width() > self.mirrors as u64
     }
 
+    /// Whether every stripe unit slot `i` holds a copy of also has a good
+    /// copy elsewhere: a slot that is not stale, on a DS other than `id`.
+    /// Only then may slot `i` go stale (miss writes the others take); the
+    /// last good copy of a unit never does — its DS being away fails the
+    /// I/O until it is back, it does not make the data unreachable.
+    pub fn others_cover(&self, i: usize, id: u64) -> bool {
+        let good = |j: usize| j != i && !self.stale[j] && self.dses[j] != id;
+        let mirrors = self.mirrors as usize;
+        if !self.segmented() {
+            return (0..mirrors).any(good);
+        }
+        // Slot i is mirror m of the units u with (u + m) % w == i; such a
+        // unit's copies are slots (u + k) % w for k < mirrors.
+        let w = self.dses.len();
+        (0..mirrors).all(|m| {
+            let u = (i + w - m) % w;
+            (0..mirrors).map(|k| (u + k) % w).any(good)
+        })
+    }
+
     /// Index into `dses` of stripe unit `unit`, mirror `m`.
     pub fn slot(&self, unit: u64, m: u32) -> usize {
         if !self.segmented() {

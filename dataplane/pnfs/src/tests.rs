@@ -141,6 +141,31 @@ fn stripe_slots_rotate_and_mirrors_differ() {
     assert!((0..10).all(|k| one.slot(k, 0) == 0));
 }
 
+/// The last good copy of a stripe unit never goes stale: with one copy no
+/// slot may; with two, a slot may while its partner copies are good, and
+/// not once one of them is stale; a whole-file mirror likewise.
+#[test]
+fn only_a_copy_with_a_good_partner_may_go_stale() {
+    let p = placement(3, 1);
+    assert!((0..3).all(|i| !p.others_cover(i, p.dses[i])), "one copy: never stale");
+    let mut p = placement(3, 2);
+    assert!((0..3).all(|i| p.others_cover(i, p.dses[i])), "two copies, all good");
+    // Slot 1 is a partner of slots 0 (unit 0: slots 0, 1) and 2 (unit 1:
+    // slots 1, 2); stale, it leaves both without a good partner.
+    p.stale[1] = true;
+    assert!(!p.others_cover(0, p.dses[0]));
+    assert!(!p.others_cover(2, p.dses[2]));
+    let mut p = placement(2, 2);
+    assert!(!p.segmented());
+    assert!(p.others_cover(0, p.dses[0]) && p.others_cover(1, p.dses[1]));
+    p.stale[0] = true;
+    assert!(!p.others_cover(1, p.dses[1]), "the last good whole-file copy");
+    // Two slots on the same DS are no cover for each other.
+    let mut p = placement(2, 2);
+    p.dses = vec![7, 7];
+    assert!(!p.others_cover(0, 7));
+}
+
 #[test]
 fn io_splits_at_stripe_unit_boundaries() {
     let p = placement(3, 1);
