@@ -876,6 +876,20 @@ impl Engine {
                     continue;
                 }
             }
+            if let Some(at) = self.pnfs_wait_at() {
+                if Instant::now() >= at {
+                    self.pnfs_retry_due();
+                    polled = true;
+                    continue;
+                }
+                if self.conns.iter().all(|c| c.ops.is_empty()) {
+                    // Only waiting pNFS I/Os: sleep until they are due.
+                    let pause = at.saturating_duration_since(Instant::now());
+                    std::thread::sleep(wait.map_or(pause, |w| w.min(pause)));
+                    polled = true;
+                    continue;
+                }
+            }
             self.pump(wait);
             polled = true;
         }
@@ -891,6 +905,9 @@ impl Engine {
         let mut until = wait.map(|w| Instant::now() + w);
         if self.retry_since.is_some() {
             until = Some(until.map_or(self.retry_at, |u| u.min(self.retry_at)));
+        }
+        if let Some(at) = self.pnfs_wait_at() {
+            until = Some(until.map_or(at, |u| u.min(at)));
         }
         for (i, c) in self.conns.iter_mut().enumerate() {
             if c.ops.is_empty() {

@@ -11,7 +11,11 @@
 //! error status) is reported to the MDS in LAYOUTRETURN (ff_ioerr4), the
 //! file's layout is dropped, and the I/O is sent again under a fresh layout
 //! (the MDS leaves the failed server out) — at most `REDRIVES_MAX` times,
-//! then once through the MDS itself. fio's fsync COMMITs every data file
+//! then once through the MDS itself. When that fails too (the only copy's
+//! data server is away, e.g. restarting), the I/O waits and is driven
+//! again from the start (backing off from 50 ms to 1 s) for up to
+//! `retry_s` seconds from its first failure, as NFSv3 mode waits for a
+//! reconnect; then it fails. fio's fsync COMMITs every data file
 //! written and LAYOUTCOMMITs the size; close does the same, returns the
 //! layout and CLOSEs.
 
@@ -21,7 +25,8 @@ use client::nfs3::Stable;
 use client::nfs4::{Nfs41, Open4, Stateid};
 use client::{Auth, Limits};
 use proto::nfs4 as p;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
 
 /// Layout segments kept per file (a striped file has one per stripe unit);
 /// beyond it the cache starts over.
@@ -40,6 +45,13 @@ pub(crate) struct State {
     next_mirror: usize,
     /// I/Os that ended up going through the MDS.
     pub(crate) through_mds: u64,
+    /// I/Os that failed everywhere, waiting to be driven again (`retry_s`),
+    /// when, and the pause after that.
+    waiting: VecDeque<u32>,
+    wait_at: Instant,
+    wait_pause: Duration,
+    /// An episode of waiting I/Os is going on (logged once).
+    wait_logged: bool,
 }
 
 struct Ds {
@@ -64,6 +76,8 @@ struct Io {
     redrives: u32,
     /// The file's layout generation this I/O was last sent under.
     generation: u64,
+    /// When it first failed everywhere (it waits `retry_s` from then).
+    since: Option<Instant>,
 }
 
 /// A file's pNFS state.
@@ -107,6 +121,10 @@ impl State {
             ds: HashMap::new(),
             next_mirror: 0,
             through_mds: 0,
+            waiting: VecDeque::new(),
+            wait_at: Instant::now(),
+            wait_pause: crate::RETRY_FIRST,
+            wait_logged: false,
         })
     }
 }
@@ -229,7 +247,7 @@ impl Engine {
             self.complete(tag, op, file, offset, 0, r);
             return Ok(());
         }
-        let io = Io { tag, op, file, offset, buf, len, parts_left: 0, count: None, errors: Vec::new(), last_error: String::new(), tried: 0, redrives: 0, generation: 0 };
+        let io = Io { tag, op, file, offset, buf, len, parts_left: 0, count: None, errors: Vec::new(), last_error: String::new(), tried: 0, redrives: 0, generation: 0, since: None };
         let st = self.st();
         let idx = match st.free.pop() {
             Some(i) => {
@@ -466,8 +484,7 @@ impl Engine {
     /// The I/O through the MDS (NFSv4.1 READ / FILE_SYNC WRITE with the open
     /// stateid), waited for here: the path of last resort.
     fn pnfs_through_mds(&mut self, idx: u32) {
-        let io = self.st().ios[idx as usize].take().expect("in flight");
-        self.st().free.push(idx);
+        let mut io = self.st().ios[idx as usize].take().expect("in flight");
         self.st().through_mds += 1;
         let open = self.layouts(io.file).open.clone();
         let r = match io.op {
@@ -483,8 +500,59 @@ impl Engine {
             Op::Write => self.st().mds.write(&open, io.offset, unsafe { std::slice::from_raw_parts(io.buf, io.len) }, true).map(|w| w.0 as i64),
             Op::Sync => Ok(0),
         };
-        let r = r.map_err(|e| (e.errno(), format!("through the MDS after \"{}\": {e}", io.last_error)));
+        let mut r = r.map_err(|e| (e.errno(), format!("through the MDS after \"{}\": {e}", io.last_error)));
+        if let Err((_, msg)) = &r {
+            let now = Instant::now();
+            let since = *io.since.get_or_insert(now);
+            let window = Duration::from_secs(self.cfg.retry_s as u64);
+            if now.duration_since(since) < window {
+                // Wait and drive it again from the start.
+                let st = self.st();
+                if st.waiting.is_empty() && !st.wait_logged {
+                    st.wait_pause = crate::RETRY_FIRST;
+                    st.wait_at = now + st.wait_pause;
+                    st.wait_logged = true;
+                    eprintln!("chimera-fio: {msg}; I/Os wait for the data server (up to chimera_retry_s={} s)", self.cfg.retry_s);
+                }
+                io.redrives = 0;
+                io.tried = 0;
+                io.count = None;
+                io.errors.clear();
+                let st = self.st();
+                st.ios[idx as usize] = Some(io);
+                st.waiting.push_back(idx);
+                return;
+            }
+            if self.cfg.retry_s > 0 {
+                r = Err((libc::EIO, format!("{msg}; gave up after chimera_retry_s={} s", self.cfg.retry_s)));
+            }
+        }
+        self.st().free.push(idx);
         self.complete(io.tag, io.op, io.file, io.offset, io.len, r);
+    }
+
+    /// When the next waiting I/O is due (None: none waits).
+    pub(crate) fn pnfs_wait_at(&self) -> Option<Instant> {
+        self.pnfs.as_ref().filter(|s| !s.waiting.is_empty()).map(|s| s.wait_at)
+    }
+
+    /// Drive every waiting I/O again (it is time); those that fail again
+    /// wait once more, after a longer pause.
+    pub(crate) fn pnfs_retry_due(&mut self) {
+        let st = self.st();
+        let pause = (st.wait_pause * 2).min(crate::RETRY_MAX);
+        let ready: Vec<u32> = st.waiting.drain(..).collect();
+        for idx in ready {
+            self.pnfs_drive(idx);
+        }
+        let st = self.st();
+        st.wait_pause = pause;
+        st.wait_at = Instant::now() + pause;
+        if st.waiting.is_empty() {
+            // Every one went out (or failed for good): the episode is over.
+            st.wait_logged = false;
+        }
+        self.send_all();
     }
 
     /// COMMIT every data file written since the last sync, then

@@ -81,6 +81,10 @@ fn cluster_on(pnfs: Value, imgs: &[Option<&Path>]) -> Cluster {
 }
 
 fn engine(c: &Cluster, depth: usize) -> Engine {
+    engine_with(c, depth, chimera_fio::RETRY_S_DEFAULT)
+}
+
+fn engine_with(c: &Cluster, depth: usize, retry_s: u32) -> Engine {
     let cfg = Config {
         server: c.mds.as_ref().unwrap().nfs_addr.unwrap().to_string(),
         export: "/m".into(),
@@ -91,7 +95,7 @@ fn engine(c: &Cluster, depth: usize) -> Engine {
         gid: 0,
         pnfs: true,
         busy_poll_us: 0,
-        retry_s: chimera_fio::RETRY_S_DEFAULT,
+        retry_s,
         hold_mib: chimera_fio::HOLD_MIB_DEFAULT,
     };
     Engine::connect(cfg).expect("pNFS engine")
@@ -255,9 +259,10 @@ fn pnfs_errors_are_named() {
 /// data files and handles survive): the engine reports the lost connection
 /// as the data server failing, and the MDS marks it unhealthy but does not
 /// mark the only copy stale (before, it did, and every later I/O of that
-/// range failed with EIO for good, through the MDS too). Once the data
-/// server is back, writes to it succeed again, and what was COMMITted
-/// before the restart reads back with them.
+/// range failed with EIO for good, through the MDS too). A write queued
+/// while the data server is away waits (`chimera_retry_s`) and completes
+/// once it is back, with no error; what was COMMITted before the restart
+/// reads back with it.
 #[test]
 fn a_single_copy_survives_its_data_server_restarting() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fio-pnfs-restart-{}", std::process::id()));
@@ -282,23 +287,19 @@ fn a_single_copy_survives_its_data_server_restarting() {
     let i = c.ds.iter().position(|d| d.as_ref().is_some_and(|d| d.nfs_addr.unwrap().to_string() == victim)).unwrap();
     let port = c.ds[i].as_ref().unwrap().nfs_addr.unwrap().port();
     c.ds[i].take().unwrap().shutdown();
-    c.ds[i] = Some(start_ds(port, Some((&imgs[i], false))));
-    // Writes to the restarted data server: the first may fail (the lost
-    // connection), then they succeed.
+    // A write to it while it is away, and it comes back 700 ms later.
     let mut b = pattern(6, unit * 65536, BS);
-    let until = Instant::now() + Duration::from_secs(20);
-    let mut tag = 10;
-    let failed = loop {
-        unsafe { e.queue(f, Op::Write, unit * 65536, b.as_mut_ptr(), BS, tag) }.unwrap();
-        let got = drain(&mut e);
-        if got == vec![(tag, BS as i64)] {
-            break tag - 10;
-        }
-        assert!(Instant::now() < until, "writes to the restarted data server still fail after 20 s: {got:?}");
-        tag += 1;
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    eprintln!("{failed} write(s) failed while the data server came back");
+    unsafe { e.queue(f, Op::Write, unit * 65536, b.as_mut_ptr(), BS, 10) }.unwrap();
+    let img = imgs[i].clone();
+    let back = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(700));
+        start_ds(port, Some((&img, false)))
+    });
+    let t0 = Instant::now();
+    assert_eq!(drain(&mut e), vec![(10, BS as i64)], "the write waited for the data server");
+    eprintln!("a write across a data-server restart completed after {:?}", t0.elapsed());
+    c.ds[i] = Some(back.join().unwrap());
+    assert_eq!(e.errors(), 0, "no I/O failed");
     unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 100) }.unwrap();
     assert_eq!(drain(&mut e), vec![(100, 0)]);
     for (off, want) in [(0, &a), (unit * 65536, &b)] {
@@ -308,7 +309,15 @@ fn a_single_copy_survives_its_data_server_restarting() {
         assert!(got == *want, "the data at {off} after its data server restarted");
     }
     e.close(f).unwrap();
+    // A data server that stays away: after chimera_retry_s, EIO.
+    let mut e = engine_with(&c, 4, 1);
+    let f = e.open("restart.0", false).unwrap();
+    c.ds[i].take().unwrap().shutdown();
+    let t0 = Instant::now();
+    unsafe { e.queue(f, Op::Write, unit * 65536, b.as_mut_ptr(), BS, 300) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(300, -(libc::EIO as i64))]);
+    let took = t0.elapsed();
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(15), "gave up after {took:?}");
     drop(c);
     let _ = std::fs::remove_dir_all(&dir);
 }
-
