@@ -975,7 +975,12 @@ impl Engine {
                         // SAFETY: `queue`'s contract keeps the buffer valid and ours.
                         Op::Read => Nfs3::read_into(&reply, unsafe { std::slice::from_raw_parts_mut(op.buf, op.len) })
                             .map(|(n, _)| n as i64),
-                        Op::Write => Nfs3::written(&reply, op.len).map(|w| w.count as i64),
+                        Op::Write => Nfs3::written(&reply, op.len).map(|w| {
+                            if !w.stable {
+                                self.pnfs_write_verf(op.file, i, w.verf);
+                            }
+                            w.count as i64
+                        }),
                         Op::Sync => Nfs3::committed(&reply).map(|_| 0),
                     };
                     self.conns[i].nfs.rpc().recycle(reply);

@@ -80,6 +80,21 @@ struct Io {
     since: Option<Instant>,
 }
 
+/// A data file written since the last COMMIT: where, and the write
+/// verifiers of its answers, compared with the COMMIT's: a data server
+/// that restarted in between may have lost them.
+struct Written {
+    conn: usize,
+    fh: Vec<u8>,
+    /// Copies of the segment it was written under: with one, a data
+    /// server reported failed still holds the only copy (the MDS keeps it).
+    mirrors: usize,
+    /// The verifier of the first UNSTABLE answer.
+    verf: Option<[u8; 8]>,
+    /// A later answer carried another one.
+    changed: bool,
+}
+
 /// A file's pNFS state.
 pub(crate) struct FileLayouts {
     open: Open4,
@@ -87,9 +102,8 @@ pub(crate) struct FileLayouts {
     segs: Vec<client::flexfiles::FfSegment>,
     /// The layout stateid once a LAYOUTGET granted one.
     lstateid: Option<Stateid>,
-    /// (connection, data-file handle) of every data file written since the
-    /// last COMMIT.
-    written: Vec<(usize, Vec<u8>)>,
+    /// Every data file written since the last COMMIT.
+    written: Vec<Written>,
     /// End of the furthest write since the last LAYOUTCOMMIT.
     write_end: u64,
     /// Bumped each time the layout is dropped after a failure: an I/O driven
@@ -343,9 +357,9 @@ impl Engine {
                     // Remembered for COMMIT once per data file (no copy per I/O).
                     if op == Op::Write {
                         let l = self.files[file as usize].as_ref().expect("open").pnfs.as_ref().expect("pNFS");
-                        if !l.written.iter().any(|(cc, f)| *cc == conn && f == fh) {
+                        if !l.written.iter().any(|w| w.conn == conn && w.fh == *fh) {
                             let fh = fh.clone();
-                            self.layouts(file).written.push((conn, fh));
+                            self.layouts(file).written.push(Written { conn, fh, mirrors: nm, verf: None, changed: false });
                         }
                     }
                 }
@@ -555,20 +569,49 @@ impl Engine {
         self.send_all();
     }
 
+    /// The write verifier of an UNSTABLE answer on connection `conn` to
+    /// `file`'s data there.
+    pub(crate) fn pnfs_write_verf(&mut self, file: u32, conn: usize, verf: [u8; 8]) {
+        let Some(l) = self.files.get_mut(file as usize).and_then(Option::as_mut).and_then(|f| f.pnfs.as_mut()) else { return };
+        for w in l.written.iter_mut().filter(|w| w.conn == conn) {
+            match w.verf {
+                None => w.verf = Some(verf),
+                Some(v) if v != verf => w.changed = true,
+                Some(_) => {}
+            }
+        }
+    }
+
     /// COMMIT every data file written since the last sync, then
     /// LAYOUTCOMMIT the size to the MDS.
     fn pnfs_sync(&mut self, file: u32) -> Result<(), (i32, String)> {
         let written = std::mem::take(&mut self.layouts(file).written);
         let failed = self.layouts(file).failed.clone();
         let mut first_err = None;
-        for (conn, fh) in &written {
-            let c = &mut self.conns[*conn];
-            if c.device.is_some_and(|d| failed.contains(&d)) {
+        for w in &written {
+            let c = &mut self.conns[w.conn];
+            if w.mirrors > 1 && c.device.is_some_and(|d| failed.contains(&d)) {
                 continue; // reported failed: its copy is stale, the MDS knows
             }
-            let r = c.nfs.submit_commit(fh).and_then(|x| c.nfs.rpc().wait(x)).and_then(|r| client::nfs3::Nfs3::committed(&r));
-            if let Err(e) = r {
-                first_err.get_or_insert_with(|| nfs(e, &format!("COMMIT on data server {}", c.addr)));
+            if c.nfs.rpc().broken().is_some() {
+                if let Err(m) = self.reconnect(w.conn) {
+                    first_err.get_or_insert((libc::EIO, format!("COMMIT on a data server: {m}")));
+                    continue;
+                }
+            }
+            let c = &mut self.conns[w.conn];
+            let r = c.nfs.submit_commit(&w.fh).and_then(|x| c.nfs.rpc().wait(x)).and_then(|r| client::nfs3::Nfs3::committed(&r));
+            match r {
+                Err(e) => {
+                    first_err.get_or_insert_with(|| nfs(e, &format!("COMMIT on data server {}", c.addr)));
+                }
+                Ok(verf) if w.changed || w.verf.is_some_and(|v| v != verf) => {
+                    first_err.get_or_insert_with(|| {
+                        let why = "restarted since UNSTABLE writes it acknowledged (COMMIT verifier changed); they may be lost";
+                        (libc::EIO, format!("data server {} {why}", c.addr))
+                    });
+                }
+                Ok(_) => {}
             }
         }
         let (fh, sid, end) = {

@@ -321,3 +321,52 @@ fn a_single_copy_survives_its_data_server_restarting() {
     drop(c);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// UNSTABLE writes a data server answered and then lost by restarting
+/// (diskfs logs their block maps only at COMMIT): the engine reconnects,
+/// later writes go to the restarted server, and the fsync's COMMIT carries
+/// a new write verifier — the fsync fails with EIO naming the data server
+/// instead of reporting the lost write durable (before, it returned 0 and
+/// the block read back as zeros).
+#[test]
+fn a_data_server_that_lost_unstable_writes_fails_the_fsync() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fio-pnfs-lost-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let imgs: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("ds{i}.img"))).collect();
+    for img in &imgs {
+        std::fs::File::create(img).unwrap().set_len(64 << 20).unwrap();
+    }
+    let mut c = cluster_on(json!({ "mirrors": 1 }), &imgs.iter().map(|p| Some(p.as_path())).collect::<Vec<_>>());
+    let mut e = engine(&c, 4);
+    let f = e.open("lost.0", true).unwrap();
+    let mut a = pattern(7, 0, BS);
+    unsafe { e.queue(f, Op::Write, 0, a.as_mut_ptr(), BS, 1) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(1, BS as i64)], "answered UNSTABLE, not COMMITted");
+    let ds_of = |c: &Cluster, unit: u64| data_on_each_ds(c, "lost.0", unit * 65536, 1)[0].0.clone();
+    let victim = ds_of(&c, 0);
+    let unit = (1..12).find(|&u| ds_of(&c, u) == victim).expect("a later unit on the same data server");
+    let i = c.ds.iter().position(|d| d.as_ref().is_some_and(|d| d.nfs_addr.unwrap().to_string() == victim)).unwrap();
+    let port = c.ds[i].as_ref().unwrap().nfs_addr.unwrap().port();
+    c.ds[i].take().unwrap().shutdown();
+    c.ds[i] = Some(start_ds(port, Some((&imgs[i], false))));
+    let mut b = pattern(8, unit * 65536, BS);
+    unsafe { e.queue(f, Op::Write, unit * 65536, b.as_mut_ptr(), BS, 2) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(2, BS as i64)], "a write to the restarted data server");
+    unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 3) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(3, -(libc::EIO as i64))], "the fsync reports what the restart may have lost");
+    // The loss was real: block 0 is not what was written.
+    let mut got = vec![0u8; BS];
+    unsafe { e.queue(f, Op::Read, 0, got.as_mut_ptr(), BS, 4) }.unwrap();
+    let r = drain(&mut e);
+    assert!(r[0].1 < BS as i64 || got != a, "block 0 after the restart ({r:?})");
+    // Nothing else is wrong: writes and an fsync now are clean.
+    unsafe { e.queue(f, Op::Write, 0, a.as_mut_ptr(), BS, 5) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(5, BS as i64)]);
+    unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 6) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(6, 0)]);
+    e.close(f).unwrap();
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
