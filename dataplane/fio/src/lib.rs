@@ -184,6 +184,9 @@ struct Held {
 
 struct HeldWrite {
     file: u32,
+    /// pNFS mode: the data-server connection it was answered on (the
+    /// file's data file there); `NO_CONN` in NFSv3 mode.
+    conn: u32,
     offset: u64,
     len: u32,
     /// Where its bytes are in the arena.
@@ -193,34 +196,42 @@ struct HeldWrite {
     live: bool,
 }
 
+/// `HeldWrite::conn` of NFSv3 mode.
+const NO_CONN: u32 = u32::MAX;
+
 impl Held {
     fn live_bytes(&self) -> usize {
         self.arena.len() - self.dead
     }
 
-    fn add(&mut self, file: u32, offset: u64, data: &[u8], verf: [u8; 8]) {
+    fn add(&mut self, file: u32, conn: u32, offset: u64, data: &[u8], verf: [u8; 8]) {
         self.seq += 1;
         let at = self.arena.len();
         self.arena.extend_from_slice(data);
-        self.entries.push(HeldWrite { file, offset, len: data.len() as u32, at, verf, seq: self.seq, live: true });
+        self.entries.push(HeldWrite { file, conn, offset, len: data.len() as u32, at, verf, seq: self.seq, live: true });
     }
 
-    /// `file`'s live writes answered up to `upto` whose verifier is not
-    /// `verf` (indices into `entries`).
-    fn stale(&self, file: u32, upto: u64, verf: [u8; 8], out: &mut Vec<usize>) {
+    /// `file`'s live writes (on `conn`) answered up to `upto` whose
+    /// verifier is not `verf` (indices into `entries`).
+    fn stale(&self, file: u32, conn: u32, upto: u64, verf: [u8; 8], out: &mut Vec<usize>) {
         out.clear();
         out.extend(
             self.entries
                 .iter()
                 .enumerate()
-                .filter(|(_, e)| e.live && e.file == file && e.seq <= upto && e.verf != verf)
+                .filter(|(_, e)| e.live && e.file == file && e.conn == conn && e.seq <= upto && e.verf != verf)
                 .map(|(i, _)| i),
         );
     }
 
     /// A COMMIT covered `file`'s writes answered up to `upto`: drop them.
     fn covered(&mut self, file: u32, upto: u64) {
-        for e in self.entries.iter_mut().filter(|e| e.live && e.file == file && e.seq <= upto) {
+        self.covered_on(file, None, upto)
+    }
+
+    /// As `covered`, only those answered on `conn` when given.
+    fn covered_on(&mut self, file: u32, conn: Option<u32>, upto: u64) {
+        for e in self.entries.iter_mut().filter(|e| e.live && e.file == file && conn.is_none_or(|c| e.conn == c) && e.seq <= upto) {
             e.live = false;
             self.dead += e.len as usize;
         }
@@ -273,6 +284,9 @@ struct File {
     /// is off, or the bound was reached while no COMMIT could be made):
     /// a changed verifier cannot be repaired until the next COMMIT.
     unheld: bool,
+    /// pNFS mode: a COMMIT the engine made itself (at the `Held` bound)
+    /// failed; the file's next fsync reports it.
+    lost: Option<String>,
     /// pNFS: the open, the layout segments held, what was written where.
     pnfs: Option<pnfs::FileLayouts>,
 }
@@ -436,7 +450,7 @@ impl Engine {
             }
             Err(e) => return Err(fail("opening", e)),
         };
-        let f = File { path: path.to_string(), fh, unstable_verf: None, verf_changed: false, unheld: false, pnfs: None };
+        let f = File { path: path.to_string(), fh, unstable_verf: None, verf_changed: false, unheld: false, lost: None, pnfs: None };
         Ok(self.add_file(f))
     }
 
@@ -461,6 +475,7 @@ impl Engine {
         };
         if f.pnfs.is_some() {
             let r = self.pnfs_close(file);
+            self.held.covered(file, u64::MAX);
             self.files[file as usize] = None;
             return r;
         }
@@ -524,7 +539,7 @@ impl Engine {
         let mut stale = std::mem::take(&mut self.stale);
         let mut r = Ok(());
         for round in 0.. {
-            self.held.stale(file, upto, verf, &mut stale);
+            self.held.stale(file, NO_CONN, upto, verf, &mut stale);
             if stale.is_empty() {
                 break;
             }
@@ -978,6 +993,11 @@ impl Engine {
                         Op::Write => Nfs3::written(&reply, op.len).map(|w| {
                             if !w.stable {
                                 self.pnfs_write_verf(op.file, i, w.verf);
+                                if self.held.max > 0 {
+                                    // SAFETY: as below.
+                                    let data = unsafe { std::slice::from_raw_parts(op.buf, (w.count as usize).min(op.len)) };
+                                    self.held.add(op.file, i as u32, op.offset, data, w.verf);
+                                }
                             }
                             w.count as i64
                         }),
@@ -1010,7 +1030,7 @@ impl Engine {
                                     // SAFETY: `queue`'s contract: fio's buffer
                                     // is valid and untouched until reaped.
                                     let data = unsafe { std::slice::from_raw_parts(op.buf, (w.count as usize).min(op.len)) };
-                                    self.held.add(op.file, op.offset, data, w.verf);
+                                    self.held.add(op.file, NO_CONN, op.offset, data, w.verf);
                                 }
                             }
                         }

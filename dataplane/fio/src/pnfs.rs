@@ -171,6 +171,7 @@ impl Engine {
             unstable_verf: None,
             verf_changed: false,
             unheld: false,
+            lost: None,
             pnfs: Some(FileLayouts { open: o, iomode, segs: Vec::new(), lstateid: None, written: Vec::new(), write_end: 0, generation: 0, failed: Vec::new() }),
         })
     }
@@ -254,6 +255,9 @@ impl Engine {
                     return Err((libc::EAGAIN, crate::BUSY.into()));
                 }
             }
+        }
+        if op == Op::Write {
+            self.pnfs_hold_room(len);
         }
         self.in_flight += 1;
         if op == Op::Sync {
@@ -545,6 +549,32 @@ impl Engine {
         self.complete(io.tag, io.op, io.file, io.offset, io.len, r);
     }
 
+    /// Make room in `Held` for a write of `len` bytes (one copy per mirror
+    /// answer): at the bound, sync every file with held writes (COMMIT on
+    /// their data servers, resending what a restart lost). A failure is
+    /// reported by that file's next fsync.
+    fn pnfs_hold_room(&mut self, len: usize) {
+        if self.held.max == 0 || self.held.arena.len() + len <= self.held.max {
+            return;
+        }
+        if self.held.dead >= len {
+            self.held.compact();
+            if self.held.arena.len() + len <= self.held.max {
+                return;
+            }
+        }
+        for f in self.held.files() {
+            if let Err((_, m)) = self.pnfs_sync(f) {
+                eprintln!("chimera-fio: a COMMIT to make room for held writes (chimera_hold_mib) failed: {m}");
+                if let Some(f) = self.files[f as usize].as_mut() {
+                    f.lost = Some(m);
+                }
+            }
+            // A file whose data servers all failed holds nothing to keep.
+            self.held.covered(f, u64::MAX);
+        }
+    }
+
     /// When the next waiting I/O is due (None: none waits).
     pub(crate) fn pnfs_wait_at(&self) -> Option<Instant> {
         self.pnfs.as_ref().filter(|s| !s.waiting.is_empty()).map(|s| s.wait_at)
@@ -569,6 +599,91 @@ impl Engine {
         self.send_all();
     }
 
+    /// COMMIT `file`'s data file on the data server of `w`, covering the
+    /// writes answered up to `upto`. Held writes answered with another
+    /// verifier (the data server restarted since) are sent again there
+    /// and COMMITted, until they all carry the COMMIT's verifier; without
+    /// copies of them (`chimera_hold_mib=0`) a changed verifier is EIO
+    /// naming the data server.
+    fn pnfs_commit_ds(&mut self, file: u32, w: &Written, upto: u64) -> Result<(), (i32, String)> {
+        let addr = self.conns[w.conn].addr.clone();
+        let commit = |c: &mut Conn| {
+            c.nfs.submit_commit(&w.fh).and_then(|x| c.nfs.rpc().wait(x)).and_then(|r| client::nfs3::Nfs3::committed(&r))
+        };
+        let mut verf = match commit(&mut self.conns[w.conn]) {
+            // A connection found lost only now (the data server restarted
+            // while nothing was in flight): once more on a new one.
+            Err(e) if e.is_connection() => {
+                self.reconnect(w.conn).map_err(|m| (libc::EIO, format!("COMMIT on data server {addr}: {m}")))?;
+                commit(&mut self.conns[w.conn])
+            }
+            r => r,
+        }
+        .map_err(|e| nfs(e, &format!("COMMIT on data server {addr}")))?;
+        let changed = w.changed || w.verf.is_some_and(|v| v != verf);
+        if changed && self.held.max == 0 {
+            let why = "restarted since UNSTABLE writes it acknowledged (COMMIT verifier changed); they may be lost";
+            return Err((libc::EIO, format!("data server {addr} {why}")));
+        }
+        let conn = w.conn as u32;
+        let mut stale = std::mem::take(&mut self.stale);
+        let mut r = Ok(());
+        for round in 0.. {
+            self.held.stale(file, conn, upto, verf, &mut stale);
+            if stale.is_empty() {
+                break;
+            }
+            if round == crate::RESEND_ROUNDS_MAX {
+                r = Err((libc::EIO, format!("data server {addr}: the write verifier kept changing while resending uncommitted writes")));
+                break;
+            }
+            let bytes: u64 = stale.iter().map(|&k| self.held.entries[k].len as u64).sum();
+            eprintln!(
+                "chimera-fio: data server {addr} restarted (its write verifier changed): sending {} uncommitted write(s), {bytes} bytes, again",
+                stale.len()
+            );
+            let fail = |e: client::Error| (e.errno(), format!("resending writes to data server {addr}: {e}"));
+            let mut sent = Ok(());
+            for &k in &stale {
+                let e = &self.held.entries[k];
+                let data = &self.held.arena[e.at..e.at + e.len as usize];
+                let c = &mut self.conns[w.conn].nfs;
+                let got = c.submit_write(&w.fh, e.offset, data, Stable::Unstable).and_then(|x| c.rpc().wait(x)).map_err(fail).and_then(|reply| {
+                    let a = client::nfs3::Nfs3::written(&reply, e.len as usize).map_err(fail);
+                    c.rpc().recycle(reply);
+                    a
+                });
+                match got {
+                    Ok(a) if a.count as usize >= e.len as usize => self.held.entries[k].verf = a.verf,
+                    Ok(a) => {
+                        sent = Err((libc::EIO, format!("resending writes to data server {addr}: {} of {} bytes at {}", a.count, e.len, e.offset)));
+                        break;
+                    }
+                    Err(x) => {
+                        sent = Err(x);
+                        break;
+                    }
+                }
+            }
+            if let Err(x) = sent {
+                r = Err(x);
+                break;
+            }
+            self.held.resent.0 += stale.len() as u64;
+            self.held.resent.1 += bytes;
+            match commit(&mut self.conns[w.conn]) {
+                Ok(v) => verf = v,
+                Err(e) => {
+                    r = Err(nfs(e, &format!("COMMIT on data server {addr}")));
+                    break;
+                }
+            }
+        }
+        self.stale = stale;
+        self.held.covered_on(file, Some(conn), upto);
+        r
+    }
+
     /// The write verifier of an UNSTABLE answer on connection `conn` to
     /// `file`'s data there.
     pub(crate) fn pnfs_write_verf(&mut self, file: u32, conn: usize, verf: [u8; 8]) {
@@ -585,13 +700,17 @@ impl Engine {
     /// COMMIT every data file written since the last sync, then
     /// LAYOUTCOMMIT the size to the MDS.
     fn pnfs_sync(&mut self, file: u32) -> Result<(), (i32, String)> {
+        let upto = self.held.seq;
         let written = std::mem::take(&mut self.layouts(file).written);
         let failed = self.layouts(file).failed.clone();
-        let mut first_err = None;
+        let mut first_err = self.files[file as usize].as_mut().and_then(|f| f.lost.take()).map(|m| (libc::EIO, m));
         for w in &written {
             let c = &mut self.conns[w.conn];
             if w.mirrors > 1 && c.device.is_some_and(|d| failed.contains(&d)) {
-                continue; // reported failed: its copy is stale, the MDS knows
+                // Reported failed: its copy is stale, the MDS knows (and
+                // brings it back from a good one); nothing to resend there.
+                self.held.covered_on(file, Some(w.conn as u32), upto);
+                continue;
             }
             if c.nfs.rpc().broken().is_some() {
                 if let Err(m) = self.reconnect(w.conn) {
@@ -599,19 +718,8 @@ impl Engine {
                     continue;
                 }
             }
-            let c = &mut self.conns[w.conn];
-            let r = c.nfs.submit_commit(&w.fh).and_then(|x| c.nfs.rpc().wait(x)).and_then(|r| client::nfs3::Nfs3::committed(&r));
-            match r {
-                Err(e) => {
-                    first_err.get_or_insert_with(|| nfs(e, &format!("COMMIT on data server {}", c.addr)));
-                }
-                Ok(verf) if w.changed || w.verf.is_some_and(|v| v != verf) => {
-                    first_err.get_or_insert_with(|| {
-                        let why = "restarted since UNSTABLE writes it acknowledged (COMMIT verifier changed); they may be lost";
-                        (libc::EIO, format!("data server {} {why}", c.addr))
-                    });
-                }
-                Ok(_) => {}
+            if let Err(e) = self.pnfs_commit_ds(file, w, upto) {
+                first_err.get_or_insert(e);
             }
         }
         let (fh, sid, end) = {

@@ -85,7 +85,11 @@ fn engine(c: &Cluster, depth: usize) -> Engine {
 }
 
 fn engine_with(c: &Cluster, depth: usize, retry_s: u32) -> Engine {
-    let cfg = Config {
+    Engine::connect(engine_cfg(c, depth, retry_s)).expect("pNFS engine")
+}
+
+fn engine_cfg(c: &Cluster, depth: usize, retry_s: u32) -> Config {
+    Config {
         server: c.mds.as_ref().unwrap().nfs_addr.unwrap().to_string(),
         export: "/m".into(),
         mount_port: 0,
@@ -97,8 +101,7 @@ fn engine_with(c: &Cluster, depth: usize, retry_s: u32) -> Engine {
         busy_poll_us: 0,
         retry_s,
         hold_mib: chimera_fio::HOLD_MIB_DEFAULT,
-    };
-    Engine::connect(cfg).expect("pNFS engine")
+    }
 }
 
 const BS: usize = 4096;
@@ -322,14 +325,15 @@ fn a_single_copy_survives_its_data_server_restarting() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// UNSTABLE writes a data server answered and then lost by restarting
-/// (diskfs logs their block maps only at COMMIT): the engine reconnects,
-/// later writes go to the restarted server, and the fsync's COMMIT carries
-/// a new write verifier — the fsync fails with EIO naming the data server
-/// instead of reporting the lost write durable (before, it returned 0 and
-/// the block read back as zeros).
+/// UNSTABLE writes data servers answered and then lost by restarting
+/// (diskfs logs their block maps only at COMMIT; all three restart): the
+/// fsync's COMMIT, on a new connection, carries a new write verifier. The
+/// engine sends the held copies again and COMMITs: the fsync succeeds and
+/// the data reads back. With `chimera_hold_mib=0` the fsync fails with EIO
+/// naming the data server instead of reporting the write durable (before,
+/// it returned 0), and the block is indeed gone.
 #[test]
-fn a_data_server_that_lost_unstable_writes_fails_the_fsync() {
+fn unstable_writes_a_data_server_lost_are_resent_or_fail_the_fsync() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fio-pnfs-lost-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -338,35 +342,49 @@ fn a_data_server_that_lost_unstable_writes_fails_the_fsync() {
         std::fs::File::create(img).unwrap().set_len(64 << 20).unwrap();
     }
     let mut c = cluster_on(json!({ "mirrors": 1 }), &imgs.iter().map(|p| Some(p.as_path())).collect::<Vec<_>>());
-    let mut e = engine(&c, 4);
-    let f = e.open("lost.0", true).unwrap();
-    let mut a = pattern(7, 0, BS);
-    unsafe { e.queue(f, Op::Write, 0, a.as_mut_ptr(), BS, 1) }.unwrap();
-    assert_eq!(drain(&mut e), vec![(1, BS as i64)], "answered UNSTABLE, not COMMITted");
-    let ds_of = |c: &Cluster, unit: u64| data_on_each_ds(c, "lost.0", unit * 65536, 1)[0].0.clone();
-    let victim = ds_of(&c, 0);
-    let unit = (1..12).find(|&u| ds_of(&c, u) == victim).expect("a later unit on the same data server");
-    let i = c.ds.iter().position(|d| d.as_ref().is_some_and(|d| d.nfs_addr.unwrap().to_string() == victim)).unwrap();
-    let port = c.ds[i].as_ref().unwrap().nfs_addr.unwrap().port();
-    c.ds[i].take().unwrap().shutdown();
-    c.ds[i] = Some(start_ds(port, Some((&imgs[i], false))));
-    let mut b = pattern(8, unit * 65536, BS);
-    unsafe { e.queue(f, Op::Write, unit * 65536, b.as_mut_ptr(), BS, 2) }.unwrap();
-    assert_eq!(drain(&mut e), vec![(2, BS as i64)], "a write to the restarted data server");
-    unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 3) }.unwrap();
-    assert_eq!(drain(&mut e), vec![(3, -(libc::EIO as i64))], "the fsync reports what the restart may have lost");
-    // The loss was real: block 0 is not what was written.
-    let mut got = vec![0u8; BS];
-    unsafe { e.queue(f, Op::Read, 0, got.as_mut_ptr(), BS, 4) }.unwrap();
-    let r = drain(&mut e);
-    assert!(r[0].1 < BS as i64 || got != a, "block 0 after the restart ({r:?})");
+    let mut kept = engine(&c, 4);
+    let mut bare = Engine::connect(Config { hold_mib: 0, ..engine_cfg(&c, 4, chimera_fio::RETRY_S_DEFAULT) }).unwrap();
+    let (fk, fb) = (kept.open("kept.0", true).unwrap(), bare.open("bare.0", true).unwrap());
+    let mut a = pattern(7, 0, 3 * 65536);
+    for (e, f) in [(&mut kept, fk), (&mut bare, fb)] {
+        // One block in each of three stripe units: on each data server.
+        for u in 0..3u64 {
+            let at = (u * 65536) as usize;
+            unsafe { e.queue(f, Op::Write, u * 65536, a[at..].as_mut_ptr(), BS, u) }.unwrap();
+        }
+        assert_eq!(drain(e).len(), 3, "answered UNSTABLE, not COMMITted");
+    }
+    assert_eq!(kept.held_bytes(), 3 * BS);
+    for i in 0..3 {
+        let port = c.ds[i].as_ref().unwrap().nfs_addr.unwrap().port();
+        c.ds[i].take().unwrap().shutdown();
+        c.ds[i] = Some(start_ds(port, Some((&imgs[i], false))));
+    }
+    unsafe { kept.queue(fk, Op::Sync, 0, std::ptr::null_mut(), 0, 10) }.unwrap();
+    assert_eq!(drain(&mut kept), vec![(10, 0)], "the held writes were sent again");
+    assert_eq!(kept.resent(), (3, 3 * BS as u64));
+    assert_eq!(kept.held_bytes(), 0);
+    unsafe { bare.queue(fb, Op::Sync, 0, std::ptr::null_mut(), 0, 10) }.unwrap();
+    assert_eq!(drain(&mut bare), vec![(10, -(libc::EIO as i64))], "nothing held: the fsync reports what the restart may have lost");
+    for u in 0..3u64 {
+        let at = (u * 65536) as usize;
+        let want = &a[at..at + BS];
+        let mut got = vec![0u8; BS];
+        unsafe { kept.queue(fk, Op::Read, u * 65536, got.as_mut_ptr(), BS, 20) }.unwrap();
+        assert_eq!(drain(&mut kept), vec![(20, BS as i64)]);
+        assert!(got == want, "unit {u} of the held file after the restart");
+        got.fill(0);
+        unsafe { bare.queue(fb, Op::Read, u * 65536, got.as_mut_ptr(), BS, 21) }.unwrap();
+        let r = drain(&mut bare);
+        assert!(r[0].1 < BS as i64 || got != want, "unit {u} of the unheld file was really lost ({r:?})");
+    }
     // Nothing else is wrong: writes and an fsync now are clean.
-    unsafe { e.queue(f, Op::Write, 0, a.as_mut_ptr(), BS, 5) }.unwrap();
-    assert_eq!(drain(&mut e), vec![(5, BS as i64)]);
-    unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 6) }.unwrap();
-    assert_eq!(drain(&mut e), vec![(6, 0)]);
-    e.close(f).unwrap();
+    unsafe { bare.queue(fb, Op::Write, 0, a.as_mut_ptr(), BS, 30) }.unwrap();
+    assert_eq!(drain(&mut bare), vec![(30, BS as i64)]);
+    unsafe { bare.queue(fb, Op::Sync, 0, std::ptr::null_mut(), 0, 31) }.unwrap();
+    assert_eq!(drain(&mut bare), vec![(31, 0)]);
+    kept.close(fk).unwrap();
+    bare.close(fb).unwrap();
     drop(c);
     let _ = std::fs::remove_dir_all(&dir);
 }
-
