@@ -18,6 +18,13 @@
 //! reconnect; then it fails. fio's fsync COMMITs every data file
 //! written and LAYOUTCOMMITs the size; close does the same, returns the
 //! layout and CLOSEs.
+//!
+//! A metadata server that restarted (its connection or session lost:
+//! BADSESSION, STALE_CLIENTID, ...) is met with a new session that reclaims
+//! the engine's opens in the server's grace period, or, when the server
+//! has no grace or no record of this client, opens the files again by
+//! name; layouts are asked for again. Calls to it wait meanwhile (GRACE,
+//! DELAY, the server away) for up to `retry_s` (`Engine::mds`).
 
 use crate::{Conn, Engine, File, InFlight, Op, NO_IO};
 use client::flexfiles::{DsError, IoMode};
@@ -38,6 +45,10 @@ const REDRIVES_MAX: u32 = 2;
 /// The metadata-server session and the I/Os spread over data servers.
 pub(crate) struct State {
     mds: Nfs41,
+    /// Where the metadata server is and as whom (re-establishing after it
+    /// restarted).
+    addr: String,
+    auth: Auth,
     export: String,
     ios: Vec<Option<Io>>,
     free: Vec<u32>,
@@ -129,6 +140,8 @@ impl State {
             .map_err(|e| format!("NFSv4.1 session with the metadata server {addr}: {e}"))?;
         Ok(State {
             mds,
+            addr: addr.clone(),
+            auth: auth.clone(),
             export: cfg.export.trim_end_matches('/').to_string(),
             ios: Vec::new(),
             free: Vec::new(),
@@ -157,12 +170,9 @@ impl Engine {
         let Some((name, dirs)) = parts.split_last() else {
             return Err((libc::EINVAL, format!("file name '{path}' names no file")));
         };
-        let st = self.st();
-        let dir = format!("{}/{}", st.export, dirs.join("/"));
-        let o = st
-            .mds
-            .open(&dir, name, 3, create.then_some(0o644))
-            .map_err(|e| nfs(e, &format!("OPEN of {path} in export {} (pNFS mode creates no directories)", st.export)))?;
+        let (name, dir) = (name.to_string(), format!("{}/{}", self.st().export, dirs.join("/")));
+        let what = format!("OPEN of {path} in export {} (pNFS mode creates no directories)", self.st().export);
+        let o = self.mds(&what, |e| e.st().mds.open(&dir, &name, 3, create.then_some(0o644)))?;
         let fh = o.fh.clone();
         let iomode = if create { IoMode::Rw } else { IoMode::Read };
         Ok(File {
@@ -186,12 +196,16 @@ impl Engine {
         if let Some(i) = self.layouts(file).segs.iter().position(|s| s.covers(offset, len.max(1))) {
             return Ok(i);
         }
-        let (fh, sid, iomode, path) = {
-            let f = self.files[file as usize].as_ref().expect("open");
-            let l = f.pnfs.as_ref().expect("pNFS file");
-            (f.fh.clone(), l.lstateid.clone().unwrap_or_else(|| l.open.stateid.clone()), l.iomode, f.path.clone())
-        };
-        let seg = self.st().mds.layoutget(&fh, &sid, iomode, offset, len.max(1)).map_err(|e| nfs(e, &format!("LAYOUTGET of {path} at {offset}")))?;
+        let path = self.files[file as usize].as_ref().expect("open").path.clone();
+        let seg = self.mds(&format!("LAYOUTGET of {path} at {offset}"), |e| {
+            // Read again on each attempt: re-establishing replaces the stateids.
+            let (fh, sid, iomode) = {
+                let f = e.files[file as usize].as_ref().expect("open");
+                let l = f.pnfs.as_ref().expect("pNFS file");
+                (f.fh.clone(), l.lstateid.clone().unwrap_or_else(|| l.open.stateid.clone()), l.iomode)
+            };
+            e.st().mds.layoutget(&fh, &sid, iomode, offset, len.max(1))
+        })?;
         if !seg.covers(offset, len.max(1)) {
             return Err((libc::EIO, format!("LAYOUTGET of {path} at {offset}: the segment granted does not cover the I/O")));
         }
@@ -220,7 +234,7 @@ impl Engine {
             }
             return Ok(i);
         }
-        let dev = self.st().mds.getdeviceinfo(&deviceid).map_err(|e| nfs(e, "GETDEVICEINFO"))?;
+        let dev = self.mds("GETDEVICEINFO", |e| e.st().mds.getdeviceinfo(&deviceid))?;
         let addr = dev.tcp_addrs.first().cloned().ok_or((libc::EIO, "GETDEVICEINFO: the data server has no TCP address".to_string()))?;
         if !dev.speaks_v3() {
             return Err((libc::EPROTONOSUPPORT, format!("data server {addr} does not offer NFSv3 (versions {:?})", dev.versions)));
@@ -243,7 +257,7 @@ impl Engine {
     /// As `Engine::queue`.
     pub(crate) unsafe fn pnfs_queue(&mut self, file: u32, op: Op, offset: u64, buf: *mut u8, len: usize, tag: u64) -> Result<(), (i32, String)> {
         if self.st().mds.renew_due() {
-            self.st().mds.renew().map_err(|e| nfs(e, "renewing the lease with the metadata server"))?;
+            self.mds("renewing the lease with the metadata server", |e| e.st().mds.renew())?;
         }
         // Back-pressure as in plain mode: a data-server connection whose
         // send queue is full makes fio reap first (a refused submit would
@@ -504,21 +518,24 @@ impl Engine {
     fn pnfs_through_mds(&mut self, idx: u32) {
         let mut io = self.st().ios[idx as usize].take().expect("in flight");
         self.st().through_mds += 1;
-        let open = self.layouts(io.file).open.clone();
-        let r = match io.op {
-            Op::Read => {
-                let mut data = Vec::with_capacity(io.len);
-                self.st().mds.read(&open, io.offset, io.len as u32, &mut data).map(|_| {
-                    // SAFETY: `queue`'s contract keeps the buffer valid for `len`.
-                    unsafe { std::slice::from_raw_parts_mut(io.buf, io.len)[..data.len()].copy_from_slice(&data) };
-                    data.len() as i64
-                })
+        let what = format!("through the MDS after \"{}\"", io.last_error);
+        let (op, file, offset, len, buf) = (io.op, io.file, io.offset, io.len, io.buf);
+        let mut r = self.mds(&what, |e| {
+            let open = e.layouts(file).open.clone();
+            match op {
+                Op::Read => {
+                    let mut data = Vec::with_capacity(len);
+                    e.st().mds.read(&open, offset, len as u32, &mut data).map(|_| {
+                        // SAFETY: `queue`'s contract keeps the buffer valid for `len`.
+                        unsafe { std::slice::from_raw_parts_mut(buf, len)[..data.len()].copy_from_slice(&data) };
+                        data.len() as i64
+                    })
+                }
+                // SAFETY: as above.
+                Op::Write => e.st().mds.write(&open, offset, unsafe { std::slice::from_raw_parts(buf, len) }, true).map(|w| w.0 as i64),
+                Op::Sync => Ok(0),
             }
-            // SAFETY: as above.
-            Op::Write => self.st().mds.write(&open, io.offset, unsafe { std::slice::from_raw_parts(io.buf, io.len) }, true).map(|w| w.0 as i64),
-            Op::Sync => Ok(0),
-        };
-        let mut r = r.map_err(|e| (e.errno(), format!("through the MDS after \"{}\": {e}", io.last_error)));
+        });
         if let Err((_, msg)) = &r {
             let now = Instant::now();
             let since = *io.since.get_or_insert(now);
@@ -573,6 +590,94 @@ impl Engine {
             // A file whose data servers all failed holds nothing to keep.
             self.held.covered(f, u64::MAX);
         }
+    }
+
+    /// A call to the metadata server, `f`, made again while the server is
+    /// away or in its grace period, for up to `retry_s`: a lost connection
+    /// or session (the server restarted) re-establishes the session and
+    /// reclaims the opens first (`mds_recover`); GRACE and DELAY wait.
+    /// Other errors, and the window's end, are errors naming `what`.
+    pub(crate) fn mds<R>(&mut self, what: &str, mut f: impl FnMut(&mut Engine) -> client::Result<R>) -> Result<R, (i32, String)> {
+        let since = Instant::now();
+        let window = Duration::from_secs(self.cfg.retry_s as u64);
+        let mut pause = crate::RETRY_FIRST;
+        let mut logged = false;
+        loop {
+            let e = match f(self) {
+                Ok(r) => return Ok(r),
+                Err(e) => e,
+            };
+            let code = match &e {
+                client::Error::Nfs4 { code, .. } => *code,
+                _ => 0,
+            };
+            let lost = e.is_connection()
+                || matches!(e, client::Error::Timeout { .. })
+                || [p::NFS4ERR_BADSESSION, p::NFS4ERR_DEADSESSION, p::NFS4ERR_STALE_CLIENTID, p::NFS4ERR_EXPIRED, p::NFS4ERR_STALE_STATEID]
+                    .iter()
+                    .any(|&s| s as u32 == code);
+            let wait = [p::NFS4ERR_GRACE, p::NFS4ERR_DELAY].iter().any(|&s| s as u32 == code);
+            if !lost && !wait {
+                return Err(nfs(e, what));
+            }
+            if since.elapsed() >= window {
+                return Err((e.errno(), format!("{what}: {e}; gave up after chimera_retry_s={} s", self.cfg.retry_s)));
+            }
+            if !logged {
+                logged = true;
+                let doing = if lost { "re-establishing the session with the metadata server" } else { "waiting for the metadata server" };
+                eprintln!("chimera-fio: {what}: {e}; {doing} (up to chimera_retry_s={} s)", self.cfg.retry_s);
+            }
+            if lost {
+                match self.mds_recover() {
+                    Ok(()) => continue,
+                    Err(m) if since.elapsed() >= window => {
+                        return Err((libc::EIO, format!("{what}: {m}; gave up after chimera_retry_s={} s", self.cfg.retry_s)))
+                    }
+                    Err(_) => {}
+                }
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(crate::RETRY_MAX);
+        }
+    }
+
+    /// A new connection, client ID and session with the metadata server,
+    /// reclaiming every open file in its grace period; a server that kept
+    /// no record of this client (or no grace) gets them opened again by
+    /// name. Layouts are gone with the old session: dropped, to be asked
+    /// for again.
+    fn mds_recover(&mut self) -> Result<(), String> {
+        let (addr, auth, limits) = (self.st().addr.clone(), self.st().auth.clone(), self.limits);
+        let files: Vec<usize> = (0..self.files.len()).filter(|&i| self.files[i].as_ref().is_some_and(|f| f.pnfs.is_some())).collect();
+        let mut opens: Vec<(Open4, u32)> = files.iter().map(|&i| (self.layouts(i as u32).open.clone(), 3)).collect();
+        match self.st().mds.reestablish_reclaiming(&addr, &auth, limits, &mut opens) {
+            Ok(()) => {
+                for (k, &i) in files.iter().enumerate() {
+                    self.layouts(i as u32).open = opens[k].0.clone();
+                }
+                eprintln!("chimera-fio: metadata-server session re-established, {} open(s) reclaimed", files.len());
+            }
+            Err(e) => {
+                self.st().mds.reestablish(&addr, &auth, limits).map_err(|e2| format!("re-establishing the session with {addr}: {e2} (reclaiming: {e})"))?;
+                for &i in &files {
+                    let path = self.files[i].as_ref().expect("open").path.clone();
+                    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+                    let (name, dirs) = parts.split_last().expect("opened by this path");
+                    let dir = format!("{}/{}", self.st().export, dirs.join("/"));
+                    let o = self.st().mds.open(&dir, name, 3, None).map_err(|e| format!("opening {path} again: {e}"))?;
+                    self.layouts(i as u32).open = o;
+                }
+                eprintln!("chimera-fio: metadata-server session re-established ({e}: {} file(s) opened again)", files.len());
+            }
+        }
+        for &i in &files {
+            let l = self.layouts(i as u32);
+            l.segs.clear();
+            l.lstateid = None;
+            l.generation += 1;
+        }
+        Ok(())
     }
 
     /// When the next waiting I/O is due (None: none waits).
@@ -722,13 +827,20 @@ impl Engine {
                 first_err.get_or_insert(e);
             }
         }
-        let (fh, sid, end) = {
-            let f = self.files[file as usize].as_ref().expect("open");
-            let l = f.pnfs.as_ref().expect("pNFS");
-            (f.fh.clone(), l.lstateid.clone(), l.write_end)
-        };
-        if let (Some(sid), true) = (sid, end > 0) {
-            self.st().mds.layoutcommit(&fh, &sid, end - 1).map_err(|e| nfs(e, "LAYOUTCOMMIT"))?;
+        let end = self.layouts(file).write_end;
+        if end > 0 && self.layouts(file).lstateid.is_none() {
+            // The layout was dropped (a data server failed, or the session
+            // was re-established): a new one to LAYOUTCOMMIT under, for
+            // the range written last (its data server just answered).
+            self.segment(file, end - 1, 1)?;
+        }
+        if end > 0 {
+            self.mds("LAYOUTCOMMIT", |e| {
+                let f = e.files[file as usize].as_ref().expect("open");
+                let (fh, sid) = (f.fh.clone(), f.pnfs.as_ref().expect("pNFS").lstateid.clone().expect("a layout"));
+                e.st().mds.layoutcommit(&fh, &sid, end - 1)
+            })?;
+            self.layouts(file).write_end = 0;
         }
         first_err.map_or(Ok(()), Err)
     }
@@ -736,15 +848,18 @@ impl Engine {
     /// Sync, return the layout, CLOSE.
     pub(crate) fn pnfs_close(&mut self, file: u32) -> Result<(), (i32, String)> {
         let r = self.pnfs_sync(file);
-        let (fh, sid, iomode, open) = {
+        let (fh, sid, iomode) = {
             let f = self.files[file as usize].as_ref().expect("open");
             let l = f.pnfs.as_ref().expect("pNFS");
-            (f.fh.clone(), l.lstateid.clone(), l.iomode, l.open.clone())
+            (f.fh.clone(), l.lstateid.clone(), l.iomode)
         };
         if let Some(sid) = sid {
-            self.st().mds.layoutreturn(&fh, &sid, iomode, &[]).map_err(|e| nfs(e, "LAYOUTRETURN at close"))?;
+            self.mds("LAYOUTRETURN at close", |e| e.st().mds.layoutreturn(&fh, &sid, iomode, &[]))?;
         }
-        self.st().mds.close(&open).map_err(|e| nfs(e, "CLOSE"))?;
+        self.mds("CLOSE", |e| {
+            let open = e.layouts(file).open.clone();
+            e.st().mds.close(&open)
+        })?;
         r
     }
 

@@ -57,16 +57,7 @@ fn cluster(pnfs: Value) -> Cluster {
 }
 
 fn cluster_on(pnfs: Value, imgs: &[Option<&Path>]) -> Cluster {
-    let ds: Vec<Option<Running>> = imgs.iter().map(|img| Some(start_ds(0, img.map(|i| (i, true))))).collect();
-    let list: Vec<Value> = ds
-        .iter()
-        .enumerate()
-        .map(|(i, d)| json!({ "name": format!("ds{i}"), "uaddr": d.as_ref().unwrap().nfs_addr.unwrap().to_string() }))
-        .collect();
-    let mut pn = json!({ "enabled": true, "stripe_unit_bytes": "64K", "data_servers": list, "ds_timeout_ms": 1000 });
-    for (k, v) in pnfs.as_object().unwrap() {
-        pn[k] = v.clone();
-    }
+    let (ds, pn) = data_servers(pnfs, imgs);
     let v = json!({
         "common": { "log_level": "warn" },
         "server": { "role": "mds", "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0,
@@ -78,6 +69,39 @@ fn cluster_on(pnfs: Value, imgs: &[Option<&Path>]) -> Cluster {
     });
     let mds = serve::start(&ServerConfig::parse(&v.to_string()).unwrap()).expect("start MDS");
     Cluster { mds: Some(mds), ds }
+}
+
+/// The MDS config on diskfs (the image `img`, formatted when
+/// `initialize`) on `port`, so that it can restart keeping its namespace,
+/// its placements and its NFSv4.1 client records.
+fn mds_on_diskfs(pn: &Value, img: &Path, initialize: bool, port: u16, grace_s: u32) -> Running {
+    let v = json!({
+        "common": { "log_level": "warn" },
+        "server": { "role": "mds", "bind": "127.0.0.1", "threads": 1, "nfs_port": port, "mount_port": 0, "portmap_port": 0,
+                    "grace_time_s": grace_s, "pnfs": pn,
+                    "vfs": { "diskfs": { "config": { "initialize": initialize, "devices": [{ "type": "io_uring", "path": img.to_str().unwrap() }] } } } },
+        "mounts": { "m": { "module": "diskfs", "path": "/" } },
+        "exports": { "/m": { "path": "/m" } },
+        "admin": { "enabled": false },
+        "metrics": { "enabled": false }
+    });
+    serve::start(&ServerConfig::parse(&v.to_string()).unwrap()).expect("start the MDS on diskfs")
+}
+
+/// Three data servers (memfs, or diskfs on `imgs`) and the MDS's pnfs
+/// section naming them (`pnfs` overrides its keys).
+fn data_servers(pnfs: Value, imgs: &[Option<&Path>]) -> (Vec<Option<Running>>, Value) {
+    let ds: Vec<Option<Running>> = imgs.iter().map(|img| Some(start_ds(0, img.map(|i| (i, true))))).collect();
+    let list: Vec<Value> = ds
+        .iter()
+        .enumerate()
+        .map(|(i, d)| json!({ "name": format!("ds{i}"), "uaddr": d.as_ref().unwrap().nfs_addr.unwrap().to_string() }))
+        .collect();
+    let mut pn = json!({ "enabled": true, "stripe_unit_bytes": "64K", "data_servers": list, "ds_timeout_ms": 1000 });
+    for (k, v) in pnfs.as_object().unwrap() {
+        pn[k] = v.clone();
+    }
+    (ds, pn)
 }
 
 fn engine(c: &Cluster, depth: usize) -> Engine {
@@ -388,3 +412,57 @@ fn unstable_writes_a_data_server_lost_are_resent_or_fail_the_fsync() {
     drop(c);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The MDS restarts (on diskfs: namespace, placements and client records
+/// kept) in the middle of a job, with and without a grace period: the
+/// engine's next call to it finds the session gone, re-establishes it
+/// (reclaiming its open in the grace period, or opening the file again by
+/// name when there is none) and goes on — new layouts, writes, fsync
+/// (LAYOUTCOMMIT under a new layout), close — with no I/O failing, and
+/// every block reads back. Before, every later LAYOUTGET failed and the
+/// I/Os ended with EIO.
+#[test]
+fn the_engine_rides_out_a_metadata_server_restart() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fio-pnfs-mds-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = dir.join("mds.img");
+    std::fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
+    let (ds, pn) = data_servers(json!({ "mirrors": 1 }), &[None, None, None]);
+    let mut c = Cluster { mds: Some(mds_on_diskfs(&pn, &img, true, 0, 1)), ds };
+    let port = c.mds.as_ref().unwrap().nfs_addr.unwrap().port();
+    let depth = 4;
+    let mut e = engine(&c, depth);
+    let f = e.open("mds-restart.0", true).unwrap();
+    // 12 units of 64 KiB, one 4 KiB block each: units 0..4 before, the rest
+    // after each restart (new units need new layouts from the MDS).
+    let mut data: Vec<Vec<u8>> = (0..12u64).map(|u| pattern(9, u * 65536, BS)).collect();
+    let write_units = |e: &mut Engine, units: std::ops::Range<u64>, data: &mut Vec<Vec<u8>>| {
+        for u in units {
+            unsafe { e.queue(f, Op::Write, u * 65536, data[u as usize].as_mut_ptr(), BS, u) }.unwrap();
+            assert_eq!(drain(e), vec![(u, BS as i64)], "write of unit {u}");
+        }
+        unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 1000) }.unwrap();
+        assert_eq!(drain(e), vec![(1000, 0)], "fsync");
+    };
+    write_units(&mut e, 0..4, &mut data);
+    // With a grace period of 1 s: the open is reclaimed.
+    c.mds.take().unwrap().shutdown();
+    c.mds = Some(mds_on_diskfs(&pn, &img, false, port, 1));
+    write_units(&mut e, 4..8, &mut data);
+    // Without one: the file is opened again.
+    c.mds.take().unwrap().shutdown();
+    c.mds = Some(mds_on_diskfs(&pn, &img, false, port, 0));
+    write_units(&mut e, 8..12, &mut data);
+    assert_eq!(e.errors(), 0, "no I/O failed across the restarts");
+    for u in 0..12u64 {
+        let mut got = vec![0u8; BS];
+        unsafe { e.queue(f, Op::Read, u * 65536, got.as_mut_ptr(), BS, 2000 + u) }.unwrap();
+        assert_eq!(drain(&mut e), vec![(2000 + u, BS as i64)], "read of unit {u}");
+        assert!(got == data[u as usize], "unit {u} reads back");
+    }
+    e.close(f).unwrap();
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
