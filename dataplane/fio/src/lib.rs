@@ -284,8 +284,8 @@ struct File {
     /// is off, or the bound was reached while no COMMIT could be made):
     /// a changed verifier cannot be repaired until the next COMMIT.
     unheld: bool,
-    /// pNFS mode: a COMMIT the engine made itself (at the `Held` bound)
-    /// failed; the file's next fsync reports it.
+    /// A COMMIT the engine made itself (at the `Held` bound) found writes
+    /// lost; the file's next fsync reports it.
     lost: Option<String>,
     /// pNFS: the open, the layout segments held, what was written where.
     pnfs: Option<pnfs::FileLayouts>,
@@ -520,6 +520,10 @@ impl Engine {
     /// change nothing held can repair fails with EIO naming the file.
     fn check_commit(&mut self, file: u32, mut verf: [u8; 8], upto: u64) -> Result<(), (i32, String)> {
         let f = self.files[file as usize].as_mut().expect("open");
+        if let Some(m) = f.lost.take() {
+            // A COMMIT the engine made itself found a loss (`hold_room`).
+            return Err((libc::EIO, m));
+        }
         let changed = f.verf_changed || f.unstable_verf.is_some_and(|v| v != verf);
         let unheld = f.unheld;
         f.unstable_verf = None;
@@ -614,10 +618,14 @@ impl Engine {
         }
         for f in self.held.files() {
             if let Err((_, m)) = self.commit_now(f, "to make room for held writes (chimera_hold_mib)") {
-                // Report it at the file's next COMMIT instead.
                 eprintln!("chimera-fio: {m}");
-                if let Some(f) = self.files[f as usize].as_mut() {
-                    f.unheld = true;
+                // Settled with a loss (its copies are gone): the file's
+                // next COMMIT reports it. Not made at all (no connection):
+                // its copies are still held for that COMMIT.
+                if !self.held.holds(f) {
+                    if let Some(f) = self.files[f as usize].as_mut() {
+                        f.lost = Some(m);
+                    }
                 }
             }
         }
