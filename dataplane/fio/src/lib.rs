@@ -78,7 +78,7 @@ pub struct Config {
 /// Largest `hold_mib` accepted (4 GiB).
 pub const HOLD_MIB_MAX: u32 = 4096;
 /// The default `hold_mib`.
-pub const HOLD_MIB_DEFAULT: u32 = 64;
+pub const HOLD_MIB_DEFAULT: u32 = 16;
 /// Rounds of resend + COMMIT one COMMIT tries while the verifier keeps
 /// changing (a server restarting again and again) before it fails.
 const RESEND_ROUNDS_MAX: usize = 3;
