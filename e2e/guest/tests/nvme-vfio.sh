@@ -99,8 +99,16 @@ bind_nvme() {
 # namespace's block device (made here: no udev in the guest).
 kernel_blockdev() {
   bind_nvme "$1"
-  i=0; until ls /sys/bus/pci/devices/$1/nvme/*/ 2>/dev/null | grep -q n1; do i=$((i + 1)); [ $i -lt 100 ] || fail "no namespace device for $1"; sleep 0.1; done
-  ns=$(ls -d /sys/bus/pci/devices/$1/nvme/nvme*/nvme*n1 | head -n 1)
+  # The block device's own entry (nvmeXnY with its dev file): the generic
+  # character device ngXnY can appear first, and matching any "n1" once
+  # raced the block device (a CI run found no nvme*n1 to mknod).
+  ns=""; i=0
+  while :; do
+    for n in /sys/bus/pci/devices/$1/nvme/nvme*/nvme*n1; do [ -r "$n/dev" ] && { ns=$n; break; }; done
+    [ -n "$ns" ] && break
+    i=$((i + 1)); [ $i -lt 100 ] || fail "no namespace block device for $1 after 10 s"
+    sleep 0.1
+  done
   KDEV=/dev/$(basename "$ns")
   [ -b "$KDEV" ] || mknod "$KDEV" b "$(cut -d: -f1 "$ns/dev")" "$(cut -d: -f2 "$ns/dev")"
 }
