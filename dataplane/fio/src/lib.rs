@@ -199,6 +199,18 @@ struct HeldWrite {
 /// `HeldWrite::conn` of NFSv3 mode.
 const NO_CONN: u32 = u32::MAX;
 
+/// Where held writes are sent again (`Engine::resend_rounds`).
+struct ResendTo<'a> {
+    /// The connection; `None`: any that works (NFSv3 mode).
+    conn: Option<usize>,
+    /// Their `HeldWrite::conn`.
+    held: u32,
+    /// The file's handle there.
+    fh: &'a [u8],
+    /// The server, for messages.
+    server: &'a str,
+}
+
 impl Held {
     fn live_bytes(&self) -> usize {
         self.arena.len() - self.dead
@@ -255,6 +267,18 @@ impl Held {
         self.arena.truncate(to);
         self.entries.retain(|e| e.live);
         self.dead = 0;
+    }
+
+    /// Whether `len` more bytes fit under the bound, compacting the arena
+    /// when that is what makes them fit.
+    fn has_room(&mut self, len: usize) -> bool {
+        if self.arena.len() + len <= self.max {
+            return true;
+        }
+        if self.dead >= len {
+            self.compact();
+        }
+        self.arena.len() + len <= self.max
     }
 
     fn holds(&self, file: u32) -> bool {
@@ -518,7 +542,7 @@ impl Engine {
     /// restarted after answering them) are sent again and COMMITted, until
     /// every one carries the COMMIT's verifier; then they are dropped. A
     /// change nothing held can repair fails with EIO naming the file.
-    fn check_commit(&mut self, file: u32, mut verf: [u8; 8], upto: u64) -> Result<(), (i32, String)> {
+    fn check_commit(&mut self, file: u32, verf: [u8; 8], upto: u64) -> Result<(), (i32, String)> {
         let f = self.files[file as usize].as_mut().expect("open");
         if let Some(m) = f.lost.take() {
             // A COMMIT the engine made itself found a loss (`hold_room`).
@@ -540,19 +564,47 @@ impl Engine {
                 ),
             ));
         }
+        let (fh, path) = {
+            let f = self.files[file as usize].as_ref().expect("open");
+            (f.fh.clone(), f.path.clone())
+        };
+        let to = ResendTo { conn: None, held: NO_CONN, fh: &fh, server: "the server" };
+        self.resend_rounds(file, &to, &path, verf, upto)
+    }
+
+    /// Until every live held write of `file` on `to` answered up to `upto`
+    /// carries `verf`, the verifier of the COMMIT that covers it: send
+    /// those answered with another verifier (the server restarted since)
+    /// again, UNSTABLE and waiting for each, then COMMIT again and take
+    /// its verifier — at most `RESEND_ROUNDS_MAX` rounds. Then drop the
+    /// writes it covered, whatever the outcome (an error says they may be
+    /// lost).
+    fn resend_rounds(&mut self, file: u32, to: &ResendTo, path: &str, mut verf: [u8; 8], upto: u64) -> Result<(), (i32, String)> {
+        let server = to.server;
         let mut stale = std::mem::take(&mut self.stale);
+        let mut conn = to.conn;
         let mut r = Ok(());
         for round in 0.. {
-            self.held.stale(file, NO_CONN, upto, verf, &mut stale);
+            self.held.stale(file, to.held, upto, verf, &mut stale);
             if stale.is_empty() {
                 break;
             }
             if round == RESEND_ROUNDS_MAX {
-                let path = &self.files[file as usize].as_ref().expect("open").path;
-                r = Err((libc::EIO, format!("{path}: the write verifier kept changing while resending uncommitted writes ({RESEND_ROUNDS_MAX} rounds)")));
+                let m = format!("{path} on {server}: the write verifier kept changing while resending uncommitted writes ({RESEND_ROUNDS_MAX} rounds)");
+                r = Err((libc::EIO, m));
                 break;
             }
-            match self.resend(file, &stale) {
+            let i = match conn {
+                Some(i) => i,
+                None => match self.usable_conn() {
+                    Ok(i) => *conn.insert(i),
+                    Err(m) => {
+                        r = Err((libc::EIO, format!("resending writes of {path} to {server}: {m}")));
+                        break;
+                    }
+                },
+            };
+            match self.resend(i, to.fh, &stale, path, server) {
                 Ok(v) => verf = v,
                 Err(e) => {
                     r = Err(e);
@@ -561,39 +613,36 @@ impl Engine {
             }
         }
         self.stale = stale;
-        self.held.covered(file, upto);
+        self.held.covered_on(file, Some(to.held), upto);
         r
     }
 
-    /// Send the held writes `which` of `file` again (UNSTABLE, waiting for
-    /// each), then COMMIT: the COMMIT's verifier. The writes take the
-    /// verifiers of their new answers.
-    fn resend(&mut self, file: u32, which: &[usize]) -> Result<[u8; 8], (i32, String)> {
-        let f = self.files[file as usize].as_ref().expect("open");
-        let (fh, path) = (f.fh.clone(), f.path.clone());
+    /// Send the held writes `which` again on connection `i` to `fh`
+    /// (UNSTABLE, waiting for each), then COMMIT: the COMMIT's verifier.
+    /// The writes take the verifiers of their new answers.
+    fn resend(&mut self, i: usize, fh: &[u8], which: &[usize], path: &str, server: &str) -> Result<[u8; 8], (i32, String)> {
         let bytes: u64 = which.iter().map(|&k| self.held.entries[k].len as u64).sum();
         eprintln!(
-            "chimera-fio: {path}: the server's write verifier changed (it restarted): sending {} uncommitted write(s), {bytes} bytes, again",
+            "chimera-fio: {server} restarted (its write verifier changed): sending {} uncommitted write(s) of {path}, {bytes} bytes, again",
             which.len()
         );
-        let i = self.usable_conn().map_err(|m| (libc::EIO, format!("resending writes of {path}: {m}")))?;
-        let fail = |e: Error| (e.errno(), format!("resending writes of {path}: {e}"));
+        let fail = |e: Error| (e.errno(), format!("resending writes of {path} to {server}: {e}"));
         for &k in which {
             let e = &self.held.entries[k];
             let data = &self.held.arena[e.at..e.at + e.len as usize];
             let c = &mut self.conns[i].nfs;
-            let reply = c.submit_write(&fh, e.offset, data, Stable::Unstable).and_then(|x| c.rpc().wait(x)).map_err(fail)?;
+            let reply = c.submit_write(fh, e.offset, data, Stable::Unstable).and_then(|x| c.rpc().wait(x)).map_err(fail)?;
             let w = Nfs3::written(&reply, e.len as usize).map_err(fail)?;
             c.rpc().recycle(reply);
             if (w.count as usize) < e.len as usize {
-                return Err((libc::EIO, format!("resending writes of {path}: {} of {} bytes at {} written", w.count, e.len, e.offset)));
+                return Err((libc::EIO, format!("resending writes of {path} to {server}: {} of {} bytes at {} written", w.count, e.len, e.offset)));
             }
             self.held.entries[k].verf = w.verf;
         }
         self.held.resent.0 += which.len() as u64;
         self.held.resent.1 += bytes;
         let c = &mut self.conns[i].nfs;
-        c.submit_commit(&fh).and_then(|x| c.rpc().wait(x)).and_then(|r| Nfs3::committed(&r)).map_err(fail)
+        c.submit_commit(fh).and_then(|x| c.rpc().wait(x)).and_then(|r| Nfs3::committed(&r)).map_err(fail)
     }
 
     /// Make room in `Held` for a write of `len` bytes: COMMIT (and settle)
@@ -607,14 +656,8 @@ impl Engine {
             }
             return;
         }
-        if self.held.arena.len() + len <= self.held.max {
+        if self.held.has_room(len) {
             return;
-        }
-        if self.held.dead >= len {
-            self.held.compact();
-            if self.held.arena.len() + len <= self.held.max {
-                return;
-            }
         }
         for f in self.held.files() {
             if let Err((_, m)) = self.commit_now(f, "to make room for held writes (chimera_hold_mib)") {
@@ -629,7 +672,7 @@ impl Engine {
                 }
             }
         }
-        if self.held.arena.len() + len > self.held.max {
+        if !self.held.has_room(len) {
             if let Some(f) = self.files[file as usize].as_mut() {
                 f.unheld = true;
             }

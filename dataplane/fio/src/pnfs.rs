@@ -571,14 +571,8 @@ impl Engine {
     /// their data servers, resending what a restart lost). A failure is
     /// reported by that file's next fsync.
     fn pnfs_hold_room(&mut self, len: usize) {
-        if self.held.max == 0 || self.held.arena.len() + len <= self.held.max {
+        if self.held.max == 0 || self.held.has_room(len) {
             return;
-        }
-        if self.held.dead >= len {
-            self.held.compact();
-            if self.held.arena.len() + len <= self.held.max {
-                return;
-            }
         }
         for f in self.held.files() {
             if let Err((_, m)) = self.pnfs_sync(f) {
@@ -715,7 +709,7 @@ impl Engine {
         let commit = |c: &mut Conn| {
             c.nfs.submit_commit(&w.fh).and_then(|x| c.nfs.rpc().wait(x)).and_then(|r| client::nfs3::Nfs3::committed(&r))
         };
-        let mut verf = match commit(&mut self.conns[w.conn]) {
+        let verf = match commit(&mut self.conns[w.conn]) {
             // A connection found lost only now (the data server restarted
             // while nothing was in flight): once more on a new one.
             Err(e) if e.is_connection() => {
@@ -730,63 +724,10 @@ impl Engine {
             let why = "restarted since UNSTABLE writes it acknowledged (COMMIT verifier changed); they may be lost";
             return Err((libc::EIO, format!("data server {addr} {why}")));
         }
-        let conn = w.conn as u32;
-        let mut stale = std::mem::take(&mut self.stale);
-        let mut r = Ok(());
-        for round in 0.. {
-            self.held.stale(file, conn, upto, verf, &mut stale);
-            if stale.is_empty() {
-                break;
-            }
-            if round == crate::RESEND_ROUNDS_MAX {
-                r = Err((libc::EIO, format!("data server {addr}: the write verifier kept changing while resending uncommitted writes")));
-                break;
-            }
-            let bytes: u64 = stale.iter().map(|&k| self.held.entries[k].len as u64).sum();
-            eprintln!(
-                "chimera-fio: data server {addr} restarted (its write verifier changed): sending {} uncommitted write(s), {bytes} bytes, again",
-                stale.len()
-            );
-            let fail = |e: client::Error| (e.errno(), format!("resending writes to data server {addr}: {e}"));
-            let mut sent = Ok(());
-            for &k in &stale {
-                let e = &self.held.entries[k];
-                let data = &self.held.arena[e.at..e.at + e.len as usize];
-                let c = &mut self.conns[w.conn].nfs;
-                let got = c.submit_write(&w.fh, e.offset, data, Stable::Unstable).and_then(|x| c.rpc().wait(x)).map_err(fail).and_then(|reply| {
-                    let a = client::nfs3::Nfs3::written(&reply, e.len as usize).map_err(fail);
-                    c.rpc().recycle(reply);
-                    a
-                });
-                match got {
-                    Ok(a) if a.count as usize >= e.len as usize => self.held.entries[k].verf = a.verf,
-                    Ok(a) => {
-                        sent = Err((libc::EIO, format!("resending writes to data server {addr}: {} of {} bytes at {}", a.count, e.len, e.offset)));
-                        break;
-                    }
-                    Err(x) => {
-                        sent = Err(x);
-                        break;
-                    }
-                }
-            }
-            if let Err(x) = sent {
-                r = Err(x);
-                break;
-            }
-            self.held.resent.0 += stale.len() as u64;
-            self.held.resent.1 += bytes;
-            match commit(&mut self.conns[w.conn]) {
-                Ok(v) => verf = v,
-                Err(e) => {
-                    r = Err(nfs(e, &format!("COMMIT on data server {addr}")));
-                    break;
-                }
-            }
-        }
-        self.stale = stale;
-        self.held.covered_on(file, Some(conn), upto);
-        r
+        let path = self.files[file as usize].as_ref().expect("open").path.clone();
+        let server = format!("data server {addr}");
+        let to = crate::ResendTo { conn: Some(w.conn), held: w.conn as u32, fh: &w.fh, server: &server };
+        self.resend_rounds(file, &to, &path, verf, upto)
     }
 
     /// The write verifier of an UNSTABLE answer on connection `conn` to

@@ -71,6 +71,29 @@ fn cluster_on(pnfs: Value, imgs: &[Option<&Path>]) -> Cluster {
     Cluster { mds: Some(mds), ds }
 }
 
+/// This test process's scratch directory `name`, empty.
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fio-pnfs-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A 64 MiB image file `name`.img in `dir`, zeroed.
+fn image(dir: &Path, name: &str) -> PathBuf {
+    let img = dir.join(format!("{name}.img"));
+    std::fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
+    img
+}
+
+/// The three data servers each on diskfs over an image of its own in
+/// `dir` (kept across their restarts), and an MDS placing `mirrors` copies.
+fn diskfs_cluster(dir: &Path, mirrors: u32) -> (Cluster, Vec<PathBuf>) {
+    let imgs: Vec<PathBuf> = (0..3).map(|i| image(dir, &format!("ds{i}"))).collect();
+    let c = cluster_on(json!({ "mirrors": mirrors }), &imgs.iter().map(|p| Some(p.as_path())).collect::<Vec<_>>());
+    (c, imgs)
+}
+
 /// The MDS config on diskfs (the image `img`, formatted when
 /// `initialize`) on `port`, so that it can restart keeping its namespace,
 /// its placements and its NFSv4.1 client records.
@@ -292,14 +315,8 @@ fn pnfs_errors_are_named() {
 /// reads back with it.
 #[test]
 fn a_single_copy_survives_its_data_server_restarting() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fio-pnfs-restart-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let imgs: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("ds{i}.img"))).collect();
-    for img in &imgs {
-        std::fs::File::create(img).unwrap().set_len(64 << 20).unwrap();
-    }
-    let mut c = cluster_on(json!({ "mirrors": 1 }), &imgs.iter().map(|p| Some(p.as_path())).collect::<Vec<_>>());
+    let dir = scratch("restart");
+    let (mut c, imgs) = diskfs_cluster(&dir, 1);
     let mut e = engine(&c, 4);
     let f = e.open("restart.0", true).unwrap();
     let mut a = pattern(5, 0, BS);
@@ -358,14 +375,8 @@ fn a_single_copy_survives_its_data_server_restarting() {
 /// it returned 0), and the block is indeed gone.
 #[test]
 fn unstable_writes_a_data_server_lost_are_resent_or_fail_the_fsync() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fio-pnfs-lost-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let imgs: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("ds{i}.img"))).collect();
-    for img in &imgs {
-        std::fs::File::create(img).unwrap().set_len(64 << 20).unwrap();
-    }
-    let mut c = cluster_on(json!({ "mirrors": 1 }), &imgs.iter().map(|p| Some(p.as_path())).collect::<Vec<_>>());
+    let dir = scratch("lost");
+    let (mut c, imgs) = diskfs_cluster(&dir, 1);
     let mut kept = engine(&c, 4);
     let mut bare = Engine::connect(Config { hold_mib: 0, ..engine_cfg(&c, 4, chimera_fio::RETRY_S_DEFAULT) }).unwrap();
     let (fk, fb) = (kept.open("kept.0", true).unwrap(), bare.open("bare.0", true).unwrap());
@@ -423,11 +434,8 @@ fn unstable_writes_a_data_server_lost_are_resent_or_fail_the_fsync() {
 /// I/Os ended with EIO.
 #[test]
 fn the_engine_rides_out_a_metadata_server_restart() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fio-pnfs-mds-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let img = dir.join("mds.img");
-    std::fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
+    let dir = scratch("mds");
+    let img = image(&dir, "mds");
     let (ds, pn) = data_servers(json!({ "mirrors": 1 }), &[None, None, None]);
     let mut c = Cluster { mds: Some(mds_on_diskfs(&pn, &img, true, 0, 1)), ds };
     let port = c.mds.as_ref().unwrap().nfs_addr.unwrap().port();
