@@ -124,7 +124,16 @@ pub(crate) struct FileLayouts {
     /// Data servers reported failed for this file (their copies are stale:
     /// no COMMIT is sent to them) until a write to one succeeds again.
     failed: Vec<[u8; 16]>,
+    /// The metadata server restarted without this file (its namespace was
+    /// not kept): why. Every later I/O of it fails with ESTALE saying so.
+    gone: Option<String>,
 }
+
+/// Errors of a call on a file no wait repairs: the file (or its handle)
+/// is not there, or the call is refused as such. I/O through the MDS that
+/// ends with one of them fails at once instead of waiting `retry_s` for a
+/// data server.
+const FINAL_ERRNOS: [i32; 9] = [libc::ESTALE, libc::ENOENT, libc::EACCES, libc::EPERM, libc::EROFS, libc::ENOSPC, libc::EDQUOT, libc::EFBIG, libc::EINVAL];
 
 fn nfs(e: client::Error, what: &str) -> (i32, String) {
     (e.errno(), format!("{what}: {e}"))
@@ -182,7 +191,7 @@ impl Engine {
             verf_changed: false,
             unheld: false,
             lost: None,
-            pnfs: Some(FileLayouts { open: o, iomode, segs: Vec::new(), lstateid: None, written: Vec::new(), write_end: 0, generation: 0, failed: Vec::new() }),
+            pnfs: Some(FileLayouts { open: o, iomode, segs: Vec::new(), lstateid: None, written: Vec::new(), write_end: 0, generation: 0, failed: Vec::new(), gone: None }),
         })
     }
 
@@ -196,6 +205,9 @@ impl Engine {
         if let Some(i) = self.layouts(file).segs.iter().position(|s| s.covers(offset, len.max(1))) {
             return Ok(i);
         }
+        if let Some(m) = &self.layouts(file).gone {
+            return Err((libc::ESTALE, m.clone()));
+        }
         let path = self.files[file as usize].as_ref().expect("open").path.clone();
         let seg = self.mds(&format!("LAYOUTGET of {path} at {offset}"), |e| {
             // Read again on each attempt: re-establishing replaces the stateids.
@@ -205,6 +217,13 @@ impl Engine {
                 (f.fh.clone(), l.lstateid.clone().unwrap_or_else(|| l.open.stateid.clone()), l.iomode)
             };
             e.st().mds.layoutget(&fh, &sid, iomode, offset, len.max(1))
+        })
+        .map_err(|(errno, m)| {
+            if errno != libc::ESTALE {
+                return (errno, m);
+            }
+            let gone = &mut self.layouts(file).gone;
+            (errno, gone.get_or_insert_with(|| format!("{m} (the metadata server no longer knows the file)")).clone())
         })?;
         if !seg.covers(offset, len.max(1)) {
             return Err((libc::EIO, format!("LAYOUTGET of {path} at {offset}: the segment granted does not cover the I/O")));
@@ -270,6 +289,11 @@ impl Engine {
                 }
             }
         }
+        if let Some(m) = self.layouts(file).gone.clone() {
+            self.in_flight += 1;
+            self.complete(tag, op, file, offset, len, Err((libc::ESTALE, m)));
+            return Ok(());
+        }
         if op == Op::Write {
             self.pnfs_hold_room(len);
         }
@@ -307,6 +331,11 @@ impl Engine {
         };
         let si = match self.segment(file, offset, len as u64) {
             Ok(si) => si,
+            Err((libc::ESTALE, msg)) => {
+                let io = self.st().ios[idx as usize].take().expect("in flight");
+                self.st().free.push(idx);
+                return self.complete(io.tag, io.op, io.file, io.offset, io.len, Err((libc::ESTALE, msg)));
+            }
             Err((_, msg)) => {
                 self.io(idx).last_error = msg;
                 return self.pnfs_through_mds(idx);
@@ -536,7 +565,14 @@ impl Engine {
                 Op::Sync => Ok(0),
             }
         });
-        if let Err((_, msg)) = &r {
+        if let Err((errno, msg)) = &r {
+            if FINAL_ERRNOS.contains(errno) {
+                if *errno == libc::ESTALE {
+                    self.layouts(file).gone.get_or_insert_with(|| format!("{msg} (the metadata server no longer knows the file)"));
+                }
+                self.st().free.push(idx);
+                return self.complete(io.tag, io.op, io.file, io.offset, io.len, r);
+            }
             let now = Instant::now();
             let since = *io.since.get_or_insert(now);
             let window = Duration::from_secs(self.cfg.retry_s as u64);
@@ -654,15 +690,29 @@ impl Engine {
             }
             Err(e) => {
                 self.st().mds.reestablish(&addr, &auth, limits).map_err(|e2| format!("re-establishing the session with {addr}: {e2} (reclaiming: {e})"))?;
+                let mut lost = 0;
                 for &i in &files {
+                    if self.layouts(i as u32).gone.is_some() {
+                        continue;
+                    }
                     let path = self.files[i].as_ref().expect("open").path.clone();
                     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
                     let (name, dirs) = parts.split_last().expect("opened by this path");
                     let dir = format!("{}/{}", self.st().export, dirs.join("/"));
-                    let o = self.st().mds.open(&dir, name, 3, None).map_err(|e| format!("opening {path} again: {e}"))?;
-                    self.layouts(i as u32).open = o;
+                    match self.st().mds.open(&dir, name, 3, None) {
+                        Ok(o) if o.fh == self.files[i].as_ref().expect("open").fh => self.layouts(i as u32).open = o,
+                        // Not there, or another file by that name now: the
+                        // server did not keep its namespace.
+                        r => {
+                            let why = r.err().map_or_else(|| "another file has its name now".to_string(), |e| e.to_string());
+                            let m = format!("{path}: the metadata server restarted without it ({why}); its data cannot be reached");
+                            eprintln!("chimera-fio: {m}");
+                            self.layouts(i as u32).gone = Some(m);
+                            lost += 1;
+                        }
+                    }
                 }
-                eprintln!("chimera-fio: metadata-server session re-established ({e}: {} file(s) opened again)", files.len());
+                eprintln!("chimera-fio: metadata-server session re-established ({e}: {} file(s) opened again, {lost} gone)", files.len() - lost);
             }
         }
         for &i in &files {
@@ -746,6 +796,12 @@ impl Engine {
     /// COMMIT every data file written since the last sync, then
     /// LAYOUTCOMMIT the size to the MDS.
     fn pnfs_sync(&mut self, file: u32) -> Result<(), (i32, String)> {
+        if let Some(m) = self.layouts(file).gone.clone() {
+            // Nothing written to it can be reached: nothing to keep either.
+            self.layouts(file).written.clear();
+            self.held.covered(file, u64::MAX);
+            return Err((libc::ESTALE, m));
+        }
         let upto = self.held.seq;
         let written = std::mem::take(&mut self.layouts(file).written);
         let failed = self.layouts(file).failed.clone();
@@ -789,6 +845,10 @@ impl Engine {
     /// Sync, return the layout, CLOSE.
     pub(crate) fn pnfs_close(&mut self, file: u32) -> Result<(), (i32, String)> {
         let r = self.pnfs_sync(file);
+        if self.layouts(file).gone.is_some() {
+            // Its open and layout belonged to the server's old life.
+            return r;
+        }
         let (fh, sid, iomode) = {
             let f = self.files[file as usize].as_ref().expect("open");
             let l = f.pnfs.as_ref().expect("pNFS");

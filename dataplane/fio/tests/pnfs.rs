@@ -58,17 +58,22 @@ fn cluster(pnfs: Value) -> Cluster {
 
 fn cluster_on(pnfs: Value, imgs: &[Option<&Path>]) -> Cluster {
     let (ds, pn) = data_servers(pnfs, imgs);
+    Cluster { mds: Some(mds_on_memfs(&pn, 0)), ds }
+}
+
+/// The MDS on memfs on `port` (0: any): its namespace, placements and
+/// client records go with it when it stops.
+fn mds_on_memfs(pn: &Value, port: u16) -> Running {
     let v = json!({
         "common": { "log_level": "warn" },
-        "server": { "role": "mds", "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0,
+        "server": { "role": "mds", "bind": "127.0.0.1", "threads": 1, "nfs_port": port, "mount_port": 0, "portmap_port": 0,
                     "grace_time_s": 0, "pnfs": pn },
         "mounts": { "m": { "module": "memfs", "capacity_bytes": "256M" } },
         "exports": { "/m": { "path": "/m" } },
         "admin": { "enabled": false },
         "metrics": { "enabled": false }
     });
-    let mds = serve::start(&ServerConfig::parse(&v.to_string()).unwrap()).expect("start MDS");
-    Cluster { mds: Some(mds), ds }
+    serve::start(&ServerConfig::parse(&v.to_string()).unwrap()).expect("start MDS")
 }
 
 /// This test process's scratch directory `name`, empty.
@@ -474,3 +479,55 @@ fn the_engine_rides_out_a_metadata_server_restart() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+
+/// The MDS restarts on memfs: its namespace is gone, and with it the
+/// engine's open file. The engine's next call finds the session lost,
+/// re-establishes it, and cannot open the file again: the I/Os of that
+/// file fail with ESTALE naming the file and the lost namespace, promptly
+/// (not after waiting out `chimera_retry_s`), and every later I/O of it
+/// fails the same way; the engine itself keeps working — a file created
+/// now is written, synced and read back.
+#[test]
+fn a_metadata_server_that_lost_its_namespace_fails_that_file_and_nothing_else() {
+    let (ds, pn) = data_servers(json!({ "mirrors": 1 }), &[None, None, None]);
+    let mut c = Cluster { mds: Some(mds_on_memfs(&pn, 0)), ds };
+    let port = c.mds.as_ref().unwrap().nfs_addr.unwrap().port();
+    let mut e = engine_with(&c, 4, 30);
+    let f = e.open("gone.0", true).unwrap();
+    let mut a = pattern(12, 0, BS);
+    unsafe { e.queue(f, Op::Write, 0, a.as_mut_ptr(), BS, 1) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(1, BS as i64)]);
+    unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 2) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(2, 0)]);
+    c.mds.take().unwrap().shutdown();
+    c.mds = Some(mds_on_memfs(&pn, port));
+    // A unit with no layout yet: its LAYOUTGET meets the new server.
+    let t0 = Instant::now();
+    let mut b = pattern(13, 5 * 65536, BS);
+    let r = unsafe { e.queue(f, Op::Write, 5 * 65536, b.as_mut_ptr(), BS, 3) };
+    let got = match r {
+        Ok(()) => drain(&mut e)[0].1,
+        Err((errno, msg)) => {
+            assert!(msg.contains("gone.0"), "{msg}");
+            -(errno as i64)
+        }
+    };
+    assert_eq!(got, -(libc::ESTALE as i64), "the lost file's I/O is ESTALE");
+    assert!(t0.elapsed() < Duration::from_secs(10), "failed promptly ({:?}), not after chimera_retry_s", t0.elapsed());
+    let mut r = vec![0u8; BS];
+    let again = match unsafe { e.queue(f, Op::Read, 0, r.as_mut_ptr(), BS, 4) } {
+        Ok(()) => drain(&mut e)[0].1,
+        Err((errno, _)) => -(errno as i64),
+    };
+    assert_eq!(again, -(libc::ESTALE as i64), "and stays so");
+    // The engine goes on with files the new server has.
+    let g = e.open("new.0", true).unwrap();
+    // A new file shows nothing of the old server's data files.
+    r.fill(0xee);
+    unsafe { e.queue(g, Op::Read, 0, r.as_mut_ptr(), BS, 5) }.unwrap();
+    let n = drain(&mut e)[0].1;
+    assert!(n == 0 || (n > 0 && r[..n as usize].iter().all(|&x| x == 0)), "a new file reads empty ({n} bytes)");
+    write_read_verify(&mut e, g, 14, 32, 4);
+    e.close(g).unwrap();
+    let _ = e.close(f);
+}

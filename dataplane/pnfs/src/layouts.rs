@@ -99,7 +99,12 @@ impl Pnfs {
                 (ids, conns)
             };
             let name = data_file_name(fh);
-            let attrs = Sattr { mode: Some(DATA_FILE_MODE), uid: Some(self.cfg.synthetic_uid), gid: Some(self.cfg.synthetic_gid), size: None };
+            // Size 0: a data file by that name already there belongs to no
+            // placement (its MDS file is gone — a backend that did not keep
+            // its namespace and hands the same handle out again, or a
+            // removal that never reached the DS); a new file must not show
+            // its bytes.
+            let attrs = Sattr { mode: Some(DATA_FILE_MODE), uid: Some(self.cfg.synthetic_uid), gid: Some(self.cfg.synthetic_gid), size: Some(0) };
             let mut fhs = Vec::with_capacity(ids.len());
             let mut failed = None;
             for (id, c) in ids.iter().zip(&conns) {

@@ -602,3 +602,44 @@ fn only_data_file_names_are_taken_for_handles() {
         assert_eq!(crate::orphans::handle_of_name(other.as_bytes()), None, "{other:?} is not a data file name");
     }
 }
+
+/// A data file already on the DS under the name a new placement takes
+/// (its MDS file is gone: a namespace that was not kept, then the same
+/// handle handed out again) is emptied when the new file is placed: none
+/// of its bytes show through. One data server runs in process.
+#[test]
+fn a_new_placement_empties_a_leftover_data_file_of_its_name() {
+    use crate::client3::{Client3, Sattr};
+    use vfs::{CreateMode, Cred, NodeKind, Stability, Vfs};
+    let cfg = serde_json::json!({
+        "common": { "log_level": "warn" },
+        "server": { "role": "ds", "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0 },
+        "metrics": { "enabled": false }
+    });
+    let ds = chimerad::serve::start(&chimerad::config::Config::parse(&cfg.to_string()).unwrap()).unwrap();
+    let port = ds.nfs_addr.unwrap().port();
+    let fs: Arc<dyn Vfs> = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: 64 << 20 }));
+    let pn = Pnfs::new(PnfsConfig::default(), fs, vec![spec("solo", "127.0.0.1", port, Netid::Tcp)]).unwrap();
+    let v = crate::mdsio::PnfsVfs::new(pn.clone());
+    let root = v.root(1).unwrap();
+    let f = v.create(&root, b"f", NodeKind::File, 0o644, &Cred::ROOT, CreateMode::Guarded).unwrap().0;
+    assert!(pn.placement_of(&f).is_none(), "placed at first use");
+    // The leftover: 8 KiB under f's data-file name.
+    let mut c = Client3::new(&format!("127.0.0.1:{port}"), Duration::from_secs(5));
+    let pseudo = vfs::router::PSEUDO_ROOT.to_bytes().to_vec();
+    let first = c.first_entry(&pseudo).unwrap().unwrap();
+    let dir = c.lookup(&pseudo, &first).unwrap();
+    let old = c.create(&dir, crate::data_file_name(&f).as_bytes(), &Sattr { mode: Some(0o600), uid: None, gid: None, size: None }).unwrap();
+    c.write(&old, 0, &[0xab; 8192], 2).unwrap();
+    assert_eq!(c.getattr(&old).unwrap().size, 8192);
+    assert_eq!(v.write(&f, 0, b"new", Stability::FileSync).unwrap().0, 3);
+    let data_fh = pn.placement_of(&f).expect("placed")[0].1.clone();
+    assert_eq!(data_fh, old, "the same data file, reused");
+    assert_eq!(c.getattr(&old).unwrap().size, 3, "emptied when placed, then written");
+    let mut out = Vec::new();
+    c.read(&old, 0, 8192, &mut out).unwrap();
+    assert_eq!(out, b"new");
+    drop(v);
+    drop(pn);
+    ds.shutdown();
+}

@@ -33,6 +33,11 @@
 //! servers); generations never are (one counter for the whole backend), so a
 //! handle to a removed object is `Stale` even after its number is reused.
 //! The root is always inode 1, generation 1: its handle survives a restart.
+//! Every other generation starts from the time the backend was made (in
+//! nanoseconds), so a handle from before a restart is `Stale` too, never
+//! a new object that happens to get its inode number (a client that kept
+//! it, or a pNFS MDS naming data files by handle, would reach the wrong
+//! file).
 
 mod node;
 mod space;
@@ -115,8 +120,12 @@ pub struct MemFs {
     export_id: ExportId,
     shards: Box<[Shard]>,
     ns: Mutex<Namespace>,
-    /// Next generation to hand out; every generation below it was issued.
+    /// Next generation to hand out; every generation from
+    /// `generation_base` below it was issued.
     generation_next: AtomicU64,
+    /// The first generation of this life of the backend (other than the
+    /// root's): below it, a handle is from before a restart.
+    generation_base: u64,
     /// Highest inode number ever issued (to tell forged handles from stale ones).
     ino_high: AtomicU64,
     space: Space,
@@ -154,11 +163,14 @@ impl MemFs {
     }
 
     fn create_empty(config: MemFsConfig) -> MemFs {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let generation_base = now.max(ROOT_GENERATION + 1);
         let fs = MemFs {
             export_id: config.export_id,
             shards: (0..SHARD_COUNT).map(|_| RwLock::new(HashMap::default())).collect(),
             ns: Mutex::new(Namespace { ino_free: Vec::new(), ino_next: ROOT_INO + 1 }),
-            generation_next: AtomicU64::new(ROOT_GENERATION + 1),
+            generation_next: AtomicU64::new(generation_base),
+            generation_base,
             ino_high: AtomicU64::new(ROOT_INO),
             space: Space::new(config.capacity_bytes, INODE_CHARGE_BYTES),
             inode_count: AtomicU64::new(1),
@@ -230,11 +242,14 @@ impl MemFs {
         if fh.export_id != self.export_id {
             return Err(VfsError::Stale);
         }
-        if fh.ino == 0
-            || fh.ino > self.ino_high.load(Ordering::Acquire)
-            || fh.generation == 0
-            || fh.generation >= self.generation_next.load(Ordering::Acquire)
-        {
+        if fh.ino == 0 || fh.generation == 0 || fh.generation >= self.generation_next.load(Ordering::Acquire) {
+            return Err(VfsError::BadHandle);
+        }
+        if fh.generation < self.generation_base && fh.generation != ROOT_GENERATION {
+            // Issued before a restart: that object is gone.
+            return Err(VfsError::Stale);
+        }
+        if fh.ino > self.ino_high.load(Ordering::Acquire) {
             return Err(VfsError::BadHandle);
         }
         match self.table_get(fh.ino) {

@@ -70,7 +70,9 @@ fn root_and_export_checks() {
     // Another export's handle is stale here; numbers never issued are forged.
     assert_eq!(fs.getattr(&FileHandle { export_id: 6, ..r }), Err(VfsError::Stale));
     assert_eq!(fs.getattr(&FileHandle { ino: 999, ..r }), Err(VfsError::BadHandle));
-    assert_eq!(fs.getattr(&FileHandle { generation: 999, ..r }), Err(VfsError::BadHandle));
+    assert_eq!(fs.getattr(&FileHandle { generation: u64::MAX, ..r }), Err(VfsError::BadHandle));
+    // A generation of an earlier life (before a restart) is stale.
+    assert_eq!(fs.getattr(&FileHandle { generation: 999, ..r }), Err(VfsError::Stale));
     assert_eq!(fs.getattr(&FileHandle { ino: 0, ..r }), Err(VfsError::BadHandle));
     assert_eq!(fs.getattr(&FileHandle { generation: 0, ..r }), Err(VfsError::BadHandle));
 }
@@ -1387,3 +1389,20 @@ fn pin_unpin_racing_removals_never_leak_or_free_early() {
 
 mod sparse;
 mod xattr;
+
+/// A new backend (a restart) with the same export: a handle of the old one
+/// is stale, even where the new one has an object of the same inode
+/// number; the root's handle still works.
+#[test]
+fn handles_from_before_a_restart_are_stale() {
+    let old = fs();
+    let f = mkfile(&old, &root(&old), b"a");
+    drop(old);
+    let new = fs();
+    let g = mkfile(&new, &root(&new), b"b");
+    assert_eq!(g.ino, f.ino, "the same inode number again");
+    assert_ne!(g.generation, f.generation);
+    assert_eq!(new.getattr(&f), Err(VfsError::Stale));
+    assert!(new.getattr(&g).is_ok());
+    assert!(new.getattr(&root(&new)).is_ok());
+}
