@@ -296,6 +296,10 @@ pub fn render_pnfs(out: &mut String, p: &pnfs::Pnfs) {
     header(out, n, "counter", "Bytes of I/O proxied through the MDS to data servers.");
     let _ = writeln!(out, "{n}{{op=\"read\"}} {}", ld(&m.mds_read_bytes));
     let _ = writeln!(out, "{n}{{op=\"write\"}} {}", ld(&m.mds_write_bytes));
+    let n = "chimera_pnfs_mds_io_failures_total";
+    header(out, n, "counter", "I/O through the MDS that reached no copy of its data (answered with an I/O error).");
+    let _ = writeln!(out, "{n}{{op=\"read\"}} {}", ld(&m.mds_read_failures));
+    let _ = writeln!(out, "{n}{{op=\"write\"}} {}", ld(&m.mds_write_failures));
     let ds = p.ds_states();
     let per: [(&str, &str, &str, fn(&pnfs::DsState) -> u64); 7] = [
         ("chimera_pnfs_ds_healthy", "gauge", "1 while the DS is considered reachable.", |d| d.healthy as u64),

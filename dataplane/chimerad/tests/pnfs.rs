@@ -432,6 +432,9 @@ fn mds_through_io_and_single_copy_failure() {
     c.ds[i2].take().unwrap().shutdown();
     assert_eq!(v.read(&f2, &o2, 0, 5000), Err(p::NFS4ERR_IO));
     assert_eq!(v.write(&f2, &o2, 0, b"x"), Err(p::NFS4ERR_IO));
+    let m = metrics(&c);
+    assert_eq!(metric(&m, "chimera_pnfs_mds_io_failures_total{op=\"read\"}"), Some(1.0));
+    assert_eq!(metric(&m, "chimera_pnfs_mds_io_failures_total{op=\"write\"}"), Some(1.0));
     let (_, cl) = admin(&c, "GET", "/api/v1/cluster", None);
     let d = cl["pnfs"]["dataServers"].as_array().unwrap().iter().find(|d| d["name"] == n2.as_str()).unwrap().clone();
     assert_eq!(d["healthy"], false, "a failed control call marks the DS unhealthy: {d}");

@@ -187,6 +187,9 @@ pub struct Metrics {
     pub layouts_revoked: AtomicU64,
     pub mds_read_bytes: AtomicU64,
     pub mds_write_bytes: AtomicU64,
+    /// READs / WRITEs through the MDS that reached no copy (NFS4ERR_IO).
+    pub mds_read_failures: AtomicU64,
+    pub mds_write_failures: AtomicU64,
     pub removals_queued: AtomicU64,
     /// Placements read back from stable storage (after a restart).
     pub placements_restored: AtomicU64,
@@ -333,6 +336,8 @@ pub struct Pnfs {
     pub(crate) io: vfs::iopool::IoPool,
     /// Where the orphan sweep is (`orphans`).
     pub(crate) sweep: Mutex<orphans::Sweep>,
+    /// The log of I/O through the MDS that reached no copy.
+    pub(crate) io_fail_log: LogLimit,
 }
 
 impl Pnfs {
@@ -368,6 +373,7 @@ impl Pnfs {
             boot,
             recaller: OnceLock::new(),
             metrics: Metrics::default(),
+            io_fail_log: LogLimit::default(),
             remove_tx: Mutex::new(Some(tx)),
             recall_ends: Arc::new(Mutex::new(Vec::new())),
             started: Instant::now(),
@@ -677,6 +683,45 @@ impl Drop for Pnfs {
     fn drop(&mut self) {
         // Closing the channel stops the control thread after the queue drains.
         self.remove_tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+/// At most one log line per `LOG_EVERY` for one kind of repeated failure
+/// (a data server away fails every I/O through the MDS that reaches it);
+/// the next line says how many were left out.
+#[derive(Default)]
+pub(crate) struct LogLimit {
+    /// Milliseconds since `log_epoch()` before which lines are counted.
+    quiet_until: AtomicU64,
+    skipped: AtomicU64,
+}
+
+const LOG_EVERY: Duration = Duration::from_secs(5);
+
+fn log_epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+impl LogLimit {
+    /// `Some(lines left out since the last one)` when this one is logged.
+    pub(crate) fn admit(&self) -> Option<u64> {
+        let now = log_epoch().elapsed().as_millis() as u64;
+        let until = self.quiet_until.load(Ordering::Relaxed);
+        if now >= until && self.quiet_until.compare_exchange(until, now + LOG_EVERY.as_millis() as u64, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            return Some(self.skipped.swap(0, Ordering::Relaxed));
+        }
+        self.skipped.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+}
+
+/// ", N more like it in the last 5 s" for a line `LogLimit` admitted.
+pub(crate) fn and_more(skipped: u64) -> String {
+    if skipped == 0 {
+        String::new()
+    } else {
+        format!("; {skipped} more like it since the last such line")
     }
 }
 

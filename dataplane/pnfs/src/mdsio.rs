@@ -84,7 +84,11 @@ impl PnfsVfs {
                 }
             }
             if !done {
-                eprintln!("pnfs: a read through the MDS of {} at {off} found no copy that answered (stale {:?}): EIO", crate::data_file_name(fh), p.stale);
+                self.pnfs.metrics.mds_read_failures.fetch_add(1, Ordering::Relaxed);
+                if let Some(n) = self.pnfs.io_fail_log.admit() {
+                    let more = crate::and_more(n);
+                    eprintln!("pnfs: a read through the MDS of {} at {off} found no copy that answered (stale {:?}): EIO{more}", crate::data_file_name(fh), p.stale);
+                }
                 return Err(VfsError::Io);
             }
         }
@@ -136,7 +140,11 @@ impl PnfsVfs {
             }
             if ok == 0 {
                 let stale = self.pnfs.state().files.get(fh).map(|f| f.stale.clone());
-                eprintln!("pnfs: a write through the MDS of {} at {off} reached no good copy (stale {stale:?}): EIO", crate::data_file_name(fh));
+                self.pnfs.metrics.mds_write_failures.fetch_add(1, Ordering::Relaxed);
+                if let Some(n) = self.pnfs.io_fail_log.admit() {
+                    let more = crate::and_more(n);
+                    eprintln!("pnfs: a write through the MDS of {} at {off} reached no good copy (stale {stale:?}): EIO{more}", crate::data_file_name(fh));
+                }
                 return Err(VfsError::Io);
             }
         }

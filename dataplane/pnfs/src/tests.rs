@@ -643,3 +643,16 @@ fn a_new_placement_empties_a_leftover_data_file_of_its_name() {
     drop(pn);
     ds.shutdown();
 }
+
+/// A burst of the same failure logs one line, then none until the quiet
+/// period ends; the next line counts those left out.
+#[test]
+fn repeated_failures_log_once_per_period() {
+    let l = crate::LogLimit::default();
+    assert_eq!(l.admit(), Some(0));
+    for _ in 0..5 {
+        assert_eq!(l.admit(), None);
+    }
+    assert_eq!(crate::and_more(5), "; 5 more like it since the last such line");
+    assert_eq!(crate::and_more(0), "");
+}
