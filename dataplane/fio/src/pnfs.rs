@@ -824,6 +824,16 @@ impl Engine {
                 first_err.get_or_insert(e);
             }
         }
+        // fio does not quiesce before an fsync: writes still in flight are
+        // answered after this COMMIT and not covered by it. Their data
+        // files stay listed for the next one.
+        for w in written {
+            let in_flight = self.conns[w.conn].ops.values().any(|op| op.op == Op::Write && op.file == file);
+            let l = self.layouts(file);
+            if in_flight && !l.written.iter().any(|x| x.conn == w.conn && x.fh == w.fh) {
+                l.written.push(Written { verf: None, changed: false, ..w });
+            }
+        }
         let end = self.layouts(file).write_end;
         if end > 0 && self.layouts(file).lstateid.is_none() {
             // The layout was dropped (a data server failed, or the session

@@ -531,3 +531,40 @@ fn a_metadata_server_that_lost_its_namespace_fails_that_file_and_nothing_else() 
     e.close(g).unwrap();
     let _ = e.close(f);
 }
+
+/// fio issues an fsync while writes are in flight (it does not quiesce
+/// first). A write answered after that fsync began is not covered by it,
+/// so the next fsync must COMMIT its data server: after it nothing is
+/// held. Before, the fsync forgot the data files of writes still in
+/// flight, the next one never COMMITted them (and would not have resent
+/// them after a data-server restart), and their copies stayed held.
+#[test]
+fn a_write_in_flight_across_an_fsync_is_committed_by_the_next() {
+    // diskfs data servers: their WRITEs answer UNSTABLE (memfs's FILE_SYNC).
+    let dir = scratch("inflight");
+    let (c, _imgs) = diskfs_cluster(&dir, 1);
+    let mut e = engine(&c, 8);
+    let f = e.open("inflight.0", true).unwrap();
+    let mut bufs: Vec<Vec<u8>> = (0..3u64).map(|u| pattern(15, u * 65536, BS)).collect();
+    for (u, b) in bufs.iter_mut().enumerate() {
+        unsafe { e.queue(f, Op::Write, u as u64 * 65536, b.as_mut_ptr(), BS, u as u64) }.unwrap();
+    }
+    // The fsync is queued with the three writes unanswered.
+    unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 10) }.unwrap();
+    let mut got = drain(&mut e);
+    got.sort();
+    assert_eq!(got, vec![(0, BS as i64), (1, BS as i64), (2, BS as i64), (10, 0)]);
+    assert!(e.held_bytes() > 0, "answered after the fsync began: not covered by it");
+    unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 11) }.unwrap();
+    assert_eq!(drain(&mut e), vec![(11, 0)]);
+    assert_eq!(e.held_bytes(), 0, "the second fsync COMMITted what the first could not cover");
+    for (u, want) in bufs.iter().enumerate() {
+        let mut r = vec![0u8; BS];
+        unsafe { e.queue(f, Op::Read, u as u64 * 65536, r.as_mut_ptr(), BS, 20) }.unwrap();
+        assert_eq!(drain(&mut e), vec![(20, BS as i64)]);
+        assert!(r == *want, "unit {u}");
+    }
+    e.close(f).unwrap();
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
+}
