@@ -88,7 +88,47 @@ pub struct Nfs41 {
     pub status_flags: u32,
     /// UNSTABLE writes not yet committed, per file handle.
     uncommitted: Uncommitted,
+    /// Ask for a back channel on the connection (`connect_with_callbacks`).
+    back_wanted: bool,
+    /// The server granted one (CREATE_SESSION's CONN_BACK_CHAN): its
+    /// calls are taken with `next_recall`.
+    pub back_channel: bool,
+    /// The sequence id of the last CB_SEQUENCE on back-channel slot 0.
+    cb_seq: u32,
 }
+
+/// The back channel's RPC program (csa_cb_program).
+pub const CB_PROGRAM: u32 = 0x4000_0000;
+
+/// What a CB_LAYOUTRECALL asks back (RFC 8881 §20.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecallWhat {
+    /// The layouts of one file in [offset, offset + length) (length
+    /// u64::MAX: to its end); `stateid` is the layout stateid the server
+    /// holds for us on it.
+    File { fh: Vec<u8>, offset: u64, length: u64, stateid: Stateid },
+    /// Every layout of one file system.
+    Fsid { major: u64, minor: u64 },
+    /// Every layout this client holds.
+    All,
+}
+
+/// A CB_LAYOUTRECALL to answer with `Nfs41::answer_recall`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recall {
+    pub what: RecallWhat,
+    /// layoutiomode4: READ 1, RW 2, ANY 3.
+    pub iomode: u32,
+    /// clora_changed: the layout changed; do not write through the old one.
+    pub changed: bool,
+    /// The call's xid, tag and CB_SEQUENCE (for the reply).
+    xid: u32,
+    tag: Vec<u8>,
+    seq: p::CB_SEQUENCE4resok,
+}
+
+/// Bytes of a CB_COMPOUND reply we build (CB_SEQUENCE + one result).
+const CB_REPLY_BYTES_MAX: usize = 512;
 
 fn chan(slots: u32, bytes: u32) -> p::channel_attrs4 {
     p::channel_attrs4 {
@@ -169,8 +209,136 @@ impl Nfs41 {
             last_renew: Instant::now(),
             status_flags: 0,
             uncommitted: Uncommitted::new(),
+            back_wanted: false,
+            back_channel: false,
+            cb_seq: 0,
         };
         Ok(c)
+    }
+
+    /// `connect`, asking for a back channel on the same connection
+    /// (CREATE_SESSION4_FLAG_CONN_BACK_CHAN) so that the server can recall
+    /// layouts (CB_LAYOUTRECALL): the caller takes them with `next_recall`
+    /// whenever the connection was read, and answers each. Kept across
+    /// `reestablish`.
+    pub fn connect_with_callbacks(addr: &str, auth: &Auth, limits: Limits, owner: &[u8]) -> Result<Nfs41> {
+        let mut c = Nfs41::unconnected(addr, auth, limits, owner)?;
+        c.back_wanted = true;
+        c.establish()?;
+        Ok(c)
+    }
+
+    /// The next CB_LAYOUTRECALL the server sent on this connection, if any.
+    /// Other calls (CB_NULL, operations we do not implement, a wrong
+    /// session or program, garbage) are answered here as RFC 8881 and
+    /// RFC 5531 say, and never fail the connection. Replays of a sequence
+    /// id are answered again (one back-channel slot; recalls are
+    /// idempotent). Reads nothing itself: the connection is read while
+    /// waiting for replies, or by `RpcConn::on_ready`.
+    pub fn next_recall(&mut self) -> Option<Recall> {
+        while let Some(rec) = self.rpc.take_call() {
+            match self.callback(&rec) {
+                Ok(Some(r)) => return Some(r),
+                Ok(None) => {}
+                Err(reply) => {
+                    // Best effort: a connection that fails here fails the
+                    // next fore-channel call, which recovers it.
+                    let _ = self.rpc.send_reply(&reply);
+                }
+            }
+        }
+        None
+    }
+
+    /// Decode one call: `Ok(Some)` a recall for the caller, `Ok(None)`
+    /// nothing to do, `Err(reply)` answered here.
+    fn callback(&mut self, rec: &[u8]) -> std::result::Result<Option<Recall>, Vec<u8>> {
+        let mut d = Decoder::new(rec);
+        let head = (|| -> proto::xdr::Result<(u32, [u32; 5])> {
+            let xid = d.u32()?;
+            let w = [d.u32()?, d.u32()?, d.u32()?, d.u32()?, d.u32()?];
+            d.u32()?; // credential flavour
+            d.opaque_var(400)?;
+            d.u32()?; // verifier flavour
+            d.opaque_var(400)?;
+            Ok((xid, w))
+        })();
+        let Ok((xid, [_call, rpcvers, prog, _vers, proc_num])) = head else {
+            // Not even an RPC header: there is no xid to answer.
+            let xid = rec.get(..4).map_or(0, |b| u32::from_be_bytes(b.try_into().expect("4 bytes")));
+            return Err(cb_accept_reply(xid, 4, &[]));
+        };
+        if rpcvers != 2 {
+            // MSG_DENIED, RPC_MISMATCH 2..2.
+            let mut m = Vec::with_capacity(24);
+            for w in [xid, 1, 1, 0, 2, 2] {
+                m.extend_from_slice(&w.to_be_bytes());
+            }
+            return Err(m);
+        }
+        if prog != CB_PROGRAM {
+            return Err(cb_accept_reply(xid, 1, &[])); // PROG_UNAVAIL
+        }
+        match proc_num {
+            0 => return Err(cb_accept_reply(xid, 0, &[])), // CB_NULL
+            1 => {}
+            _ => return Err(cb_accept_reply(xid, 3, &[])), // PROC_UNAVAIL
+        }
+        let Ok(args) = <p::CB_COMPOUND4args as proto::xdr::Xdr>::decode(&mut d) else {
+            return Err(cb_accept_reply(xid, 4, &[])); // GARBAGE_ARGS
+        };
+        let tag = args.tag.to_vec();
+        if args.minorversion != 1 {
+            return Err(cb_compound_reply(xid, &tag, p::NFS4ERR_MINOR_VERS_MISMATCH, &[]));
+        }
+        let Some(p::nfs_cb_argop4::OP_CB_SEQUENCE(seq)) = args.argarray.first() else {
+            return Err(match args.argarray.first() {
+                None => cb_compound_reply(xid, &tag, p::NFS4_OK, &[]),
+                Some(op) => cb_compound_reply(xid, &tag, p::NFS4ERR_SEQUENCE_POS, &[(cb_opnum(op), p::NFS4ERR_SEQUENCE_POS)]),
+            });
+        };
+        let bad = if seq.csa_sessionid != self.sessionid || !self.back_channel {
+            Some(p::NFS4ERR_BADSESSION)
+        } else if seq.csa_slotid != 0 {
+            Some(p::NFS4ERR_BADSLOT)
+        } else {
+            None
+        };
+        if let Some(status) = bad {
+            return Err(cb_compound_reply(xid, &tag, status, &[(p::OP_CB_SEQUENCE, status)]));
+        }
+        self.cb_seq = seq.csa_sequenceid;
+        let ok = p::CB_SEQUENCE4resok {
+            csr_sessionid: seq.csa_sessionid,
+            csr_sequenceid: seq.csa_sequenceid,
+            csr_slotid: 0,
+            csr_highest_slotid: 0,
+            csr_target_highest_slotid: 0,
+        };
+        match args.argarray.get(1) {
+            None => Err(cb_sequence_reply(xid, &tag, &ok, None)),
+            Some(p::nfs_cb_argop4::OP_CB_LAYOUTRECALL(lr)) if args.argarray.len() == 2 => {
+                let what = match &lr.clora_recall {
+                    p::layoutrecall4::LAYOUTRECALL4_FILE(f) => {
+                        RecallWhat::File { fh: f.lor_fh.to_vec(), offset: f.lor_offset, length: f.lor_length, stateid: f.lor_stateid.clone() }
+                    }
+                    p::layoutrecall4::LAYOUTRECALL4_FSID(f) => RecallWhat::Fsid { major: f.major, minor: f.minor },
+                    p::layoutrecall4::LAYOUTRECALL4_ALL => RecallWhat::All,
+                };
+                Ok(Some(Recall { what, iomode: lr.clora_iomode as u32, changed: lr.clora_changed, xid, tag, seq: ok }))
+            }
+            // One operation after CB_SEQUENCE is all we take; others
+            // (delegations: we ask for none) are not supported.
+            Some(op) => Err(cb_sequence_reply(xid, &tag, &ok, Some((cb_opnum(op), p::NFS4ERR_NOTSUPP)))),
+        }
+    }
+
+    /// Answer `r` with `status`: NFS4_OK (LAYOUTRETURN follows once the
+    /// I/O under the layout is done) or NFS4ERR_NOMATCHING_LAYOUT (none
+    /// held: the server forgets it).
+    pub fn answer_recall(&mut self, r: &Recall, status: i32) -> Result<()> {
+        let reply = cb_sequence_reply(r.xid, &r.tag, &r.seq, Some((p::OP_CB_LAYOUTRECALL, status)));
+        self.rpc.send_reply(&reply)
     }
 
     /// After the server restarted or the connection or session was lost
@@ -245,17 +413,22 @@ impl Nfs41 {
         let cs = p::CREATE_SESSION4args {
             csa_clientid: clientid,
             csa_sequence: seqid,
-            csa_flags: 0,
+            csa_flags: if c.back_wanted { p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN } else { 0 },
             csa_fore_chan_attrs: chan(SLOTS_WANTED, bytes),
             csa_back_chan_attrs: chan(1, 4096),
-            csa_cb_program: 0x4000_0000,
+            csa_cb_program: CB_PROGRAM,
             csa_sec_parms: vec![p::callback_sec_parms4::AUTH_NONE],
         };
         let r = c.raw_compound(&[p::nfs_argop4::OP_CREATE_SESSION(cs)])?;
-        let (sid, granted) = match &results(&r, false)?.0[..] {
-            [p::nfs_resop4::OP_CREATE_SESSION(p::CREATE_SESSION4res::NFS4_OK(ok))] => (ok.csr_sessionid, ok.csr_fore_chan_attrs.ca_maxrequests),
+        let (sid, granted, flags) = match &results(&r, false)?.0[..] {
+            [p::nfs_resop4::OP_CREATE_SESSION(p::CREATE_SESSION4res::NFS4_OK(ok))] => {
+                (ok.csr_sessionid, ok.csr_fore_chan_attrs.ca_maxrequests, ok.csr_flags)
+            }
             _ => return Err(Error::Malformed("CREATE_SESSION result".into())),
         };
+        c.back_channel = c.back_wanted && flags & p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0;
+        c.cb_seq = 0;
+        c.rpc.accept_calls(c.back_channel);
         if granted == 0 {
             return Err(Error::Malformed("CREATE_SESSION granted no slots".into()));
         }
@@ -447,7 +620,11 @@ impl Nfs41 {
         ops.extend(comps.iter().map(|c| p::nfs_argop4::OP_LOOKUP(p::LOOKUP4args { objname: c.as_bytes() })));
         ops.push(p::nfs_argop4::OP_OPEN(p::OPEN4args {
             seqid: 0,
-            share_access: access,
+            // No delegations: we do not answer CB_RECALL (`next_recall`),
+            // and a server with our back channel would otherwise grant
+            // them and hold other clients' OPENs (NFS4ERR_DELAY) until it
+            // revokes them.
+            share_access: access | p::OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
             share_deny: 0,
             owner: p::state_owner4 { clientid: self.clientid, owner: &owner },
             openhow,
@@ -628,4 +805,69 @@ fn decode_attr(f: &p::fattr4<'_>) -> Result<Attr4> {
         }
     }
     Ok(a)
+}
+
+/// The opnum of a callback operation (for its NOTSUPP result).
+fn cb_opnum(op: &p::nfs_cb_argop4<'_>) -> i32 {
+    match op {
+        p::nfs_cb_argop4::OP_CB_GETATTR(_) => p::OP_CB_GETATTR,
+        p::nfs_cb_argop4::OP_CB_RECALL(_) => p::OP_CB_RECALL,
+        p::nfs_cb_argop4::OP_CB_LAYOUTRECALL(_) => p::OP_CB_LAYOUTRECALL,
+        p::nfs_cb_argop4::OP_CB_SEQUENCE(_) => p::OP_CB_SEQUENCE,
+        p::nfs_cb_argop4::OP_CB_RECALL_ANY(_) => p::OP_CB_RECALL_ANY,
+        _ => p::OP_CB_ILLEGAL,
+    }
+}
+
+/// An accepted RPC reply to a call of the server's: `stat` (0 SUCCESS,
+/// 1 PROG_UNAVAIL, 3 PROC_UNAVAIL, 4 GARBAGE_ARGS) and `body`.
+fn cb_accept_reply(xid: u32, stat: u32, body: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(24 + body.len());
+    for w in [xid, 1, 0, 0, 0, stat] {
+        m.extend_from_slice(&w.to_be_bytes());
+    }
+    m.extend_from_slice(body);
+    m
+}
+
+/// A CB_COMPOUND reply whose results are only statuses (`results`: opnum,
+/// status), its status `status`.
+fn cb_compound_reply(xid: u32, tag: &[u8], status: i32, results: &[(i32, i32)]) -> Vec<u8> {
+    let mut b = vec![0u8; CB_REPLY_BYTES_MAX];
+    let mut e = proto::xdr::Encoder::new(&mut b);
+    let r = (|| -> proto::xdr::Result<()> {
+        e.i32(status)?;
+        e.opaque_var(&tag[..tag.len().min(64)])?;
+        e.u32(results.len() as u32)?;
+        for &(op, st) in results {
+            e.i32(op)?;
+            e.i32(st)?;
+        }
+        Ok(())
+    })();
+    debug_assert!(r.is_ok(), "a status-only reply fits");
+    let n = e.position();
+    cb_accept_reply(xid, 0, &b[..n])
+}
+
+/// A CB_COMPOUND reply: CB_SEQUENCE's `ok`, then `then` (opnum, status).
+fn cb_sequence_reply(xid: u32, tag: &[u8], ok: &p::CB_SEQUENCE4resok, then: Option<(i32, i32)>) -> Vec<u8> {
+    use proto::xdr::Xdr;
+    let mut b = vec![0u8; CB_REPLY_BYTES_MAX];
+    let mut e = proto::xdr::Encoder::new(&mut b);
+    let r = (|| -> proto::xdr::Result<()> {
+        e.i32(then.map_or(p::NFS4_OK, |t| t.1))?;
+        e.opaque_var(&tag[..tag.len().min(64)])?;
+        e.u32(1 + then.is_some() as u32)?;
+        e.i32(p::OP_CB_SEQUENCE)?;
+        p::CB_SEQUENCE4res::NFS4_OK(ok.clone()).encode(&mut e)?;
+        if let Some((op, st)) = then {
+            e.i32(op)?;
+            e.i32(st)?;
+        }
+        Ok(())
+    })();
+    debug_assert!(r.is_ok(), "CB_SEQUENCE and one status fit");
+    let n = e.position();
+    cb_accept_reply(xid, 0, &b[..n])
 }

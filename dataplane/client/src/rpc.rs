@@ -104,6 +104,9 @@ pub type XidMap<V> = HashMap<u32, V, std::hash::BuildHasherDefault<XidHasher>>;
 /// measured with fio and 1 MiB READs, 256 KiB per read(2) (or reading the
 /// rest of a record straight into it) halved the rate.
 const READ_CHUNK_BYTES: usize = 64 << 10;
+/// Calls from the server (an NFSv4.1 back channel on this connection)
+/// kept until taken; more are dropped (the server times them out).
+pub const CALLS_MAX: usize = 16;
 /// Reply buffers handed back with `recycle` and kept for the next replies,
 /// so a caller that recycles allocates nothing per call once warm: as many
 /// as calls may be in flight (every reply of a full window can be out at
@@ -170,6 +173,10 @@ pub struct RpcConn {
     abandoned_set: HashSet<u32>,
     done: VecDeque<Completion>,
     broken: Option<Error>,
+    /// Records of calls the server made on this connection (`accept_calls`).
+    calls: VecDeque<Vec<u8>>,
+    accept_calls: bool,
+    calls_dropped: u64,
 }
 
 fn encode_cred(auth: &Auth) -> Result<Vec<u8>> {
@@ -334,6 +341,9 @@ impl RpcConn {
             abandoned_set: HashSet::new(),
             done: VecDeque::new(),
             broken: None,
+            calls: VecDeque::new(),
+            accept_calls: false,
+            calls_dropped: 0,
         })
     }
 
@@ -405,6 +415,46 @@ impl RpcConn {
         let n = self.done.len();
         out.extend(self.done.drain(..));
         n
+    }
+
+    /// Keep the calls the server makes on this connection (an NFSv4.1
+    /// back channel bound to it) for `take_call`, up to `CALLS_MAX`; off,
+    /// they are dropped. Either way they never fail the connection.
+    pub fn accept_calls(&mut self, on: bool) {
+        self.accept_calls = on;
+        if !on {
+            self.calls.clear();
+        }
+    }
+
+    /// The next call the server made (its whole record: xid, CALL, ...),
+    /// oldest first. Received while waiting for replies, or by `on_ready`.
+    pub fn take_call(&mut self) -> Option<Vec<u8>> {
+        self.calls.pop_front()
+    }
+
+    /// Calls from the server dropped (not accepted, or over `CALLS_MAX`).
+    pub fn calls_dropped(&self) -> u64 {
+        self.calls_dropped
+    }
+
+    /// Queue the REPLY `msg` (xid first) to a call the server made, as one
+    /// record, and send it now as far as the socket takes it.
+    pub fn send_reply(&mut self, msg: &[u8]) -> Result<()> {
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
+        if self.out_pos == self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+        }
+        self.out.extend_from_slice(&(0x8000_0000 | msg.len() as u32).to_be_bytes());
+        self.out.extend_from_slice(msg);
+        if let Err(err) = self.flush() {
+            self.fail(err.clone());
+            return Err(err);
+        }
+        Ok(())
     }
 
     /// Corked, `submit` only queues: calls leave together at the next
@@ -768,6 +818,15 @@ impl RpcConn {
     fn complete(&mut self, rec: Vec<u8>) -> Result<()> {
         let mut d = Decoder::new(&rec);
         let xid = d.u32().map_err(|_| Error::ConnectionLost(format!("reply record of {} bytes has no xid", rec.len())))?;
+        if rec.len() >= 8 && rec[4..8] == [0, 0, 0, 0] {
+            // msg_type CALL: the server calling back on this connection.
+            if self.accept_calls && self.calls.len() < CALLS_MAX {
+                self.calls.push_back(rec);
+            } else {
+                self.calls_dropped += 1;
+            }
+            return Ok(());
+        }
         if self.pending.remove(&xid).is_none() {
             if self.abandoned_set.contains(&xid) {
                 return Ok(()); // the late reply of a call that timed out

@@ -1,7 +1,11 @@
 //! NFSv4.1 against a scripted server: it checks every SEQUENCE against its
 //! own slot table (NFS4ERR_SEQ_MISORDERED on a wrong sequence id), grants
 //! 4 slots, answers WRITE UNSTABLE, and "restarts" (new write verifier,
-//! unstable data lost) on a LOOKUP of "restart".
+//! unstable data lost) on a LOOKUP of "restart". On a LOOKUP of
+//! "callbacks" it first calls back on the connection (a back channel is
+//! granted when asked): garbage, CB_NULL, a wrong program and RPC version,
+//! a wrong session, an operation the client does not implement, a garbage
+//! CB_COMPOUND, then a CB_LAYOUTRECALL; it keeps the client's replies.
 
 use client::nfs4::Nfs41;
 use client::{Auth, Error, Limits};
@@ -22,6 +26,56 @@ struct State {
     data: BTreeMap<u64, Vec<u8>>,
     seq_errors: u32,
     max_slot_seen: u32,
+    /// The client's replies to our calls, in order.
+    replies: Vec<Vec<u8>>,
+}
+
+const CB_PROG: u32 = 0x4000_0000;
+
+/// A call record of ours to the client: xid, CALL, rpcvers, prog, vers,
+/// proc, AUTH_NONE credential and verifier, then `args`.
+fn cb_call(xid: u32, rpcvers: u32, prog: u32, proc_num: u32, args: &[u8]) -> Vec<u8> {
+    let mut m: Vec<u8> = [xid, 0, rpcvers, prog, 1, proc_num, 0, 0, 0, 0].iter().flat_map(|w| w.to_be_bytes()).collect();
+    m.extend_from_slice(args);
+    let mut rec = (0x8000_0000u32 | m.len() as u32).to_be_bytes().to_vec();
+    rec.extend_from_slice(&m);
+    rec
+}
+
+fn cb_compound(session: [u8; 16], second: Option<p::nfs_cb_argop4<'_>>) -> Vec<u8> {
+    let mut argarray = vec![p::nfs_cb_argop4::OP_CB_SEQUENCE(p::CB_SEQUENCE4args {
+        csa_sessionid: session,
+        csa_sequenceid: 1,
+        csa_slotid: 0,
+        csa_highest_slotid: 0,
+        csa_cachethis: false,
+        csa_referring_call_lists: vec![],
+    })];
+    argarray.extend(second);
+    proto::xdr::to_vec(&p::CB_COMPOUND4args { tag: b"t", minorversion: 1, callback_ident: 0, argarray }).unwrap()
+}
+
+/// The calls the server makes on a LOOKUP of "callbacks" (xids 0x100..).
+fn callbacks() -> Vec<u8> {
+    let sid = p::stateid4 { seqid: 2, other: [8; 12] };
+    let recall = p::nfs_cb_argop4::OP_CB_LAYOUTRECALL(p::CB_LAYOUTRECALL4args {
+        clora_type: p::layouttype4::LAYOUT4_FLEX_FILES,
+        clora_iomode: p::layoutiomode4::LAYOUTIOMODE4_RW,
+        clora_changed: true,
+        clora_recall: p::layoutrecall4::LAYOUTRECALL4_FILE(p::layoutrecall_file4 { lor_fh: b"fh", lor_offset: 0, lor_length: u64::MAX, lor_stateid: sid.clone() }),
+    });
+    let deleg = p::nfs_cb_argop4::OP_CB_RECALL(p::CB_RECALL4args { stateid: sid, truncate: false, fh: b"fh" });
+    let mut out = Vec::new();
+    // Garbage: a CALL cut short inside its header.
+    out.extend_from_slice(&[0x80, 0, 0, 12, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+    out.extend(cb_call(0x101, 2, CB_PROG, 0, &[])); // CB_NULL
+    out.extend(cb_call(0x102, 2, 99, 1, &[])); // not its program
+    out.extend(cb_call(0x103, 3, CB_PROG, 1, &[])); // RPC version 3
+    out.extend(cb_call(0x104, 2, CB_PROG, 1, &cb_compound([9; 16], None))); // another session
+    out.extend(cb_call(0x105, 2, CB_PROG, 1, &cb_compound(SESSION, Some(deleg)))); // CB_RECALL: not implemented
+    out.extend(cb_call(0x106, 2, CB_PROG, 1, &[0, 0, 0, 200, 1, 2])); // garbage CB_COMPOUND
+    out.extend(cb_call(0x107, 2, CB_PROG, 1, &cb_compound(SESSION, Some(recall))));
+    out
 }
 
 fn serve(mut s: TcpStream, st: Arc<Mutex<State>>) {
@@ -34,6 +88,11 @@ fn serve(mut s: TcpStream, st: Arc<Mutex<State>>) {
         }
         let mut call = vec![0u8; (u32::from_be_bytes(m) & 0x7fff_ffff) as usize];
         s.read_exact(&mut call).unwrap();
+        if call.len() >= 8 && call[4..8] == [0, 0, 0, 1] {
+            // A REPLY to one of our calls.
+            st.lock().unwrap().replies.push(call);
+            continue;
+        }
         let mut d = Decoder::new(&call);
         let xid = d.u32().unwrap();
         d.skip(20).unwrap();
@@ -62,7 +121,7 @@ fn serve(mut s: TcpStream, st: Arc<Mutex<State>>) {
                     p::nfs_resop4::OP_CREATE_SESSION(p::CREATE_SESSION4res::NFS4_OK(p::CREATE_SESSION4resok {
                         csr_sessionid: SESSION,
                         csr_sequence: 1,
-                        csr_flags: 0,
+                        csr_flags: a.csa_flags & p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
                         csr_fore_chan_attrs: fore,
                         csr_back_chan_attrs: a.csa_back_chan_attrs.clone(),
                     }))
@@ -97,6 +156,9 @@ fn serve(mut s: TcpStream, st: Arc<Mutex<State>>) {
                     if a.objname == b"restart" {
                         verf[0] += 1;
                         st.lock().unwrap().data.clear();
+                    }
+                    if a.objname == b"callbacks" {
+                        s.write_all(&callbacks()).unwrap();
                     }
                     p::nfs_resop4::OP_LOOKUP(p::LOOKUP4res { status: p::nfsstat4::NFS4_OK })
                 }
@@ -145,6 +207,10 @@ fn serve(mut s: TcpStream, st: Arc<Mutex<State>>) {
 }
 
 fn fake() -> (Nfs41, Arc<Mutex<State>>) {
+    fake_with(false)
+}
+
+fn fake_with(callbacks: bool) -> (Nfs41, Arc<Mutex<State>>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let a = l.local_addr().unwrap().to_string();
     let st: Arc<Mutex<State>> = Arc::default();
@@ -154,7 +220,12 @@ fn fake() -> (Nfs41, Arc<Mutex<State>>) {
         serve(s, st2);
     });
     let lim = Limits { timeout: Duration::from_secs(5), ..Limits::default() };
-    (Nfs41::connect(&a, &Auth::sys(0, 0), lim, b"scripted").unwrap(), st)
+    let c = if callbacks {
+        Nfs41::connect_with_callbacks(&a, &Auth::sys(0, 0), lim, b"scripted")
+    } else {
+        Nfs41::connect(&a, &Auth::sys(0, 0), lim, b"scripted")
+    };
+    (c.unwrap(), st)
 }
 
 #[test]
@@ -200,4 +271,43 @@ fn nfs41_verifier_change_is_reported_and_resent() {
     assert_eq!(c.commit(&o.fh).unwrap(), v2);
     assert!(c.uncommitted(&o.fh).is_empty());
     c.close(&o).unwrap();
+}
+
+/// The server's calls on the back channel arrive while the client waits
+/// for a fore-channel reply: each hostile one is answered as RFC 5531 /
+/// RFC 8881 say, the CB_LAYOUTRECALL is handed to the caller and answered
+/// with its status, and the connection keeps working throughout.
+#[test]
+fn callbacks_are_answered_and_hostile_ones_refused() {
+    use client::nfs4::RecallWhat;
+    let (mut c, st) = fake_with(true);
+    assert!(c.back_channel, "granted");
+    c.lookup_path("/callbacks").unwrap();
+    let r = c.next_recall().expect("the layout recall");
+    assert_eq!(r.what, RecallWhat::File { fh: b"fh".to_vec(), offset: 0, length: u64::MAX, stateid: p::stateid4 { seqid: 2, other: [8; 12] } });
+    assert_eq!((r.iomode, r.changed), (2, true));
+    assert!(c.next_recall().is_none(), "one recall");
+    c.answer_recall(&r, p::NFS4_OK).unwrap();
+    // The fore channel still works; the server has read every reply by now.
+    c.renew().unwrap();
+    let replies = st.lock().unwrap().replies.clone();
+    let words = |m: &[u8]| -> Vec<u32> { m.chunks(4).map(|w| u32::from_be_bytes(w.try_into().unwrap())).collect() };
+    let by_xid = |xid: u32| words(replies.iter().find(|m| words(m)[0] == xid).unwrap_or_else(|| panic!("a reply to {xid:#x}")));
+    assert_eq!(replies.len(), 8, "every call answered once");
+    assert_eq!(&by_xid(0x100)[1..6], &[1, 0, 0, 0, 4], "garbage: GARBAGE_ARGS");
+    assert_eq!(&by_xid(0x101)[1..], &[1, 0, 0, 0, 0], "CB_NULL: SUCCESS, no body");
+    assert_eq!(&by_xid(0x102)[1..6], &[1, 0, 0, 0, 1], "another program: PROG_UNAVAIL");
+    assert_eq!(&by_xid(0x103)[1..6], &[1, 1, 0, 2, 2], "RPC version 3: RPC_MISMATCH 2..2");
+    // SUCCESS, then CB_COMPOUND4res: status, tag ("t": length and one
+    // padded word), result count, results.
+    let w = by_xid(0x104);
+    assert_eq!((w[6] as i32, w[10] as i32, w[11] as i32), (p::NFS4ERR_BADSESSION, p::OP_CB_SEQUENCE, p::NFS4ERR_BADSESSION), "another session");
+    let w = by_xid(0x105);
+    assert_eq!(w[6] as i32, p::NFS4ERR_NOTSUPP, "CB_RECALL: not supported");
+    assert_eq!(*w.last().unwrap() as i32, p::NFS4ERR_NOTSUPP);
+    assert_eq!(&by_xid(0x106)[1..6], &[1, 0, 0, 0, 4], "garbage CB_COMPOUND: GARBAGE_ARGS");
+    let w = by_xid(0x107);
+    assert_eq!(w[6] as i32, p::NFS4_OK);
+    assert_eq!(w[9], 2, "CB_SEQUENCE and CB_LAYOUTRECALL results");
+    assert_eq!(&w[w.len() - 2..], &[p::OP_CB_LAYOUTRECALL as u32, 0], "the recall answered NFS4_OK");
 }

@@ -196,6 +196,9 @@ struct HeldWrite {
     live: bool,
 }
 
+/// `Engine::pfd_conn` of the metadata server's connection (pNFS mode).
+const MDS_PFD: usize = usize::MAX;
+
 /// `HeldWrite::conn` of NFSv3 mode.
 const NO_CONN: u32 = u32::MAX;
 
@@ -996,6 +999,11 @@ impl Engine {
         if self.pfds.is_empty() {
             return;
         }
+        // pNFS: the metadata server may call back (layout recalls).
+        if let Some(fd) = self.pnfs_mds_pollfd() {
+            self.pfds.push(fd);
+            self.pfd_conn.push(MDS_PFD);
+        }
         let ms = until.map_or(-1, |u| {
             let d = u.saturating_duration_since(Instant::now());
             // Round up: a 0.3 ms wait must not become a busy 0.
@@ -1022,6 +1030,12 @@ impl Engine {
         for k in 0..self.pfds.len() {
             let i = self.pfd_conn[k];
             let revents = self.pfds[k].revents;
+            if i == MDS_PFD {
+                if revents != 0 {
+                    self.pnfs_mds_ready(revents);
+                }
+                continue;
+            }
             self.completions.clear();
             let mut done = std::mem::take(&mut self.completions);
             self.conns[i].nfs.rpc().on_ready(revents, &mut done);
@@ -1030,6 +1044,8 @@ impl Engine {
             }
             self.completions = done;
         }
+        // Recalls read now, or while an MDS call waited for its reply.
+        self.pnfs_recalls();
     }
 
     fn finish(&mut self, i: usize, c: Completion) {

@@ -63,6 +63,13 @@ pub(crate) struct State {
     wait_pause: Duration,
     /// An episode of waiting I/Os is going on (logged once).
     wait_logged: bool,
+    /// I/Os of files whose layouts are being returned after a recall,
+    /// driven again once the LAYOUTRETURN went (`pnfs_finish_returns`).
+    recall_parked: Vec<u32>,
+    /// Files with a LAYOUTRETURN owed (`FileLayouts::returning`).
+    returns_pending: usize,
+    /// CB_LAYOUTRECALLs answered.
+    pub(crate) recalls: u64,
 }
 
 struct Ds {
@@ -127,6 +134,10 @@ pub(crate) struct FileLayouts {
     /// The metadata server restarted without this file (its namespace was
     /// not kept): why. Every later I/O of it fails with ESTALE saying so.
     gone: Option<String>,
+    /// A CB_LAYOUTRECALL took the layout: the stateid to LAYOUTRETURN it
+    /// with once no I/O of the file is on a data server; its new I/Os
+    /// wait until then (`State::recall_parked`).
+    returning: Option<Stateid>,
 }
 
 /// Errors of a call on a file no wait repairs: the file (or its handle)
@@ -145,7 +156,7 @@ impl State {
         // A client owner of its own per engine: two fio jobs are two clients.
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
         let owner = format!("chimera-fio-{}-{nanos}", std::process::id());
-        let mds = Nfs41::connect(&addr, auth, limits, owner.as_bytes())
+        let mds = Nfs41::connect_with_callbacks(&addr, auth, limits, owner.as_bytes())
             .map_err(|e| format!("NFSv4.1 session with the metadata server {addr}: {e}"))?;
         Ok(State {
             mds,
@@ -161,6 +172,9 @@ impl State {
             wait_at: Instant::now(),
             wait_pause: crate::RETRY_FIRST,
             wait_logged: false,
+            recall_parked: Vec::new(),
+            returns_pending: 0,
+            recalls: 0,
         })
     }
 }
@@ -191,7 +205,7 @@ impl Engine {
             verf_changed: false,
             unheld: false,
             lost: None,
-            pnfs: Some(FileLayouts { open: o, iomode, segs: Vec::new(), lstateid: None, written: Vec::new(), write_end: 0, generation: 0, failed: Vec::new(), gone: None }),
+            pnfs: Some(FileLayouts { open: o, iomode, segs: Vec::new(), lstateid: None, written: Vec::new(), write_end: 0, generation: 0, failed: Vec::new(), gone: None, returning: None }),
         })
     }
 
@@ -329,6 +343,11 @@ impl Engine {
             let io = self.io(idx);
             (io.file, io.op, io.offset, io.len)
         };
+        if self.layouts(file).returning.is_some() {
+            // Not under the recalled layout, nor a new one before it is
+            // returned (the server would refuse it: RECALLCONFLICT).
+            return self.st().recall_parked.push(idx);
+        }
         let si = match self.segment(file, offset, len as u64) {
             Ok(si) => si,
             Err((libc::ESTALE, msg)) => {
@@ -720,8 +739,114 @@ impl Engine {
             l.segs.clear();
             l.lstateid = None;
             l.generation += 1;
+            // Layouts of the old session need no return.
+            l.returning = None;
         }
+        self.st().returns_pending = 0;
         Ok(())
+    }
+
+    /// The metadata server's connection for `pump`'s poll(2), when it may
+    /// call back (a back channel was granted and the connection is up).
+    pub(crate) fn pnfs_mds_pollfd(&mut self) -> Option<libc::pollfd> {
+        let st = self.pnfs.as_mut()?;
+        if !st.mds.back_channel || st.mds.rpc().broken().is_some() {
+            return None;
+        }
+        Some(st.mds.rpc().poll_fd())
+    }
+
+    /// `pump` found the metadata server's connection ready: read it, then
+    /// answer the recalls it brought and return what can be returned.
+    pub(crate) fn pnfs_mds_ready(&mut self, revents: i16) {
+        let mut none = Vec::new();
+        self.st().mds.rpc().on_ready(revents, &mut none);
+        // No fore-channel call is in flight between MDS calls (they wait).
+        debug_assert!(none.is_empty());
+        self.pnfs_recalls();
+    }
+
+    /// Answer every CB_LAYOUTRECALL received (RFC 8881 §12.5.5): a file
+    /// whose layout is held drops its segments at once (new I/O waits)
+    /// and owes a LAYOUTRETURN, sent when none of its I/O is left on a data
+    /// server (`pnfs_finish_returns`); nothing held is NOMATCHING_LAYOUT.
+    pub(crate) fn pnfs_recalls(&mut self) {
+        let Some(st) = self.pnfs.as_mut() else { return };
+        if !st.mds.back_channel {
+            return;
+        }
+        while let Some(r) = self.st().mds.next_recall() {
+            let matched: Vec<usize> = (0..self.files.len())
+                .filter(|&i| {
+                    let Some(f) = self.files[i].as_ref() else { return false };
+                    let Some(l) = f.pnfs.as_ref() else { return false };
+                    let held = l.lstateid.is_some() || !l.segs.is_empty();
+                    held && match &r.what {
+                        client::nfs4::RecallWhat::File { fh, .. } => *fh == f.fh,
+                        _ => true,
+                    }
+                })
+                .collect();
+            let status = if matched.is_empty() { p::NFS4ERR_NOMATCHING_LAYOUT } else { p::NFS4_OK };
+            if let Err(e) = self.st().mds.answer_recall(&r, status) {
+                eprintln!("chimera-fio: answering a layout recall of the metadata server: {e}");
+            }
+            self.st().recalls += 1;
+            for i in matched {
+                let l = self.layouts(i as u32);
+                let sid = match &r.what {
+                    // The server names the seqid it wants returned.
+                    client::nfs4::RecallWhat::File { stateid, .. } => Some(stateid.clone()),
+                    _ => l.lstateid.clone(),
+                };
+                l.segs.clear();
+                l.lstateid = None;
+                l.generation += 1;
+                if l.returning.is_none() {
+                    if let Some(sid) = sid {
+                        l.returning = Some(sid);
+                        self.st().returns_pending += 1;
+                    }
+                }
+            }
+        }
+        self.pnfs_finish_returns();
+    }
+
+    /// LAYOUTRETURN every recalled layout whose file has no I/O left on a
+    /// data server, then drive the I/Os that waited for it.
+    pub(crate) fn pnfs_finish_returns(&mut self) {
+        let Some(st) = self.pnfs.as_ref() else { return };
+        if st.returns_pending == 0 && st.recall_parked.is_empty() {
+            return;
+        }
+        for i in 0..self.files.len() {
+            let Some((fh, path, sid, iomode)) = self.files[i].as_ref().and_then(|f| {
+                let l = f.pnfs.as_ref()?;
+                Some((f.fh.clone(), f.path.clone(), l.returning.clone()?, l.iomode))
+            }) else {
+                continue;
+            };
+            if self.conns.iter().any(|c| c.ops.values().any(|op| op.io != NO_IO && op.file as usize == i)) {
+                continue;
+            }
+            if let Err(e) = self.st().mds.layoutreturn(&fh, &sid, iomode, &[]) {
+                // The server revokes it in time; new layouts are asked for.
+                eprintln!("chimera-fio: LAYOUTRETURN of a recalled layout of {path}: {e}");
+            }
+            self.layouts(i as u32).returning = None;
+            self.st().returns_pending -= 1;
+        }
+        let parked = std::mem::take(&mut self.st().recall_parked);
+        for idx in parked {
+            self.pnfs_drive(idx);
+        }
+        self.send_all();
+    }
+
+    /// Layout recalls answered so far (pNFS mode).
+    pub fn recalls(&self) -> u64 {
+        self.pnfs.as_ref().map_or(0, |s| s.recalls)
     }
 
     /// When the next waiting I/O is due (None: none waits).
@@ -835,7 +960,7 @@ impl Engine {
             }
         }
         let end = self.layouts(file).write_end;
-        if end > 0 && self.layouts(file).lstateid.is_none() {
+        if end > 0 && self.layouts(file).lstateid.is_none() && self.layouts(file).returning.is_none() {
             // The layout was dropped (a data server failed, or the session
             // was re-established): a new one to LAYOUTCOMMIT under, for
             // the range written last (its data server just answered).
@@ -844,7 +969,10 @@ impl Engine {
         if end > 0 {
             self.mds("LAYOUTCOMMIT", |e| {
                 let f = e.files[file as usize].as_ref().expect("open");
-                let (fh, sid) = (f.fh.clone(), f.pnfs.as_ref().expect("pNFS").lstateid.clone().expect("a layout"));
+                let l = f.pnfs.as_ref().expect("pNFS");
+                // A recalled layout is still ours until returned.
+                let sid = l.lstateid.clone().or_else(|| l.returning.clone()).expect("a layout");
+                let fh = f.fh.clone();
                 e.st().mds.layoutcommit(&fh, &sid, end - 1)
             })?;
             self.layouts(file).write_end = 0;
@@ -859,10 +987,15 @@ impl Engine {
             // Its open and layout belonged to the server's old life.
             return r;
         }
+        // A recalled layout is returned here (fio quiesces before close).
+        let recalled = self.layouts(file).returning.take();
+        if recalled.is_some() {
+            self.st().returns_pending -= 1;
+        }
         let (fh, sid, iomode) = {
             let f = self.files[file as usize].as_ref().expect("open");
             let l = f.pnfs.as_ref().expect("pNFS");
-            (f.fh.clone(), l.lstateid.clone(), l.iomode)
+            (f.fh.clone(), recalled.or_else(|| l.lstateid.clone()), l.iomode)
         };
         if let Some(sid) = sid {
             self.mds("LAYOUTRETURN at close", |e| e.st().mds.layoutreturn(&fh, &sid, iomode, &[]))?;

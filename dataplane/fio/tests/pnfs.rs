@@ -568,3 +568,70 @@ fn a_write_in_flight_across_an_fsync_is_committed_by_the_next() {
     drop(c);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The MDS recalls the engine's layouts (here: a data server drained, as
+/// the admin API's PUT /api/v1/dataservers does). The engine's session has
+/// a back channel: it answers CB_LAYOUTRECALL, returns each layout once
+/// none of its file's I/O is left on a data server, and takes new ones
+/// for the I/O that waited — nothing is fenced or revoked, no I/O fails,
+/// every block reads back. Before, the session had no back channel and
+/// the MDS could only fence the file (the engine's next I/O to its data
+/// servers was refused and went through a new layout after an error).
+#[test]
+fn a_recalled_layout_is_answered_returned_and_io_goes_on() {
+    let mut c = cluster(json!({ "mirrors": 1 }));
+    let depth = 8;
+    let mut e = engine(&c, depth);
+    let f = e.open("recall.0", true).unwrap();
+    let mut data: Vec<Vec<u8>> = (0..12u64).map(|u| pattern(16, u * 65536, BS)).collect();
+    let write_units = |e: &mut Engine, units: std::ops::Range<u64>, data: &mut Vec<Vec<u8>>| {
+        for u in units {
+            unsafe { e.queue(f, Op::Write, u * 65536, data[u as usize].as_mut_ptr(), BS, u) }.unwrap();
+        }
+        let got = drain(e);
+        assert!(got.iter().all(|r| r.1 == BS as i64), "{got:?}");
+        unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 1000) }.unwrap();
+        assert_eq!(drain(e), vec![(1000, 0)], "fsync");
+    };
+    write_units(&mut e, 0..6, &mut data);
+    let pn = c.mds.as_ref().unwrap().pnfs.clone().expect("the MDS's pNFS state");
+    let m = &pn.metrics;
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    let specs: Vec<pnfs::DsSpec> = c
+        .ds
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let port = d.as_ref().unwrap().nfs_addr.unwrap().port();
+            pnfs::DsSpec {
+                name: format!("ds{i}"),
+                host: "127.0.0.1".into(),
+                port,
+                netid: pnfs::Netid::Tcp,
+                tcp_port: port,
+                backing_path: None,
+                ready: true,
+                draining: i == 0,
+            }
+        })
+        .collect();
+    pn.set_data_servers(specs).expect("drain ds0");
+    assert!(load(&m.layouts_recalled) >= 1, "the engine's layout naming ds0 was recalled");
+    let returned = load(&m.layouts_returned);
+    // The recall is read while the next I/Os are reaped.
+    std::thread::sleep(Duration::from_millis(100));
+    write_units(&mut e, 6..12, &mut data);
+    assert!(e.recalls() >= 1, "the engine answered the recall");
+    assert!(load(&m.layouts_returned) > returned, "and returned the layout");
+    assert_eq!(load(&m.fences), 0, "nothing fenced");
+    assert_eq!(load(&m.layouts_revoked), 0, "nothing revoked");
+    assert_eq!(e.errors(), 0, "no I/O failed");
+    for u in 0..12u64 {
+        let mut got = vec![0u8; BS];
+        unsafe { e.queue(f, Op::Read, u * 65536, got.as_mut_ptr(), BS, 2000 + u) }.unwrap();
+        assert_eq!(drain(&mut e), vec![(2000 + u, BS as i64)]);
+        assert!(got == data[u as usize], "unit {u} reads back");
+    }
+    e.close(f).unwrap();
+    c.mds.take().unwrap().shutdown();
+}
