@@ -237,6 +237,35 @@ impl Nfs41 {
         })
     }
 
+    /// LAYOUTERROR (NFSv4.2, RFC 7862 §15.6): report `errors` under the
+    /// layout `stateid` without returning it, one call per range. A
+    /// session of minor version 1 has no LAYOUTERROR: `Error::Invalid`.
+    pub fn layouterror(&mut self, fh: &[u8], stateid: &Stateid, errors: &[DsError]) -> Result<()> {
+        if self.minor < 2 {
+            return Err(Error::Invalid("LAYOUTERROR needs NFSv4.2 (the session is 4.1)".into()));
+        }
+        for e in errors {
+            let ops = [
+                p::nfs_argop4::OP_PUTFH(p::PUTFH4args { object: fh }),
+                p::nfs_argop4::OP_LAYOUTERROR(p::LAYOUTERROR4args {
+                    lea_offset: e.offset,
+                    lea_length: e.length,
+                    lea_stateid: stateid.clone(),
+                    lea_errors: vec![p::device_error4 {
+                        de_deviceid: e.deviceid,
+                        de_status: e.status,
+                        de_opnum: if e.write { p::nfs_opnum4::OP_WRITE } else { p::nfs_opnum4::OP_READ },
+                    }],
+                }),
+            ];
+            self.compound(&ops, |r| match r {
+                [_, p::nfs_resop4::OP_LAYOUTERROR(_)] => Ok(()),
+                _ => Err(Error::Malformed("LAYOUTERROR result".into())),
+            })?;
+        }
+        Ok(())
+    }
+
     /// LAYOUTRETURN of the whole file's `iomode` layout, reporting `errors`
     /// (the MDS then stops handing out the failed data servers' copies).
     pub fn layoutreturn(&mut self, fh: &[u8], stateid: &Stateid, iomode: IoMode, errors: &[DsError]) -> Result<()> {

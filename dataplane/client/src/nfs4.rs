@@ -88,8 +88,13 @@ pub struct Nfs41 {
     pub status_flags: u32,
     /// UNSTABLE writes not yet committed, per file handle.
     uncommitted: Uncommitted,
-    /// Ask for a back channel on the connection (`connect_with_callbacks`).
+    /// Ask for a back channel on the connection (`SessionOpts`).
     back_wanted: bool,
+    /// The highest minor version to ask for (`SessionOpts`).
+    minor_max: u32,
+    /// The minor version of this client's COMPOUNDs: 2 (NFSv4.2:
+    /// LAYOUTERROR, ...) when asked for and the server speaks it, else 1.
+    pub minor: u32,
     /// The server granted one (CREATE_SESSION's CONN_BACK_CHAN): its
     /// calls are taken with `next_recall`.
     pub back_channel: bool,
@@ -99,6 +104,19 @@ pub struct Nfs41 {
 
 /// The back channel's RPC program (csa_cb_program).
 pub const CB_PROGRAM: u32 = 0x4000_0000;
+
+/// What a session asks for beyond NFSv4.1 (`Nfs41::connect_opts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionOpts {
+    /// A back channel on the same connection (CREATE_SESSION's
+    /// CONN_BACK_CHAN), so that the server can recall layouts: the caller
+    /// takes them with `next_recall` whenever the connection was read, and
+    /// answers each.
+    pub back_channel: bool,
+    /// The highest minor version to use (1 or 2); a server that refuses 2
+    /// in EXCHANGE_ID gets 1.
+    pub minor_max: u32,
+}
 
 /// What a CB_LAYOUTRECALL asks back (RFC 8881 §20.3).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,20 +228,19 @@ impl Nfs41 {
             status_flags: 0,
             uncommitted: Uncommitted::new(),
             back_wanted: false,
+            minor_max: 1,
+            minor: 1,
             back_channel: false,
             cb_seq: 0,
         };
         Ok(c)
     }
 
-    /// `connect`, asking for a back channel on the same connection
-    /// (CREATE_SESSION4_FLAG_CONN_BACK_CHAN) so that the server can recall
-    /// layouts (CB_LAYOUTRECALL): the caller takes them with `next_recall`
-    /// whenever the connection was read, and answers each. Kept across
-    /// `reestablish`.
-    pub fn connect_with_callbacks(addr: &str, auth: &Auth, limits: Limits, owner: &[u8]) -> Result<Nfs41> {
+    /// `connect` with `opts` (kept across `reestablish`).
+    pub fn connect_opts(addr: &str, auth: &Auth, limits: Limits, owner: &[u8], opts: SessionOpts) -> Result<Nfs41> {
         let mut c = Nfs41::unconnected(addr, auth, limits, owner)?;
-        c.back_wanted = true;
+        c.back_wanted = opts.back_channel;
+        c.minor_max = opts.minor_max.clamp(1, 2);
         c.establish()?;
         Ok(c)
     }
@@ -288,7 +305,7 @@ impl Nfs41 {
             return Err(cb_accept_reply(xid, 4, &[])); // GARBAGE_ARGS
         };
         let tag = args.tag.to_vec();
-        if args.minorversion != 1 {
+        if args.minorversion != self.minor {
             return Err(cb_compound_reply(xid, &tag, p::NFS4ERR_MINOR_VERS_MISMATCH, &[]));
         }
         let Some(p::nfs_cb_argop4::OP_CB_SEQUENCE(seq)) = args.argarray.first() else {
@@ -404,10 +421,22 @@ impl Nfs41 {
             eia_state_protect: p::state_protect4_a::SP4_NONE,
             eia_client_impl_id: vec![],
         };
-        let r = c.raw_compound(&[p::nfs_argop4::OP_EXCHANGE_ID(exid)])?;
-        let (clientid, seqid) = match &results(&r, false)?.0[..] {
-            [p::nfs_resop4::OP_EXCHANGE_ID(p::EXCHANGE_ID4res::NFS4_OK(ok))] => (ok.eir_clientid, ok.eir_sequenceid),
-            _ => return Err(Error::Malformed("EXCHANGE_ID result".into())),
+        let exchange = |c: &mut Nfs41| -> Result<(u64, u32)> {
+            let r = c.raw_compound(&[p::nfs_argop4::OP_EXCHANGE_ID(exid.clone())])?;
+            match &results(&r, false)?.0[..] {
+                [p::nfs_resop4::OP_EXCHANGE_ID(p::EXCHANGE_ID4res::NFS4_OK(ok))] => Ok((ok.eir_clientid, ok.eir_sequenceid)),
+                _ => Err(Error::Malformed("EXCHANGE_ID result".into())),
+            }
+        };
+        c.minor = c.minor_max;
+        let (clientid, seqid) = match exchange(c) {
+            // NFS4ERR_MINOR_VERS_MISMATCH (or anything a 4.1 server says
+            // to a 4.2 COMPOUND): 4.1 then.
+            Err(e) if c.minor > 1 && !e.is_connection() => {
+                c.minor = 1;
+                exchange(c)?
+            }
+            r => r?,
         };
         let bytes = (c.rpc.limits().call_bytes_max.min(c.rpc.limits().reply_bytes_max)) as u32;
         let cs = p::CREATE_SESSION4args {
@@ -498,9 +527,10 @@ impl Nfs41 {
         if n > OPS_MAX as usize {
             return Err(Error::Invalid(format!("{n} operations, at most {OPS_MAX}")));
         }
+        let minor = self.minor;
         self.rpc.submit(100003, 4, 1, &|e| {
             e.opaque_var(b"")?; // tag
-            e.u32(1)?; // minorversion
+            e.u32(minor)?;
             e.u32(n as u32)?;
             if let Some(s) = &seq {
                 proto::xdr::Xdr::encode(&p::nfs_argop4::OP_SEQUENCE(s.clone()), e)?;

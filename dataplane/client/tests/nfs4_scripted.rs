@@ -28,6 +28,10 @@ struct State {
     max_slot_seen: u32,
     /// The client's replies to our calls, in order.
     replies: Vec<Vec<u8>>,
+    /// Answer minor version 2 with NFS4ERR_MINOR_VERS_MISMATCH (a 4.1
+    /// server); the minor versions seen.
+    refuse_42: bool,
+    minors: Vec<u32>,
 }
 
 const CB_PROG: u32 = 0x4000_0000;
@@ -103,8 +107,16 @@ fn serve(mut s: TcpStream, st: Arc<Mutex<State>>) {
         let args = p::COMPOUND4args::decode(&mut d).unwrap();
         let mut res: Vec<p::nfs_resop4> = Vec::new();
         let mut status = p::nfsstat4::NFS4_OK;
+        let refuse = {
+            let mut g = st.lock().unwrap();
+            g.minors.push(args.minorversion);
+            g.refuse_42 && args.minorversion == 2
+        };
+        if refuse {
+            status = p::nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH;
+        }
         let four = 90u32.to_be_bytes();
-        for op in &args.argarray {
+        for op in if refuse { &[][..] } else { &args.argarray[..] } {
             let r = match op {
                 p::nfs_argop4::OP_EXCHANGE_ID(_) => p::nfs_resop4::OP_EXCHANGE_ID(p::EXCHANGE_ID4res::NFS4_OK(p::EXCHANGE_ID4resok {
                     eir_clientid: 77,
@@ -211,21 +223,20 @@ fn fake() -> (Nfs41, Arc<Mutex<State>>) {
 }
 
 fn fake_with(callbacks: bool) -> (Nfs41, Arc<Mutex<State>>) {
+    fake_opts(client::nfs4::SessionOpts { back_channel: callbacks, minor_max: 1 }, false)
+}
+
+fn fake_opts(opts: client::nfs4::SessionOpts, refuse_42: bool) -> (Nfs41, Arc<Mutex<State>>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let a = l.local_addr().unwrap().to_string();
-    let st: Arc<Mutex<State>> = Arc::default();
+    let st: Arc<Mutex<State>> = Arc::new(Mutex::new(State { refuse_42, ..State::default() }));
     let st2 = st.clone();
     thread::spawn(move || {
         let (s, _) = l.accept().unwrap();
         serve(s, st2);
     });
     let lim = Limits { timeout: Duration::from_secs(5), ..Limits::default() };
-    let c = if callbacks {
-        Nfs41::connect_with_callbacks(&a, &Auth::sys(0, 0), lim, b"scripted")
-    } else {
-        Nfs41::connect(&a, &Auth::sys(0, 0), lim, b"scripted")
-    };
-    (c.unwrap(), st)
+    (Nfs41::connect_opts(&a, &Auth::sys(0, 0), lim, b"scripted", opts).unwrap(), st)
 }
 
 #[test]
@@ -310,4 +321,24 @@ fn callbacks_are_answered_and_hostile_ones_refused() {
     assert_eq!(w[6] as i32, p::NFS4_OK);
     assert_eq!(w[9], 2, "CB_SEQUENCE and CB_LAYOUTRECALL results");
     assert_eq!(&w[w.len() - 2..], &[p::OP_CB_LAYOUTRECALL as u32, 0], "the recall answered NFS4_OK");
+}
+
+/// Asked for NFSv4.2, a server that only speaks 4.1 refuses the first
+/// EXCHANGE_ID; the client goes on at 4.1, which then has no LAYOUTERROR.
+/// A 4.2 server gets 4.2 throughout.
+#[test]
+fn minor_version_2_when_the_server_speaks_it_else_1() {
+    let opts = client::nfs4::SessionOpts { back_channel: false, minor_max: 2 };
+    let (mut c, st) = fake_opts(opts, true);
+    assert_eq!(c.minor, 1);
+    c.renew().unwrap();
+    let minors = st.lock().unwrap().minors.clone();
+    assert_eq!(minors[0], 2, "4.2 asked first");
+    assert!(minors[1..].iter().all(|&m| m == 1), "then 4.1 only: {minors:?}");
+    let e = c.layouterror(b"fh", &p::stateid4 { seqid: 1, other: [0; 12] }, &[]).unwrap_err();
+    assert!(matches!(e, Error::Invalid(_)), "{e:?}");
+    let (mut c, st) = fake_opts(opts, false);
+    assert_eq!(c.minor, 2);
+    c.renew().unwrap();
+    assert!(st.lock().unwrap().minors.iter().all(|&m| m == 2));
 }

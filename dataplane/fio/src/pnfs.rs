@@ -156,7 +156,9 @@ impl State {
         // A client owner of its own per engine: two fio jobs are two clients.
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
         let owner = format!("chimera-fio-{}-{nanos}", std::process::id());
-        let mds = Nfs41::connect_with_callbacks(&addr, auth, limits, owner.as_bytes())
+        // A back channel for layout recalls, NFSv4.2 for LAYOUTERROR.
+        let opts = client::nfs4::SessionOpts { back_channel: true, minor_max: 2 };
+        let mds = Nfs41::connect_opts(&addr, auth, limits, owner.as_bytes(), opts)
             .map_err(|e| format!("NFSv4.1 session with the metadata server {addr}: {e}"))?;
         Ok(State {
             mds,
@@ -536,6 +538,13 @@ impl Engine {
                 eprintln!("chimera-fio note: data server(s) {} failed; reported to the MDS, taking a new layout", names.join(", "));
             }
             if let Some(sid) = sid {
+                // NFSv4.2: LAYOUTERROR first (the MDS counts and acts on it
+                // as it does on LAYOUTRETURN's ff_ioerr4, which follows).
+                if self.st().mds.minor >= 2 {
+                    if let Err(e) = self.st().mds.layouterror(&fh, &sid, &errors) {
+                        eprintln!("chimera-fio: LAYOUTERROR reporting a data-server failure: {e}");
+                    }
+                }
                 if let Err(e) = self.st().mds.layoutreturn(&fh, &sid, iomode, &errors) {
                     eprintln!("chimera-fio: LAYOUTRETURN reporting a data-server failure: {e}");
                 }

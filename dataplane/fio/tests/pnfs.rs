@@ -267,6 +267,9 @@ fn mirrored_writes_reach_both_copies_and_survive_a_data_server_kill() {
     c.ds[i].take().unwrap().shutdown();
     write_read_verify(&mut e, f, 3, 64, depth);
     assert_eq!(e.errors(), 0, "no I/O failed with a data server gone");
+    // Reported with LAYOUTERROR (the session is NFSv4.2) and LAYOUTRETURN.
+    let m = &c.mds.as_ref().unwrap().pnfs.as_ref().expect("pNFS").metrics;
+    assert!(m.layouterrors.load(std::sync::atomic::Ordering::Relaxed) >= 1, "LAYOUTERROR reached the MDS");
     e.close(f).unwrap();
     // The surviving copy has the new data.
     let mut v = Nfs41::connect(
