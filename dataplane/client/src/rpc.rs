@@ -107,6 +107,10 @@ const READ_CHUNK_BYTES: usize = 64 << 10;
 /// Calls from the server (an NFSv4.1 back channel on this connection)
 /// kept until taken; more are dropped (the server times them out).
 pub const CALLS_MAX: usize = 16;
+/// Largest call record from the server kept (a CB_COMPOUND of a recall is
+/// well under 1 KiB); larger ones are dropped, so the kept calls hold at
+/// most `CALLS_MAX` x this.
+pub const CALL_BYTES_MAX: usize = 16 << 10;
 /// Reply buffers handed back with `recycle` and kept for the next replies,
 /// so a caller that recycles allocates nothing per call once warm: as many
 /// as calls may be in flight (every reply of a full window can be out at
@@ -820,7 +824,7 @@ impl RpcConn {
         let xid = d.u32().map_err(|_| Error::ConnectionLost(format!("reply record of {} bytes has no xid", rec.len())))?;
         if rec.len() >= 8 && rec[4..8] == [0, 0, 0, 0] {
             // msg_type CALL: the server calling back on this connection.
-            if self.accept_calls && self.calls.len() < CALLS_MAX {
+            if self.accept_calls && self.calls.len() < CALLS_MAX && rec.len() <= CALL_BYTES_MAX {
                 self.calls.push_back(rec);
             } else {
                 self.calls_dropped += 1;

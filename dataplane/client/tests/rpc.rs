@@ -279,3 +279,46 @@ fn errno_of_each_kind() {
     assert_eq!(Error::AuthError { stat: "AUTH_TOOWEAK", code: 5 }.errno(), libc::EACCES);
     assert_eq!(Error::VerifierChanged { ranges: vec![], resendable: true }.errno(), libc::EIO);
 }
+
+/// Calls the server makes on the connection (a back channel) never fail
+/// it: accepted, they are kept for `take_call` up to `CALLS_MAX` records of
+/// at most `CALL_BYTES_MAX`, the rest dropped and counted; not accepted,
+/// all are dropped. Replies around them complete as usual.
+#[test]
+fn server_calls_are_kept_bounded_or_dropped() {
+    use client::rpc::{CALLS_MAX, CALL_BYTES_MAX};
+    for accept in [true, false] {
+        let (mut c, h) = peer(short(), |mut s| {
+            let (xid, _) = read_call(&mut s).unwrap();
+            let mut out = Vec::new();
+            out.extend(record(&[&words(&[0x900, 0, 2, 0x4000_0000, 1, 0, 0, 0, 0, 0])]));
+            let mut big = words(&[0x901, 0, 2, 0x4000_0000, 1, 0, 0, 0, 0, 0]);
+            big.resize(CALL_BYTES_MAX + 4, 0);
+            out.extend(record(&[&big]));
+            for k in 0..20u32 {
+                out.extend(record(&[&words(&[0x910 + k, 0, 2, 0x4000_0000, 1, 0, 0, 0, 0, 0])]));
+            }
+            out.extend(record(&[&ok_reply(xid, b"done")]));
+            s.write_all(&out).unwrap();
+            // The client's reply to one of them arrives as a record.
+            let (x, b) = read_call(&mut s).unwrap();
+            assert_eq!((x, &b[4..8]), (0x900, &[0, 0, 0, 1][..]));
+        });
+        c.accept_calls(accept);
+        let r = c.call(100003, 3, 0, &|_| Ok(())).expect("the reply after the calls");
+        assert_eq!(r.body(), b"done");
+        assert!(c.broken().is_none(), "calls never break the connection");
+        let kept: Vec<u32> = std::iter::from_fn(|| c.take_call()).map(|r| u32::from_be_bytes(r[..4].try_into().unwrap())).collect();
+        if accept {
+            assert_eq!(kept.len(), CALLS_MAX);
+            assert_eq!(kept[0], 0x900);
+            assert_eq!(kept[1], 0x910, "the oversized call was dropped");
+            assert_eq!(c.calls_dropped(), 1 + (21 - CALLS_MAX as u64));
+        } else {
+            assert!(kept.is_empty());
+            assert_eq!(c.calls_dropped(), 22);
+        }
+        c.send_reply(&words(&[0x900, 1, 0, 0, 0, 0])).unwrap();
+        h.join().unwrap();
+    }
+}
