@@ -789,7 +789,8 @@ impl Engine {
                 .filter(|&i| {
                     let Some(f) = self.files[i].as_ref() else { return false };
                     let Some(l) = f.pnfs.as_ref() else { return false };
-                    let held = l.lstateid.is_some() || !l.segs.is_empty();
+                    // A return already owed counts: it is on its way.
+                    let held = l.lstateid.is_some() || !l.segs.is_empty() || l.returning.is_some();
                     held && match &r.what {
                         client::nfs4::RecallWhat::File { fh, .. } => *fh == f.fh,
                         _ => true,
@@ -811,9 +812,11 @@ impl Engine {
                 l.segs.clear();
                 l.lstateid = None;
                 l.generation += 1;
-                if l.returning.is_none() {
-                    if let Some(sid) = sid {
-                        l.returning = Some(sid);
+                // A recall again before the return: the newest seqid.
+                let owed = l.returning.is_some();
+                if let Some(sid) = sid.or_else(|| l.returning.clone()) {
+                    l.returning = Some(sid);
+                    if !owed {
                         self.st().returns_pending += 1;
                     }
                 }
