@@ -159,6 +159,17 @@ pub struct DsError {
     pub write: bool,
 }
 
+impl DsError {
+    /// The report of it in LAYOUTERROR and in LAYOUTRETURN's ff_ioerr4.
+    fn device_error(&self) -> p::device_error4 {
+        p::device_error4 {
+            de_deviceid: self.deviceid,
+            de_status: self.status,
+            de_opnum: if self.write { p::nfs_opnum4::OP_WRITE } else { p::nfs_opnum4::OP_READ },
+        }
+    }
+}
+
 impl Nfs41 {
     /// LAYOUTGET of a flex-files segment covering [offset, offset +
     /// minlength) with `stateid` (the open's, or the layout's once held).
@@ -251,11 +262,7 @@ impl Nfs41 {
                     lea_offset: e.offset,
                     lea_length: e.length,
                     lea_stateid: stateid.clone(),
-                    lea_errors: vec![p::device_error4 {
-                        de_deviceid: e.deviceid,
-                        de_status: e.status,
-                        de_opnum: if e.write { p::nfs_opnum4::OP_WRITE } else { p::nfs_opnum4::OP_READ },
-                    }],
+                    lea_errors: vec![e.device_error()],
                 }),
             ];
             self.compound(&ops, |r| match r {
@@ -276,11 +283,7 @@ impl Nfs41 {
                     ffie_offset: e.offset,
                     ffie_length: e.length,
                     ffie_stateid: stateid.clone(),
-                    ffie_errors: vec![p::device_error4 {
-                        de_deviceid: e.deviceid,
-                        de_status: e.status,
-                        de_opnum: if e.write { p::nfs_opnum4::OP_WRITE } else { p::nfs_opnum4::OP_READ },
-                    }],
+                    ffie_errors: vec![e.device_error()],
                 })
                 .collect(),
             fflr_iostats_report: vec![],

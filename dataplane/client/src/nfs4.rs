@@ -98,8 +98,6 @@ pub struct Nfs41 {
     /// The server granted one (CREATE_SESSION's CONN_BACK_CHAN): its
     /// calls are taken with `next_recall`.
     pub back_channel: bool,
-    /// The sequence id of the last CB_SEQUENCE on back-channel slot 0.
-    cb_seq: u32,
 }
 
 /// The back channel's RPC program (csa_cb_program).
@@ -231,7 +229,6 @@ impl Nfs41 {
             minor_max: 1,
             minor: 1,
             back_channel: false,
-            cb_seq: 0,
         };
         Ok(c)
     }
@@ -306,12 +303,12 @@ impl Nfs41 {
         };
         let tag = args.tag.to_vec();
         if args.minorversion != self.minor {
-            return Err(cb_compound_reply(xid, &tag, p::NFS4ERR_MINOR_VERS_MISMATCH, &[]));
+            return Err(cb_reply(xid, &tag, p::NFS4ERR_MINOR_VERS_MISMATCH, None, &[]));
         }
         let Some(p::nfs_cb_argop4::OP_CB_SEQUENCE(seq)) = args.argarray.first() else {
             return Err(match args.argarray.first() {
-                None => cb_compound_reply(xid, &tag, p::NFS4_OK, &[]),
-                Some(op) => cb_compound_reply(xid, &tag, p::NFS4ERR_SEQUENCE_POS, &[(cb_opnum(op), p::NFS4ERR_SEQUENCE_POS)]),
+                None => cb_reply(xid, &tag, p::NFS4_OK, None, &[]),
+                Some(op) => cb_reply(xid, &tag, p::NFS4ERR_SEQUENCE_POS, None, &[(cb_opnum(op), p::NFS4ERR_SEQUENCE_POS)]),
             });
         };
         let bad = if seq.csa_sessionid != self.sessionid || !self.back_channel {
@@ -322,9 +319,8 @@ impl Nfs41 {
             None
         };
         if let Some(status) = bad {
-            return Err(cb_compound_reply(xid, &tag, status, &[(p::OP_CB_SEQUENCE, status)]));
+            return Err(cb_reply(xid, &tag, status, None, &[(p::OP_CB_SEQUENCE, status)]));
         }
-        self.cb_seq = seq.csa_sequenceid;
         let ok = p::CB_SEQUENCE4resok {
             csr_sessionid: seq.csa_sessionid,
             csr_sequenceid: seq.csa_sequenceid,
@@ -456,7 +452,6 @@ impl Nfs41 {
             _ => return Err(Error::Malformed("CREATE_SESSION result".into())),
         };
         c.back_channel = c.back_wanted && flags & p::CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0;
-        c.cb_seq = 0;
         c.rpc.accept_calls(c.back_channel);
         if granted == 0 {
             return Err(Error::Malformed("CREATE_SESSION granted no slots".into()));
@@ -860,44 +855,32 @@ fn cb_accept_reply(xid: u32, stat: u32, body: &[u8]) -> Vec<u8> {
     m
 }
 
-/// A CB_COMPOUND reply whose results are only statuses (`results`: opnum,
-/// status), its status `status`.
-fn cb_compound_reply(xid: u32, tag: &[u8], status: i32, results: &[(i32, i32)]) -> Vec<u8> {
+/// A CB_COMPOUND reply of status `status`: CB_SEQUENCE's `seq` result
+/// when given, then `results` (opnum, status) carrying only a status.
+fn cb_reply(xid: u32, tag: &[u8], status: i32, seq: Option<&p::CB_SEQUENCE4resok>, results: &[(i32, i32)]) -> Vec<u8> {
+    use proto::xdr::Xdr;
     let mut b = vec![0u8; CB_REPLY_BYTES_MAX];
     let mut e = proto::xdr::Encoder::new(&mut b);
     let r = (|| -> proto::xdr::Result<()> {
         e.i32(status)?;
         e.opaque_var(&tag[..tag.len().min(64)])?;
-        e.u32(results.len() as u32)?;
+        e.u32(seq.is_some() as u32 + results.len() as u32)?;
+        if let Some(ok) = seq {
+            e.i32(p::OP_CB_SEQUENCE)?;
+            p::CB_SEQUENCE4res::NFS4_OK(ok.clone()).encode(&mut e)?;
+        }
         for &(op, st) in results {
             e.i32(op)?;
             e.i32(st)?;
         }
         Ok(())
     })();
-    debug_assert!(r.is_ok(), "a status-only reply fits");
+    debug_assert!(r.is_ok(), "CB_SEQUENCE and a few statuses fit");
     let n = e.position();
     cb_accept_reply(xid, 0, &b[..n])
 }
 
 /// A CB_COMPOUND reply: CB_SEQUENCE's `ok`, then `then` (opnum, status).
 fn cb_sequence_reply(xid: u32, tag: &[u8], ok: &p::CB_SEQUENCE4resok, then: Option<(i32, i32)>) -> Vec<u8> {
-    use proto::xdr::Xdr;
-    let mut b = vec![0u8; CB_REPLY_BYTES_MAX];
-    let mut e = proto::xdr::Encoder::new(&mut b);
-    let r = (|| -> proto::xdr::Result<()> {
-        e.i32(then.map_or(p::NFS4_OK, |t| t.1))?;
-        e.opaque_var(&tag[..tag.len().min(64)])?;
-        e.u32(1 + then.is_some() as u32)?;
-        e.i32(p::OP_CB_SEQUENCE)?;
-        p::CB_SEQUENCE4res::NFS4_OK(ok.clone()).encode(&mut e)?;
-        if let Some((op, st)) = then {
-            e.i32(op)?;
-            e.i32(st)?;
-        }
-        Ok(())
-    })();
-    debug_assert!(r.is_ok(), "CB_SEQUENCE and one status fit");
-    let n = e.position();
-    cb_accept_reply(xid, 0, &b[..n])
+    cb_reply(xid, tag, then.map_or(p::NFS4_OK, |t| t.1), Some(ok), then.as_slice())
 }

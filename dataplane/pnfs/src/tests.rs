@@ -402,12 +402,7 @@ fn a_garbage_stored_placement_fails_only_its_file() {
 #[test]
 fn a_placement_stored_without_handles_finds_them_on_the_ds() {
     use vfs::{CreateMode, Cred, NodeKind, Stability, Vfs, VfsError};
-    let cfg = serde_json::json!({
-        "common": { "log_level": "warn" },
-        "server": { "role": "ds", "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0 },
-        "metrics": { "enabled": false }
-    });
-    let ds = chimerad::serve::start(&chimerad::config::Config::parse(&cfg.to_string()).unwrap()).unwrap();
+    let ds = data_server();
     let port = ds.nfs_addr.unwrap().port();
     let dev: block::Device = Arc::new(block::mem::MemDevice::new("mds", 4096));
     let fs: Arc<dyn Vfs> = Arc::new(diskfs::DiskFs::open(vec![dev], &diskfs::Options::new(1, true)).unwrap());
@@ -451,6 +446,16 @@ fn a_placement_stored_without_handles_finds_them_on_the_ds() {
     drop(v);
     drop(pn);
     ds.shutdown();
+}
+
+/// A data server (chimerad, memfs) in process on a port it picks.
+fn data_server() -> chimerad::serve::Running {
+    let cfg = serde_json::json!({
+        "common": { "log_level": "warn" },
+        "server": { "role": "ds", "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0 },
+        "metrics": { "enabled": false }
+    });
+    chimerad::serve::start(&chimerad::config::Config::parse(&cfg.to_string()).unwrap()).unwrap()
 }
 
 /// A recaller that sends nothing and reports every recall as sent: the
@@ -611,12 +616,7 @@ fn only_data_file_names_are_taken_for_handles() {
 fn a_new_placement_empties_a_leftover_data_file_of_its_name() {
     use crate::client3::{Client3, Sattr};
     use vfs::{CreateMode, Cred, NodeKind, Stability, Vfs};
-    let cfg = serde_json::json!({
-        "common": { "log_level": "warn" },
-        "server": { "role": "ds", "bind": "127.0.0.1", "threads": 1, "nfs_port": 0, "mount_port": 0, "portmap_port": 0 },
-        "metrics": { "enabled": false }
-    });
-    let ds = chimerad::serve::start(&chimerad::config::Config::parse(&cfg.to_string()).unwrap()).unwrap();
+    let ds = data_server();
     let port = ds.nfs_addr.unwrap().port();
     let fs: Arc<dyn Vfs> = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: 64 << 20 }));
     let pn = Pnfs::new(PnfsConfig::default(), fs, vec![spec("solo", "127.0.0.1", port, Netid::Tcp)]).unwrap();
