@@ -30,6 +30,7 @@ struct chimera_options {
 	unsigned int busy_poll_us;
 	unsigned int retry_s;
 	unsigned int hold_mib;
+	char *transport;
 };
 
 struct chimera_data {
@@ -130,6 +131,16 @@ static struct fio_option options[] = {
 		.group = FIO_OPT_G_NFS,
 	},
 	{
+		.name = "chimera_transport",
+		.lname = "Chimera transport",
+		.type = FIO_OPT_STR_STORE,
+		.off1 = offsetof(struct chimera_options, transport),
+		.def = "tcp",
+		.help = "tcp, or rdma: RPC-over-RDMA v1 (RFC 8166) to the server's RDMA listener (port 20049 when chimera_server leaves it out)",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_NFS,
+	},
+	{
 		.name = NULL,
 	},
 };
@@ -171,6 +182,7 @@ static int chimera_init(struct thread_data *td)
 	cfg.busy_poll_us = o->busy_poll_us;
 	cfg.retry_s = o->retry_s;
 	cfg.hold_mib = o->hold_mib;
+	cfg.transport = o->transport;
 	d->h = chimera_fio_connect(&cfg, err, sizeof(err));
 	if (!d->h) {
 		log_err("chimera: %s\n", err);

@@ -167,6 +167,10 @@ expect_fail dotdot "leaves the export" "a file name with .." "${eng[@]}" --name=
 expect_fail trim "not supported" "trim" "${eng[@]}" --name=h --filename=seq.0 --size=1m --rw=trim
 expect_fail retry-range "chimera_retry_s" "a reconnect window over an hour" "${eng[@]}" --chimera_retry_s=4000 --name=h --filename=seq.0 --size=1m --rw=read
 expect_fail hold-range "chimera_hold_mib" "held writes over 4 GiB" "${eng[@]}" --chimera_hold_mib=5000 --name=h --filename=seq.0 --size=1m --rw=read
+expect_fail transport "chimera_transport 'udp' is neither tcp nor rdma" "an unknown transport" "${eng[@]}" --chimera_transport=udp --name=h --filename=seq.0 --size=1m --rw=read
+# No RDMA device here (the guest suite runs the engine over soft RoCE): the
+# job fails at connect, saying it was RDMA that failed.
+expect_fail rdma-none "over RDMA:" "RDMA where no RDMA device reaches the server" "${eng[@]}" --chimera_transport=rdma --name=h --filename=seq.0 --size=1m --rw=read
 # A time-based read of files that do not exist ends at once (it used to
 # retry the opens for its whole runtime).
 t0=$(date +%s)

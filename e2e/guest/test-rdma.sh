@@ -3,7 +3,11 @@
 # on soft RoCE (rdma_rxe), the kernel client mounts it with proto=rdma; the
 # guest side is tests/nfs-rdma.sh.
 #
-#   test-rdma.sh CHIMERAD CHIMERA_RDMA_PROBE
+#   test-rdma.sh CHIMERAD CHIMERA_RDMA_PROBE FIO_ENGINE_SO FIO
+#
+# FIO is the fio the engine was built against (e2e/peers/fio-libnfs.sh); it
+# reaches the guest with the libraries it links beyond glibc (the guest's
+# glibc is the same release), so the engine's ABI is the one it expects.
 #
 # NFS_DATA_MIB (default 64): the workload's data set. Results (mountstats,
 # metrics, figures, logs) in $CACHE/guest/results/rdma/.
@@ -14,13 +18,19 @@ CACHE=${CACHE:-$HOME/.cache/chimera-test}
 RUN_TIMEOUT_S=1500
 
 die() { echo "guest-rdma: ERROR: $*" >&2; exit 2; }
-[ $# -eq 2 ] || die "usage: test-rdma.sh CHIMERAD CHIMERA_RDMA_PROBE"
-for b in "$@"; do [ -x "$b" ] || die "'$b' is missing: run make build-dataplane build-rdma"; done
+[ $# -eq 4 ] || die "usage: test-rdma.sh CHIMERAD CHIMERA_RDMA_PROBE FIO_ENGINE_SO FIO"
+for b in "$1" "$2" "$4"; do [ -x "$b" ] || die "'$b' is missing: run make build-dataplane build-rdma build-fio-engine"; done
+[ -f "$3" ] || die "'$3' is missing: run make build-fio-engine"
 
 "$here/build-image.sh" >/dev/null
 OUT_DIR=$CACHE/guest/results/rdma
 rm -rf "$OUT_DIR"; mkdir -p "$OUT_DIR/bin"
-cp "$1" "$2" "$here/tests/nfs-workload.sh" "$OUT_DIR/bin/"
+cp "$1" "$2" "$3" "$here/tests/nfs-workload.sh" "$OUT_DIR/bin/"
+mkdir -p "$OUT_DIR/bin/peer"
+cp "$4" "$OUT_DIR/bin/peer/fio"
+ldd "$4" | awk '$3 ~ /^\// { print $3 }' | while read -r lib; do
+  case "$(basename "$lib")" in libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|ld-linux*) ;; *) cp -L "$lib" "$OUT_DIR/bin/peer/" ;; esac
+done
 trap 'rm -rf "$OUT_DIR/bin"' EXIT
 
 rc=0

@@ -78,6 +78,8 @@ impl FfSegment {
 pub struct FfDevice {
     /// `host:port` of each TCP address (RFC 5665 universal addresses decoded).
     pub tcp_addrs: Vec<String>,
+    /// `host:port` of each RDMA address (netid `rdma` / `rdma6`).
+    pub rdma_addrs: Vec<String>,
     /// (version, minor version, rsize, wsize, tightly coupled).
     pub versions: Vec<(u32, u32, u32, u32, bool)>,
 }
@@ -134,18 +136,21 @@ pub fn decode_layout_body(body: &[u8]) -> Result<(u64, Vec<FfMirror>, u32)> {
 /// Decode an ff_device_addr4 body.
 pub fn decode_device_body(body: &[u8]) -> Result<FfDevice> {
     let a = ff::ff_device_addr4::decode(&mut Decoder::new(body)).map_err(xdr)?;
-    let mut tcp_addrs = Vec::new();
+    let (mut tcp_addrs, mut rdma_addrs) = (Vec::new(), Vec::new());
     for na in a.ffda_netaddrs.iter().take(MIRRORS_MAX) {
-        if na.na_r_netid == b"tcp" || na.na_r_netid == b"tcp6" {
-            tcp_addrs.push(uaddr_to_addr(&String::from_utf8_lossy(na.na_r_addr))?);
-        }
+        let list = match na.na_r_netid {
+            b"tcp" | b"tcp6" => &mut tcp_addrs,
+            b"rdma" | b"rdma6" => &mut rdma_addrs,
+            _ => continue,
+        };
+        list.push(uaddr_to_addr(&String::from_utf8_lossy(na.na_r_addr))?);
     }
     let versions = a
         .ffda_versions
         .iter()
         .map(|v| (v.ffdv_version, v.ffdv_minorversion, v.ffdv_rsize, v.ffdv_wsize, v.ffdv_tightly_coupled))
         .collect();
-    Ok(FfDevice { tcp_addrs, versions })
+    Ok(FfDevice { tcp_addrs, rdma_addrs, versions })
 }
 
 /// One data server's failure, reported to the MDS in LAYOUTRETURN.

@@ -98,6 +98,17 @@ pub struct Nfs41 {
     /// The server granted one (CREATE_SESSION's CONN_BACK_CHAN): its
     /// calls are taken with `next_recall`.
     pub back_channel: bool,
+    /// Over RPC-over-RDMA (`SessionOpts::rdma`), reconnects too.
+    rdma: bool,
+}
+
+/// A connection over RDMA or TCP.
+fn dial(rdma: bool, addr: &str, auth: &Auth, limits: Limits) -> Result<RpcConn> {
+    if rdma {
+        RpcConn::connect_rdma(addr, auth, limits)
+    } else {
+        RpcConn::connect(addr, auth, limits)
+    }
 }
 
 /// The back channel's RPC program (csa_cb_program).
@@ -114,6 +125,8 @@ pub struct SessionOpts {
     /// The highest minor version to use (1 or 2); a server that refuses 2
     /// in EXCHANGE_ID gets 1.
     pub minor_max: u32,
+    /// Connect (and reconnect) over RPC-over-RDMA (`RpcConn::connect_rdma`).
+    pub rdma: bool,
 }
 
 /// What a CB_LAYOUTRECALL asks back (RFC 8881 §20.3).
@@ -192,7 +205,7 @@ impl Nfs41 {
     /// Connect, EXCHANGE_ID as `owner`, CREATE_SESSION, RECLAIM_COMPLETE and
     /// read the lease time.
     pub fn connect(addr: &str, auth: &Auth, limits: Limits, owner: &[u8]) -> Result<Nfs41> {
-        let mut c = Nfs41::unconnected(addr, auth, limits, owner)?;
+        let mut c = Nfs41::unconnected(addr, auth, limits, owner, false)?;
         c.establish()?;
         Ok(c)
     }
@@ -201,15 +214,15 @@ impl Nfs41 {
     /// (e.g. a restarted process that kept its state): connect as `owner`
     /// and reclaim them (see `reestablish_reclaiming`).
     pub fn connect_reclaiming(addr: &str, auth: &Auth, limits: Limits, owner: &[u8], opens: &mut [(Open4, u32)]) -> Result<Nfs41> {
-        let mut c = Nfs41::unconnected(addr, auth, limits, owner)?;
+        let mut c = Nfs41::unconnected(addr, auth, limits, owner, false)?;
         c.session_up()?;
         c.reclaim(opens)?;
         c.finish_establish()?;
         Ok(c)
     }
 
-    fn unconnected(addr: &str, auth: &Auth, limits: Limits, owner: &[u8]) -> Result<Nfs41> {
-        let rpc = RpcConn::connect(addr, auth, limits)?;
+    fn unconnected(addr: &str, auth: &Auth, limits: Limits, owner: &[u8], rdma: bool) -> Result<Nfs41> {
+        let rpc = dial(rdma, addr, auth, limits)?;
         // The verifier changes per client instance, so a restarted client's
         // old state is dropped by the server (RFC 8881 section 2.4); it stays
         // the same across `reestablish`.
@@ -229,13 +242,14 @@ impl Nfs41 {
             minor_max: 1,
             minor: 1,
             back_channel: false,
+            rdma,
         };
         Ok(c)
     }
 
     /// `connect` with `opts` (kept across `reestablish`).
     pub fn connect_opts(addr: &str, auth: &Auth, limits: Limits, owner: &[u8], opts: SessionOpts) -> Result<Nfs41> {
-        let mut c = Nfs41::unconnected(addr, auth, limits, owner)?;
+        let mut c = Nfs41::unconnected(addr, auth, limits, owner, opts.rdma)?;
         c.back_wanted = opts.back_channel;
         c.minor_max = opts.minor_max.clamp(1, 2);
         c.establish()?;
@@ -360,7 +374,7 @@ impl Nfs41 {
     /// uncommitted writes stay tracked, so the next COMMIT reports what the
     /// restart lost.
     pub fn reestablish(&mut self, addr: &str, auth: &Auth, limits: Limits) -> Result<()> {
-        self.rpc = RpcConn::connect(addr, auth, limits)?;
+        self.rpc = dial(self.rdma, addr, auth, limits)?;
         self.establish()
     }
 
@@ -372,7 +386,7 @@ impl Nfs41 {
     /// writes stay tracked: COMMIT reports the ones the restart lost
     /// (`resend_uncommitted`).
     pub fn reestablish_reclaiming(&mut self, addr: &str, auth: &Auth, limits: Limits, opens: &mut [(Open4, u32)]) -> Result<()> {
-        self.rpc = RpcConn::connect(addr, auth, limits)?;
+        self.rpc = dial(self.rdma, addr, auth, limits)?;
         self.session_up()?;
         self.reclaim(opens)?;
         self.finish_establish()

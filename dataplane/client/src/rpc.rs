@@ -1,5 +1,6 @@
-//! ONC RPC (RFC 5531) over TCP: record marking, xid matching, AUTH_NONE /
-//! AUTH_SYS, many calls in flight on one connection.
+//! ONC RPC (RFC 5531) over TCP (record marking) or over RDMA
+//! (RPC-over-RDMA v1, `connect_rdma`: `rdma::requester`): xid matching,
+//! AUTH_NONE / AUTH_SYS, many calls in flight on one connection.
 //!
 //! The core is non-blocking: `submit` encodes a call and queues it (sending
 //! what the socket takes at once), `reap` drives the socket with poll(2) and
@@ -145,9 +146,24 @@ struct Pending {
     deadline: Instant,
 }
 
-/// One TCP connection carrying RPC calls.
+/// What carries the records.
+enum Link {
+    Tcp(TcpStream),
+    /// Calls posted as they are submitted (nothing waits in `out`), replies
+    /// and server calls taken from its completions.
+    Rdma(Box<rdma::requester::Requester>),
+}
+
+/// The NFS program, whose NULL opens an RDMA connection.
+const NFS_PROGRAM: u32 = 100_003;
+
+/// Most calls in flight on an RDMA connection (each holds a registered
+/// slot of the larger of the call and reply bounds).
+pub const RDMA_SLOTS: usize = 32;
+
+/// One connection (TCP or RDMA) carrying RPC calls.
 pub struct RpcConn {
-    sock: TcpStream,
+    link: Link,
     peer: String,
     limits: Limits,
     cred: Vec<u8>,
@@ -181,6 +197,8 @@ pub struct RpcConn {
     calls: VecDeque<Vec<u8>>,
     accept_calls: bool,
     calls_dropped: u64,
+    /// Records an RDMA poll took, on their way to `complete`.
+    recs: Vec<Vec<u8>>,
 }
 
 fn encode_cred(auth: &Auth) -> Result<Vec<u8>> {
@@ -317,11 +335,56 @@ impl RpcConn {
         let peer = sock.peer_addr().map(|a| a.to_string()).unwrap_or_default();
         sock.set_nodelay(true).ok();
         sock.set_nonblocking(true).map_err(|e| Error::ConnectionLost(format!("nonblocking: {e}")))?;
+        Ok(RpcConn::over(Link::Tcp(sock), peer, auth, limits)?)
+    }
+
+    /// Connect to `addr` ("host:port", an RPC-over-RDMA listener such as
+    /// chimerad's `rdma_port`, 20049) over RDMA (rdma-core loaded at run
+    /// time). At most `RDMA_SLOTS` calls in flight (fewer when the server
+    /// grants fewer credits); registered memory of that many slots of the
+    /// larger of `call_bytes_max` and `reply_bytes_max`. A call that times
+    /// out fails the whole connection: its slot could still receive the
+    /// late reply, so it is never reused.
+    pub fn connect_rdma(addr: &str, auth: &Auth, limits: Limits) -> Result<RpcConn> {
+        let conn_err = |reason: String| Error::Connect { addr: addr.to_string(), reason };
+        let sa = addr.to_socket_addrs().map_err(|e| conn_err(e.to_string()))?.next().ok_or_else(|| conn_err("no address".into()))?;
+        let slots = limits.in_flight_max.min(RDMA_SLOTS);
+        let r = rdma::requester::Requester::connect(sa, limits.connect_timeout, slots, limits.call_bytes_max.max(limits.reply_bytes_max))
+            .map_err(|e| conn_err(format!("over RDMA: {e}")))?;
+        let mut c = RpcConn::over(Link::Rdma(Box::new(r)), format!("{sa} (rdma)"), auth, limits)?;
+        // The server's credit grant comes with its first reply (until then
+        // one call may be in flight): a NULL learns it, so callers that
+        // queue several calls at once never meet the initial limit. Any
+        // RPC-level answer (a server without NFSv3 answers PROG_MISMATCH)
+        // carries the grant.
+        match c.call(NFS_PROGRAM, 3, 0, &|_| Ok(())) {
+            Ok(r) => c.recycle(r),
+            Err(e @ (Error::ConnectionLost(_) | Error::Closed | Error::Timeout { .. })) => return Err(conn_err(format!("over RDMA: the first call (NULL): {e}"))),
+            Err(_) => {}
+        }
+        Ok(c)
+    }
+
+    /// Whether the connection runs over RDMA.
+    pub fn is_rdma(&self) -> bool {
+        matches!(self.link, Link::Rdma(_))
+    }
+
+    /// An RDMA connection's counters (inline calls and replies, Read and
+    /// Reply chunks, back-channel calls).
+    pub fn rdma_counters(&self) -> Option<rdma::requester::Counters> {
+        match &self.link {
+            Link::Rdma(r) => Some(r.counters),
+            Link::Tcp(_) => None,
+        }
+    }
+
+    fn over(link: Link, peer: String, auth: &Auth, limits: Limits) -> Result<RpcConn> {
         // Start xids from the clock so two connections of one client, or one
         // after a reconnect, do not reuse each other's numbers.
         let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(1);
         Ok(RpcConn {
-            sock,
+            link,
             peer,
             limits,
             cred: encode_cred(auth)?,
@@ -348,6 +411,7 @@ impl RpcConn {
             calls: VecDeque::new(),
             accept_calls: false,
             calls_dropped: 0,
+            recs: Vec::new(),
         })
     }
 
@@ -374,6 +438,9 @@ impl RpcConn {
         if self.pending.len() >= self.limits.in_flight_max {
             return false;
         }
+        if let Link::Rdma(r) = &self.link {
+            return r.has_room();
+        }
         let fits = |c: &Self| {
             let queued = c.out.len() - c.out_pos;
             queued == 0 || queued + payload + HEADER_BYTES_MAX <= c.limits.send_queue_bytes_max
@@ -393,11 +460,15 @@ impl RpcConn {
     /// The socket and the poll(2) events it waits for, for a caller that
     /// polls many connections at once (then `on_ready` with what came back).
     pub fn poll_fd(&self) -> libc::pollfd {
+        let sock = match &self.link {
+            Link::Tcp(s) => s,
+            Link::Rdma(r) => return libc::pollfd { fd: r.fd(), events: libc::POLLIN, revents: 0 },
+        };
         let mut events = libc::POLLIN;
         if self.out_pos < self.out.len() {
             events |= libc::POLLOUT;
         }
-        libc::pollfd { fd: self.sock.as_raw_fd(), events, revents: 0 }
+        libc::pollfd { fd: sock.as_raw_fd(), events, revents: 0 }
     }
 
     /// The earliest deadline of a call in flight (a caller polling many
@@ -447,6 +518,10 @@ impl RpcConn {
     pub fn send_reply(&mut self, msg: &[u8]) -> Result<()> {
         if let Some(e) = &self.broken {
             return Err(e.clone());
+        }
+        if let Link::Rdma(r) = &mut self.link {
+            let xid = msg.get(..4).map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+            return r.reply(xid, msg).map_err(Error::ConnectionLost);
         }
         if self.out_pos == self.out.len() {
             self.out.clear();
@@ -571,6 +646,30 @@ impl RpcConn {
             return Err(Error::CallTooLarge { max });
         }
         e.patch_u32(0, 0x8000_0000 | (n as u32 - 4));
+        if let Link::Rdma(r) = &mut self.link {
+            if !r.has_room() {
+                if let Some(why) = r.closed() {
+                    let err = Error::ConnectionLost(why.to_string());
+                    self.fail(err.clone());
+                    return Err(err);
+                }
+                return Err(Error::TooManyInFlight { max: r.in_flight().1 });
+            }
+            let p = payload.unwrap_or(&[]);
+            let len = (p.len() as u32).to_be_bytes();
+            let parts: [&[u8]; 4] = if payload.is_some() { [&self.scratch[4..head], &len, p, &[0u8; 3][..pad]] } else { [&self.scratch[4..head], &[], &[], &[]] };
+            if let Err(why) = r.call(xid, &parts) {
+                let err = Error::ConnectionLost(why);
+                self.fail(err.clone());
+                return Err(err);
+            }
+            let deadline = Instant::now() + self.limits.timeout;
+            self.pending.insert(xid, Pending { proc_num, deadline });
+            if self.oldest.is_none() {
+                self.oldest = Some(deadline);
+            }
+            return Ok(xid);
+        }
         let queued = self.out.len() - self.out_pos;
         if queued > 0 && queued + n > self.limits.send_queue_bytes_max {
             // Give the socket a chance first; refuse only if still full.
@@ -647,8 +746,9 @@ impl RpcConn {
     }
 
     fn flush(&mut self) -> Result<()> {
+        let Link::Tcp(sock) = &self.link else { return Ok(()) };
         while self.out_pos < self.out.len() {
-            match send_nosignal(&self.sock, &self.out[self.out_pos..]) {
+            match send_nosignal(sock, &self.out[self.out_pos..]) {
                 Ok(0) => return Err(Error::Closed),
                 Ok(n) => self.out_pos += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
@@ -675,7 +775,12 @@ impl RpcConn {
         if self.broken.is_none() {
             self.broken = Some(err);
         }
-        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+        match &mut self.link {
+            Link::Tcp(sock) => {
+                let _ = sock.shutdown(std::net::Shutdown::Both);
+            }
+            Link::Rdma(r) => r.close("the connection failed"),
+        }
     }
 
     fn expire(&mut self, now: Instant) {
@@ -687,6 +792,11 @@ impl RpcConn {
         let mut late: Vec<(u32, u32)> =
             self.pending.iter().filter(|(_, p)| p.deadline <= now).map(|(x, p)| (*x, p.proc_num)).collect();
         late.sort_unstable();
+        if let (Link::Rdma(_), Some(&(xid, proc_num))) = (&self.link, late.first()) {
+            // Its slot may still receive the reply: fail the connection.
+            self.fail(Error::Timeout { xid, proc_num, after: self.limits.timeout });
+            return;
+        }
         for (xid, proc_num) in late {
             self.pending.remove(&xid);
             if self.abandoned.len() == ABANDONED_MAX {
@@ -706,6 +816,13 @@ impl RpcConn {
         if self.broken.is_some() {
             return;
         }
+        if self.is_rdma() {
+            // Take what completed already (and arm the completion channel).
+            self.service(0);
+            if !self.done.is_empty() || self.broken.is_some() {
+                return;
+            }
+        }
         let now = Instant::now();
         let until = self.next_deadline().map_or(until, |d| d.min(until));
         let wait_ms = until.saturating_duration_since(now).as_millis().min(i32::MAX as u128) as i32;
@@ -724,6 +841,49 @@ impl RpcConn {
 
     /// Send, receive and complete what `revents` allows; expire late calls.
     fn service(&mut self, revents: i16) {
+        if let Link::Rdma(r) = &mut self.link {
+            let mut recs = std::mem::take(&mut self.recs);
+            let spare = &mut self.spare;
+            let spare_bytes = &mut self.spare_bytes;
+            let max = self.limits.reply_bytes_max;
+            let mut too_large = None;
+            r.poll(&mut |body: &[u8]| {
+                if body.len() > max {
+                    too_large = Some(body.len());
+                    return;
+                }
+                let mut b = spare.pop().map(|b| {
+                    *spare_bytes -= b.capacity();
+                    b
+                }).unwrap_or_default();
+                b.clear();
+                b.extend_from_slice(body);
+                recs.push(b);
+            });
+            let why = r.closed().map(str::to_string);
+            let mut failed = None;
+            for rec in recs.drain(..) {
+                if failed.is_none() {
+                    failed = self.complete(rec).err();
+                }
+            }
+            self.recs = recs;
+            if let Some(e) = failed {
+                self.fail(e);
+                return;
+            }
+            if let Some(len) = too_large {
+                self.fail(Error::ReplyTooLarge { len, max });
+            } else if let Some(why) = why {
+                if self.pending.is_empty() {
+                    self.broken = Some(Error::ConnectionLost(why));
+                } else {
+                    self.fail(Error::ConnectionLost(why));
+                }
+            }
+            self.expire(Instant::now());
+            return;
+        }
         if revents & libc::POLLOUT != 0 {
             if let Err(e) = self.flush() {
                 self.fail(e);
@@ -740,9 +900,14 @@ impl RpcConn {
     }
 
     fn receive(&mut self) -> Result<()> {
+        if self.is_rdma() {
+            return Ok(());
+        }
         let mut chunk = std::mem::take(&mut self.chunk);
         let r = loop {
-            match self.sock.read(&mut chunk) {
+            let Link::Tcp(sock) = &self.link else { break Ok(()) };
+            let mut sock: &TcpStream = sock;
+            match sock.read(&mut chunk) {
                 Ok(0) => break Err(Error::Closed),
                 Ok(n) => {
                     if let Err(e) = self.on_bytes(&chunk[..n]) {

@@ -223,7 +223,7 @@ fn fake() -> (Nfs41, Arc<Mutex<State>>) {
 }
 
 fn fake_with(callbacks: bool) -> (Nfs41, Arc<Mutex<State>>) {
-    fake_opts(client::nfs4::SessionOpts { back_channel: callbacks, minor_max: 1 }, false)
+    fake_opts(client::nfs4::SessionOpts { back_channel: callbacks, minor_max: 1, rdma: false }, false)
 }
 
 fn fake_opts(opts: client::nfs4::SessionOpts, refuse_42: bool) -> (Nfs41, Arc<Mutex<State>>) {
@@ -328,7 +328,7 @@ fn callbacks_are_answered_and_hostile_ones_refused() {
 /// A 4.2 server gets 4.2 throughout.
 #[test]
 fn minor_version_2_when_the_server_speaks_it_else_1() {
-    let opts = client::nfs4::SessionOpts { back_channel: false, minor_max: 2 };
+    let opts = client::nfs4::SessionOpts { back_channel: false, minor_max: 2, rdma: false };
     let (mut c, st) = fake_opts(opts, true);
     assert_eq!(c.minor, 1);
     c.renew().unwrap();

@@ -322,3 +322,16 @@ fn server_calls_are_kept_bounded_or_dropped() {
         h.join().unwrap();
     }
 }
+
+/// No RDMA device reaches the address here (the guest suite runs the real
+/// transport): the connect fails at once, saying it was RDMA that failed
+/// (rdma-core missing, or no device for the address), and nothing hangs.
+#[test]
+fn rdma_without_a_device_fails_at_connect_naming_rdma() {
+    let t0 = Instant::now();
+    let limits = Limits { connect_timeout: Duration::from_secs(2), ..short() };
+    let e = RpcConn::connect_rdma("127.0.0.1:20049", &Auth::None, limits).err().expect("this host has no RDMA device");
+    let m = e.to_string();
+    assert!(matches!(e, Error::Connect { .. }) && m.contains("127.0.0.1:20049") && m.contains("over RDMA:"), "{m}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
+}

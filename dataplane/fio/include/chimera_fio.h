@@ -20,6 +20,7 @@ struct chimera_fio_config {
 	unsigned int busy_poll_us; /* poll without sleeping this long before blocking, 0..1000 */
 	unsigned int retry_s; /* I/Os of a lost connection wait this long for a reconnect, 0..3600 */
 	unsigned int hold_mib; /* MiB of answered UNSTABLE writes kept to resend after a server restart, 0..4096 */
+	const char *transport; /* "tcp" (NULL: tcp) or "rdma": RPC-over-RDMA, server port 20049 when left out */
 };
 
 enum chimera_fio_op { CHIMERA_FIO_READ = 0, CHIMERA_FIO_WRITE = 1, CHIMERA_FIO_SYNC = 2 };

@@ -26,6 +26,8 @@ pub struct ChimeraFioConfig {
     /// fail at once).
     pub retry_s: c_uint,
     pub hold_mib: c_uint,
+    /// "tcp" (also NULL or empty) or "rdma".
+    pub transport: *const c_char,
 }
 
 /// What C holds: the engine and the scratch `reap` fills.
@@ -105,6 +107,7 @@ pub unsafe extern "C" fn chimera_fio_connect(cfg: *const ChimeraFioConfig, err: 
             busy_poll_us: c.busy_poll_us,
             retry_s: c.retry_s,
             hold_mib: c.hold_mib,
+            rdma: if c.transport.is_null() { false } else { crate::parse_transport(&string(c.transport, "chimera_transport")?)? },
         };
         let depth = cfg.iodepth;
         let engine = Engine::connect(cfg)?;

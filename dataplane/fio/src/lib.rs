@@ -73,6 +73,9 @@ pub struct Config {
     /// MiB of answered UNSTABLE writes kept for resending after a server
     /// restart (0: none; a restart then fails the next COMMIT with EIO).
     pub hold_mib: u32,
+    /// RPC-over-RDMA to the server (`server` is its RDMA listener, port
+    /// 20049 when left out) instead of TCP.
+    pub rdma: bool,
 }
 
 /// Largest `hold_mib` accepted (4 GiB).
@@ -116,9 +119,28 @@ impl Config {
         Ok(())
     }
 
-    /// `server` with the NFS port filled in.
+    /// `server` with the NFS port filled in (20049, NFS over RDMA's, with
+    /// `rdma`).
     pub fn nfs_addr(&self) -> String {
-        with_port(&self.server, 2049)
+        with_port(&self.server, if self.rdma { 20049 } else { 2049 })
+    }
+
+    /// A connection to `addr` over the configured transport.
+    pub(crate) fn rpc_connect(&self, addr: &str, auth: &Auth, limits: Limits) -> client::Result<RpcConn> {
+        if self.rdma {
+            RpcConn::connect_rdma(addr, auth, limits)
+        } else {
+            RpcConn::connect(addr, auth, limits)
+        }
+    }
+}
+
+/// `chimera_transport`'s value as `Config::rdma`.
+pub fn parse_transport(v: &str) -> Result<bool, String> {
+    match v {
+        "" | "tcp" => Ok(false),
+        "rdma" => Ok(true),
+        other => Err(format!("chimera_transport '{other}' is neither tcp nor rdma")),
     }
 }
 
@@ -382,7 +404,7 @@ impl Engine {
         // pNFS: the connections are to the data servers, made as layouts
         // name them.
         for i in 0..if cfg.pnfs { 0 } else { cfg.conns } {
-            conns.push(Self::new_conn(&addr, &auth, limits).map_err(|e| format!("connection {} to {addr}: {e}", i + 1))?);
+            conns.push(Self::new_conn(&cfg, &addr, &auth, limits).map_err(|e| format!("connection {} to {addr}: {e}", i + 1))?);
         }
         let pnfs = if cfg.pnfs { Some(pnfs::State::connect(&cfg, &auth, limits)?) } else { None };
         let mut e = Engine {
@@ -414,8 +436,8 @@ impl Engine {
         Ok(e)
     }
 
-    fn new_conn(addr: &str, auth: &Auth, limits: Limits) -> client::Result<Conn> {
-        let mut nfs = Nfs3::connect(addr, auth, limits)?;
+    fn new_conn(cfg: &Config, addr: &str, auth: &Auth, limits: Limits) -> client::Result<Conn> {
+        let mut nfs = Nfs3::over(cfg.rpc_connect(addr, auth, limits)?);
         // fio queues a batch, then commits it: one send per batch.
         nfs.rpc().set_corked(true);
         Ok(Conn {
@@ -867,7 +889,7 @@ impl Engine {
         }
         let addr = self.conns[i].addr.clone();
         let auth = self.conns[i].auth.clone();
-        let rpc = RpcConn::connect(&addr, &auth, self.limits).map_err(|e| format!("reconnecting to {addr}: {e}"))?;
+        let rpc = self.cfg.rpc_connect(&addr, &auth, self.limits).map_err(|e| format!("reconnecting to {addr}: {e}"))?;
         let c = &mut self.conns[i];
         c.nfs.replace_conn(rpc);
         c.unsent = 0;
@@ -1172,7 +1194,7 @@ mod tests {
 
     #[test]
     fn options_are_checked_by_name() {
-        let ok = Config { server: "127.0.0.1".into(), export: "/m".into(), mount_port: 0, conns: 1, iodepth: 1, uid: 0, gid: 0, pnfs: false, busy_poll_us: 0, retry_s: RETRY_S_DEFAULT, hold_mib: HOLD_MIB_DEFAULT };
+        let ok = Config { server: "127.0.0.1".into(), export: "/m".into(), mount_port: 0, conns: 1, iodepth: 1, uid: 0, gid: 0, pnfs: false, busy_poll_us: 0, retry_s: RETRY_S_DEFAULT, hold_mib: HOLD_MIB_DEFAULT, rdma: false };
         assert!(ok.validate().is_ok());
         let e = Config { server: String::new(), ..ok.clone() }.validate().unwrap_err();
         assert!(e.contains("chimera_server"), "{e}");

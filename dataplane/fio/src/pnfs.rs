@@ -157,7 +157,7 @@ impl State {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
         let owner = format!("chimera-fio-{}-{nanos}", std::process::id());
         // A back channel for layout recalls, NFSv4.2 for LAYOUTERROR.
-        let opts = client::nfs4::SessionOpts { back_channel: true, minor_max: 2 };
+        let opts = client::nfs4::SessionOpts { back_channel: true, minor_max: 2, rdma: cfg.rdma };
         let mds = Nfs41::connect_opts(&addr, auth, limits, owner.as_bytes(), opts)
             .map_err(|e| format!("NFSv4.1 session with the metadata server {addr}: {e}"))?;
         Ok(State {
@@ -270,13 +270,16 @@ impl Engine {
             return Ok(i);
         }
         let dev = self.mds("GETDEVICEINFO", |e| e.st().mds.getdeviceinfo(&deviceid))?;
-        let addr = dev.tcp_addrs.first().cloned().ok_or((libc::EIO, "GETDEVICEINFO: the data server has no TCP address".to_string()))?;
+        let addr = match self.cfg.rdma {
+            true => dev.rdma_addrs.first().cloned().ok_or((libc::EIO, format!("GETDEVICEINFO: the data server has no RDMA address (netid rdma; it has TCP {:?})", dev.tcp_addrs)))?,
+            false => dev.tcp_addrs.first().cloned().ok_or((libc::EIO, "GETDEVICEINFO: the data server has no TCP address".to_string()))?,
+        };
         if !dev.speaks_v3() {
             return Err((libc::EPROTONOSUPPORT, format!("data server {addr} does not offer NFSv3 (versions {:?})", dev.versions)));
         }
         let mut conns = Vec::with_capacity(self.cfg.conns);
         for _ in 0..self.cfg.conns {
-            let mut c = Self::new_conn(&addr, &auth, self.limits).map_err(|e| nfs(e, &format!("connecting to data server {addr}")))?;
+            let mut c = Self::new_conn(&self.cfg, &addr, &auth, self.limits).map_err(|e| nfs(e, &format!("connecting to data server {addr}")))?;
             c.device = Some(deviceid);
             self.conns.push(c);
             conns.push(self.conns.len() - 1);

@@ -47,6 +47,7 @@ fn cfg(s: &Running, export: &str, conns: usize, iodepth: usize) -> Config {
         busy_poll_us: 0,
         retry_s: chimera_fio::RETRY_S_DEFAULT,
         hold_mib: chimera_fio::HOLD_MIB_DEFAULT,
+        rdma: false,
     }
 }
 

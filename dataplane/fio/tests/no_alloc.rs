@@ -93,6 +93,7 @@ fn reads_and_writes_at_depth_allocate_nothing_per_io() {
         busy_poll_us: 0,
         retry_s: 60,
         hold_mib: chimera_fio::HOLD_MIB_DEFAULT,
+        transport: c"tcp".as_ptr(),
     };
     let mut err = [0 as std::ffi::c_char; 256];
     unsafe {

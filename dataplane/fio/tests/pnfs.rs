@@ -153,6 +153,7 @@ fn engine_cfg(c: &Cluster, depth: usize, retry_s: u32) -> Config {
         busy_poll_us: 0,
         retry_s,
         hold_mib: chimera_fio::HOLD_MIB_DEFAULT,
+        rdma: false,
     }
 }
 
@@ -305,6 +306,7 @@ fn pnfs_errors_are_named() {
         busy_poll_us: 0,
         retry_s: chimera_fio::RETRY_S_DEFAULT,
         hold_mib: chimera_fio::HOLD_MIB_DEFAULT,
+        rdma: false,
     };
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = l.local_addr().unwrap().to_string();

@@ -3,10 +3,9 @@
 //! not) and reads what comes back. `chimera-rdma-probe` uses it for NULL
 //! round trips and for the hostile-input suite; it is not an NFS client.
 
-use crate::mem::Region;
-use crate::verbs::{self, ibv_recv_wr, ibv_send_wr, ibv_sge, ibv_wc, rdma_cm_event, rdma_cm_id, rdma_conn_param};
+use crate::qp::{Qp, Shape};
+use crate::verbs::{self, ibv_wc};
 use crate::wire::{self, Private};
-use std::ffi::c_void;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -25,146 +24,34 @@ pub enum Gone {
 }
 
 pub struct Client {
-    ch: *mut verbs::rdma_event_channel,
-    id: *mut rdma_cm_id,
-    pd: *mut c_void,
-    cq: *mut c_void,
-    qp: *mut c_void,
-    mem: Option<Region>,
+    q: Option<Qp>,
     next_send: usize,
     sends_in_flight: usize,
     closed: Option<String>,
 }
 
-fn os_err(what: &str) -> String {
-    format!("{what}: {}", std::io::Error::last_os_error())
-}
-
 impl Client {
     /// Connect to an RPC-over-RDMA server.
     pub fn connect(addr: SocketAddr, timeout: Duration) -> Result<Client, String> {
-        let l = verbs::lib()?;
-        let ch = unsafe { (l.create_event_channel)() };
-        if ch.is_null() {
-            return Err(os_err("rdma_create_event_channel"));
-        }
-        let mut c = Client {
-            ch,
-            id: std::ptr::null_mut(),
-            pd: std::ptr::null_mut(),
-            cq: std::ptr::null_mut(),
-            qp: std::ptr::null_mut(),
-            mem: None,
-            next_send: 0,
-            sends_in_flight: 0,
-            closed: None,
+        let shape = Shape {
+            send_wr: SLOTS as u32,
+            recv_wr: SLOTS as u32,
+            region_bytes: 2 * SLOTS * SLOT_BYTES + PAYLOAD_BYTES,
+            ours: Private { send: SLOT_BYTES as u32, recv: SLOT_BYTES as u32, remote_invalidate: false },
+            notify: false,
         };
-        if unsafe { (l.create_id)(ch, &mut c.id, std::ptr::null_mut(), verbs::RDMA_PS_TCP) } != 0 {
-            return Err(os_err("rdma_create_id"));
-        }
-        let (sa, _) = verbs::sockaddr(&addr);
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        if unsafe { (l.resolve_addr)(c.id, std::ptr::null(), &sa as *const _ as *const libc::sockaddr, ms) } != 0 {
-            return Err(os_err("rdma_resolve_addr"));
-        }
-        c.expect_event(verbs::CM_ADDR_RESOLVED, timeout)?;
-        if unsafe { (l.resolve_route)(c.id, ms) } != 0 {
-            return Err(os_err("rdma_resolve_route"));
-        }
-        c.expect_event(verbs::CM_ROUTE_RESOLVED, timeout)?;
-        let v = unsafe { (*c.id).verbs };
-        c.pd = unsafe { (l.alloc_pd)(v) };
-        if c.pd.is_null() {
-            return Err(os_err("ibv_alloc_pd"));
-        }
-        c.cq = unsafe { (l.create_cq)(v, 1024, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
-        if c.cq.is_null() {
-            return Err(os_err("ibv_create_cq"));
-        }
-        let mut attr = verbs::ibv_qp_init_attr {
-            qp_context: std::ptr::null_mut(),
-            send_cq: c.cq,
-            recv_cq: c.cq,
-            srq: std::ptr::null_mut(),
-            max_send_wr: SLOTS as u32,
-            max_recv_wr: SLOTS as u32,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-            qp_type: verbs::IBV_QPT_RC,
-            sq_sig_all: 0,
-        };
-        if unsafe { (l.create_qp)(c.id, c.pd, &mut attr) } != 0 {
-            return Err(os_err("rdma_create_qp"));
-        }
-        c.qp = unsafe { (*c.id).qp };
-        let access = verbs::IBV_ACCESS_LOCAL_WRITE | verbs::IBV_ACCESS_REMOTE_READ | verbs::IBV_ACCESS_REMOTE_WRITE;
-        c.mem = Some(Region::new(c.pd, 2 * SLOTS * SLOT_BYTES + PAYLOAD_BYTES, access)?);
-        for i in 0..SLOTS {
-            c.post_recv(i)?;
-        }
-        let ours = Private { send: SLOT_BYTES as u32, recv: SLOT_BYTES as u32, remote_invalidate: false }.encode();
-        let mut p = rdma_conn_param {
-            private_data: ours.as_ptr() as *const c_void,
-            private_data_len: ours.len() as u8,
-            responder_resources: 16,
-            initiator_depth: 0,
-            flow_control: 1,
-            retry_count: 7,
-            rnr_retry_count: 7,
-            srq: 0,
-            qp_num: 0,
-        };
-        if unsafe { (l.connect)(c.id, &mut p) } != 0 {
-            return Err(os_err("rdma_connect"));
-        }
-        c.expect_event(verbs::CM_ESTABLISHED, timeout)?;
-        Ok(c)
+        let q = Qp::connect(addr, timeout, shape, &mut |q| (0..SLOTS).try_for_each(|i| q.post_recv(i as u64, i * SLOT_BYTES, SLOT_BYTES)))?;
+        Ok(Client { q: Some(q), next_send: 0, sends_in_flight: 0, closed: None })
     }
 
-    fn expect_event(&mut self, want: u32, timeout: Duration) -> Result<(), String> {
-        match self.next_event(timeout)? {
-            Some((e, _)) if e == want => Ok(()),
-            Some((e, status)) => Err(format!("connection manager event {e} (status {status}) while waiting for {want}")),
-            None => Err(format!("no connection manager event {want} within {timeout:?}")),
-        }
-    }
-
-    /// The next connection-manager event (kind, status), waiting up to `timeout`.
-    fn next_event(&mut self, timeout: Duration) -> Result<Option<(u32, i32)>, String> {
-        let l = verbs::lib()?;
-        let mut pfd = libc::pollfd { fd: unsafe { (*self.ch).fd }, events: libc::POLLIN, revents: 0 };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        if unsafe { libc::poll(&mut pfd, 1, ms) } <= 0 {
-            return Ok(None);
-        }
-        let mut ev: *mut rdma_cm_event = std::ptr::null_mut();
-        if unsafe { (l.get_cm_event)(self.ch, &mut ev) } != 0 {
-            return Err(os_err("rdma_get_cm_event"));
-        }
-        let r = unsafe { ((*ev).event, (*ev).status) };
-        unsafe { (l.ack_cm_event)(ev) };
-        Ok(Some(r))
-    }
-
-    fn region(&self) -> &Region {
-        self.mem.as_ref().expect("registered")
-    }
-
-    fn post_recv(&mut self, i: usize) -> Result<(), String> {
-        let r = self.region();
-        let mut sge = ibv_sge { addr: r.addr(i * SLOT_BYTES), length: SLOT_BYTES as u32, lkey: r.lkey };
-        let mut wr = ibv_recv_wr { wr_id: i as u64, next: std::ptr::null_mut(), sg_list: &mut sge, num_sge: 1 };
-        if unsafe { verbs::post_recv(self.qp, &mut wr) } != 0 {
-            return Err("ibv_post_recv failed".into());
-        }
-        Ok(())
+    fn q(&self) -> &Qp {
+        self.q.as_ref().expect("connected")
     }
 
     /// Registered memory the server may read (Read chunks) or write (Write
     /// and Reply chunks): (bytes, address, rkey).
     pub fn payload(&self) -> (&mut [u8], u64, u32) {
-        let r = self.region();
+        let r = self.q().region();
         let at = 2 * SLOTS * SLOT_BYTES;
         (r.slice(at, PAYLOAD_BYTES), r.addr(at), r.rkey)
     }
@@ -175,25 +62,20 @@ impl Client {
             return Err(format!("message of {} bytes is over the inline size", msg.len()));
         }
         while self.sends_in_flight >= SLOTS - 1 {
-            self.poll(Duration::from_millis(10))?;
+            self.poll()?;
         }
         let slot = SLOTS + self.next_send;
         self.next_send = (self.next_send + 1) % SLOTS;
-        let r = self.region();
-        r.slice(slot * SLOT_BYTES, msg.len()).copy_from_slice(msg);
-        let mut sge = ibv_sge { addr: r.addr(slot * SLOT_BYTES), length: msg.len() as u32, lkey: r.lkey };
-        let mut wr = ibv_send_wr::new(1 << 32, &mut sge, verbs::IBV_WR_SEND, verbs::IBV_SEND_SIGNALED, 0, 0);
-        if unsafe { verbs::post_send(self.qp, &mut wr) } != 0 {
-            return Err("ibv_post_send failed".into());
-        }
+        self.q().region().slice(slot * SLOT_BYTES, msg.len()).copy_from_slice(msg);
+        self.q().post_send(1 << 32, slot * SLOT_BYTES, msg.len())?;
         self.sends_in_flight += 1;
         Ok(())
     }
 
     /// Poll once: a received message, or None.
-    fn poll(&mut self, _t: Duration) -> Result<Option<Vec<u8>>, String> {
+    fn poll(&mut self) -> Result<Option<Vec<u8>>, String> {
         let mut wc = [ibv_wc::default(); 16];
-        let n = unsafe { verbs::poll_cq(self.cq, &mut wc) };
+        let n = unsafe { verbs::poll_cq(self.q().cq, &mut wc) };
         let mut got = None;
         for w in wc.iter().take(n.max(0) as usize) {
             if w.status != verbs::IBV_WC_SUCCESS {
@@ -205,9 +87,8 @@ impl Client {
             }
             if w.opcode == verbs::IBV_WC_RECV {
                 let i = w.wr_id as usize;
-                let r = self.region();
-                let msg = r.slice(i * SLOT_BYTES, w.byte_len as usize).to_vec();
-                self.post_recv(i)?;
+                let msg = self.q().region().slice(i * SLOT_BYTES, w.byte_len as usize).to_vec();
+                self.q().post_recv(i as u64, i * SLOT_BYTES, SLOT_BYTES)?;
                 got = Some(msg);
                 break;
             } else if w.wr_id >> 32 == 1 {
@@ -221,7 +102,7 @@ impl Client {
     pub fn recv(&mut self, timeout: Duration) -> Result<Vec<u8>, Gone> {
         let start = Instant::now();
         loop {
-            match self.poll(Duration::ZERO) {
+            match self.poll() {
                 Ok(Some(m)) => return Ok(m),
                 Ok(None) => {}
                 Err(e) => return Err(Gone::Closed(e)),
@@ -229,8 +110,8 @@ impl Client {
             if let Some(why) = &self.closed {
                 return Err(Gone::Closed(why.clone()));
             }
-            if let Ok(Some((e, _))) = self.next_event(Duration::ZERO) {
-                if e == verbs::CM_DISCONNECTED {
+            if let Some(q) = self.q.as_mut() {
+                if let Ok(Some((verbs::CM_DISCONNECTED, _, _))) = q.next_event(Duration::ZERO) {
                     self.closed = Some("the server disconnected".into());
                 }
             }
@@ -255,43 +136,7 @@ impl Client {
 
     /// Close from our side now (as a client that dies mid-call).
     pub fn abort(mut self) {
-        self.teardown();
-    }
-
-    fn teardown(&mut self) {
-        let Ok(l) = verbs::lib() else { return };
-        unsafe {
-            if !self.id.is_null() {
-                (l.disconnect)(self.id);
-                if !self.qp.is_null() {
-                    (l.destroy_qp)(self.id);
-                    self.qp = std::ptr::null_mut();
-                }
-            }
-            self.mem = None;
-            if !self.cq.is_null() {
-                (l.destroy_cq)(self.cq);
-                self.cq = std::ptr::null_mut();
-            }
-            if !self.pd.is_null() {
-                (l.dealloc_pd)(self.pd);
-                self.pd = std::ptr::null_mut();
-            }
-            if !self.id.is_null() {
-                (l.destroy_id)(self.id);
-                self.id = std::ptr::null_mut();
-            }
-            if !self.ch.is_null() {
-                (l.destroy_event_channel)(self.ch);
-                self.ch = std::ptr::null_mut();
-            }
-        }
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        self.teardown();
+        self.q = None;
     }
 }
 

@@ -342,6 +342,34 @@ pub fn encode_reply(
     w.at
 }
 
+/// Encode a call's transport header into `out` (requester side): RDMA_MSG
+/// (the RPC message follows inline), or RDMA_NOMSG with `pzrc`, a
+/// position-zero Read chunk of one segment holding the whole message; no
+/// Write chunk; `reply`, one segment offered as the Reply chunk. Returns
+/// the header length (at most `HEADER_MIN + 44`).
+pub fn encode_call(out: &mut [u8], xid: u32, credit: u32, pzrc: Option<Segment>, reply: Option<Segment>) -> usize {
+    let mut w = Wr { b: out, at: 0 };
+    w.u32(xid);
+    w.u32(VERSION);
+    w.u32(credit);
+    w.u32(if pzrc.is_some() { RDMA_NOMSG } else { RDMA_MSG });
+    if let Some(s) = pzrc {
+        w.u32(1);
+        w.u32(0); // position zero
+        w.segment(&s, s.length);
+    }
+    w.u32(0); // end of the read list
+    w.u32(0); // no write list
+    match reply {
+        Some(s) => {
+            w.u32(1);
+            w.chunk(&[s], s.length as u64);
+        }
+        None => w.u32(0),
+    }
+    w.at
+}
+
 /// Encode an RDMA_ERROR (ERR_VERS carries the version range: 1..1).
 pub fn encode_error(out: &mut [u8; 28], xid: u32, credit: u32, err: u32) -> usize {
     let mut w = Wr { b: out, at: 0 };
@@ -393,6 +421,29 @@ impl Private {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_header_encodes_as_the_server_parses_it() {
+        let body = Segment { handle: 7, length: 65536, offset: 0x1_0000_2000 };
+        let mut b = [0u8; 128];
+        let n = encode_call(&mut b, 0x55, 32, None, Some(body));
+        assert_eq!(n, HEADER_MIN + 20);
+        let Ok(Message::Call(h)) = parse(&b[..n]) else { panic!("inline call refused") };
+        assert_eq!((h.xid, h.credit, h.proc_, h.reads.n, h.write_chunks, h.len), (0x55, 32, RDMA_MSG, 0, 0, n));
+        assert_eq!(h.reply.unwrap().as_slice(), &[body]);
+        assert_eq!(layout(&h, 100, 1 << 20), Ok(Layout::Inline));
+        // The whole message in a position-zero Read chunk.
+        let n = encode_call(&mut b, 0x56, 32, Some(Segment { length: 5000, ..body }), Some(body));
+        assert_eq!(n, HEADER_MIN + 44);
+        let Ok(Message::Call(h)) = parse(&b[..n]) else { panic!("RDMA_NOMSG call refused") };
+        assert_eq!((h.proc_, h.read_position, h.reads.as_slice()), (RDMA_NOMSG, 0, &[Segment { length: 5000, ..body }][..]));
+        assert_eq!(layout(&h, 0, 1 << 20), Ok(Layout::Whole { len: 5000 }));
+        assert_eq!(layout(&h, 0, 4096), Err("read chunk larger than the record limit"));
+        // A back-channel reply: no chunks at all.
+        let n = encode_call(&mut b, 0x57, 1, None, None);
+        let Ok(Message::Call(h)) = parse(&b[..n]) else { panic!("reply header refused") };
+        assert_eq!((n, h.reply.is_none(), h.reads.n), (HEADER_MIN, true, 0));
+    }
 
     #[test]
     fn the_rkey_a_reply_may_invalidate_is_the_one_all_chunks_share() {

@@ -18,6 +18,14 @@
 #              WRITEs, COMMITs and metadata log flushes park
 #              (chimera_rdma_calls_parked_total grows) and their replies
 #              still carry READ data in Write chunks
+#   engine     our fio engine (dataplane/fio) with chimera_transport=rdma:
+#              the userspace client's RPC-over-RDMA (rdma::requester) to the
+#              same server; 4 KiB random read/write at iodepth 16 and 1 MiB
+#              sequential writes verify (crc32c); its 4 KiB WRITEs go as
+#              RDMA_NOMSG with a position-zero Read chunk and its READ
+#              replies come in Reply chunks (chimerad counts both); the
+#              kernel client (proto=rdma) then verifies the 1 MiB file the
+#              engine wrote
 #   parked     an `nfs` mount (relay) of a second chimerad in the guest, at
 #              vers=3 and vers=4.1: 4 MiB read back cold through it come in
 #              Write chunks (at 4.1 from COMPOUNDs run on the mount's
@@ -50,8 +58,13 @@
 #              reads back intact, now from the other DS over RDMA; before
 #              that, draining a DS at the admin API recalls the client's
 #              layouts with CB_LAYOUTRECALL over its RDMA connection
+#              ... and our fio engine in pNFS mode over RDMA (its NFSv4.1
+#              session to the MDS with the back channel, NFSv3 to the rdma
+#              netaddrs of GETDEVICEINFO) writes and verifies a file, both
+#              DSes counting the RDMA calls
 #   figures    NULL round trips over RDMA and TCP (chimera-rdma-probe), 4 KiB
-#              QD1 reads over RDMA and over TCP against the same server (fio),
+#              QD1 reads over RDMA and over TCP against the same server, by
+#              the kernel client (fio psync) and by our engine (QD1 and QD16),
 #              recorded, not gated, next to ib_send_lat / ib_read_lat, the
 #              transport's floor
 # Results: /results/rdma-*.txt.
@@ -188,6 +201,39 @@ for v in 3 4.1; do
   calls0=$calls; writes0=$writes
 done
 
+step engine
+# fio built against the engine's headers, with its own libraries (beyond glibc).
+pfio() { LD_LIBRARY_PATH=$BIN/peer "$BIN/peer/fio" "$@"; }
+ENG="--ioengine=external:$BIN/chimera-fio.so --chimera_export=/export"
+# The JSON says no job had an error.
+jobs_ok() { grep -q '"error" : 0' "$1" && ! grep -q '"error" : [1-9]' "$1"; }
+scrape
+c0=$(metric chimera_rdma_calls_total); rd0=$(metric chimera_rdma_rdma_reads_total); rc0=$(metric chimera_rdma_reply_chunks_total)
+pfio $ENG --chimera_server=$ADDR --chimera_transport=rdma --name=eng --filename=eng.0 --rw=randrw --bs=4k --size=8m \
+  --iodepth=16 --verify=crc32c --do_verify=1 --output-format=json >/tmp/eng.json 2>/tmp/eng.err \
+  || fail "fio (our engine over RDMA) random read/write + verify: $(tail -n 5 /tmp/eng.err)"
+jobs_ok /tmp/eng.json || fail "the engine's random read/write over RDMA reported an error: $(grep '"error"' /tmp/eng.json | head -n 3)"
+pfio $ENG --chimera_server=$ADDR:$RPORT --chimera_transport=rdma --name=engseq --filename=engseq.0 --rw=write --bs=1m --size=16m \
+  --iodepth=4 --verify=crc32c --do_verify=1 --output-format=json >/tmp/engseq.json 2>/tmp/engseq.err \
+  || fail "fio (our engine over RDMA) 1 MiB writes + verify: $(tail -n 5 /tmp/engseq.err)"
+jobs_ok /tmp/engseq.json || fail "the engine's 1 MiB writes over RDMA reported an error"
+cp /tmp/eng.json /results/rdma-engine-randrw.json
+scrape
+c1=$(metric chimera_rdma_calls_total); rd1=$(metric chimera_rdma_rdma_reads_total); rc1=$(metric chimera_rdma_reply_chunks_total)
+# 2,048 random 4 KiB I/Os (and the reads verifying them), 32 of 1 MiB.
+[ $((c1 - c0)) -ge 2080 ] || fail "the engine's I/O did not come over RDMA: $((c1 - c0)) RDMA calls for 2,080 I/Os"
+[ $((rd1 - rd0)) -ge 1000 ] || fail "the engine's WRITEs did not come in Read chunks: $((rd1 - rd0)) RDMA Reads"
+[ $((rc1 - rc0)) -ge 1000 ] || fail "the engine's READ replies did not go through Reply chunks: $((rc1 - rc0))"
+# What the engine wrote over RDMA, the kernel client reads back and verifies.
+mkdir -p /mnt/k
+mount -t nfs -o vers=3,proto=rdma,port=$RPORT,mountport=$MPORT,mountproto=tcp,nolock $ADDR:/export /mnt/k || fail "mount /export over RDMA for the read-back"
+echo 3 >/proc/sys/vm/drop_caches
+fio --name=engseq --filename=/mnt/k/engseq.0 --rw=write --bs=1m --size=16m --ioengine=psync --direct=1 \
+  --verify=crc32c --verify_only >/tmp/engk.txt 2>&1 || fail "the kernel client's verify of the file the engine wrote: $(tail -n 5 /tmp/engk.txt)"
+grep -q 'err= 0' /tmp/engk.txt || fail "the kernel client's verify of the engine's file reported an error: $(grep 'err=' /tmp/engk.txt)"
+umount /mnt/k
+ok "our engine over RDMA: randrw 4 KiB QD16 and 1 MiB writes verify; $((c1 - c0)) RDMA calls, $((rd1 - rd0)) RDMA Reads (WRITEs in Read chunks), $((rc1 - rc0)) Reply chunks (READ replies); the kernel client verifies the engine's 1 MiB file"
+
 step parked
 i=0
 until grep -q '"msg":"started"' /tmp/remote.log; do
@@ -308,6 +354,17 @@ for p in r t; do
   echo "nfs4.1 4KiB QD1 randread over $name: p50 $(p50 /tmp/fio-$name.json) us (fio's bucket), mean $(mean /tmp/fio-$name.json) us, $iops IOPS" | tee -a /results/rdma-figures.txt
 done
 umount /mnt/r; umount /mnt/t
+# Our engine on the same file, over RDMA and over TCP, QD1 and QD16.
+for p in rdma tcp; do
+  for qd in 1 16; do
+    pfio $ENG --chimera_server=$ADDR --chimera_transport=$p --name=qd$qd --filename=lat --rw=randread --bs=4k --iodepth=$qd \
+      --size=8m --time_based --runtime=5 --output-format=json >/tmp/fio-eng-$p-$qd.json 2>/tmp/fio-eng.err \
+      || fail "fio (our engine) over $p at QD$qd: $(tail -n 3 /tmp/fio-eng.err)"
+    cp /tmp/fio-eng-$p-$qd.json /results/rdma-fio-engine-$p-qd$qd.json
+    iops=$(grep -o '"iops" : [0-9.]*' /tmp/fio-eng-$p-$qd.json | head -n 1 | awk '{ printf "%d", $3 }')
+    echo "engine nfs3 4KiB QD$qd randread over $p: p50 $(p50 /tmp/fio-eng-$p-$qd.json) us (fio's bucket), mean $(mean /tmp/fio-eng-$p-$qd.json) us, $iops IOPS" | tee -a /results/rdma-figures.txt
+  done
+done
 for t in ib_send_lat ib_read_lat; do
   $t -d rxe0 -n 500 >/dev/null 2>&1 &
   spid=$!
@@ -400,6 +457,18 @@ cp /tmp/metrics.txt /results/rdma-pnfs-mds-metrics.txt
 mr=$(metric chimera_rdma_rdma_read_bytes_total)
 [ "$mr" -lt $((4 << 20)) ] || fail "the MDS pulled $mr bytes: data went through the MDS, not the layout"
 ok "32 MiB mirrored over two RDMA data servers ($lg), MDS RDMA Read bytes $mr"
+# Our engine in pNFS mode over RDMA: the MDS session (with its back
+# channel) and the data servers, all over RDMA.
+ds_calls() { wget -qO /tmp/metrics.txt "http://127.0.0.1:$((MPORT_METRICS + $1))/metrics" || fail "scrape ds$1"; metric chimera_rdma_calls_total; }
+d1=$(ds_calls 1); d2=$(ds_calls 2)
+pfio $ENG --chimera_server=$ADDR --chimera_transport=rdma --chimera_pnfs=1 --name=engp --filename=engp.0 --rw=randrw --bs=4k \
+  --size=4m --iodepth=8 --verify=crc32c --do_verify=1 --output-format=json >/tmp/engp.json 2>/tmp/engp.err \
+  || fail "fio (our engine, pNFS over RDMA) random read/write + verify: $(tail -n 5 /tmp/engp.err)"
+jobs_ok /tmp/engp.json || fail "the engine's pNFS I/O over RDMA reported an error"
+e1=$(ds_calls 1); e2=$(ds_calls 2)
+# mirrors=2: every write reaches both; 1,024 4 KiB I/Os plus the verify.
+[ $((e1 - d1)) -ge 500 ] && [ $((e2 - d2)) -ge 500 ] || fail "the engine's pNFS I/O did not reach both data servers over RDMA: ds1 $((e1 - d1)), ds2 $((e2 - d2)) RDMA calls"
+ok "our engine, pNFS over RDMA (MDS session and data servers): randrw 4 KiB verifies; RDMA calls on ds1 $((e1 - d1)), ds2 $((e2 - d2))"
 # Drain ds2 at the MDS (as the operator does before restarting it) while
 # the client holds the file open: the MDS recalls the layouts naming ds2
 # with CB_LAYOUTRECALL on the client's own RDMA connection (RFC 8167), and
