@@ -7,7 +7,8 @@
 #
 # Checks: mixed random read/write with verify=crc32c (2 jobs, 2 connections
 # each, iodepth 16); 1 MiB sequential write + verify; random writes with
-# fsync (COMMIT) + verify; what the engine wrote, fio's libnfs engine reads
+# fsync (COMMIT) + verify; plain NFSv4.1 (chimera_pnfs=1 against a server
+# without pNFS) + verify; what the engine wrote, fio's libnfs engine reads
 # back and verifies (the data is on the server, not only in the engine);
 # a negative control (a verify that must fail, fails); hostile options and
 # I/O sizes fail with messages that name the problem. Prints one line per
@@ -86,6 +87,17 @@ check seq "1 MiB sequential write + verify, iodepth 4" $?
 run fsync "${eng[@]}" --name=fsync --filename=fsync.0 --rw=randwrite --bs=8k --size=8m --iodepth=8 --fsync=16 \
   --verify=crc32c --do_verify=1
 check fsync "random writes with fsync every 16 (COMMIT) + verify" $?
+
+# Plain NFSv4.1: chimera_pnfs=1 against this server, which is no pNFS
+# metadata server: the engine says so once, and every I/O goes through the
+# session at depth.
+run v41 "${eng[@]}" --chimera_pnfs=1 --name=v41 --filename=v41.0 --rw=randrw --bs=4k --size=8m --iodepth=16 \
+  --verify=crc32c --do_verify=1
+rc=$?
+if grep -q "is not a pNFS metadata server: I/O goes through it over NFSv4" "$work/v41.out"; then
+  sed -i '/is not a pNFS metadata server/d' "$work/v41.out"
+  check v41 "NFSv4.1 without pNFS (chimera_pnfs=1, no layouts): random read/write at iodepth 16 + verify" $rc
+else bad "NFSv4.1 without pNFS: the engine did not say it runs without layouts: $(tail -n 3 "$work/v41.out" | tr '\n' ' ')"; fi
 
 # Held copies of UNSTABLE writes under a 1 MiB bound: 16 MiB of random
 # writes make the engine COMMIT on its own ~16 times; the data verifies.

@@ -100,6 +100,9 @@ pub struct Nfs41 {
     pub back_channel: bool,
     /// Over RPC-over-RDMA (`SessionOpts::rdma`), reconnects too.
     rdma: bool,
+    /// EXCHANGE_ID's eir_flags (the server's pNFS role among them:
+    /// `is_pnfs_mds`).
+    pub exchange_flags: u32,
 }
 
 /// A connection over RDMA or TCP.
@@ -243,6 +246,7 @@ impl Nfs41 {
             minor: 1,
             back_channel: false,
             rdma,
+            exchange_flags: 0,
         };
         Ok(c)
     }
@@ -431,15 +435,15 @@ impl Nfs41 {
             eia_state_protect: p::state_protect4_a::SP4_NONE,
             eia_client_impl_id: vec![],
         };
-        let exchange = |c: &mut Nfs41| -> Result<(u64, u32)> {
+        let exchange = |c: &mut Nfs41| -> Result<(u64, u32, u32)> {
             let r = c.raw_compound(&[p::nfs_argop4::OP_EXCHANGE_ID(exid.clone())])?;
             match &results(&r, false)?.0[..] {
-                [p::nfs_resop4::OP_EXCHANGE_ID(p::EXCHANGE_ID4res::NFS4_OK(ok))] => Ok((ok.eir_clientid, ok.eir_sequenceid)),
+                [p::nfs_resop4::OP_EXCHANGE_ID(p::EXCHANGE_ID4res::NFS4_OK(ok))] => Ok((ok.eir_clientid, ok.eir_sequenceid, ok.eir_flags)),
                 _ => Err(Error::Malformed("EXCHANGE_ID result".into())),
             }
         };
         c.minor = c.minor_max;
-        let (clientid, seqid) = match exchange(c) {
+        let (clientid, seqid, eir_flags) = match exchange(c) {
             // NFS4ERR_MINOR_VERS_MISMATCH (or anything a 4.1 server says
             // to a 4.2 COMPOUND): 4.1 then.
             Err(e) if c.minor > 1 && !e.is_connection() => {
@@ -448,6 +452,7 @@ impl Nfs41 {
             }
             r => r?,
         };
+        c.exchange_flags = eir_flags;
         let bytes = (c.rpc.limits().call_bytes_max.min(c.rpc.limits().reply_bytes_max)) as u32;
         let cs = p::CREATE_SESSION4args {
             csa_clientid: clientid,
@@ -508,6 +513,17 @@ impl Nfs41 {
     /// Slots still usable (granted, minus those retired after a lost reply).
     pub fn usable_slots(&self) -> usize {
         self.slots.iter().filter(|s| !s.retired).count()
+    }
+
+    /// Whether the server said it is a pNFS metadata server
+    /// (EXCHGID4_FLAG_USE_PNFS_MDS): without it, LAYOUTGET is pointless.
+    pub fn is_pnfs_mds(&self) -> bool {
+        self.exchange_flags & p::EXCHGID4_FLAG_USE_PNFS_MDS != 0
+    }
+
+    /// Slots a `submit` can take now (usable and not in flight).
+    pub fn free_slots(&self) -> usize {
+        self.slots.iter().filter(|s| !s.retired && !s.busy).count()
     }
 
     /// The lease time the server announced.
@@ -718,6 +734,19 @@ impl Nfs41 {
                 out.extend_from_slice(ok.data);
                 Ok(ok.eof)
             }
+            _ => Err(Error::Malformed("READ result".into())),
+        })
+    }
+
+    /// Finish a READ into `out`: (bytes read, eof); more data than `out`
+    /// holds is malformed.
+    pub fn finish_read_into(&mut self, fl: InFlight, reply: Result<Reply>, out: &mut [u8]) -> Result<(usize, bool)> {
+        self.finish(fl, reply, |r| match r {
+            [_, p::nfs_resop4::OP_READ(p::READ4res::NFS4_OK(ok))] if ok.data.len() <= out.len() => {
+                out[..ok.data.len()].copy_from_slice(ok.data);
+                Ok((ok.data.len(), ok.eof))
+            }
+            [_, p::nfs_resop4::OP_READ(p::READ4res::NFS4_OK(ok))] => Err(Error::Malformed(format!("READ of {} bytes answered with {}", out.len(), ok.data.len()))),
             _ => Err(Error::Malformed("READ result".into())),
         })
     }

@@ -452,6 +452,12 @@ impl RpcConn {
         fits(self)
     }
 
+    /// Calls completed and not yet taken (`on_ready` / `reap` hand them
+    /// out; a blocking `wait` leaves the others here).
+    pub fn completed(&self) -> usize {
+        self.done.len()
+    }
+
     /// The error that broke this connection, if it is broken.
     pub fn broken(&self) -> Option<&Error> {
         self.broken.as_ref()

@@ -1018,11 +1018,21 @@ impl Engine {
             self.pfds.push(rpc.poll_fd());
             self.pfd_conn.push(i);
         }
-        if self.pfds.is_empty() {
+        // pNFS: the metadata server may call back (layout recalls), and
+        // answers I/Os sent through it.
+        self.pnfs_mds_send_queued();
+        let mds = self.pnfs_mds_pollfd();
+        if self.pfds.is_empty() && mds.is_none() {
             return;
         }
-        // pNFS: the metadata server may call back (layout recalls).
-        if let Some(fd) = self.pnfs_mds_pollfd() {
+        if let Some(fd) = mds {
+            let (now, deadline) = self.pnfs_mds_due();
+            if now {
+                until = Some(Instant::now());
+            }
+            if let Some(d) = deadline {
+                until = Some(until.map_or(d, |u| u.min(d)));
+            }
             self.pfds.push(fd);
             self.pfd_conn.push(MDS_PFD);
         }
@@ -1053,7 +1063,7 @@ impl Engine {
             let i = self.pfd_conn[k];
             let revents = self.pfds[k].revents;
             if i == MDS_PFD {
-                if revents != 0 {
+                if revents != 0 || self.mds_io_in_flight() > 0 {
                     self.pnfs_mds_ready(revents);
                 }
                 continue;

@@ -29,7 +29,7 @@
 use crate::{Conn, Engine, File, InFlight, Op, NO_IO};
 use client::flexfiles::{DsError, IoMode};
 use client::nfs3::Stable;
-use client::nfs4::{Nfs41, Open4, Stateid};
+use client::nfs4::{InFlight as InFlight41, Nfs41, Open4, Stateid};
 use client::{Auth, Limits};
 use proto::nfs4 as p;
 use std::collections::{HashMap, VecDeque};
@@ -70,6 +70,16 @@ pub(crate) struct State {
     returns_pending: usize,
     /// CB_LAYOUTRECALLs answered.
     pub(crate) recalls: u64,
+    /// I/Os through the MDS in flight on its session (`pnfs_mds_submit`):
+    /// xid -> (I/O, its slot); the most there were at once.
+    mds_io: client::XidMap<(u32, InFlight41)>,
+    pub(crate) mds_io_max: usize,
+    /// I/Os through the MDS waiting for a slot of the session.
+    mds_queue: VecDeque<u32>,
+    /// Completions taken from the MDS connection (reused).
+    mds_done: Vec<client::Completion>,
+    /// A file without layouts was reported (once per engine).
+    no_layouts_logged: bool,
 }
 
 struct Ds {
@@ -138,7 +148,17 @@ pub(crate) struct FileLayouts {
     /// with once no I/O of the file is on a data server; its new I/Os
     /// wait until then (`State::recall_parked`).
     returning: Option<Stateid>,
+    /// The metadata server grants no layouts for the file (it is a plain
+    /// NFSv4.1 server, or keeps no flex-files layouts): why. Its I/O goes
+    /// through the server without asking again.
+    no_layouts: Option<String>,
 }
+
+/// LAYOUTGET answers that mean no layout will come for the file: its I/O
+/// then goes through the metadata server (NFSv4.1 without pNFS).
+/// (NFS4ERR_LAYOUTUNAVAILABLE is not among them: a pNFS server may say it
+/// for a while, e.g. while a data server drains.)
+const NO_LAYOUT_CODES: [i32; 2] = [p::NFS4ERR_UNKNOWN_LAYOUTTYPE, p::NFS4ERR_NOTSUPP];
 
 /// Errors of a call on a file no wait repairs: the file (or its handle)
 /// is not there, or the call is refused as such. I/O through the MDS that
@@ -177,6 +197,11 @@ impl State {
             recall_parked: Vec::new(),
             returns_pending: 0,
             recalls: 0,
+            mds_io: client::XidMap::default(),
+            mds_io_max: 0,
+            mds_queue: VecDeque::new(),
+            mds_done: Vec::new(),
+            no_layouts_logged: false,
         })
     }
 }
@@ -200,6 +225,12 @@ impl Engine {
         let o = self.mds(&what, |e| e.st().mds.open(&dir, &name, 3, create.then_some(0o644)))?;
         let fh = o.fh.clone();
         let iomode = if create { IoMode::Rw } else { IoMode::Read };
+        let no_layouts = !self.st().mds.is_pnfs_mds();
+        if no_layouts && !self.st().no_layouts_logged {
+            self.st().no_layouts_logged = true;
+            let minor = self.st().mds.minor;
+            eprintln!("chimera-fio: {} is not a pNFS metadata server: I/O goes through it over NFSv4.{minor}", self.cfg.server);
+        }
         Ok(File {
             path: path.to_string(),
             fh,
@@ -207,7 +238,19 @@ impl Engine {
             verf_changed: false,
             unheld: false,
             lost: None,
-            pnfs: Some(FileLayouts { open: o, iomode, segs: Vec::new(), lstateid: None, written: Vec::new(), write_end: 0, generation: 0, failed: Vec::new(), gone: None, returning: None }),
+            pnfs: Some(FileLayouts {
+                open: o,
+                iomode,
+                segs: Vec::new(),
+                lstateid: None,
+                written: Vec::new(),
+                write_end: 0,
+                generation: 0,
+                failed: Vec::new(),
+                gone: None,
+                returning: None,
+                no_layouts: no_layouts.then(|| format!("{} is not a pNFS metadata server (EXCHANGE_ID: no USE_PNFS_MDS)", self.cfg.server)),
+            }),
         })
     }
 
@@ -224,6 +267,9 @@ impl Engine {
         if let Some(m) = &self.layouts(file).gone {
             return Err((libc::ESTALE, m.clone()));
         }
+        if let Some(m) = &self.layouts(file).no_layouts {
+            return Err((libc::EIO, m.clone()));
+        }
         let path = self.files[file as usize].as_ref().expect("open").path.clone();
         let seg = self.mds(&format!("LAYOUTGET of {path} at {offset}"), |e| {
             // Read again on each attempt: re-establishing replaces the stateids.
@@ -232,7 +278,18 @@ impl Engine {
                 let l = f.pnfs.as_ref().expect("pNFS file");
                 (f.fh.clone(), l.lstateid.clone().unwrap_or_else(|| l.open.stateid.clone()), l.iomode)
             };
-            e.st().mds.layoutget(&fh, &sid, iomode, offset, len.max(1))
+            let r = e.st().mds.layoutget(&fh, &sid, iomode, offset, len.max(1));
+            if let Err(client::Error::Nfs4 { code, .. }) = &r {
+                if NO_LAYOUT_CODES.iter().any(|&c| c as u32 == *code) {
+                    let why = format!("the metadata server grants no layout for {path} ({})", r.as_ref().err().expect("an error"));
+                    if !e.st().no_layouts_logged {
+                        e.st().no_layouts_logged = true;
+                        eprintln!("chimera-fio: {why}: its I/O goes through the server over NFSv4.1");
+                    }
+                    e.layouts(file).no_layouts = Some(why);
+                }
+            }
+            r
         })
         .map_err(|(errno, m)| {
             if errno != libc::ESTALE {
@@ -574,10 +631,105 @@ impl Engine {
     }
 
     /// The I/O through the MDS (NFSv4.1 READ / FILE_SYNC WRITE with the open
-    /// stateid), waited for here: the path of last resort.
+    /// stateid): on the session without waiting when it can take it
+    /// (`pnfs_mds_submit`), else waited for (`pnfs_through_mds_wait`).
     fn pnfs_through_mds(&mut self, idx: u32) {
-        let mut io = self.st().ios[idx as usize].take().expect("in flight");
         self.st().through_mds += 1;
+        if !self.pnfs_mds_submit(idx) {
+            self.pnfs_through_mds_wait(idx);
+        }
+    }
+
+    /// Send I/O `idx` through the MDS without waiting for it: its answer is
+    /// taken when the pump finds the MDS connection ready
+    /// (`pnfs_mds_ready`). One slot of the session is always left for the
+    /// engine's own calls (OPEN, LAYOUTGET, ...); when none is free the I/O
+    /// waits for one in `mds_queue`. False: the session cannot take it
+    /// (lost, or it has a single slot) — the caller waits for it instead.
+    fn pnfs_mds_submit(&mut self, idx: u32) -> bool {
+        let (op, file, offset, len, buf) = {
+            let io = self.io(idx);
+            (io.op, io.file, io.offset, io.len, io.buf)
+        };
+        if op == Op::Sync {
+            return false;
+        }
+        let open = self.layouts(file).open.clone();
+        let st = self.st();
+        if st.mds.rpc().broken().is_some() || st.mds.usable_slots() < 2 {
+            return false;
+        }
+        if st.mds.free_slots() < 2 || !st.mds.rpc().has_room(len) {
+            if st.mds_io.is_empty() {
+                return false;
+            }
+            st.mds_queue.push_back(idx);
+            return true;
+        }
+        let sent = match op {
+            Op::Read => st.mds.submit_read(&open, offset, len as u32),
+            // SAFETY: `queue`'s contract keeps the buffer valid for `len`.
+            _ => st.mds.submit_write(&open, offset, unsafe { std::slice::from_raw_parts(buf, len) }, true),
+        };
+        match sent {
+            Ok(fl) => {
+                st.mds_io.insert(fl.xid, (idx, fl));
+                st.mds_io_max = st.mds_io_max.max(st.mds_io.len());
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The answer to an I/O `pnfs_mds_submit` sent. An error goes the
+    /// waiting way (`pnfs_through_mds_wait`: the session re-established,
+    /// GRACE / DELAY and a data server away waited out, final errors
+    /// reported), which sends it once more.
+    fn pnfs_mds_io_done(&mut self, idx: u32, fl: InFlight41, reply: client::Result<client::Reply>) {
+        let (op, file, offset, len, buf) = {
+            let io = self.io(idx);
+            (io.op, io.file, io.offset, io.len, io.buf)
+        };
+        let open = self.layouts(file).open.clone();
+        let st = self.st();
+        let r = match op {
+            // SAFETY: `queue`'s contract keeps the buffer valid and ours.
+            Op::Read => st.mds.finish_read_into(fl, reply, unsafe { std::slice::from_raw_parts_mut(buf, len) }).map(|(n, _)| n as i64),
+            // SAFETY: as above.
+            _ => st.mds.finish_write(fl, reply, &open, offset, unsafe { std::slice::from_raw_parts(buf, len) }).map(|w| w.0 as i64),
+        };
+        match r {
+            Ok(n) => {
+                let io = self.st().ios[idx as usize].take().expect("in flight");
+                self.st().free.push(idx);
+                self.complete(io.tag, io.op, io.file, io.offset, io.len, Ok(n));
+            }
+            Err(e) => {
+                self.io(idx).last_error = e.to_string();
+                self.pnfs_through_mds_wait(idx);
+            }
+        }
+    }
+
+    /// Send the I/Os waiting for a session slot while slots are free.
+    pub(crate) fn pnfs_mds_send_queued(&mut self) {
+        while let Some(&idx) = self.pnfs.as_ref().and_then(|s| s.mds_queue.front()) {
+            let st = self.st();
+            let len = st.ios[idx as usize].as_ref().map_or(0, |io| io.len);
+            if !st.mds_io.is_empty() && (st.mds.free_slots() < 2 || !st.mds.rpc().has_room(len)) {
+                return;
+            }
+            st.mds_queue.pop_front();
+            if !self.pnfs_mds_submit(idx) {
+                self.pnfs_through_mds_wait(idx);
+            }
+        }
+    }
+
+    /// The I/O through the MDS, waited for here: the path of last resort
+    /// (and of an answer that was an error).
+    fn pnfs_through_mds_wait(&mut self, idx: u32) {
+        let mut io = self.st().ios[idx as usize].take().expect("in flight");
         let what = format!("through the MDS after \"{}\"", io.last_error);
         let (op, file, offset, len, buf) = (io.op, io.file, io.offset, io.len, io.buf);
         let mut r = self.mds(&what, |e| {
@@ -710,6 +862,13 @@ impl Engine {
     /// for again.
     fn mds_recover(&mut self) -> Result<(), String> {
         let (addr, auth, limits) = (self.st().addr.clone(), self.st().auth.clone(), self.limits);
+        // I/Os in flight on the old session: sent again on the new one
+        // (their answers, if any come, belong to the old connection).
+        let st = self.st();
+        let orphans: Vec<u32> = st.mds_io.drain().map(|(_, (idx, _))| idx).collect();
+        for idx in orphans.into_iter().rev() {
+            st.mds_queue.push_front(idx);
+        }
         let files: Vec<usize> = (0..self.files.len()).filter(|&i| self.files[i].as_ref().is_some_and(|f| f.pnfs.is_some())).collect();
         let mut opens: Vec<(Open4, u32)> = files.iter().map(|&i| (self.layouts(i as u32).open.clone(), 3)).collect();
         match self.st().mds.reestablish_reclaiming(&addr, &auth, limits, &mut opens) {
@@ -762,19 +921,50 @@ impl Engine {
     /// call back (a back channel was granted and the connection is up).
     pub(crate) fn pnfs_mds_pollfd(&mut self) -> Option<libc::pollfd> {
         let st = self.pnfs.as_mut()?;
-        if !st.mds.back_channel || st.mds.rpc().broken().is_some() {
+        if (!st.mds.back_channel && st.mds_io.is_empty()) || st.mds.rpc().broken().is_some() {
             return None;
         }
         Some(st.mds.rpc().poll_fd())
     }
 
-    /// `pump` found the metadata server's connection ready: read it, then
-    /// answer the recalls it brought and return what can be returned.
+    /// Whether the pump must look at the MDS connection without waiting:
+    /// answers to I/Os through it are in (a blocking MDS call took them
+    /// off the socket), or its connection broke under them. Also when a
+    /// call on it is due to time out.
+    pub(crate) fn pnfs_mds_due(&mut self) -> (bool, Option<Instant>) {
+        let Some(st) = self.pnfs.as_mut() else { return (false, None) };
+        if st.mds_io.is_empty() {
+            return (false, None);
+        }
+        let rpc = st.mds.rpc();
+        (rpc.completed() > 0 || rpc.broken().is_some(), rpc.next_deadline())
+    }
+
+    /// I/Os through the MDS in flight on its session now.
+    pub fn mds_io_in_flight(&self) -> usize {
+        self.pnfs.as_ref().map_or(0, |s| s.mds_io.len())
+    }
+
+    /// The most I/Os through the MDS that were in flight at once.
+    pub fn mds_io_in_flight_max(&self) -> usize {
+        self.pnfs.as_ref().map_or(0, |s| s.mds_io_max)
+    }
+
+    /// `pump` found the metadata server's connection ready (or answers
+    /// waiting on it): take the answers to I/Os through it, send the I/Os
+    /// waiting for a slot, answer the recalls it brought and return what
+    /// can be returned.
     pub(crate) fn pnfs_mds_ready(&mut self, revents: i16) {
-        let mut none = Vec::new();
-        self.st().mds.rpc().on_ready(revents, &mut none);
-        // No fore-channel call is in flight between MDS calls (they wait).
-        debug_assert!(none.is_empty());
+        let mut done = std::mem::take(&mut self.st().mds_done);
+        self.st().mds.rpc().on_ready(revents, &mut done);
+        for c in done.drain(..) {
+            // Not found: an answer from before the session was re-established.
+            if let Some((idx, fl)) = self.st().mds_io.remove(&c.xid) {
+                self.pnfs_mds_io_done(idx, fl, c.result);
+            }
+        }
+        self.st().mds_done = done;
+        self.pnfs_mds_send_queued();
         self.pnfs_recalls();
     }
 

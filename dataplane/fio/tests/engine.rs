@@ -35,20 +35,7 @@ fn start_diskfs(img: &Path, port: u16, initialize: bool) -> Running {
 }
 
 fn cfg(s: &Running, export: &str, conns: usize, iodepth: usize) -> Config {
-    Config {
-        server: s.nfs_addr.unwrap().to_string(),
-        export: export.into(),
-        mount_port: 0,
-        conns,
-        iodepth,
-        uid: 0,
-        gid: 0,
-        pnfs: false,
-        busy_poll_us: 0,
-        retry_s: chimera_fio::RETRY_S_DEFAULT,
-        hold_mib: chimera_fio::HOLD_MIB_DEFAULT,
-        rdma: false,
-    }
+    Config { conns, ..common::config(s, export, iodepth, false) }
 }
 
 #[test]

@@ -141,20 +141,7 @@ fn engine_with(c: &Cluster, depth: usize, retry_s: u32) -> Engine {
 }
 
 fn engine_cfg(c: &Cluster, depth: usize, retry_s: u32) -> Config {
-    Config {
-        server: c.mds.as_ref().unwrap().nfs_addr.unwrap().to_string(),
-        export: "/m".into(),
-        mount_port: 0,
-        conns: 1,
-        iodepth: depth,
-        uid: 0,
-        gid: 0,
-        pnfs: true,
-        busy_poll_us: 0,
-        retry_s,
-        hold_mib: chimera_fio::HOLD_MIB_DEFAULT,
-        rdma: false,
-    }
+    Config { retry_s, ..common::config(c.mds.as_ref().unwrap(), "/m", depth, true) }
 }
 
 const BS: usize = 4096;

@@ -480,6 +480,7 @@ impl LayoutServer for Pnfs {
             self.layout_key(&st, c.clientid, &c.fh, &c.stateid)?;
         }
         self.metrics.layoutcommits.fetch_add(1, Ordering::Relaxed);
+        let _grow = self.size_lock(&c.fh);
         let cur = self.vfs.getattr(&c.fh).map_err(nfs4::error::vfs_status)?;
         let mut set = SetAttr::default();
         let mut new_size = None;

@@ -338,9 +338,23 @@ pub struct Pnfs {
     pub(crate) sweep: Mutex<orphans::Sweep>,
     /// The log of I/O through the MDS that reached no copy.
     pub(crate) io_fail_log: LogLimit,
+    /// Striped by inode: a file's size is read and grown under its lock
+    /// (`grow_size`), so growths that race never shrink it.
+    size_locks: [Mutex<()>; SIZE_LOCKS],
 }
 
+/// Stripes of `Pnfs::size_locks`.
+const SIZE_LOCKS: usize = 64;
+
 impl Pnfs {
+    /// Hold `fh`'s size lock: its size is read and grown under it (writes
+    /// through the MDS, LAYOUTCOMMIT), so that two growths finishing out of
+    /// order keep the larger — each compares with the size as it is then,
+    /// not as it was before its data-server writes.
+    pub(crate) fn size_lock(&self, fh: &FileHandle) -> std::sync::MutexGuard<'_, ()> {
+        self.size_locks[(fh.ino % SIZE_LOCKS as u64) as usize].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// A pNFS MDS over `vfs` (the namespace it wraps) with `dses`; starts
     /// the control thread (removals, health probes), which stops when the
     /// last `Arc` is dropped.
@@ -374,6 +388,7 @@ impl Pnfs {
             recaller: OnceLock::new(),
             metrics: Metrics::default(),
             io_fail_log: LogLimit::default(),
+            size_locks: std::array::from_fn(|_| Mutex::new(())),
             remove_tx: Mutex::new(Some(tx)),
             recall_ends: Arc::new(Mutex::new(Vec::new())),
             started: Instant::now(),

@@ -284,7 +284,10 @@ impl Vfs for PnfsVfs {
         }
         let p = self.pnfs.ensure_placed(fh).map_err(|_| VfsError::Io)?;
         self.write_placed(fh, &p, offset, data)?;
-        let set = SetAttr { size: (end > a.size).then_some(end), mtime: SetTime::ServerNow, ..Default::default() };
+        // Grow from the size as it is now: other writes finished meanwhile.
+        let _grow = self.pnfs.size_lock(fh);
+        let now = self.inner().getattr(fh)?.size;
+        let set = SetAttr { size: (end > now).then_some(end), mtime: SetTime::ServerNow, ..Default::default() };
         let after = self.inner().setattr(fh, &set, None)?;
         Ok((data.len(), Stability::FileSync, after))
     }

@@ -656,3 +656,43 @@ fn repeated_failures_log_once_per_period() {
     assert_eq!(crate::and_more(5), "; 5 more like it since the last such line");
     assert_eq!(crate::and_more(0), "");
 }
+
+/// Writes through the MDS that finish out of order never shrink the file:
+/// each grew the size to its own end from the size it read before its
+/// (slow) data-server write, so the last to finish set it, and a read past
+/// it found EOF for data that was written and acknowledged. Found with the
+/// fio engine's asynchronous NFSv4.1 I/O through the MDS (six FILE_SYNC
+/// writes in flight together; the read of the last came back empty).
+#[test]
+fn writes_through_the_mds_finishing_out_of_order_keep_the_largest_size() {
+    use vfs::{CreateMode, Cred, NodeKind, Stability, Vfs};
+    let ds = data_server();
+    let port = ds.nfs_addr.unwrap().port();
+    let fs: Arc<dyn Vfs> = Arc::new(MemFs::new(MemFsConfig { export_id: 1, capacity_bytes: 64 << 20 }));
+    let pn = Pnfs::new(PnfsConfig::default(), fs, vec![spec("solo", "127.0.0.1", port, Netid::Tcp)]).unwrap();
+    let v = Arc::new(crate::mdsio::PnfsVfs::new(pn.clone()));
+    let root = v.root(1).unwrap();
+    let f = v.create(&root, b"f", NodeKind::File, 0o644, &Cred::ROOT, CreateMode::Guarded).unwrap().0;
+    const BLOCK: u64 = 4096;
+    for round in 0..8u64 {
+        let base = round * 64 * BLOCK;
+        let threads: Vec<_> = (0..16u64)
+            .map(|k| {
+                let v = v.clone();
+                // Offsets in an order the writes do not finish in.
+                let at = base + ((k * 7) % 16) * BLOCK;
+                std::thread::spawn(move || v.write(&f, at, &[k as u8 + 1; BLOCK as usize], Stability::FileSync).map(|w| w.0))
+            })
+            .collect();
+        for t in threads {
+            assert_eq!(t.join().unwrap().unwrap(), BLOCK as usize);
+        }
+        let want = base + 16 * BLOCK;
+        assert_eq!(v.getattr(&f).unwrap().size, want, "round {round}: the end of the furthest write");
+        let mut buf = vec![0u8; BLOCK as usize];
+        assert_eq!(v.read(&f, want - BLOCK, &mut buf).unwrap().0, BLOCK as usize, "round {round}: the last block reads back");
+    }
+    drop(v);
+    drop(pn);
+    ds.shutdown();
+}

@@ -27,6 +27,25 @@ pub fn drain(e: &mut Engine) -> Vec<(u64, i64)> {
     all
 }
 
+/// The engine's options for `server` (NFSv3 mode, or pNFS / NFSv4.1 with
+/// `pnfs`): one connection, the defaults for the rest.
+pub fn config(server: &Running, export: &str, iodepth: usize, pnfs: bool) -> chimera_fio::Config {
+    chimera_fio::Config {
+        server: server.nfs_addr.unwrap().to_string(),
+        export: export.into(),
+        mount_port: 0,
+        conns: 1,
+        iodepth,
+        uid: 0,
+        gid: 0,
+        pnfs,
+        busy_poll_us: 0,
+        retry_s: chimera_fio::RETRY_S_DEFAULT,
+        hold_mib: chimera_fio::HOLD_MIB_DEFAULT,
+        rdma: false,
+    }
+}
+
 /// chimerad on memfs (64 MiB) on 127.0.0.1, NFS at a port it picks, export `/m`.
 pub fn start_memfs() -> Running {
     let v = json!({
