@@ -42,5 +42,5 @@ RDMA_PROBE := $(CARGO_TARGET_DIR)/release/chimera-rdma-probe
 build-rdma: setup-rust ## build chimera-rdma-probe (the raw RPC-over-RDMA client of the guest's hostile-input suite)
 	cd $(DATAPLANE) && nice -n 10 $(CARGO) build --release --locked -p rdma --bin chimera-rdma-probe
 
-test-guest-rdma: guest-image build-dataplane build-rdma build-fio-engine ## NFS over RDMA: chimerad on soft RoCE (rxe) in the guest; the kernel client mounts proto=rdma at v3 and v4.1 and passes the whole file workload; mountstats and chimerad's RDMA Read/Write counters agree; our fio engine over RDMA (NFSv3 and pNFS) verifies; RDMA vs TCP 4 KiB QD1 figures, engine and kernel
-	$(GUEST)/test-rdma.sh $(CHIMERAD) $(RDMA_PROBE) $(FIO_ENGINE) "$$(e2e/peers/fio-libnfs.sh)"
+test-guest-rdma: guest-image build-dataplane build-rdma build-fio-engine build-fuse ## NFS over RDMA: chimerad on soft RoCE (rxe) in the guest; the kernel client mounts proto=rdma at v3 and v4.1 and passes the whole file workload; mountstats and chimerad's RDMA Read/Write counters agree; our fio engine over RDMA (NFSv3 and pNFS) verifies; chimera-fuse over RDMA; RDMA vs TCP 4 KiB QD1 figures, engine and kernel
+	$(GUEST)/test-rdma.sh $(CHIMERAD) $(RDMA_PROBE) $(FIO_ENGINE) "$$(e2e/peers/fio-libnfs.sh)" $(CHIMERA_FUSE)

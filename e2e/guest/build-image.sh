@@ -182,10 +182,11 @@ cp -L "$stage/usr/lib/x86_64-linux-gnu/libgcc_s.so.1" "$libdir/" 2>/dev/null \
 # Kernel modules: the named ones plus their dependency closure (modprobe
 # --show-depends against the staged tree), and all crypto/lib modules because
 # rdma_rxe and sunrpc pick their crc32/hash implementations at run time.
-# nfs_layout_flexfiles: the pNFS flex-files layout driver (e2e/pnfs).
+# nfs_layout_flexfiles: the pNFS flex-files layout driver (e2e/pnfs);
+# fuse: chimera-fuse (the RDMA suite mounts it over RDMA).
 mods=(virtio_pci virtio_net virtio_blk 9p 9pnet_virtio nfs nfsv3 nfsv4 sunrpc rpcrdma
   nfs_layout_flexfiles rdma_rxe ib_uverbs rdma_ucm ib_umad nvme vfio_pci vfio_iommu_type1
-  loop ext4 overlay)
+  loop ext4 overlay fuse)
 mstage=$stage/lib/modules/$kver
 [ -d "$mstage" ] || die "kernel modules for $kver not found in $kernel_pkg"
 depmod -b "$stage" "$kver"

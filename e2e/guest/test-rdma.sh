@@ -3,7 +3,7 @@
 # on soft RoCE (rdma_rxe), the kernel client mounts it with proto=rdma; the
 # guest side is tests/nfs-rdma.sh.
 #
-#   test-rdma.sh CHIMERAD CHIMERA_RDMA_PROBE FIO_ENGINE_SO FIO
+#   test-rdma.sh CHIMERAD CHIMERA_RDMA_PROBE FIO_ENGINE_SO FIO CHIMERA_FUSE
 #
 # FIO is the fio the engine was built against (e2e/peers/fio-libnfs.sh); it
 # reaches the guest with the libraries it links beyond glibc (the guest's
@@ -18,14 +18,14 @@ CACHE=${CACHE:-$HOME/.cache/chimera-test}
 RUN_TIMEOUT_S=1500
 
 die() { echo "guest-rdma: ERROR: $*" >&2; exit 2; }
-[ $# -eq 4 ] || die "usage: test-rdma.sh CHIMERAD CHIMERA_RDMA_PROBE FIO_ENGINE_SO FIO"
-for b in "$1" "$2" "$4"; do [ -x "$b" ] || die "'$b' is missing: run make build-dataplane build-rdma build-fio-engine"; done
+[ $# -eq 5 ] || die "usage: test-rdma.sh CHIMERAD CHIMERA_RDMA_PROBE FIO_ENGINE_SO FIO CHIMERA_FUSE"
+for b in "$1" "$2" "$4" "$5"; do [ -x "$b" ] || die "'$b' is missing: run make build-dataplane build-rdma build-fio-engine build-fuse"; done
 [ -f "$3" ] || die "'$3' is missing: run make build-fio-engine"
 
 "$here/build-image.sh" >/dev/null
 OUT_DIR=$CACHE/guest/results/rdma
 rm -rf "$OUT_DIR"; mkdir -p "$OUT_DIR/bin"
-cp "$1" "$2" "$3" "$here/tests/nfs-workload.sh" "$OUT_DIR/bin/"
+cp "$1" "$2" "$3" "$5" "$here/tests/nfs-workload.sh" "$OUT_DIR/bin/"
 mkdir -p "$OUT_DIR/bin/peer"
 cp "$4" "$OUT_DIR/bin/peer/fio"
 ldd "$4" | awk '$3 ~ /^\// { print $3 }' | while read -r lib; do

@@ -58,12 +58,15 @@ struct Opts {
     mountpoint: Option<String>,
     /// Sidecar mode: volumes arrive as sockets in this directory.
     sidecar_dir: Option<String>,
+    /// RPC-over-RDMA to the server (`--transport rdma`).
+    rdma: bool,
 }
 
 const USAGE: &str = "usage: chimera-fuse --server HOST:PORT --export PATH [options] MOUNTPOINT
        chimera-fuse --server HOST:PORT --export PATH --fuse-fd N [options]
        chimera-fuse --sidecar-dir DIR [options]
 options:
+  --transport tcp|rdma     rdma: RPC-over-RDMA v1 to the server's RDMA port (default tcp)
   --mount-port N           MOUNT service port (default: MOUNT on the NFS port)
   --uid N / --gid N        AUTH_SYS credentials (default: the caller's)
   --attr-timeout-ms N      kernel attribute cache (default 1000)
@@ -96,6 +99,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
         max_inodes: 1 << 20,
         mountpoint: None,
         sidecar_dir: None,
+        rdma: false,
     };
     let mut it = args.into_iter();
     fn num<T: std::str::FromStr>(it: &mut impl Iterator<Item = String>, name: &str) -> Result<T, String> {
@@ -107,6 +111,14 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
             "--server" => o.server = it.next().ok_or("--server needs HOST:PORT")?,
             "--export" => o.export = it.next().ok_or("--export needs a path")?,
             "--mount-port" => o.mount_port = Some(num(&mut it, &a)?),
+            "--transport" => {
+                o.rdma = match it.next().as_deref() {
+                    Some("tcp") => false,
+                    Some("rdma") => true,
+                    Some(t) => return Err(format!("--transport {t}: neither tcp nor rdma")),
+                    None => return Err("--transport needs tcp or rdma".into()),
+                }
+            }
             "--uid" => o.uid = num(&mut it, &a)?,
             "--gid" => o.gid = num(&mut it, &a)?,
             "--attr-timeout-ms" => o.attr_timeout = Duration::from_millis(num(&mut it, &a)?),
@@ -174,6 +186,15 @@ fn mount_root(o: &Opts, rpc: &mut RpcConn) -> client::Result<Vec<u8>> {
     }
 }
 
+/// A connection to the server over the transport asked for.
+fn dial(o: &Opts) -> client::Result<RpcConn> {
+    if o.rdma {
+        RpcConn::connect_rdma(&o.server, &auth(o), limits(o))
+    } else {
+        RpcConn::connect(&o.server, &auth(o), limits(o))
+    }
+}
+
 /// Worth a reconnect: the connection is gone or the server did not answer.
 fn retryable(e: &Error) -> bool {
     e.is_connection() || matches!(e, Error::Timeout { .. })
@@ -188,7 +209,7 @@ fn errno_of(e: &Error) -> Errno {
 
 impl Conn {
     fn open(opts: Opts) -> client::Result<Conn> {
-        let mut rpc = RpcConn::connect(&opts.server, &auth(&opts), limits(&opts))?;
+        let mut rpc = dial(&opts)?;
         let root = mount_root(&opts, &mut rpc)?;
         let mut nfs = Nfs3::over(rpc);
         nfs.set_held_bytes_max(HELD_BYTES_MAX);
@@ -198,7 +219,7 @@ impl Conn {
     /// New connection + MOUNT, retried until `deadline`.
     fn reconnect(&mut self, deadline: Instant) -> client::Result<()> {
         loop {
-            let r = RpcConn::connect(&self.opts.server, &auth(&self.opts), limits(&self.opts)).and_then(|mut rpc| {
+            let r = dial(&self.opts).and_then(|mut rpc| {
                 let root = mount_root(&self.opts, &mut rpc)?;
                 Ok((rpc, root))
             });
@@ -1000,8 +1021,12 @@ mod tests {
         assert_eq!((o.attr_timeout, o.entry_timeout), (Duration::from_millis(5), Duration::from_millis(6)));
         assert!(o.writeback && o.foreground && o.fuse_fd.is_none());
         assert_eq!(o.mountpoint.as_deref(), Some("/mnt"));
+        assert!(!o.rdma, "TCP unless asked");
         let o = args("--server h:1 --export /m --fuse-fd 3").unwrap();
         assert_eq!((o.fuse_fd, o.mountpoint), (Some(3), None));
+        assert!(args("--server h:20049 --export /m --transport rdma /mnt").unwrap().rdma);
+        assert!(!args("--server h:1 --export /m --transport tcp /mnt").unwrap().rdma);
+        assert_eq!(args("--server h:1 --export /m --transport udp /mnt").unwrap_err(), "--transport udp: neither tcp nor rdma");
         for bad in [
             "--export /m /mnt",
             "--server h:1 /mnt",

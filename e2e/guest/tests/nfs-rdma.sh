@@ -25,7 +25,9 @@
 #              RDMA_NOMSG with a position-zero Read chunk and its READ
 #              replies come in Reply chunks (chimerad counts both); the
 #              kernel client (proto=rdma) then verifies the 1 MiB file the
-#              engine wrote
+#              engine wrote; chimera-fuse (--transport rdma) writes 16 MiB,
+#              renames, reads back cold and lists, and the kernel client
+#              reads the same bytes
 #   parked     an `nfs` mount (relay) of a second chimerad in the guest, at
 #              vers=3 and vers=4.1: 4 MiB read back cold through it come in
 #              Write chunks (at 4.1 from COMPOUNDs run on the mount's
@@ -97,7 +99,8 @@ scrape() { wget -qO /tmp/metrics.txt "http://127.0.0.1:$MPORT_METRICS/metrics" |
 step setup
 # nfs_layout_flexfiles: the kernel asks for the layout driver through a
 # modprobe this initramfs cannot run at that moment; load it up front.
-for m in nfs nfsv3 nfsv4 nfs_layout_flexfiles rpcrdma rdma_rxe ib_uverbs rdma_ucm; do modprobe $m || fail "modprobe $m"; done
+for m in nfs nfsv3 nfsv4 nfs_layout_flexfiles rpcrdma rdma_rxe ib_uverbs rdma_ucm fuse; do modprobe $m || fail "modprobe $m"; done
+[ -c /dev/fuse ] || mknod /dev/fuse c 10 229 || fail "no /dev/fuse"
 rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0"
 # diskfs needs O_DIRECT: a loop device over a file in the guest's memory.
 modprobe loop || fail "modprobe loop"
@@ -233,6 +236,40 @@ fio --name=engseq --filename=/mnt/k/engseq.0 --rw=write --bs=1m --size=16m --ioe
 grep -q 'err= 0' /tmp/engk.txt || fail "the kernel client's verify of the engine's file reported an error: $(grep 'err=' /tmp/engk.txt)"
 umount /mnt/k
 ok "our engine over RDMA: randrw 4 KiB QD16 and 1 MiB writes verify; $((c1 - c0)) RDMA calls, $((rd1 - rd0)) RDMA Reads (WRITEs in Read chunks), $((rc1 - rc0)) Reply chunks (READ replies); the kernel client verifies the engine's 1 MiB file"
+# chimera-fuse (the FUSE file system over the same client library) over
+# RDMA: 16 MiB written and read back cold with the same checksum, a
+# directory listed, a rename, the kernel client (proto=rdma) sees the same
+# bytes; chimerad counts the RDMA calls.
+mkdir -p /mnt/f
+c0=$(metric chimera_rdma_calls_total)
+"$BIN/chimera-fuse" --server $ADDR:$RPORT --transport rdma --export /export --foreground /mnt/f >/tmp/fuse.log 2>&1 &
+fusepid=$!
+i=0
+until grep -q " /mnt/f fuse" /proc/self/mounts; do
+  kill -0 $fusepid 2>/dev/null || fail "chimera-fuse over RDMA exited: $(tail -n 5 /tmp/fuse.log)"
+  i=$((i + 1)); [ $i -lt 300 ] || fail "chimera-fuse over RDMA did not mount within 30 s: $(tail -n 5 /tmp/fuse.log)"
+  sleep 0.1
+done
+dd if=/dev/urandom of=/tmp/fsrc bs=1M count=16 2>/dev/null
+want=$(sha256sum </tmp/fsrc)
+mkdir -p /mnt/f/fdir && cp /tmp/fsrc /mnt/f/fdir/big && sync || fail "writing 16 MiB through chimera-fuse over RDMA"
+mv /mnt/f/fdir/big /mnt/f/fdir/big2 || fail "rename through chimera-fuse over RDMA"
+echo 3 >/proc/sys/vm/drop_caches
+[ "$(sha256sum </mnt/f/fdir/big2)" = "$want" ] || fail "16 MiB read back through chimera-fuse over RDMA differ"
+[ "$(ls /mnt/f/fdir)" = big2 ] || fail "chimera-fuse over RDMA lists $(ls /mnt/f/fdir | tr '\n' ' ')"
+mount -t nfs -o vers=3,proto=rdma,port=$RPORT,mountport=$MPORT,mountproto=tcp,nolock $ADDR:/export /mnt/k || fail "mount /export over RDMA beside chimera-fuse"
+[ "$(sha256sum </mnt/k/fdir/big2)" = "$want" ] || fail "the kernel client reads other bytes than chimera-fuse wrote"
+umount /mnt/k
+umount /mnt/f || fail "unmount chimera-fuse"
+i=0
+while kill -0 $fusepid 2>/dev/null; do
+  i=$((i + 1)); [ $i -lt 100 ] || { kill -9 $fusepid; fail "chimera-fuse did not exit within 10 s of its unmount"; }
+  sleep 0.1
+done
+scrape
+c1=$(metric chimera_rdma_calls_total)
+[ $((c1 - c0)) -ge 32 ] || fail "chimera-fuse's I/O did not come over RDMA: $((c1 - c0)) RDMA calls"
+ok "chimera-fuse over RDMA: 16 MiB written, renamed, read back cold (sha256 equal), listed; the kernel client reads the same bytes; $((c1 - c0)) RDMA calls"
 
 step parked
 i=0
@@ -351,7 +388,16 @@ for p in r t; do
     || fail "fio over $name: $(tail -n 3 /tmp/fio-$name.err)"
   cp /tmp/fio-$name.json /results/rdma-fio-$name.json
   iops=$(grep -o '"iops" : [0-9.]*' /tmp/fio-$name.json | head -n 1 | awk '{ printf "%d", $3 }')
+  eval "k_${name}_1=$iops"
   echo "nfs4.1 4KiB QD1 randread over $name: p50 $(p50 /tmp/fio-$name.json) us (fio's bucket), mean $(mean /tmp/fio-$name.json) us, $iops IOPS" | tee -a /results/rdma-figures.txt
+  # The kernel client at the engine's QD16 (libaio, O_DIRECT).
+  fio --name=qd16 --filename=/mnt/$p/lat --rw=randread --bs=4k --direct=1 --ioengine=libaio --iodepth=16 \
+    --size=8m --time_based --runtime=5 --output-format=json >/tmp/fio-$name-16.json 2>/tmp/fio-$name.err \
+    || fail "fio (libaio QD16) over $name: $(tail -n 3 /tmp/fio-$name.err)"
+  cp /tmp/fio-$name-16.json /results/rdma-fio-$name-qd16.json
+  iops=$(grep -o '"iops" : [0-9.]*' /tmp/fio-$name-16.json | head -n 1 | awk '{ printf "%d", $3 }')
+  eval "k_${name}_16=$iops"
+  echo "nfs4.1 4KiB QD16 randread over $name (libaio): p50 $(p50 /tmp/fio-$name-16.json) us (fio's bucket), $iops IOPS" | tee -a /results/rdma-figures.txt
 done
 umount /mnt/r; umount /mnt/t
 # Our engine on the same file, over RDMA and over TCP, QD1 and QD16.
@@ -362,7 +408,15 @@ for p in rdma tcp; do
       || fail "fio (our engine) over $p at QD$qd: $(tail -n 3 /tmp/fio-eng.err)"
     cp /tmp/fio-eng-$p-$qd.json /results/rdma-fio-engine-$p-qd$qd.json
     iops=$(grep -o '"iops" : [0-9.]*' /tmp/fio-eng-$p-$qd.json | head -n 1 | awk '{ printf "%d", $3 }')
+    eval "e_${p}_${qd}=$iops"
     echo "engine nfs3 4KiB QD$qd randread over $p: p50 $(p50 /tmp/fio-eng-$p-$qd.json) us (fio's bucket), mean $(mean /tmp/fio-eng-$p-$qd.json) us, $iops IOPS" | tee -a /results/rdma-figures.txt
+  done
+done
+# The engine against the kernel client on the same server and file.
+for p in rdma tcp; do
+  for qd in 1 16; do
+    eval "e=\$e_${p}_${qd} k=\$k_${p}_${qd}"
+    echo "engine / kernel client, 4KiB QD$qd randread over $p: $e / $k IOPS = $(awk -v e="$e" -v k="$k" 'BEGIN { if (k > 0) printf "%.2fx", e / k; else print "n/a" }')" | tee -a /results/rdma-figures.txt
   done
 done
 for t in ib_send_lat ib_read_lat; do
