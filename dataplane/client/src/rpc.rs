@@ -305,6 +305,14 @@ fn reply_header(d: &mut Decoder<'_>) -> Result<()> {
 /// send(2) with MSG_NOSIGNAL: a peer that closed must not raise SIGPIPE,
 /// which kills a host program that did not ignore it (fio loads the engine
 /// built on this crate; Rust binaries ignore SIGPIPE, C programs do not).
+/// A recycled reply buffer (empty), if one is kept.
+fn take_spare(spare: &mut Vec<Vec<u8>>, spare_bytes: &mut usize) -> Option<Vec<u8>> {
+    let mut b = spare.pop()?;
+    *spare_bytes -= b.capacity();
+    b.clear();
+    Some(b)
+}
+
 fn send_nosignal(sock: &TcpStream, buf: &[u8]) -> std::io::Result<usize> {
     // SAFETY: `buf` is valid for `buf.len()` bytes for the duration of the call.
     let n = unsafe { libc::send(sock.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
@@ -669,11 +677,7 @@ impl RpcConn {
                 self.fail(err.clone());
                 return Err(err);
             }
-            let deadline = Instant::now() + self.limits.timeout;
-            self.pending.insert(xid, Pending { proc_num, deadline });
-            if self.oldest.is_none() {
-                self.oldest = Some(deadline);
-            }
+            self.track(xid, proc_num);
             return Ok(xid);
         }
         let queued = self.out.len() - self.out_pos;
@@ -698,11 +702,7 @@ impl RpcConn {
             self.out.extend_from_slice(p);
             self.out.extend_from_slice(&[0u8; 3][..pad]);
         }
-        let deadline = Instant::now() + self.limits.timeout;
-        self.pending.insert(xid, Pending { proc_num, deadline });
-        if self.oldest.is_none() {
-            self.oldest = Some(deadline);
-        }
+        self.track(xid, proc_num);
         // Send now if the socket takes it: a call waits for no reap (unless
         // corked: the caller sends a batch with `send_queued`).
         if !self.corked {
@@ -711,6 +711,15 @@ impl RpcConn {
             }
         }
         Ok(xid)
+    }
+
+    /// Call `xid` is on its way: keep it until its reply or its deadline.
+    fn track(&mut self, xid: u32, proc_num: u32) {
+        let deadline = Instant::now() + self.limits.timeout;
+        self.pending.insert(xid, Pending { proc_num, deadline });
+        if self.oldest.is_none() {
+            self.oldest = Some(deadline);
+        }
     }
 
     /// Drive the socket for up to `wait` (zero: only what is ready now) and
@@ -858,11 +867,7 @@ impl RpcConn {
                     too_large = Some(body.len());
                     return;
                 }
-                let mut b = spare.pop().map(|b| {
-                    *spare_bytes -= b.capacity();
-                    b
-                }).unwrap_or_default();
-                b.clear();
+                let mut b = take_spare(spare, spare_bytes).unwrap_or_default();
                 b.extend_from_slice(body);
                 recs.push(b);
             });
@@ -906,9 +911,6 @@ impl RpcConn {
     }
 
     fn receive(&mut self) -> Result<()> {
-        if self.is_rdma() {
-            return Ok(());
-        }
         let mut chunk = std::mem::take(&mut self.chunk);
         let r = loop {
             let Link::Tcp(sock) = &self.link else { break Ok(()) };
@@ -969,9 +971,7 @@ impl RpcConn {
                     return Err(Error::ReplyTooLarge { len: self.rec.len() + len, max: self.limits.reply_bytes_max });
                 }
                 if self.rec.capacity() == 0 {
-                    if let Some(mut b) = self.spare.pop() {
-                        self.spare_bytes -= b.capacity();
-                        b.clear();
+                    if let Some(b) = take_spare(&mut self.spare, &mut self.spare_bytes) {
                         self.rec = b;
                     }
                 }

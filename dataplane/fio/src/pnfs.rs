@@ -171,6 +171,12 @@ fn nfs(e: client::Error, what: &str) -> (i32, String) {
 }
 
 impl State {
+    /// Whether an I/O of `len` bytes can go through the MDS session now,
+    /// leaving a slot for the engine's own calls.
+    fn mds_has_room(&mut self, len: usize) -> bool {
+        self.mds.free_slots() >= 2 && self.mds.rpc().has_room(len)
+    }
+
     pub(crate) fn connect(cfg: &crate::Config, auth: &Auth, limits: Limits) -> Result<State, String> {
         let addr = cfg.nfs_addr();
         // A client owner of its own per engine: two fio jobs are two clients.
@@ -654,12 +660,13 @@ impl Engine {
         if op == Op::Sync {
             return false;
         }
-        let open = self.layouts(file).open.clone();
-        let st = self.st();
+        // Disjoint fields: the open state (no copy per I/O) and the session.
+        let open = &self.files[file as usize].as_ref().and_then(|f| f.pnfs.as_ref()).expect("a pNFS file").open;
+        let st = self.pnfs.as_mut().expect("pNFS mode");
         if st.mds.rpc().broken().is_some() || st.mds.usable_slots() < 2 {
             return false;
         }
-        if st.mds.free_slots() < 2 || !st.mds.rpc().has_room(len) {
+        if !st.mds_has_room(len) {
             if st.mds_io.is_empty() {
                 return false;
             }
@@ -667,9 +674,9 @@ impl Engine {
             return true;
         }
         let sent = match op {
-            Op::Read => st.mds.submit_read(&open, offset, len as u32),
+            Op::Read => st.mds.submit_read(open, offset, len as u32),
             // SAFETY: `queue`'s contract keeps the buffer valid for `len`.
-            _ => st.mds.submit_write(&open, offset, unsafe { std::slice::from_raw_parts(buf, len) }, true),
+            _ => st.mds.submit_write(open, offset, unsafe { std::slice::from_raw_parts(buf, len) }, true),
         };
         match sent {
             Ok(fl) => {
@@ -690,13 +697,13 @@ impl Engine {
             let io = self.io(idx);
             (io.op, io.file, io.offset, io.len, io.buf)
         };
-        let open = self.layouts(file).open.clone();
-        let st = self.st();
+        let open = &self.files[file as usize].as_ref().and_then(|f| f.pnfs.as_ref()).expect("a pNFS file").open;
+        let st = self.pnfs.as_mut().expect("pNFS mode");
         let r = match op {
             // SAFETY: `queue`'s contract keeps the buffer valid and ours.
             Op::Read => st.mds.finish_read_into(fl, reply, unsafe { std::slice::from_raw_parts_mut(buf, len) }).map(|(n, _)| n as i64),
             // SAFETY: as above.
-            _ => st.mds.finish_write(fl, reply, &open, offset, unsafe { std::slice::from_raw_parts(buf, len) }).map(|w| w.0 as i64),
+            _ => st.mds.finish_write(fl, reply, open, offset, unsafe { std::slice::from_raw_parts(buf, len) }).map(|w| w.0 as i64),
         };
         match r {
             Ok(n) => {
@@ -716,7 +723,7 @@ impl Engine {
         while let Some(&idx) = self.pnfs.as_ref().and_then(|s| s.mds_queue.front()) {
             let st = self.st();
             let len = st.ios[idx as usize].as_ref().map_or(0, |io| io.len);
-            if !st.mds_io.is_empty() && (st.mds.free_slots() < 2 || !st.mds.rpc().has_room(len)) {
+            if !st.mds_io.is_empty() && !st.mds_has_room(len) {
                 return;
             }
             st.mds_queue.pop_front();
