@@ -19,6 +19,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Credentials sent with every call.
@@ -105,6 +106,12 @@ pub type XidMap<V> = HashMap<u32, V, std::hash::BuildHasherDefault<XidHasher>>;
 /// measured with fio and 1 MiB READs, 256 KiB per read(2) (or reading the
 /// rest of a record straight into it) halved the rate.
 const READ_CHUNK_BYTES: usize = 64 << 10;
+/// Receive chunks a connection keeps. A record that arrives whole in one
+/// read(2) is not copied: its reply shares the chunk (`Bytes::Chunk`), so
+/// the chunk is read into again only once every such reply is dropped or
+/// recycled. With all of them still held, receives copy (the old way).
+/// Bounds a connection's receive memory at this many chunks.
+const CHUNKS_MAX: usize = 8;
 /// Calls from the server (an NFSv4.1 back channel on this connection)
 /// kept until taken; more are dropped (the server times them out).
 pub const CALLS_MAX: usize = 16;
@@ -123,14 +130,33 @@ const SPARE_BYTES_MAX: usize = 16 * ((1 << 20) + HEADROOM_BYTES);
 /// A successful reply: the whole record, results from `body()`.
 #[derive(Debug)]
 pub struct Reply {
-    buf: Vec<u8>,
+    buf: Bytes,
     at: usize,
+}
+
+/// Where a record's bytes are.
+#[derive(Debug)]
+enum Bytes {
+    /// A buffer of its own (assembled across receives, or from RDMA).
+    Own(Vec<u8>),
+    /// Bytes `range` of a receive chunk the record came in whole, shared
+    /// with the other records of that receive (no copy).
+    Chunk(Arc<Vec<u8>>, std::ops::Range<usize>),
+}
+
+impl Bytes {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Own(v) => v,
+            Bytes::Chunk(c, r) => &c[r.clone()],
+        }
+    }
 }
 
 impl Reply {
     /// The procedure's result bytes (after accept_stat SUCCESS).
     pub fn body(&self) -> &[u8] {
-        &self.buf[self.at..]
+        &self.buf.as_slice()[self.at..]
     }
 }
 
@@ -171,7 +197,13 @@ pub struct RpcConn {
     scratch: Vec<u8>,
     out: Vec<u8>,
     out_pos: usize,
-    chunk: Vec<u8>,
+    /// Receive chunks (at most `CHUNKS_MAX`); `chunk_at` is the one read
+    /// into last. `copy_chunk` is read into when every chunk is still shared.
+    chunks: Vec<Arc<Vec<u8>>>,
+    chunk_at: usize,
+    copy_chunk: Vec<u8>,
+    /// Replies completed in place in a receive chunk (no copy).
+    in_place: u64,
     mark: [u8; 4],
     mark_have: usize,
     frag_left: usize,
@@ -400,7 +432,10 @@ impl RpcConn {
             scratch: Vec::new(),
             out: Vec::new(),
             out_pos: 0,
-            chunk: vec![0; READ_CHUNK_BYTES],
+            chunks: Vec::new(),
+            chunk_at: 0,
+            copy_chunk: Vec::new(),
+            in_place: 0,
             mark: [0; 4],
             mark_have: 0,
             frag_left: 0,
@@ -458,6 +493,12 @@ impl RpcConn {
         }
         self.send_queued();
         fits(self)
+    }
+
+    /// Records (replies and server calls) taken from a receive chunk in
+    /// place, not copied (the rest were assembled by copying).
+    pub fn in_place_records(&self) -> u64 {
+        self.in_place
     }
 
     /// Calls completed and not yet taken (`on_ready` / `reap` hand them
@@ -571,13 +612,15 @@ impl RpcConn {
     /// `SPARE_BUFFERS_MAX` kept and `SPARE_BYTES_MAX` of capacity, none
     /// larger than the reply bound).
     pub fn recycle(&mut self, reply: Reply) {
-        let cap = reply.buf.capacity();
+        // A reply in a receive chunk frees its share of the chunk.
+        let Bytes::Own(buf) = reply.buf else { return };
+        let cap = buf.capacity();
         if self.spare.len() < SPARE_BUFFERS_MAX.min(self.limits.in_flight_max.max(16))
             && cap <= self.limits.reply_bytes_max
             && self.spare_bytes + cap <= SPARE_BYTES_MAX
         {
             self.spare_bytes += cap;
-            self.spare.push(reply.buf);
+            self.spare.push(buf);
         }
     }
 
@@ -875,7 +918,7 @@ impl RpcConn {
             let mut failed = None;
             for rec in recs.drain(..) {
                 if failed.is_none() {
-                    failed = self.complete(rec).err();
+                    failed = self.complete(Bytes::Own(rec)).err();
                 }
             }
             self.recs = recs;
@@ -910,18 +953,57 @@ impl RpcConn {
         self.expire(Instant::now());
     }
 
+    /// The receive chunk to read into next: one no reply shares any more
+    /// (made on first use, up to `CHUNKS_MAX`), or None when all are shared.
+    fn free_chunk(&mut self) -> Option<usize> {
+        let n = self.chunks.len();
+        for k in 0..n {
+            let i = (self.chunk_at + k) % n;
+            if Arc::strong_count(&self.chunks[i]) == 1 {
+                return Some(i);
+            }
+        }
+        if n < CHUNKS_MAX {
+            self.chunks.push(Arc::new(vec![0; READ_CHUNK_BYTES]));
+            return Some(n);
+        }
+        None
+    }
+
     fn receive(&mut self) -> Result<()> {
-        let mut chunk = std::mem::take(&mut self.chunk);
         let r = loop {
+            let slot = self.free_chunk();
             let Link::Tcp(sock) = &self.link else { break Ok(()) };
             let mut sock: &TcpStream = sock;
-            match sock.read(&mut chunk) {
+            let got = match slot {
+                Some(i) => {
+                    self.chunk_at = i;
+                    sock.read(Arc::get_mut(&mut self.chunks[i]).expect("no reply shares a free chunk"))
+                }
+                None => {
+                    self.copy_chunk.resize(READ_CHUNK_BYTES, 0);
+                    sock.read(&mut self.copy_chunk)
+                }
+            };
+            match got {
                 Ok(0) => break Err(Error::Closed),
                 Ok(n) => {
-                    if let Err(e) = self.on_bytes(&chunk[..n]) {
+                    let fed = match slot {
+                        Some(i) => {
+                            let chunk = self.chunks[i].clone();
+                            self.on_bytes(&chunk, 0..n)
+                        }
+                        None => {
+                            let buf = std::mem::take(&mut self.copy_chunk);
+                            let r = self.on_bytes_copied(&buf[..n]);
+                            self.copy_chunk = buf;
+                            r
+                        }
+                    };
+                    if let Err(e) = fed {
                         break Err(e);
                     }
-                    if n < chunk.len() {
+                    if n < READ_CHUNK_BYTES {
                         break Ok(());
                     }
                 }
@@ -930,7 +1012,6 @@ impl RpcConn {
                 Err(e) => break Err(Error::ConnectionLost(format!("receive: {e}"))),
             }
         };
-        self.chunk = chunk;
         // A closed connection with nothing in flight is not an error yet:
         // the next submit reports it.
         if let Err(Error::Closed) = &r {
@@ -947,13 +1028,54 @@ impl RpcConn {
         self.in_frag = false;
         if self.last_frag {
             let rec = std::mem::take(&mut self.rec);
-            self.complete(rec)?;
+            self.complete(Bytes::Own(rec))?;
         }
         Ok(())
     }
 
-    /// Feed received bytes through record marking (RFC 5531 section 11).
-    fn on_bytes(&mut self, mut data: &[u8]) -> Result<()> {
+    /// Feed bytes `range` of receive chunk `chunk` through record marking:
+    /// a record that starts and ends in them is completed in place (its
+    /// reply shares the chunk); one begun in an earlier receive, or not
+    /// all here, is assembled by copying (`on_bytes_copied`).
+    fn on_bytes(&mut self, chunk: &Arc<Vec<u8>>, range: std::ops::Range<usize>) -> Result<()> {
+        let mut at = range.start;
+        while at < range.end {
+            let avail = range.end - at;
+            if !self.rec.is_empty() || self.in_frag || self.mark_have > 0 {
+                // Finish the record being assembled; a record of several
+                // fragments is copied to its end.
+                let take = if self.mark_have > 0 {
+                    (4 - self.mark_have).min(avail)
+                } else if self.in_frag && self.last_frag {
+                    self.frag_left.clamp(1, avail)
+                } else {
+                    avail
+                };
+                self.on_bytes_copied(&chunk[at..at + take])?;
+                at += take;
+                continue;
+            }
+            if avail < 4 {
+                break;
+            }
+            let m = u32::from_be_bytes([chunk[at], chunk[at + 1], chunk[at + 2], chunk[at + 3]]);
+            let len = (m & 0x7fff_ffff) as usize;
+            if m & 0x8000_0000 == 0 || len > avail - 4 {
+                break; // not the last fragment, or not all here: copied
+            }
+            if len > self.limits.reply_bytes_max {
+                return Err(Error::ReplyTooLarge { len, max: self.limits.reply_bytes_max });
+            }
+            self.in_place += 1;
+            self.complete(Bytes::Chunk(chunk.clone(), at + 4..at + 4 + len))?;
+            at += 4 + len;
+        }
+        self.on_bytes_copied(&chunk[at..range.end])
+    }
+
+    /// Feed received bytes through record marking (RFC 5531 section 11),
+    /// copying them into the record being assembled.
+    fn on_bytes_copied(&mut self, mut data: &[u8]) -> Result<()> {
         while !data.is_empty() {
             if !self.in_frag {
                 let take = (4 - self.mark_have).min(data.len());
@@ -990,13 +1112,18 @@ impl RpcConn {
         Ok(())
     }
 
-    fn complete(&mut self, rec: Vec<u8>) -> Result<()> {
-        let mut d = Decoder::new(&rec);
-        let xid = d.u32().map_err(|_| Error::ConnectionLost(format!("reply record of {} bytes has no xid", rec.len())))?;
-        if rec.len() >= 8 && rec[4..8] == [0, 0, 0, 0] {
+    fn complete(&mut self, rec: Bytes) -> Result<()> {
+        let bytes = rec.as_slice();
+        let mut d = Decoder::new(bytes);
+        let xid = d.u32().map_err(|_| Error::ConnectionLost(format!("reply record of {} bytes has no xid", bytes.len())))?;
+        if bytes.len() >= 8 && bytes[4..8] == [0, 0, 0, 0] {
             // msg_type CALL: the server calling back on this connection.
-            if self.accept_calls && self.calls.len() < CALLS_MAX && rec.len() <= CALL_BYTES_MAX {
-                self.calls.push_back(rec);
+            if self.accept_calls && self.calls.len() < CALLS_MAX && bytes.len() <= CALL_BYTES_MAX {
+                let call = match rec {
+                    Bytes::Own(v) => v,
+                    Bytes::Chunk(c, r) => c[r].to_vec(),
+                };
+                self.calls.push_back(call);
             } else {
                 self.calls_dropped += 1;
             }

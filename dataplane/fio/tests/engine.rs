@@ -268,6 +268,44 @@ fn held_copies_stay_under_the_bound_and_a_restart_resends_only_the_uncovered() {
 
 /// Queue READs of the 4 KiB blocks `at` of `f` into `bufs` (tags from
 /// 100); the caller drains and checks them.
+#[test]
+fn commit_sends_each_half_of_the_window_and_every_call_at_depth_one() {
+    let s = start_memfs();
+    const BS: usize = 4096;
+    let mut bufs: Vec<Vec<u8>> = (0..32).map(|i| pattern(3, i * BS as u64, BS)).collect();
+    // iodepth 32, one connection: the first 15 wait, the 16th sends all
+    // 16, the next 15 wait again, the 32nd sends them; every commit in
+    // between leaves them queued.
+    let mut e = Engine::connect(cfg(&s, "/m", 1, 32)).unwrap();
+    let f = e.open("batch", true).unwrap();
+    for i in 0..32usize {
+        unsafe { e.queue(f, Op::Write, (i * BS) as u64, bufs[i].as_mut_ptr(), BS, i as u64) }.unwrap();
+        e.commit();
+        let want = if (i + 1) % 16 == 0 { 0 } else { (i + 1) % 16 };
+        assert_eq!(e.unsent(), want, "after the commit of I/O {i}");
+    }
+    let got = drain(&mut e);
+    assert_eq!(got.len(), 32);
+    assert!(got.iter().all(|&(_, r)| r == BS as i64), "{got:?}");
+    // A partial window leaves at reap: 5 queued, none sent by commit.
+    for i in 0..5usize {
+        unsafe { e.queue(f, Op::Read, (i * BS) as u64, bufs[i].as_mut_ptr(), BS, 100 + i as u64) }.unwrap();
+        e.commit();
+    }
+    assert_eq!(e.unsent(), 5);
+    assert_eq!(drain(&mut e).len(), 5);
+    assert_eq!(e.unsent(), 0);
+    // iodepth 1: each commit sends its call (no added latency).
+    let mut one = Engine::connect(cfg(&s, "/m", 1, 1)).unwrap();
+    let g = one.open("batch", false).unwrap();
+    unsafe { one.queue(g, Op::Read, 0, bufs[0].as_mut_ptr(), BS, 7) }.unwrap();
+    one.commit();
+    assert_eq!(one.unsent(), 0);
+    assert_eq!(drain(&mut one), vec![(7, BS as i64)]);
+    assert!(bufs[0] == pattern(3, 0, BS));
+    assert_eq!(e.errors() + one.errors(), 0);
+}
+
 fn check_reads(e: &mut Engine, f: u32, at: &[u64], bufs: &mut [Vec<u8>]) {
     for (k, (&b, buf)) in at.iter().zip(bufs.iter_mut()).enumerate() {
         buf.fill(0);
