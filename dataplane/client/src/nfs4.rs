@@ -88,6 +88,9 @@ pub struct Nfs41 {
     pub status_flags: u32,
     /// UNSTABLE writes not yet committed, per file handle.
     uncommitted: Uncommitted,
+    /// Whether `finish_write` tracks UNSTABLE answers in `uncommitted`
+    /// (`set_track_unstable`).
+    track_unstable: bool,
     /// Ask for a back channel on the connection (`SessionOpts`).
     back_wanted: bool,
     /// The highest minor version to ask for (`SessionOpts`).
@@ -241,6 +244,7 @@ impl Nfs41 {
             last_renew: Instant::now(),
             status_flags: 0,
             uncommitted: Uncommitted::new(),
+            track_unstable: true,
             back_wanted: false,
             minor_max: 1,
             minor: 1,
@@ -779,7 +783,8 @@ impl Nfs41 {
     }
 
     /// Finish a WRITE of `data` at `offset` to `o`: (count, stored stably,
-    /// verifier). An UNSTABLE answer is tracked for `commit`.
+    /// verifier). An UNSTABLE answer is tracked for `commit` (unless
+    /// `set_track_unstable(false)`).
     pub fn finish_write(&mut self, fl: InFlight, reply: Result<Reply>, o: &Open4, offset: u64, data: &[u8]) -> Result<(u32, bool, [u8; 8])> {
         let (count, stable, verf) = self.finish(fl, reply, |r| match r {
             [_, p::nfs_resop4::OP_WRITE(p::WRITE4res::NFS4_OK(ok))] => {
@@ -790,7 +795,9 @@ impl Nfs41 {
         if count as usize > data.len() {
             return Err(Error::Malformed(format!("WRITE count {count} over the {} bytes sent", data.len())));
         }
-        self.uncommitted.written(&o.fh, offset, data, count, stable, verf);
+        if self.track_unstable {
+            self.uncommitted.written(&o.fh, offset, data, count, stable, verf);
+        }
         Ok((count, stable, verf))
     }
 
@@ -798,6 +805,14 @@ impl Nfs41 {
         let fl = self.submit_write(o, offset, data, stable)?;
         let r = self.rpc.wait(fl.xid);
         self.finish_write(fl, r, o, offset, data)
+    }
+
+    /// Off: UNSTABLE answers are not tracked (no range, no copy, nothing
+    /// allocated per write), and `commit` answers the server's verifier
+    /// without comparing it. For a caller that keeps its own copies and
+    /// compares verifiers itself (the fio engine's held writes).
+    pub fn set_track_unstable(&mut self, on: bool) {
+        self.track_unstable = on;
     }
 
     /// Bound the copies of unstable data kept for resends.

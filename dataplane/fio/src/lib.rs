@@ -207,7 +207,8 @@ struct Held {
 struct HeldWrite {
     file: u32,
     /// pNFS mode: the data-server connection it was answered on (the
-    /// file's data file there); `NO_CONN` in NFSv3 mode.
+    /// file's data file there), or `MDS_HELD` through the metadata server;
+    /// `NO_CONN` in NFSv3 mode.
     conn: u32,
     offset: u64,
     len: u32,
@@ -223,6 +224,9 @@ const MDS_PFD: usize = usize::MAX;
 
 /// `HeldWrite::conn` of NFSv3 mode.
 const NO_CONN: u32 = u32::MAX;
+
+/// `HeldWrite::conn` of a write through the metadata server (pNFS mode).
+const MDS_HELD: u32 = u32::MAX - 1;
 
 /// Where held writes are sent again (`Engine::resend_rounds`).
 struct ResendTo<'a> {
@@ -310,6 +314,10 @@ impl Held {
         self.entries.iter().any(|e| e.live && e.file == file)
     }
 
+    fn holds_on(&self, file: u32, conn: u32) -> bool {
+        self.entries.iter().any(|e| e.live && e.file == file && e.conn == conn)
+    }
+
     /// Files with live entries, once each.
     fn files(&self) -> Vec<u32> {
         let mut v: Vec<u32> = self.entries.iter().filter(|e| e.live).map(|e| e.file).collect();
@@ -324,7 +332,9 @@ const NO_IO: u32 = u32::MAX;
 struct File {
     path: String,
     fh: Vec<u8>,
-    /// Verifier of the first UNSTABLE write since the last COMMIT.
+    /// Verifier of the first UNSTABLE write since the last COMMIT (pNFS
+    /// mode: of writes through the metadata server; a data server's are
+    /// on its `Written`).
     unstable_verf: Option<[u8; 8]>,
     /// Two UNSTABLE writes since the last COMMIT carried different
     /// verifiers: the server restarted between them.

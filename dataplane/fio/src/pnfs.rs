@@ -26,7 +26,7 @@
 //! name; layouts are asked for again. Calls to it wait meanwhile (GRACE,
 //! DELAY, the server away) for up to `retry_s` (`Engine::mds`).
 
-use crate::{Conn, Engine, File, InFlight, Op, NO_IO};
+use crate::{Conn, Engine, File, InFlight, Op, MDS_HELD, NO_IO};
 use client::flexfiles::{DsError, IoMode};
 use client::nfs3::Stable;
 use client::nfs4::{InFlight as InFlight41, Nfs41, Open4, Stateid};
@@ -184,8 +184,11 @@ impl State {
         let owner = format!("chimera-fio-{}-{nanos}", std::process::id());
         // A back channel for layout recalls, NFSv4.2 for LAYOUTERROR.
         let opts = client::nfs4::SessionOpts { back_channel: true, minor_max: 2, rdma: cfg.rdma };
-        let mds = Nfs41::connect_opts(&addr, auth, limits, owner.as_bytes(), opts)
+        let mut mds = Nfs41::connect_opts(&addr, auth, limits, owner.as_bytes(), opts)
             .map_err(|e| format!("NFSv4.1 session with the metadata server {addr}: {e}"))?;
+        // UNSTABLE writes through the MDS are held and checked by the
+        // engine (`Held`, `pnfs_commit_mds`), not copied again by the session.
+        mds.set_track_unstable(false);
         Ok(State {
             mds,
             addr: addr.clone(),
@@ -636,9 +639,10 @@ impl Engine {
         self.pnfs_through_mds(idx);
     }
 
-    /// The I/O through the MDS (NFSv4.1 READ / FILE_SYNC WRITE with the open
-    /// stateid): on the session without waiting when it can take it
-    /// (`pnfs_mds_submit`), else waited for (`pnfs_through_mds_wait`).
+    /// The I/O through the MDS (NFSv4.1 READ / UNSTABLE WRITE with the open
+    /// stateid; fsync COMMITs on the MDS, `pnfs_commit_mds`): on the session
+    /// without waiting when it can take it (`pnfs_mds_submit`), else waited
+    /// for (`pnfs_through_mds_wait`).
     fn pnfs_through_mds(&mut self, idx: u32) {
         self.st().through_mds += 1;
         if !self.pnfs_mds_submit(idx) {
@@ -676,7 +680,7 @@ impl Engine {
         let sent = match op {
             Op::Read => st.mds.submit_read(open, offset, len as u32),
             // SAFETY: `queue`'s contract keeps the buffer valid for `len`.
-            _ => st.mds.submit_write(open, offset, unsafe { std::slice::from_raw_parts(buf, len) }, true),
+            _ => st.mds.submit_write(open, offset, unsafe { std::slice::from_raw_parts(buf, len) }, false),
         };
         match sent {
             Ok(fl) => {
@@ -703,7 +707,13 @@ impl Engine {
             // SAFETY: `queue`'s contract keeps the buffer valid and ours.
             Op::Read => st.mds.finish_read_into(fl, reply, unsafe { std::slice::from_raw_parts_mut(buf, len) }).map(|(n, _)| n as i64),
             // SAFETY: as above.
-            _ => st.mds.finish_write(fl, reply, open, offset, unsafe { std::slice::from_raw_parts(buf, len) }).map(|w| w.0 as i64),
+            _ => st.mds.finish_write(fl, reply, open, offset, unsafe { std::slice::from_raw_parts(buf, len) }).map(|(count, stable, verf)| {
+                if !stable {
+                    // SAFETY: as above.
+                    self.pnfs_mds_unstable(file, offset, unsafe { std::slice::from_raw_parts(buf, (count as usize).min(len)) }, verf);
+                }
+                count as i64
+            }),
         };
         match r {
             Ok(n) => {
@@ -751,7 +761,13 @@ impl Engine {
                     })
                 }
                 // SAFETY: as above.
-                Op::Write => e.st().mds.write(&open, offset, unsafe { std::slice::from_raw_parts(buf, len) }, true).map(|w| w.0 as i64),
+                Op::Write => e.st().mds.write(&open, offset, unsafe { std::slice::from_raw_parts(buf, len) }, false).map(|(count, stable, verf)| {
+                    if !stable {
+                        // SAFETY: as above.
+                        e.pnfs_mds_unstable(file, offset, unsafe { std::slice::from_raw_parts(buf, (count as usize).min(len)) }, verf);
+                    }
+                    count as i64
+                }),
                 Op::Sync => Ok(0),
             }
         });
@@ -1130,6 +1146,113 @@ impl Engine {
         }
     }
 
+    /// An UNSTABLE answer to a WRITE of `data` at `offset` through the MDS:
+    /// its verifier is noted on the file, and a copy is held (`Held`, on
+    /// `MDS_HELD`) for a resend should the MDS restart before the COMMIT.
+    pub(crate) fn pnfs_mds_unstable(&mut self, file: u32, offset: u64, data: &[u8], verf: [u8; 8]) {
+        let Some(f) = self.files.get_mut(file as usize).and_then(Option::as_mut) else { return };
+        match f.unstable_verf {
+            None => f.unstable_verf = Some(verf),
+            Some(v) if v != verf => f.verf_changed = true,
+            Some(_) => {}
+        }
+        if self.held.max > 0 {
+            self.held.add(file, MDS_HELD, offset, data, verf);
+        } else {
+            f.unheld = true;
+        }
+    }
+
+    /// COMMIT on the MDS what was written UNSTABLE through it (answered up
+    /// to `upto`). Held writes it answered with another verifier (it
+    /// restarted since) are written again through it and COMMITted, until
+    /// they all carry the COMMIT's verifier; without copies of them
+    /// (`chimera_hold_mib=0`) a changed verifier is EIO naming the file.
+    fn pnfs_commit_mds(&mut self, file: u32, upto: u64) -> Result<(), (i32, String)> {
+        let f = self.files[file as usize].as_ref().expect("open");
+        if f.unstable_verf.is_none() && !f.verf_changed && !self.held.holds_on(file, MDS_HELD) {
+            return Ok(());
+        }
+        let (fh, path) = (f.fh.clone(), f.path.clone());
+        let mut verf = self.mds("COMMIT on the metadata server", |e| e.st().mds.commit(&fh))?;
+        let f = self.files[file as usize].as_mut().expect("open");
+        let changed = f.verf_changed || f.unstable_verf.is_some_and(|v| v != verf);
+        let unheld = f.unheld;
+        f.unstable_verf = None;
+        f.verf_changed = false;
+        f.unheld = false;
+        if changed && unheld {
+            self.held.covered_on(file, Some(MDS_HELD), upto);
+            let why = "the metadata server restarted since UNSTABLE writes it acknowledged (COMMIT verifier changed); they may be lost";
+            return Err((libc::EIO, format!("{path}: {why} (not all were held for resending: chimera_hold_mib)")));
+        }
+        let mut stale = std::mem::take(&mut self.stale);
+        let mut r = Ok(());
+        for round in 0.. {
+            self.held.stale(file, MDS_HELD, upto, verf, &mut stale);
+            if stale.is_empty() {
+                break;
+            }
+            if round == crate::RESEND_ROUNDS_MAX {
+                let m = format!("{path} on the metadata server: the write verifier kept changing while resending uncommitted writes ({} rounds)", crate::RESEND_ROUNDS_MAX);
+                r = Err((libc::EIO, m));
+                break;
+            }
+            let bytes: u64 = stale.iter().map(|&k| self.held.entries[k].len as u64).sum();
+            eprintln!(
+                "chimera-fio: the metadata server restarted (its write verifier changed): sending {} uncommitted write(s) of {path}, {bytes} bytes, again",
+                stale.len()
+            );
+            match self.pnfs_resend_mds(file, &stale, &path) {
+                Ok(()) => {}
+                Err(e) => {
+                    r = Err(e);
+                    break;
+                }
+            }
+            self.held.resent.0 += stale.len() as u64;
+            self.held.resent.1 += bytes;
+            match self.mds("COMMIT on the metadata server", |e| e.st().mds.commit(&fh)) {
+                Ok(v) => verf = v,
+                Err(e) => {
+                    r = Err(e);
+                    break;
+                }
+            }
+        }
+        self.stale = stale;
+        self.held.covered_on(file, Some(MDS_HELD), upto);
+        r
+    }
+
+    /// Write the held writes `which` of `file` again through the MDS
+    /// (UNSTABLE, waiting for each); they take their new answers' verifiers.
+    fn pnfs_resend_mds(&mut self, file: u32, which: &[usize], path: &str) -> Result<(), (i32, String)> {
+        for &k in which {
+            let (offset, at, len) = {
+                let e = &self.held.entries[k];
+                (e.offset, e.at, e.len as usize)
+            };
+            let what = format!("resending writes of {path} through the metadata server");
+            let (count, stable, verf) = self.mds(&what, |e| {
+                let open = &e.files[file as usize].as_ref().and_then(|f| f.pnfs.as_ref()).expect("a pNFS file").open;
+                let st = e.pnfs.as_mut().expect("pNFS mode");
+                st.mds.write(open, offset, &e.held.arena[at..at + len], false)
+            })?;
+            if (count as usize) < len {
+                return Err((libc::EIO, format!("{what}: {count} of {len} bytes at {offset} written")));
+            }
+            if stable {
+                // Stored stably: nothing left to resend.
+                self.held.entries[k].live = false;
+                self.held.dead += len;
+            } else {
+                self.held.entries[k].verf = verf;
+            }
+        }
+        Ok(())
+    }
+
     /// COMMIT every data file written since the last sync, then
     /// LAYOUTCOMMIT the size to the MDS.
     fn pnfs_sync(&mut self, file: u32) -> Result<(), (i32, String)> {
@@ -1143,6 +1266,9 @@ impl Engine {
         let written = std::mem::take(&mut self.layouts(file).written);
         let failed = self.layouts(file).failed.clone();
         let mut first_err = self.files[file as usize].as_mut().and_then(|f| f.lost.take()).map(|m| (libc::EIO, m));
+        if let Err(e) = self.pnfs_commit_mds(file, upto) {
+            first_err.get_or_insert(e);
+        }
         for w in &written {
             let c = &mut self.conns[w.conn];
             if w.mirrors > 1 && c.device.is_some_and(|d| failed.contains(&d)) {
