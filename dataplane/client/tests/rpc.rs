@@ -112,16 +112,17 @@ fn pipelined_replies_out_of_order_match_their_xids() {
     h.join().unwrap();
 }
 
-/// Body of reply `i` (its length varies, 1 byte to ~9 KiB).
+/// Body of reply `i` (its length varies, 1 byte to ~9 KiB; every 50th
+/// ~150 KB, longer than a receive chunk: read straight into its record).
 fn body_of(i: u32) -> Vec<u8> {
-    let len = 1 + (i as usize * 1237) % 9000;
+    let len = if i % 50 == 3 { 150_000 + i as usize * 13 } else { 1 + (i as usize * 1237) % 9000 };
     (0..len).map(|k| (k as u32).wrapping_mul(31).wrapping_add(i * 7) as u8).collect()
 }
 
 #[test]
 fn replies_split_anywhere_and_held_past_the_receive_chunks_read_back_intact() {
-    // 600 replies (~2.7 MB) streamed in writes of every size from 1 byte
-    // to 70 KB, every 7th in three fragments; the client holds every reply
+    // 600 replies (~4.5 MB) streamed in writes of every size from 1 byte
+    // to 70 KB, every 7th in three fragments, 12 longer than a receive chunk; the client holds every reply
     // until all are in, so its receive chunks (8 x 64 KiB) run out and
     // later receives copy. Each body must be exactly what was sent.
     const N: u32 = 600;
