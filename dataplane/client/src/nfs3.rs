@@ -206,6 +206,20 @@ impl Nfs3 {
         self.rpc.submit(p::NFS_PROGRAM, p::NFS_V3, 6, &|e| a.encode(e))
     }
 
+    /// As `submit_read`, and the reply's data may be received straight into
+    /// `buf` (a large READ over TCP: `RpcConn::set_sink`), saving a copy;
+    /// finish with `read_into` on the same buffer.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `count` bytes, and not read or
+    /// written by anything else, until the call's completion is handed out.
+    pub unsafe fn submit_read_into(&mut self, fh: &[u8], offset: u64, count: u32, buf: *mut u8) -> Result<u32> {
+        let xid = self.submit_read(fh, offset, count)?;
+        // SAFETY: the caller's contract is `set_sink`'s.
+        unsafe { self.rpc.set_sink(xid, buf, count as usize, read3_data) };
+        Ok(xid)
+    }
+
     /// Copy a READ reply's data into `out` (cleared first); returns eof.
     pub fn finish_read(reply: &Reply, out: &mut Vec<u8>) -> Result<bool> {
         match decode::<p::READ3res>(reply.body())? {
@@ -224,6 +238,14 @@ impl Nfs3 {
     /// Copy a READ reply's data into `buf` without allocating: (bytes, eof).
     /// More data than `buf` holds is a malformed reply.
     pub fn read_into(reply: &Reply, buf: &mut [u8]) -> Result<(usize, bool)> {
+        if let Some(n) = reply.placed() {
+            // The data went straight into the sink `submit_read_into` set:
+            // `buf`, which must be that buffer. The body ends where it began.
+            return match read3_header(reply.body()) {
+                Some((at, len, eof)) if reply.body().len() == at + (4 - n % 4) % 4 && len == n && n <= buf.len() => Ok((n, eof)),
+                _ => Err(Error::Malformed(format!("READ reply of {n} bytes received into the buffer does not decode"))),
+            };
+        }
         match decode::<p::READ3res>(reply.body())? {
             p::READ3res::NFS3_OK(ok) => {
                 if ok.data.len() != ok.count as usize || ok.data.len() > buf.len() {
@@ -614,3 +636,39 @@ impl Nfs3 {
         }
     }
 }
+
+/// A READ3 result's fixed part, from the start of `body`: where its data
+/// starts, how long it is, eof. None for an error status, a count that is
+/// not the data's length, or a body that ends before the data.
+fn read3_header(body: &[u8]) -> Option<(usize, usize, bool)> {
+    let word = |at: usize| body.get(at..at + 4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    if word(0)? != 0 {
+        return None; // not NFS3_OK
+    }
+    let mut at = 4;
+    match word(at)? {
+        0 => at += 4,
+        1 => at += 4 + FATTR3_BYTES,
+        _ => return None,
+    }
+    let count = word(at)?;
+    let eof = match word(at + 4)? {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    let len = word(at + 8)?;
+    if len != count {
+        return None;
+    }
+    Some((at + 12, len as usize, eof))
+}
+
+/// `RpcConn::set_sink`'s `locate` for READ3 replies.
+fn read3_data(body: &[u8]) -> Option<(usize, usize)> {
+    read3_header(body).map(|(at, len, _)| (at, len))
+}
+
+/// XDR size of fattr3 (RFC 1813: type, mode, nlink, uid, gid, size, used,
+/// rdev, fsid, fileid, atime, mtime, ctime).
+const FATTR3_BYTES: usize = 84;

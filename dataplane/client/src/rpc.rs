@@ -107,7 +107,8 @@ pub type XidMap<V> = HashMap<u32, V, std::hash::BuildHasherDefault<XidHasher>>;
 /// A fragment longer than this is read into its record directly, a chunk
 /// per read(2) (`receive_into_record`): with recycled record buffers that
 /// took ~10 % off the client CPU per 1 MiB READ and left the rate as it was
-/// (the slowdown once noted for reading records directly was not seen).
+/// (the slowdown once noted for reading records directly was not seen);
+/// or, when its call has a sink, its data into the caller's buffer.
 const READ_CHUNK_BYTES: usize = 64 << 10;
 /// Receive chunks a connection keeps. A record that arrives whole in one
 /// read(2) is not copied: its reply shares the chunk (`Bytes::Chunk`), so
@@ -130,11 +131,41 @@ pub const CALL_BYTES_MAX: usize = 16 << 10;
 const SPARE_BUFFERS_MAX: usize = 256;
 const SPARE_BYTES_MAX: usize = 16 * ((1 << 20) + HEADROOM_BYTES);
 
+/// Where a call's reply data may be received directly (`set_sink`).
+#[derive(Debug)]
+struct Sink {
+    /// The caller's buffer (an address: `RpcConn` stays `Send`).
+    at: usize,
+    cap: usize,
+    /// In the reply's body (after the accepted-reply header): where the
+    /// data starts and how long it is, once enough of it is in; None when
+    /// the reply is not one to place (an error status, another shape).
+    locate: fn(&[u8]) -> Option<(usize, usize)>,
+}
+
+/// A reply being received into its call's sink.
+#[derive(Debug)]
+struct Placing {
+    xid: u32,
+    /// Where the next byte goes; 0: the call is gone (timed out), the rest
+    /// of the data is read and dropped.
+    at: usize,
+    left: usize,
+    done: usize,
+}
+
+/// Bytes of a record that must be in before it is looked at for a sink
+/// (RPC reply header and the start of the results).
+const PLACE_HEADER_BYTES: usize = 256;
+
 /// A successful reply: the whole record, results from `body()`.
 #[derive(Debug)]
 pub struct Reply {
     buf: Bytes,
     at: usize,
+    /// Data bytes received straight into the call's sink (`set_sink`):
+    /// they are not in the record, which holds the rest.
+    placed: Option<usize>,
 }
 
 /// Where a record's bytes are.
@@ -160,6 +191,13 @@ impl Reply {
     /// The procedure's result bytes (after accept_stat SUCCESS).
     pub fn body(&self) -> &[u8] {
         &self.buf.as_slice()[self.at..]
+    }
+
+    /// Some(n): the reply's data (`n` bytes, where the sink's `locate`
+    /// found them) went straight into the call's sink and is missing from
+    /// `body()`, which ends where the data began.
+    pub fn placed(&self) -> Option<usize> {
+        self.placed
     }
 }
 
@@ -207,6 +245,16 @@ pub struct RpcConn {
     copy_chunk: Vec<u8>,
     /// Replies completed in place in a receive chunk (no copy).
     in_place: u64,
+    /// Where replies' data may go directly (`set_sink`), by xid.
+    sinks: XidMap<Sink>,
+    /// The reply whose data is being received into its sink now.
+    placing: Option<Placing>,
+    /// Whether the record being assembled was looked at for a sink.
+    place_checked: bool,
+    /// Data bytes the record being assembled put in its sink.
+    placed: Option<usize>,
+    /// Replies whose data went straight into a sink.
+    placed_records: u64,
     mark: [u8; 4],
     mark_have: usize,
     frag_left: usize,
@@ -439,6 +487,11 @@ impl RpcConn {
             chunk_at: 0,
             copy_chunk: Vec::new(),
             in_place: 0,
+            sinks: XidMap::default(),
+            placing: None,
+            place_checked: false,
+            placed: None,
+            placed_records: 0,
             mark: [0; 4],
             mark_have: 0,
             frag_left: 0,
@@ -496,6 +549,27 @@ impl RpcConn {
         }
         self.send_queued();
         fits(self)
+    }
+
+    /// Let the reply to call `xid` put its data straight into `cap` bytes at
+    /// `buf` instead of into its record, when it arrives over TCP as a
+    /// fragment longer than a receive chunk and `locate` finds data that
+    /// fits (`Reply::placed` then says how much; otherwise nothing is
+    /// written there and the reply holds its data as usual). Dropped when
+    /// the call completes, times out or fails.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `cap` bytes, and not read or
+    /// written by anything else, until the call's completion is handed out.
+    pub unsafe fn set_sink(&mut self, xid: u32, buf: *mut u8, cap: usize, locate: fn(&[u8]) -> Option<(usize, usize)>) {
+        if matches!(self.link, Link::Tcp(_)) && self.pending.contains_key(&xid) && !buf.is_null() {
+            self.sinks.insert(xid, Sink { at: buf as usize, cap, locate });
+        }
+    }
+
+    /// Replies whose data went straight into a sink (`set_sink`).
+    pub fn placed_records(&self) -> u64 {
+        self.placed_records
     }
 
     /// Records (replies and server calls) taken from a receive chunk in
@@ -833,6 +907,10 @@ impl RpcConn {
         self.out.clear();
         self.out_pos = 0;
         self.rec = Vec::new();
+        self.sinks.clear();
+        self.placing = None;
+        self.place_checked = false;
+        self.placed = None;
         if self.broken.is_none() {
             self.broken = Some(err);
         }
@@ -860,6 +938,12 @@ impl RpcConn {
         }
         for (xid, proc_num) in late {
             self.pending.remove(&xid);
+            // Its buffer goes back to the caller with the error: nothing
+            // more of a late reply may land in it.
+            self.sinks.remove(&xid);
+            if let Some(p) = self.placing.as_mut().filter(|p| p.xid == xid) {
+                p.at = 0;
+            }
             if self.abandoned.len() == ABANDONED_MAX {
                 if let Some(old) = self.abandoned.pop_front() {
                     self.abandoned_set.remove(&old);
@@ -975,7 +1059,7 @@ impl RpcConn {
 
     fn receive(&mut self) -> Result<()> {
         let r = loop {
-            if self.in_frag && self.frag_left >= READ_CHUNK_BYTES {
+            if self.in_frag && (self.placing.is_some() || self.frag_left >= READ_CHUNK_BYTES) {
                 // Inside a fragment longer than a chunk (a large READ's
                 // reply): its bytes go straight into the record, not
                 // through a chunk and a copy.
@@ -1040,6 +1124,12 @@ impl RpcConn {
     /// capacity of the record being assembled (`reserve`d when its mark
     /// was read). True: it filled what it asked for (read on).
     fn receive_into_record(&mut self) -> Result<bool> {
+        if self.placing.is_none() && !self.place_checked {
+            self.start_placing();
+        }
+        if self.placing.is_some() {
+            return self.receive_into_sink();
+        }
         let Link::Tcp(sock) = &self.link else { return Ok(false) };
         let want = self.frag_left.min(READ_CHUNK_BYTES);
         self.rec.reserve(want);
@@ -1068,10 +1158,97 @@ impl RpcConn {
         Ok(n == want)
     }
 
+    /// Look at the record being assembled (enough of its start is in, its
+    /// fragment is its last) for a sink of its call: when its data lies in
+    /// this fragment and fits, the data bytes already in the record move to
+    /// the sink, and the rest will be received there (`receive_into_sink`).
+    fn start_placing(&mut self) {
+        if self.rec.len() < PLACE_HEADER_BYTES.min(self.rec.len() + self.frag_left) {
+            return; // not conclusive yet
+        }
+        self.place_checked = true;
+        if !self.last_frag || self.rec.len() < 8 {
+            return;
+        }
+        let xid = u32::from_be_bytes([self.rec[0], self.rec[1], self.rec[2], self.rec[3]]);
+        let Some(sink) = self.sinks.get(&xid) else { return };
+        let mut d = Decoder::new(&self.rec);
+        if d.u32().is_err() || reply_header(&mut d).is_err() {
+            return;
+        }
+        let body = d.position();
+        let Some((off, len)) = (sink.locate)(&self.rec[body..]) else { return };
+        let start = body + off;
+        if start > self.rec.len() {
+            return;
+        }
+        let have = self.rec.len() - start;
+        if len > sink.cap || have > len || len - have > self.frag_left {
+            return;
+        }
+        // SAFETY: `set_sink`'s contract: `cap` bytes at `at` are the
+        // caller's buffer, writable, until the call completes; have <= cap.
+        unsafe { std::ptr::copy_nonoverlapping(self.rec[start..].as_ptr(), sink.at as *mut u8, have) };
+        self.rec.truncate(start);
+        self.placing = Some(Placing { xid, at: sink.at + have, left: len - have, done: have });
+        if len == have {
+            self.placing = None;
+            self.placed = Some(have);
+            self.placed_records += 1;
+        }
+    }
+
+    /// One read(2) of the data being placed, into its sink (or dropped when
+    /// the call timed out meanwhile). True: it filled what it asked for.
+    fn receive_into_sink(&mut self) -> Result<bool> {
+        let Link::Tcp(sock) = &self.link else { return Ok(false) };
+        let fd = sock.as_raw_fd();
+        let p = self.placing.as_mut().expect("placing");
+        let want = p.left.min(READ_CHUNK_BYTES);
+        let to = if p.at == 0 {
+            self.copy_chunk.resize(READ_CHUNK_BYTES, 0);
+            self.copy_chunk.as_mut_ptr()
+        } else {
+            p.at as *mut u8
+        };
+        // SAFETY: `to` is the sink's next `left` bytes (`set_sink`'s
+        // contract) or the scratch chunk; want <= both.
+        let n = unsafe { libc::recv(fd, to.cast(), want, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.kind() {
+                ErrorKind::WouldBlock => Ok(false),
+                ErrorKind::Interrupted => Ok(true),
+                _ => Err(Error::ConnectionLost(format!("receive: {e}"))),
+            };
+        }
+        if n == 0 {
+            return Err(Error::Closed);
+        }
+        let n = n as usize;
+        if p.at != 0 {
+            p.at += n;
+        }
+        p.left -= n;
+        p.done += n;
+        self.frag_left -= n;
+        if p.left == 0 {
+            let done = p.done;
+            self.placing = None;
+            self.placed = Some(done);
+            self.placed_records += 1;
+        }
+        if self.frag_left == 0 {
+            self.end_fragment()?;
+        }
+        Ok(n == want)
+    }
+
     /// The current fragment is complete; a last fragment completes its call.
     fn end_fragment(&mut self) -> Result<()> {
         self.in_frag = false;
         if self.last_frag {
+            self.place_checked = false;
             let rec = std::mem::take(&mut self.rec);
             self.complete(Bytes::Own(rec))?;
         }
@@ -1174,6 +1351,8 @@ impl RpcConn {
             }
             return Ok(());
         }
+        let placed = self.placed.take();
+        self.sinks.remove(&xid);
         if self.pending.remove(&xid).is_none() {
             if self.abandoned_set.contains(&xid) {
                 return Ok(()); // the late reply of a call that timed out
@@ -1183,7 +1362,7 @@ impl RpcConn {
         let result = match reply_header(&mut d) {
             Ok(()) => {
                 let at = d.position();
-                Ok(Reply { buf: rec, at })
+                Ok(Reply { buf: rec, at, placed })
             }
             Err(e) => Err(e),
         };

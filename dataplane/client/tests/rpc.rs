@@ -401,3 +401,135 @@ fn rdma_without_a_device_fails_at_connect_naming_rdma() {
     assert!(matches!(e, Error::Connect { .. }) && m.contains("127.0.0.1:20049") && m.contains("over RDMA:"), "{m}");
     assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
 }
+
+/// The test's reply shape for sinks: a length word, then that many data bytes.
+fn len_prefixed(body: &[u8]) -> Option<(usize, usize)> {
+    body.get(0..4).map(|w| (4, u32::from_be_bytes(w.try_into().unwrap()) as usize))
+}
+
+fn data_of(i: u32, len: usize) -> Vec<u8> {
+    (0..len).map(|k| (k as u32).wrapping_mul(13).wrapping_add(i * 29) as u8).collect()
+}
+
+#[test]
+fn replies_longer_than_a_chunk_land_in_their_sinks_and_nothing_else_does() {
+    // Per call i: a sink of `cap` bytes (pre-filled with 0x5a) and a reply
+    // of a length prefix + `len` data bytes (+ XDR padding), streamed in
+    // uneven writes. Placed: large single-fragment replies that fit. Not
+    // placed (body as usual, sink untouched): small ones, one larger than
+    // its sink, one in two fragments, one with no sink.
+    let cases: Vec<(usize, usize, bool, bool)> = vec![
+        // (len, cap, fragments, sink set)
+        (300_000, 300_000, false, true),
+        (150_001, 160_000, false, true),
+        (4_000, 4_096, false, true),
+        (200_000, 100_000, false, true),
+        (200_000, 200_000, true, true),
+        (180_000, 180_000, false, false),
+        (1 << 20, 1 << 20, false, true),
+    ];
+    let n = cases.len();
+    let script_cases = cases.clone();
+    let limits = Limits { timeout: Duration::from_secs(10), ..Limits::default() };
+    let (mut c, h) = peer(limits, move |mut s| {
+        let mut calls = Vec::new();
+        for _ in 0..script_cases.len() {
+            calls.push(read_call(&mut s).unwrap());
+        }
+        let mut stream = Vec::new();
+        for (xid, call) in &calls {
+            let i = u32::from_be_bytes(call[call.len() - 4..].try_into().unwrap());
+            let (len, _, frags, _) = script_cases[i as usize];
+            let mut body = (len as u32).to_be_bytes().to_vec();
+            body.extend_from_slice(&data_of(i, len));
+            body.resize(body.len().next_multiple_of(4), 0);
+            let r = ok_reply(*xid, &body);
+            if frags {
+                stream.extend_from_slice(&record(&[&r[..r.len() / 3], &r[r.len() / 3..]]));
+            } else {
+                stream.extend_from_slice(&record(&[&r]));
+            }
+        }
+        let sizes = [7usize, 100_000, 65_536, 3, 250_000, 4093, 70_000];
+        let (mut at, mut k) = (0, 0);
+        while at < stream.len() {
+            let m = sizes[k % sizes.len()].min(stream.len() - at);
+            s.write_all(&stream[at..at + m]).unwrap();
+            at += m;
+            k += 1;
+            thread::sleep(Duration::from_millis(1));
+        }
+        thread::sleep(Duration::from_millis(300));
+    });
+    let mut sinks: Vec<Vec<u8>> = cases.iter().map(|&(_, cap, _, _)| vec![0x5a; cap]).collect();
+    let mut xids = std::collections::HashMap::new();
+    for i in 0..n as u32 {
+        let x = c.submit(7, 1, 3, &|e| e.u32(i)).unwrap();
+        let (_, cap, _, set) = cases[i as usize];
+        if set {
+            // SAFETY: the sink outlives the call and is not touched until reaped.
+            unsafe { c.set_sink(x, sinks[i as usize].as_mut_ptr(), cap, len_prefixed) };
+        }
+        xids.insert(x, i);
+    }
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < n && Instant::now() < deadline {
+        c.reap(&mut got, Duration::from_millis(100));
+    }
+    assert_eq!(got.len(), n);
+    for done in &got {
+        let i = xids[&done.xid];
+        let (len, cap, _, _) = cases[i as usize];
+        let r = done.result.as_ref().unwrap();
+        let want = data_of(i, len);
+        let placed = matches!(i, 0 | 1 | 6);
+        if placed {
+            assert_eq!(r.placed(), Some(len), "reply {i} placed");
+            assert!(sinks[i as usize][..len] == want[..], "reply {i}'s data in its sink");
+            assert!(sinks[i as usize][len..].iter().all(|&b| b == 0x5a), "nothing past reply {i}'s data");
+            assert_eq!(r.body().len(), (4 + len).next_multiple_of(4) - len, "reply {i}'s body: the prefix and padding");
+        } else {
+            assert_eq!(r.placed(), None, "reply {i} not placed");
+            assert!(r.body()[4..4 + len] == want[..], "reply {i}'s data in its body");
+            assert!(sinks[i as usize][..cap].iter().all(|&b| b == 0x5a), "reply {i}'s sink untouched");
+        }
+    }
+    assert_eq!(c.placed_records(), 3);
+    h.join().unwrap();
+}
+
+#[test]
+fn a_call_that_times_out_mid_reply_gets_no_more_bytes_in_its_sink() {
+    const LEN: usize = 400_000;
+    let (mut c, h) = peer(short(), |mut s| {
+        let (xid, _) = read_call(&mut s).unwrap();
+        let mut body = (LEN as u32).to_be_bytes().to_vec();
+        body.extend_from_slice(&data_of(1, LEN));
+        let rec = record(&[&ok_reply(xid, &body)]);
+        // A third now, the rest after the call's 500 ms timeout.
+        s.write_all(&rec[..rec.len() / 3]).unwrap();
+        thread::sleep(Duration::from_millis(900));
+        s.write_all(&rec[rec.len() / 3..]).unwrap();
+        // Then a small reply to a second call: the stream stayed in step.
+        let (xid2, _) = read_call(&mut s).unwrap();
+        s.write_all(&record(&[&ok_reply(xid2, &[0, 0, 0, 7])])).unwrap();
+        thread::sleep(Duration::from_millis(200));
+    });
+    let mut sink = vec![0u8; LEN];
+    let x = c.submit(7, 1, 3, &|e| e.u32(1)).unwrap();
+    // SAFETY: the sink outlives the connection's use of it.
+    unsafe { c.set_sink(x, sink.as_mut_ptr(), LEN, len_prefixed) };
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.is_empty() && Instant::now() < deadline {
+        c.reap(&mut got, Duration::from_millis(50));
+    }
+    assert!(matches!(got[0].result, Err(Error::Timeout { .. })), "{:?}", got[0].result.as_ref().err());
+    // The buffer is the caller's again: whatever arrives late stays out.
+    sink.fill(0xa5);
+    let r = c.call(7, 1, 3, &|e| e.u32(2)).expect("the next call on the connection");
+    assert_eq!(r.body(), &[0, 0, 0, 7]);
+    assert!(sink.iter().all(|&b| b == 0xa5), "bytes of the late reply landed in the returned buffer");
+    h.join().unwrap();
+}

@@ -740,6 +740,13 @@ impl Engine {
         self.conns.iter().map(|c| c.unsent).sum()
     }
 
+    /// READs whose data was received from the socket straight into fio's
+    /// buffer (`Nfs3::submit_read_into`: those longer than a receive
+    /// chunk), on the connections open now.
+    pub fn placed_reads(&mut self) -> u64 {
+        self.conns.iter_mut().map(|c| c.nfs.rpc().placed_records()).sum()
+    }
+
     /// I/Os that completed with an error so far.
     pub fn errors(&self) -> u64 {
         self.errors
@@ -808,7 +815,10 @@ impl Engine {
         let c = &mut self.conns[i];
         let (offset, len) = (op.offset, op.len);
         let r = match op.op {
-            Op::Read => c.nfs.submit_read(&f.fh, offset, len as u32),
+            // SAFETY: `queue`'s caller keeps `buf` valid for `len` bytes
+            // and leaves it alone until the I/O is reaped; the call's sink
+            // goes with its completion (a large READ's data lands there).
+            Op::Read => unsafe { c.nfs.submit_read_into(&f.fh, offset, len as u32, op.buf) },
             // SAFETY: `queue`'s caller keeps `buf` valid for `len` bytes
             // until the I/O is reaped.
             Op::Write => c.nfs.submit_write(&f.fh, offset, unsafe { std::slice::from_raw_parts(op.buf, len) }, Stable::Unstable),

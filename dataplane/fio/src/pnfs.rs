@@ -482,7 +482,10 @@ impl Engine {
             let fh = &self.files[file as usize].as_ref().expect("open").pnfs.as_ref().expect("pNFS").segs[si].mirrors[k].fh;
             let c: &mut Conn = &mut self.conns[conn];
             let r = match op {
-                Op::Read => c.nfs.submit_read(fh, offset, len as u32),
+                // SAFETY: `queue`'s contract keeps the part's buffer valid
+                // for `len` and ours until the part is answered (one mirror
+                // at a time reads into it).
+                Op::Read => unsafe { c.nfs.submit_read_into(fh, offset, len as u32, part.buf) },
                 // SAFETY: `queue`'s contract keeps the buffer valid for `len`.
                 Op::Write => c.nfs.submit_write(fh, offset, unsafe { std::slice::from_raw_parts(part.buf, len) }, Stable::Unstable),
                 Op::Sync => unreachable!("sync is not sent to a data server"),

@@ -91,6 +91,7 @@ fn random_writes_then_reads_verify_at_depth_over_several_connections() {
     unsafe { e.queue(f, Op::Read, 12345, back.as_mut_ptr(), back.len(), 2) }.unwrap();
     assert_eq!(drain(&mut e), vec![(2, 1 << 20)]);
     assert!(back == big);
+    assert_eq!(e.placed_reads(), 1, "the 1 MiB READ's data was received straight into fio's buffer, the 4 KiB ones were not");
     // A read past the end is short (fio sees the residual).
     let mut tail = vec![0u8; 8192];
     let size = 12345 + (1u64 << 20);
