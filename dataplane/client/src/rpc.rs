@@ -350,6 +350,31 @@ fn auth_name(code: u32) -> &'static str {
 
 /// Decode the reply header of `rec` (xid already read): Ok(result offset)
 /// or the RPC-level error it carries.
+/// One recv(2) of at most `want` bytes into `to` on socket `fd`: the bytes
+/// read, or None when none are there now (retried when interrupted); a
+/// closed connection is `Closed`.
+///
+/// # Safety
+/// `to` must be valid for writes of `want` bytes.
+unsafe fn recv_at(fd: std::os::fd::RawFd, to: *mut u8, want: usize) -> Result<Option<usize>> {
+    loop {
+        // SAFETY: the caller's contract.
+        let n = unsafe { libc::recv(fd, to.cast(), want, 0) };
+        if n > 0 {
+            return Ok(Some(n as usize));
+        }
+        if n == 0 {
+            return Err(Error::Closed);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.kind() {
+            ErrorKind::WouldBlock => return Ok(None),
+            ErrorKind::Interrupted => {}
+            _ => return Err(Error::ConnectionLost(format!("receive: {e}"))),
+        }
+    }
+}
+
 fn reply_header(d: &mut Decoder<'_>) -> Result<()> {
     let mtype = d.u32().map_err(xdr)?;
     if mtype != 1 {
@@ -1136,19 +1161,7 @@ impl RpcConn {
         let spare = self.rec.spare_capacity_mut();
         // SAFETY: `spare` has room for `want` bytes; recv(2) writes at most
         // that many, and only the `n` it reports are taken as initialised.
-        let n = unsafe { libc::recv(sock.as_raw_fd(), spare.as_mut_ptr().cast(), want, 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            return match e.kind() {
-                ErrorKind::WouldBlock => Ok(false),
-                ErrorKind::Interrupted => Ok(true),
-                _ => Err(Error::ConnectionLost(format!("receive: {e}"))),
-            };
-        }
-        if n == 0 {
-            return Err(Error::Closed);
-        }
-        let n = n as usize;
+        let Some(n) = (unsafe { recv_at(sock.as_raw_fd(), spare.as_mut_ptr().cast(), want)? }) else { return Ok(false) };
         // SAFETY: recv(2) initialised these `n` bytes of the spare capacity.
         unsafe { self.rec.set_len(self.rec.len() + n) };
         self.frag_left -= n;
@@ -1190,11 +1203,11 @@ impl RpcConn {
         // caller's buffer, writable, until the call completes; have <= cap.
         unsafe { std::ptr::copy_nonoverlapping(self.rec[start..].as_ptr(), sink.at as *mut u8, have) };
         self.rec.truncate(start);
-        self.placing = Some(Placing { xid, at: sink.at + have, left: len - have, done: have });
         if len == have {
-            self.placing = None;
             self.placed = Some(have);
             self.placed_records += 1;
+        } else {
+            self.placing = Some(Placing { xid, at: sink.at + have, left: len - have, done: have });
         }
     }
 
@@ -1213,19 +1226,7 @@ impl RpcConn {
         };
         // SAFETY: `to` is the sink's next `left` bytes (`set_sink`'s
         // contract) or the scratch chunk; want <= both.
-        let n = unsafe { libc::recv(fd, to.cast(), want, 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            return match e.kind() {
-                ErrorKind::WouldBlock => Ok(false),
-                ErrorKind::Interrupted => Ok(true),
-                _ => Err(Error::ConnectionLost(format!("receive: {e}"))),
-            };
-        }
-        if n == 0 {
-            return Err(Error::Closed);
-        }
-        let n = n as usize;
+        let Some(n) = (unsafe { recv_at(fd, to, want)? }) else { return Ok(false) };
         if p.at != 0 {
             p.at += n;
         }

@@ -350,6 +350,20 @@ struct File {
     pnfs: Option<pnfs::FileLayouts>,
 }
 
+impl File {
+    /// A COMMIT answered `verf`: whether the server restarted since the
+    /// UNSTABLE writes it covers (a verifier changed), and whether any of
+    /// them was not held; the file's unstable state starts over.
+    fn take_unstable(&mut self, verf: [u8; 8]) -> (bool, bool) {
+        let changed = self.verf_changed || self.unstable_verf.is_some_and(|v| v != verf);
+        let unheld = self.unheld;
+        self.unstable_verf = None;
+        self.verf_changed = false;
+        self.unheld = false;
+        (changed, unheld)
+    }
+}
+
 struct Conn {
     nfs: Nfs3,
     ops: XidMap<InFlight>,
@@ -586,11 +600,7 @@ impl Engine {
             // A COMMIT the engine made itself found a loss (`hold_room`).
             return Err((libc::EIO, m));
         }
-        let changed = f.verf_changed || f.unstable_verf.is_some_and(|v| v != verf);
-        let unheld = f.unheld;
-        f.unstable_verf = None;
-        f.verf_changed = false;
-        f.unheld = false;
+        let (changed, unheld) = f.take_unstable(verf);
         if changed && unheld {
             self.held.covered(file, upto);
             let path = &self.files[file as usize].as_ref().expect("open").path;

@@ -1178,12 +1178,7 @@ impl Engine {
         }
         let (fh, path) = (f.fh.clone(), f.path.clone());
         let mut verf = self.mds("COMMIT on the metadata server", |e| e.st().mds.commit(&fh))?;
-        let f = self.files[file as usize].as_mut().expect("open");
-        let changed = f.verf_changed || f.unstable_verf.is_some_and(|v| v != verf);
-        let unheld = f.unheld;
-        f.unstable_verf = None;
-        f.verf_changed = false;
-        f.unheld = false;
+        let (changed, unheld) = self.files[file as usize].as_mut().expect("open").take_unstable(verf);
         if changed && unheld {
             self.held.covered_on(file, Some(MDS_HELD), upto);
             let why = "the metadata server restarted since UNSTABLE writes it acknowledged (COMMIT verifier changed); they may be lost";

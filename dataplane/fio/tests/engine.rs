@@ -2,37 +2,12 @@
 //! restart cases), driven the way fio drives it: queue up to a depth,
 //! reap, verify.
 
-use chimerad::config::Config as ServerConfig;
-use chimerad::serve::{self, Running};
+use chimerad::serve::Running;
 use chimera_fio::{Config, Engine, Op};
-use serde_json::json;
 mod common;
 
-use common::{drain, pattern, start_memfs};
-use std::path::{Path, PathBuf};
+use common::{device, drain, pattern, start_diskfs, start_memfs};
 use std::time::{Duration, Instant};
-
-fn device(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fio-engine-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    let img = d.join("dev0.img");
-    std::fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
-    img
-}
-
-fn start_diskfs(img: &Path, port: u16, initialize: bool) -> Running {
-    let v = json!({
-        "common": { "log_level": "warn" },
-        "server": { "bind": "127.0.0.1", "threads": 1, "nfs_port": port, "mount_port": 0, "portmap_port": 0, "grace_time_s": 0,
-                    "vfs": { "diskfs": { "config": { "initialize": initialize, "devices": [{ "type": "io_uring", "path": img.to_str().unwrap() }] } } } },
-        "mounts": { "d": { "module": "diskfs", "path": "/" } },
-        "exports": { "/d": { "path": "/d" } },
-        "admin": { "enabled": false },
-        "metrics": { "enabled": false }
-    });
-    serve::start(&ServerConfig::parse(&v.to_string()).unwrap()).expect("start chimerad on diskfs")
-}
 
 fn cfg(s: &Running, export: &str, conns: usize, iodepth: usize) -> Config {
     Config { conns, ..common::config(s, export, iodepth, false) }
@@ -160,7 +135,7 @@ fn bad_options_paths_and_ios_are_named_errors() {
 #[test]
 fn a_restart_lost_writes_are_resent_from_held_copies_or_reported_by_commit() {
     let img = device("restart");
-    let s = start_diskfs(&img, 0, true);
+    let s = start_diskfs(&img, 0, true, 0);
     let port = s.nfs_addr.unwrap().port();
     let mut kept = Engine::connect(Config { retry_s: 0, ..cfg(&s, "/d", 1, 8) }).unwrap();
     let mut bare = Engine::connect(Config { retry_s: 0, hold_mib: 0, ..cfg(&s, "/d", 1, 8) }).unwrap();
@@ -185,7 +160,7 @@ fn a_restart_lost_writes_are_resent_from_held_copies_or_reported_by_commit() {
         }
     }
     // Back on the same port (a new verifier): each engine reconnects.
-    let s2 = start_diskfs(&img, port, false);
+    let s2 = start_diskfs(&img, port, false, 0);
     let sync = |e: &mut Engine, f: u32| {
         for _ in 0..3 {
             if unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 3) }.is_ok() {
@@ -222,7 +197,7 @@ fn a_restart_lost_writes_are_resent_from_held_copies_or_reported_by_commit() {
 #[test]
 fn held_copies_stay_under_the_bound_and_a_restart_resends_only_the_uncovered() {
     let img = device("bound");
-    let s = start_diskfs(&img, 0, true);
+    let s = start_diskfs(&img, 0, true, 0);
     let port = s.nfs_addr.unwrap().port();
     let depth = 8;
     let mut e = Engine::connect(Config { retry_s: 20, hold_mib: 1, ..cfg(&s, "/d", 2, depth) }).unwrap();
@@ -249,7 +224,7 @@ fn held_copies_stay_under_the_bound_and_a_restart_resends_only_the_uncovered() {
     let held = e.held_bytes();
     assert!(held > 0 && held < BLOCKS as usize * 4096, "{held}");
     s.shutdown();
-    let s2 = start_diskfs(&img, port, false);
+    let s2 = start_diskfs(&img, port, false, 0);
     unsafe { e.queue(f, Op::Sync, 0, std::ptr::null_mut(), 0, 1000) }.unwrap();
     assert_eq!(drain(&mut e), vec![(1000, 0)]);
     assert_eq!(e.resent(), ((held / 4096) as u64, held as u64), "only the writes no COMMIT covered went again");
@@ -323,7 +298,7 @@ fn check_reads(e: &mut Engine, f: u32, at: &[u64], bufs: &mut [Vec<u8>]) {
 #[test]
 fn ios_of_a_lost_connection_wait_for_the_restarted_server_and_go_out_again() {
     let img = device("retry");
-    let s = start_diskfs(&img, 0, true);
+    let s = start_diskfs(&img, 0, true, 0);
     let port = s.nfs_addr.unwrap().port();
     let mut e = Engine::connect(Config { retry_s: 20, ..cfg(&s, "/d", 2, 16) }).unwrap();
     let f = e.open("r", true).unwrap();
@@ -345,7 +320,7 @@ fn ios_of_a_lost_connection_wait_for_the_restarted_server_and_go_out_again() {
     let img_b = img.clone();
     let back = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(700));
-        start_diskfs(&img_b, port, false)
+        start_diskfs(&img_b, port, false, 0)
     });
     let got = drain(&mut e);
     assert_eq!(got.len(), 16, "{got:?}");
@@ -366,7 +341,7 @@ fn ios_of_a_lost_connection_wait_for_the_restarted_server_and_go_out_again() {
     let e_out = std::thread::scope(|sc| {
         let h = sc.spawn(|| drain(&mut e));
         std::thread::sleep(Duration::from_millis(500));
-        let s3 = start_diskfs(&img, port, false);
+        let s3 = start_diskfs(&img, port, false, 0);
         let out = h.join().unwrap();
         (out, s3)
     });

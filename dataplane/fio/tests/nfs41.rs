@@ -90,21 +90,6 @@ fn without_layouts_every_io_goes_through_the_session_at_depth() {
     s.shutdown();
 }
 
-/// chimerad on diskfs over the image `img` (formatted when `initialize`),
-/// NFSv4.1 without pNFS on `port` (0: any), a grace period of 1 s.
-fn start_diskfs(img: &std::path::Path, initialize: bool, port: u16) -> chimerad::serve::Running {
-    let v = serde_json::json!({
-        "common": { "log_level": "warn" },
-        "server": { "bind": "127.0.0.1", "threads": 1, "nfs_port": port, "mount_port": 0, "portmap_port": 0, "grace_time_s": 1,
-                    "vfs": { "diskfs": { "config": { "initialize": initialize, "devices": [{ "type": "io_uring", "path": img.to_str().unwrap() }] } } } },
-        "mounts": { "m": { "module": "diskfs", "path": "/" } },
-        "exports": { "/m": { "path": "/m" } },
-        "admin": { "enabled": false },
-        "metrics": { "enabled": false }
-    });
-    chimerad::serve::start(&chimerad::config::Config::parse(&v.to_string()).unwrap()).expect("start chimerad on diskfs")
-}
-
 /// Writes through the session are UNSTABLE (before, FILE_SYNC: a device
 /// flush each on a durable backend). A plain NFSv4.1 server on diskfs
 /// answers three of them and restarts before the fsync (diskfs maps new
@@ -115,15 +100,11 @@ fn start_diskfs(img: &std::path::Path, initialize: bool, port: u16) -> chimerad:
 /// instead of reporting the writes durable, and the blocks are indeed gone.
 #[test]
 fn unstable_writes_a_restart_lost_are_written_again_through_the_session_or_fail_the_fsync() {
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fio-nfs41-lost-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let img = dir.join("v41.img");
-    std::fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
-    let mut s = start_diskfs(&img, true, 0);
+    let img = common::device("nfs41-lost");
+    let mut s = common::start_diskfs(&img, 0, true, 1);
     let port = s.nfs_addr.unwrap().port();
-    let mut kept = Engine::connect(common::config(&s, "/m", 4, true)).unwrap();
-    let mut bare = Engine::connect(chimera_fio::Config { hold_mib: 0, ..common::config(&s, "/m", 4, true) }).unwrap();
+    let mut kept = Engine::connect(common::config(&s, "/d", 4, true)).unwrap();
+    let mut bare = Engine::connect(chimera_fio::Config { hold_mib: 0, ..common::config(&s, "/d", 4, true) }).unwrap();
     let (fk, fb) = (kept.open("kept.0", true).unwrap(), bare.open("bare.0", true).unwrap());
     let mut a = pattern(11, 0, 3 * 65536);
     for (e, f) in [(&mut kept, fk), (&mut bare, fb)] {
@@ -140,7 +121,7 @@ fn unstable_writes_a_restart_lost_are_written_again_through_the_session_or_fail_
     assert_eq!(kept.held_bytes(), 3 * BS, "answered UNSTABLE and held");
     assert_eq!(bare.held_bytes(), 0);
     s.shutdown();
-    s = start_diskfs(&img, false, port);
+    s = common::start_diskfs(&img, port, false, 1);
     unsafe { kept.queue(fk, Op::Sync, 0, std::ptr::null_mut(), 0, 10) }.unwrap();
     assert_eq!(drain(&mut kept), vec![(10, 0)], "the held writes were written again");
     assert_eq!(kept.resent(), (3, 3 * BS as u64));
@@ -170,5 +151,5 @@ fn unstable_writes_a_restart_lost_are_written_again_through_the_session_or_fail_
     kept.close(fk).unwrap();
     bare.close(fb).unwrap();
     s.shutdown();
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(img.parent().unwrap());
 }

@@ -7,6 +7,7 @@ use chimera_fio::Engine;
 use chimerad::config::Config as ServerConfig;
 use chimerad::serve::{self, Running};
 use serde_json::json;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Deterministic data for [offset, offset+len) of file `seed`.
@@ -57,4 +58,30 @@ pub fn start_memfs() -> Running {
         "metrics": { "enabled": false }
     });
     serve::start(&ServerConfig::parse(&v.to_string()).unwrap()).expect("start chimerad")
+}
+
+/// A 64 MiB zeroed image file in an empty scratch directory of its own
+/// (`name` and this process).
+pub fn device(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fio-engine-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let img = d.join("dev0.img");
+    std::fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
+    img
+}
+
+/// chimerad on diskfs over `img` (formatted when `initialize`), NFS on
+/// `port` (0: any), export `/d`, a grace period of `grace_s`.
+pub fn start_diskfs(img: &Path, port: u16, initialize: bool, grace_s: u32) -> Running {
+    let v = json!({
+        "common": { "log_level": "warn" },
+        "server": { "bind": "127.0.0.1", "threads": 1, "nfs_port": port, "mount_port": 0, "portmap_port": 0, "grace_time_s": grace_s,
+                    "vfs": { "diskfs": { "config": { "initialize": initialize, "devices": [{ "type": "io_uring", "path": img.to_str().unwrap() }] } } } },
+        "mounts": { "d": { "module": "diskfs", "path": "/" } },
+        "exports": { "/d": { "path": "/d" } },
+        "admin": { "enabled": false },
+        "metrics": { "enabled": false }
+    });
+    serve::start(&ServerConfig::parse(&v.to_string()).unwrap()).expect("start chimerad on diskfs")
 }
